@@ -1,0 +1,55 @@
+#include "core/context.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace gradtape {
+
+absl::Status Context::Execute(const OpDef& op, absl::Span<const Tensor> inputs,
+                              AttrMap attrs, Tensors* outputs) {
+  if (static_cast<int>(inputs.size()) != op.num_inputs()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op.name, ": takes ", op.num_inputs(), " inputs, got ",
+                     inputs.size()));
+  }
+  if (absl::Status s = op.ResolveAttrs(&attrs); !s.ok()) return s;
+  outputs->clear();
+  outputs->resize(op.num_outputs());
+  KernelContext kernel(op, inputs, attrs, outputs);
+  if (absl::Status s = op.forward(kernel); !s.ok()) {
+    outputs->clear();
+    return s;
+  }
+  if (memory_limit_ > 0 && account_->bytes() > memory_limit_) {
+    int64_t in_use = account_->bytes();
+    outputs->clear();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        op.name, ": session memory limit exceeded (", in_use,
+        " bytes with this op's outputs, limit ", memory_limit_,
+        "); release tensors or delete tapes"));
+  }
+  for (Tensor& out : *outputs) {
+    if (!out.valid()) {
+      outputs->clear();
+      return absl::InternalError(
+          absl::StrCat(op.name, ": kernel did not set every output"));
+    }
+    out.set_id(++last_id_);
+    if (created_ids_ != nullptr) created_ids_->push_back(out.id());
+  }
+  // The fast path: no tape could record, so inputs are never looked at.
+  if (!tapes_.CouldRecord() || !op.differentiable()) return absl::OkStatus();
+  tapes_.Record(op, attrs, inputs, *outputs);
+  return absl::OkStatus();
+}
+
+absl::Status Context::Execute(absl::string_view op_name,
+                              absl::Span<const Tensor> inputs, AttrMap attrs,
+                              Tensors* outputs) {
+  const OpDef* op = registry_.Find(op_name);
+  if (op == nullptr) {
+    return absl::NotFoundError(absl::StrCat("unknown op '", op_name, "'"));
+  }
+  return Execute(*op, inputs, std::move(attrs), outputs);
+}
+
+}  // namespace gradtape

@@ -1,0 +1,78 @@
+// Context: the op executor of one session. Every op -- a client's, or one a
+// backward function runs -- goes through Execute, which runs the kernel,
+// gives the outputs fresh tensor ids and records the op on the tapes that
+// watch an input. That is why gradients of gradients need nothing special.
+//
+// Not thread-safe: owned by a session, guarded by its lock.
+#ifndef GRADTAPE_CORE_CONTEXT_H_
+#define GRADTAPE_CORE_CONTEXT_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/attrs.h"
+#include "core/op_registry.h"
+#include "core/tape.h"
+#include "core/tensor.h"
+
+namespace gradtape {
+
+enum class Unconnected { kNone, kZero };
+
+class Context {
+ public:
+  explicit Context(const OpRegistry& registry) : registry_(registry) {}
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  const OpRegistry& registry() const { return registry_; }
+  // Ops fail with RESOURCE_EXHAUSTED when, after the kernel ran, `account`
+  // holds more than `limit_bytes` (0: no limit). Nothing is recorded then.
+  void SetMemoryLimit(std::shared_ptr<MemoryAccount> account,
+                      int64_t limit_bytes) {
+    account_ = std::move(account);
+    memory_limit_ = limit_bytes;
+  }
+  TapeSet& tapes() { return tapes_; }
+  const TapeSet& tapes() const { return tapes_; }
+
+  // Runs `op`. `attrs` are checked and completed with defaults. On success
+  // `outputs` holds the op's outputs with fresh ids, and the op is recorded
+  // on every active tape that watches one of the inputs. On error nothing
+  // changed.
+  absl::Status Execute(const OpDef& op, absl::Span<const Tensor> inputs,
+                       AttrMap attrs, Tensors* outputs);
+  // Execute by name (NOT_FOUND for an unknown op).
+  absl::Status Execute(absl::string_view op_name,
+                       absl::Span<const Tensor> inputs, AttrMap attrs,
+                       Tensors* outputs);
+
+  // Gives `t` a fresh id: the tensor enters the session.
+  Tensor Adopt(Tensor t) {
+    t.set_id(++last_id_);
+    return t;
+  }
+
+  // d(sum of targets)/d(sources) on `tape` (see gradient.cc for the
+  // algorithm). `output_gradients` is empty or has one entry per target (an
+  // invalid Tensor there means "ones"). A None result is an invalid Tensor.
+  absl::StatusOr<std::vector<Tensor>> Gradient(
+      Tape& tape, absl::Span<const Tensor> targets,
+      absl::Span<const Tensor> sources,
+      absl::Span<const Tensor> output_gradients, Unconnected unconnected);
+
+ private:
+  const OpRegistry& registry_;
+  TapeSet tapes_;
+  int64_t last_id_ = 0;
+  std::shared_ptr<MemoryAccount> account_;
+  int64_t memory_limit_ = 0;
+  // While a gradient runs: ids of the tensors its backward functions made.
+  std::vector<int64_t>* created_ids_ = nullptr;
+};
+
+}  // namespace gradtape
+
+#endif  // GRADTAPE_CORE_CONTEXT_H_

@@ -1,0 +1,208 @@
+// Array ops: identity, shapes, layout and dtype changes. Where TensorFlow
+// takes a host-side int tensor for a static parameter (Reshape's shape,
+// Transpose's perm, BroadcastTo's shape), gradtape takes an attr of the same
+// name: a remote client knows it statically, and it saves a tensor.
+#include <numeric>
+
+#include "core/gradient.h"
+#include "core/ops/kernel_util.h"
+#include "core/ops/ops.h"
+
+namespace gradtape {
+namespace {
+
+std::vector<int64_t> ToVector(const Shape& s) {
+  return std::vector<int64_t>(s.begin(), s.end());
+}
+
+absl::Status ReshapeKernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const std::vector<int64_t>& requested = ctx.attrs().IntList("shape");
+  Shape shape(requested.begin(), requested.end());
+  int infer = -1;
+  int64_t known = 1;
+  for (int i = 0; i < static_cast<int>(shape.size()); ++i) {
+    if (shape[i] == -1 && infer < 0) {
+      infer = i;
+    } else if (shape[i] < 0) {
+      return ctx.InvalidArgument("shape ", ShapeString(requested),
+                                 " has a bad dim ", shape[i],
+                                 " (at most one -1, others >= 0)");
+    } else {
+      known *= shape[i];
+    }
+  }
+  if (infer >= 0) {
+    if (known == 0 || x.num_elements() % known != 0) {
+      return ctx.InvalidArgument("cannot reshape ", x.DebugString(), " to ",
+                                 ShapeString(requested));
+    }
+    shape[infer] = x.num_elements() / known;
+    known *= shape[infer];
+  }
+  if (known != x.num_elements()) {
+    return ctx.InvalidArgument("cannot reshape ", x.DebugString(), " (",
+                               x.num_elements(), " elements) to ",
+                               ShapeString(requested));
+  }
+  ctx.set_output(0, x.Reshaped(shape));
+  return absl::OkStatus();
+}
+
+absl::Status TransposeKernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const std::vector<int64_t>& perm_attr = ctx.attrs().IntList("perm");
+  const int rank = x.rank();
+  std::vector<int64_t> perm = perm_attr;
+  if (perm.empty()) {  // Like tf.transpose(x): reverse the dims.
+    for (int i = rank - 1; i >= 0; --i) perm.push_back(i);
+  }
+  std::vector<bool> seen(rank, false);
+  bool ok = static_cast<int>(perm.size()) == rank;
+  for (int64_t p : perm) {
+    ok = ok && p >= 0 && p < rank && !seen[p];
+    if (ok) seen[p] = true;
+  }
+  if (!ok) {
+    return ctx.InvalidArgument("perm ", ShapeString(perm),
+                               " is not a permutation of the dims of ",
+                               x.DebugString());
+  }
+  Shape out_shape(rank), in_strides = RowMajorStrides(x.shape());
+  Shape strides(rank);  // input stride of each output dim
+  for (int i = 0; i < rank; ++i) {
+    out_shape[i] = x.dim(perm[i]);
+    strides[i] = in_strides[perm[i]];
+  }
+  Tensor y = Tensor::Empty(x.dtype(), out_shape);
+  DispatchAll(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* px = x.data<T>();
+    T* py = y.mutable_data<T>();
+    ForEachStrided(out_shape, strides, strides,
+                   [&](int64_t o, int64_t i, int64_t) { py[o] = px[i]; });
+  });
+  ctx.set_output(0, std::move(y));
+  return absl::OkStatus();
+}
+
+absl::Status CastKernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  DType dst = ctx.attrs().Type("DstT");
+  if (dst == DType::kInvalid) return ctx.InvalidArgument("DstT is not set");
+  Tensor y = Tensor::Empty(dst, x.shape());
+  DispatchAll(x.dtype(), [&](auto from) {
+    using S = decltype(from);
+    DispatchAll(dst, [&](auto to) {
+      using D = decltype(to);
+      const S* px = x.data<S>();
+      D* py = y.mutable_data<D>();
+      for (int64_t i = 0; i < x.num_elements(); ++i) {
+        py[i] = static_cast<D>(px[i]);
+      }
+    });
+  });
+  ctx.set_output(0, std::move(y));
+  return absl::OkStatus();
+}
+
+absl::Status BroadcastToKernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const std::vector<int64_t>& shape = ctx.attrs().IntList("shape");
+  absl::StatusOr<Shape> b = BroadcastShapes(ctx, x.shape(), shape);
+  if (!b.ok() || ToVector(*b) != shape) {
+    return ctx.InvalidArgument("cannot broadcast ", x.DebugString(), " to ",
+                               ShapeString(shape));
+  }
+  Tensor y = Tensor::Empty(x.dtype(), shape);
+  DispatchAll(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* px = x.data<T>();
+    T* py = y.mutable_data<T>();
+    Shape sx = BroadcastStrides(x.shape(), static_cast<int>(shape.size()));
+    ForEachStrided(shape, sx, sx,
+                   [&](int64_t o, int64_t i, int64_t) { py[o] = px[i]; });
+  });
+  ctx.set_output(0, std::move(y));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterArrayOps(OpRegistry& r) {
+  r.Add(Op("Identity")
+            .Inputs({"input"})
+            .Outputs({"output"})
+            .Forward([](KernelContext& ctx) {
+              ctx.set_output(0, ctx.input(0));
+              return absl::OkStatus();
+            })
+            // dx = dy
+            .Backward([](GradContext& g) { g.SetGrad(0, g.Grad(0)); })
+            .Summary("output = input (shares the buffer)"));
+  r.Add(Op("Reshape")
+            .Inputs({"tensor"})
+            .Outputs({"output"})
+            .Attr("shape", AttrType::kIntList)
+            .Forward(ReshapeKernel)
+            // dx = reshape(dy, shape(x))
+            .Backward([](GradContext& g) {
+              g.SetGrad(0, g.Reshape(g.Grad(0), g.InputShape(0)));
+            })
+            .Summary("same elements, new shape (one dim may be -1)"));
+  r.Add(Op("Transpose")
+            .Inputs({"x"})
+            .Outputs({"y"})
+            .Attr("perm", std::vector<int64_t>{})
+            .Forward(TransposeKernel)
+            // dx = transpose(dy, inverse(perm))
+            .Backward([](GradContext& g) {
+              std::vector<int64_t> perm = g.attrs().IntList("perm");
+              const int rank = static_cast<int>(g.InputShape(0).size());
+              if (perm.empty()) {
+                for (int i = rank - 1; i >= 0; --i) perm.push_back(i);
+              }
+              std::vector<int64_t> inverse(rank);
+              for (int i = 0; i < rank; ++i) inverse[perm[i]] = i;
+              g.SetGrad(0, g.Op("Transpose", {g.Grad(0)},
+                                {{"perm", std::move(inverse)}}));
+            })
+            .Summary("y.shape[i] = x.shape[perm[i]]; empty perm reverses"));
+  r.Add(Op("Cast")
+            .Inputs({"x"})
+            .Outputs({"y"})
+            .Attr("DstT", AttrType::kType)
+            .Forward(CastKernel)
+            // dx = cast(dy, dtype(x)); no gradient flows into integers
+            .Backward([](GradContext& g) {
+              if (!IsTrainable(g.OutputDType(0))) return;
+              g.SetGrad(0, g.Op("Cast", {g.Grad(0)},
+                                {{"DstT", g.InputDType(0)}}));
+            })
+            .Summary("y = x converted to DstT"));
+  r.Add(Op("BroadcastTo")
+            .Inputs({"input"})
+            .Outputs({"output"})
+            .Attr("shape", AttrType::kIntList)
+            .Forward(BroadcastToKernel)
+            // dx = dy summed over the broadcast axes
+            .Backward([](GradContext& g) {
+              g.SetGrad(0, g.SumToShape(g.Grad(0), g.InputShape(0)));
+            })
+            .Summary("numpy-broadcasts input to `shape`"));
+  for (double value : {0.0, 1.0}) {
+    r.Add(Op(value == 0.0 ? "ZerosLike" : "OnesLike")
+              .Inputs({"x"})
+              .Outputs({"y"})
+              .Forward([value](KernelContext& ctx) {
+                const Tensor& x = ctx.input(0);
+                ctx.set_output(0, Tensor::Filled(x.dtype(), x.shape(), value));
+                return absl::OkStatus();
+              })
+              .NotDifferentiable()
+              .Summary(value == 0.0 ? "zeros of x's shape and dtype"
+                                    : "ones of x's shape and dtype"));
+  }
+}
+
+}  // namespace gradtape

@@ -1,0 +1,57 @@
+#include "core/ops/kernel_util.h"
+
+namespace gradtape {
+
+Shape RowMajorStrides(absl::Span<const int64_t> shape) {
+  Shape strides(shape.size());
+  int64_t s = 1;
+  for (int i = static_cast<int>(shape.size()) - 1; i >= 0; --i) {
+    strides[i] = s;
+    s *= shape[i];
+  }
+  return strides;
+}
+
+Shape BroadcastStrides(absl::Span<const int64_t> in, int out_rank) {
+  Shape own = RowMajorStrides(in);
+  Shape strides(out_rank, 0);
+  const int pad = out_rank - static_cast<int>(in.size());
+  for (int i = 0; i < static_cast<int>(in.size()); ++i) {
+    strides[pad + i] = in[i] == 1 ? 0 : own[i];
+  }
+  return strides;
+}
+
+absl::StatusOr<Shape> BroadcastShapes(const KernelContext& ctx,
+                                      absl::Span<const int64_t> a,
+                                      absl::Span<const int64_t> b) {
+  const size_t rank = std::max(a.size(), b.size());
+  Shape out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    if (da != db && da != 1 && db != 1) {
+      return ctx.InvalidArgument("shapes ", ShapeString(a), " and ",
+                                 ShapeString(b), " do not broadcast");
+    }
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<bool>> AxesMask(const KernelContext& ctx,
+                                           absl::Span<const int64_t> axes,
+                                           absl::Span<const int64_t> shape) {
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  std::vector<bool> mask(rank, axes.empty());
+  for (int64_t axis : axes) {
+    if (axis < -rank || axis >= rank) {
+      return ctx.InvalidArgument("axis ", axis, " is out of range for shape ",
+                                 ShapeString(shape));
+    }
+    mask[axis < 0 ? axis + rank : axis] = true;
+  }
+  return mask;
+}
+
+}  // namespace gradtape

@@ -1,0 +1,127 @@
+// Building blocks shared by the kernels of every op family: numpy
+// broadcasting, strided iteration, axis normalization, and the generic
+// elementwise kernels.
+#ifndef GRADTAPE_CORE_OPS_KERNEL_UTIL_H_
+#define GRADTAPE_CORE_OPS_KERNEL_UTIL_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/op_registry.h"
+#include "core/tensor.h"
+
+namespace gradtape {
+
+// Row-major strides (in elements) of `shape`.
+Shape RowMajorStrides(absl::Span<const int64_t> shape);
+
+// Strides of `in` laid against an output of rank `out_rank` (aligned to the
+// right, numpy style): 0 where `in` has no dim or a dim of 1.
+Shape BroadcastStrides(absl::Span<const int64_t> in, int out_rank);
+
+// The numpy broadcast of two shapes, or INVALID_ARGUMENT naming both.
+absl::StatusOr<Shape> BroadcastShapes(const KernelContext& ctx,
+                                      absl::Span<const int64_t> a,
+                                      absl::Span<const int64_t> b);
+
+// Calls fn(out_index, a_offset, b_offset) for every element of `shape`, in
+// row-major order, with offsets following strides `sa` and `sb`.
+template <typename Fn>
+void ForEachStrided(absl::Span<const int64_t> shape,
+                    absl::Span<const int64_t> sa, absl::Span<const int64_t> sb,
+                    Fn&& fn) {
+  const int rank = static_cast<int>(shape.size());
+  const int64_t n = NumElements(shape);
+  if (n == 0) return;
+  if (rank == 0) {
+    fn(0, 0, 0);
+    return;
+  }
+  Shape index(rank, 0);
+  int64_t a = 0, b = 0;
+  const int64_t inner = shape[rank - 1];
+  const int64_t ia = sa[rank - 1], ib = sb[rank - 1];
+  for (int64_t out = 0; out < n;) {
+    int64_t ai = a, bi = b;
+    for (int64_t k = 0; k < inner; ++k, ++out, ai += ia, bi += ib) {
+      fn(out, ai, bi);
+    }
+    // Advance the odometer over the outer dims.
+    for (int d = rank - 2; d >= 0; --d) {
+      a += sa[d];
+      b += sb[d];
+      if (++index[d] < shape[d]) break;
+      a -= sa[d] * shape[d];
+      b -= sb[d] * shape[d];
+      index[d] = 0;
+    }
+  }
+}
+
+// Axes in [-rank, rank) -> a mask of length rank; empty `axes` selects all.
+// INVALID_ARGUMENT naming the op, the axis and the shape when out of range.
+absl::StatusOr<std::vector<bool>> AxesMask(const KernelContext& ctx,
+                                           absl::Span<const int64_t> axes,
+                                           absl::Span<const int64_t> shape);
+
+// y = f(x) elementwise on a floating input (f is a generic lambda on Eigen
+// arrays: [](const auto& x) { return x.exp(); }).
+template <typename F>
+absl::Status UnaryFloatKernel(KernelContext& ctx, F f) {
+  if (absl::Status s = ctx.RequireFloat(0); !s.ok()) return s;
+  const Tensor& x = ctx.input(0);
+  Tensor y = Tensor::Empty(x.dtype(), x.shape());
+  DispatchFloat(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    y.flat<T>() = f(x.flat<T>());
+  });
+  ctx.set_output(0, std::move(y));
+  return absl::OkStatus();
+}
+
+// z = f(x, y) elementwise with numpy broadcasting; both inputs of one dtype.
+// f is a generic scalar lambda: [](auto a, auto b) { return a + b; }.
+// `float_only` restricts to float32/float64.
+template <typename F>
+absl::Status BinaryKernel(KernelContext& ctx, bool float_only, F f) {
+  if (absl::Status s = float_only ? ctx.RequireFloat(0) : ctx.RequireNumeric(0);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ctx.RequireSameDType(0, 1); !s.ok()) return s;
+  const Tensor& a = ctx.input(0);
+  const Tensor& b = ctx.input(1);
+  absl::StatusOr<Shape> shape = BroadcastShapes(ctx, a.shape(), b.shape());
+  if (!shape.ok()) return shape.status();
+  Tensor z = Tensor::Empty(a.dtype(), *shape);
+  DispatchNumeric(a.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    T* pz = z.mutable_data<T>();
+    const int64_t n = z.num_elements();
+    if (a.num_elements() == n && b.num_elements() == n) {
+      for (int64_t i = 0; i < n; ++i) pz[i] = f(pa[i], pb[i]);
+    } else if (b.num_elements() == 1 && a.num_elements() == n) {
+      const T s = pb[0];
+      for (int64_t i = 0; i < n; ++i) pz[i] = f(pa[i], s);
+    } else if (a.num_elements() == 1 && b.num_elements() == n) {
+      const T s = pa[0];
+      for (int64_t i = 0; i < n; ++i) pz[i] = f(s, pb[i]);
+    } else {
+      const int rank = static_cast<int>(shape->size());
+      Shape sa = BroadcastStrides(a.shape(), rank);
+      Shape sb = BroadcastStrides(b.shape(), rank);
+      ForEachStrided(*shape, sa, sb, [&](int64_t o, int64_t i, int64_t j) {
+        pz[o] = f(pa[i], pb[j]);
+      });
+    }
+  });
+  ctx.set_output(0, std::move(z));
+  return absl::OkStatus();
+}
+
+}  // namespace gradtape
+
+#endif  // GRADTAPE_CORE_OPS_KERNEL_UTIL_H_

@@ -1,0 +1,119 @@
+// Session: the state behind one client session, and the command semantics of
+// the wire protocol without the wire.
+//
+// Tensors are named by client-chosen ids (nonzero int64, per session). Each
+// id names one slot: a live tensor, a poisoned output of a failed command, or
+// a None gradient. Every command is atomic: it checks everything it needs
+// before changing anything, so a failed command leaves the session as it
+// was, except that the output ids it would have filled become poisoned (when
+// they were free). A later command that reads a poisoned id fails with
+// FAILED_PRECONDITION naming the original failure (async error propagation,
+// as in TensorFlow's remote eager service). Error messages name the op, the
+// command's sequence number and the offending id or shape.
+//
+// Not thread-safe: the server applies one session's commands in order under
+// that session's lock.
+#ifndef GRADTAPE_CORE_SESSION_H_
+#define GRADTAPE_CORE_SESSION_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/context.h"
+#include "core/op_registry.h"
+#include "core/tensor.h"
+
+namespace gradtape {
+
+struct SessionOptions {
+  int64_t memory_limit_bytes = 0;  // 0: unlimited
+};
+
+struct SessionStats {
+  int64_t live_tensors = 0;     // ids holding a tensor
+  int64_t poisoned_ids = 0;
+  int64_t bytes_in_use = 0;     // every buffer charged to the session
+  int64_t tapes = 0;
+  int64_t tape_entries = 0;     // recorded ops over all tapes
+  int64_t tape_saved_bytes = 0;  // tensors kept for backward, over all tapes
+};
+
+struct GradientRequest {
+  int64_t tape = 0;
+  std::vector<int64_t> targets;
+  std::vector<int64_t> sources;
+  // Empty, or one per target; 0 means "ones".
+  std::vector<int64_t> output_gradients;
+  Unconnected unconnected = Unconnected::kNone;
+  // One per source: where each gradient is stored.
+  std::vector<int64_t> result_ids;
+};
+
+class Session {
+ public:
+  Session(const OpRegistry& registry, SessionOptions options);
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+  ~Session();
+
+  absl::Status ExecuteOp(int64_t seq, absl::string_view op,
+                         absl::Span<const int64_t> inputs,
+                         absl::Span<const int64_t> outputs, AttrMap attrs);
+  // Copies little-endian `bytes` into a new tensor at `id`.
+  absl::Status PutTensor(int64_t seq, int64_t id, DType dtype,
+                         absl::Span<const int64_t> shape,
+                         absl::string_view bytes);
+  absl::Status PutTensor(int64_t seq, int64_t id, const Tensor& value);
+  absl::StatusOr<Tensor> FetchTensor(int64_t seq, int64_t id);
+  absl::Status ReleaseTensors(int64_t seq, absl::Span<const int64_t> ids);
+  absl::Status PushTape(int64_t seq, int64_t tape, bool persistent,
+                        bool watch_accessed_variables);
+  absl::Status PopTape(int64_t seq, int64_t tape);
+  absl::Status DeleteTape(int64_t seq, int64_t tape);
+  absl::Status Watch(int64_t seq, int64_t tape, absl::Span<const int64_t> ids);
+  absl::Status StopRecording(int64_t seq);
+  absl::Status StartRecording(int64_t seq);
+  // Stores the gradients at request.result_ids and returns them (an invalid
+  // Tensor for a None gradient).
+  absl::StatusOr<std::vector<Tensor>> Gradient(int64_t seq,
+                                               const GradientRequest& request);
+
+  SessionStats Stats() const;
+  // Sequence number of the last command processed (applied or failed).
+  int64_t last_seq() const { return last_seq_; }
+  Context& context() { return ctx_; }
+
+ private:
+  struct Slot {
+    enum Kind { kTensor, kPoisoned, kNone } kind = kTensor;
+    Tensor tensor;
+    std::string reason;  // kPoisoned, kNone: why the id holds no tensor
+  };
+
+  // The tensor behind `id`, or an error naming `what` (the op or command),
+  // seq and id.
+  absl::StatusOr<Tensor> Resolve(int64_t seq, absl::string_view what,
+                                 int64_t id) const;
+  absl::Status ResolveAll(int64_t seq, absl::string_view what,
+                          absl::Span<const int64_t> ids, Tensors* out) const;
+  // OK if every id is nonzero, distinct and free (unused or poisoned/None).
+  absl::Status CheckFreeOutputs(int64_t seq, absl::string_view what,
+                                absl::Span<const int64_t> ids) const;
+  void Poison(absl::Span<const int64_t> ids, const absl::Status& failure);
+  void Store(int64_t id, Tensor t);
+  void Drop(int64_t id);
+
+  std::shared_ptr<MemoryAccount> account_;
+  Context ctx_;
+  absl::flat_hash_map<int64_t, Slot> slots_;
+  int64_t last_seq_ = 0;
+};
+
+}  // namespace gradtape
+
+#endif  // GRADTAPE_CORE_SESSION_H_

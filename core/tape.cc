@@ -1,0 +1,174 @@
+#include "core/tape.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace gradtape {
+
+bool Tape::ShouldRecord(absl::Span<const Tensor> inputs) const {
+  for (const Tensor& t : inputs) {
+    if (t.id() != 0 && IsTrainable(t.dtype()) && tensor_tape_.contains(t.id())) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void Tape::Watch(const Tensor& tensor) {
+  if (tensor.id() == 0) return;
+  auto [it, inserted] = tensor_tape_.try_emplace(tensor.id(), kWatched);
+  if (inserted) tensor_usage_[tensor.id()] += 1;
+}
+
+void Tape::RecordOperation(const OpDef& op,
+                           std::shared_ptr<const AttrMap> attrs,
+                           absl::Span<const Tensor> inputs,
+                           absl::Span<const Tensor> outputs) {
+  const int64_t op_id = next_op_id_++;
+  TapeEntry& entry = op_tape_[op_id];
+  entry.op = &op;
+  entry.attrs = std::move(attrs);
+  const int n_in = static_cast<int>(inputs.size());
+  const int n_out = static_cast<int>(outputs.size());
+  entry.inputs.resize(n_in);
+  entry.saved_inputs.resize(n_in);
+  for (int i = 0; i < n_in; ++i) {
+    const Tensor& t = inputs[i];
+    entry.inputs[i] = {t.id(), t.dtype(), t.shape()};
+    if (op.input_saved[i]) entry.saved_inputs[i] = t;
+    if (t.id() != 0) tensor_usage_[t.id()] += 1;
+  }
+  entry.outputs.resize(n_out);
+  entry.saved_outputs.resize(n_out);
+  for (int i = 0; i < n_out; ++i) {
+    const Tensor& t = outputs[i];
+    entry.outputs[i] = {t.id(), t.dtype(), t.shape()};
+    if (op.output_saved[i]) entry.saved_outputs[i] = t;
+    tensor_tape_[t.id()] = op_id;
+    tensor_usage_[t.id()] = 1;
+  }
+}
+
+void Tape::DeleteTrace(int64_t id) {
+  auto usage = tensor_usage_.find(id);
+  if (usage == tensor_usage_.end()) return;
+  if (--usage->second > 0) return;
+  tensor_usage_.erase(usage);
+  auto producer = tensor_tape_.find(id);
+  if (producer == tensor_tape_.end()) return;
+  const int64_t op_id = producer->second;
+  if (op_id == kWatched) return;  // Sources stay watched for the tape's life.
+  tensor_tape_.erase(producer);
+  auto entry = op_tape_.find(op_id);
+  if (entry == op_tape_.end()) return;  // Already consumed by a gradient.
+  for (const TensorMeta& out : entry->second.outputs) {
+    if (tensor_usage_.contains(out.id)) return;  // Another output is alive.
+  }
+  // Move the inputs out before erasing: DeleteTrace recurses into op_tape_.
+  auto inputs = std::move(entry->second.inputs);
+  op_tape_.erase(entry);
+  for (const TensorMeta& in : inputs) {
+    if (in.id != 0) DeleteTrace(in.id);
+  }
+}
+
+void Tape::MarkUsed() {
+  used_ = true;
+  op_tape_.clear();
+  tensor_tape_.clear();
+  tensor_usage_.clear();
+}
+
+int64_t Tape::SavedBytes() const {
+  int64_t bytes = 0;
+  for (const auto& [id, entry] : op_tape_) {
+    for (const Tensor& t : entry.saved_inputs) {
+      if (t.valid()) bytes += t.num_bytes();
+    }
+    for (const Tensor& t : entry.saved_outputs) {
+      if (t.valid()) bytes += t.num_bytes();
+    }
+  }
+  return bytes;
+}
+
+void TapeSet::Record(const OpDef& op, const AttrMap& attrs,
+                     absl::Span<const Tensor> inputs,
+                     absl::Span<const Tensor> outputs) {
+  std::shared_ptr<const AttrMap> shared_attrs;
+  for (Tape* tape : active_) {
+    if (!tape->ShouldRecord(inputs)) continue;
+    if (shared_attrs == nullptr && !attrs.empty()) {
+      shared_attrs = std::make_shared<const AttrMap>(attrs);
+    }
+    tape->RecordOperation(op, shared_attrs, inputs, outputs);
+  }
+}
+
+void TapeSet::DeleteTrace(int64_t id) {
+  for (auto& [tape_id, tape] : tapes_) tape->DeleteTrace(id);
+}
+
+absl::Status TapeSet::Push(int64_t tape_id, bool persistent,
+                           bool watch_accessed_variables) {
+  auto [it, inserted] = tapes_.try_emplace(tape_id);
+  if (!inserted) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("tape ", tape_id, " already exists; delete it first"));
+  }
+  it->second = std::make_unique<Tape>(persistent, watch_accessed_variables);
+  active_.push_back(it->second.get());
+  return absl::OkStatus();
+}
+
+absl::Status TapeSet::Pop(int64_t tape_id) {
+  auto tape = Find(tape_id);
+  if (!tape.ok()) return tape.status();
+  auto it = std::find(active_.begin(), active_.end(), *tape);
+  if (it == active_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("tape ", tape_id, " is not recording (already popped)"));
+  }
+  active_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::Status TapeSet::Delete(int64_t tape_id) {
+  auto it = tapes_.find(tape_id);
+  if (it == tapes_.end()) {
+    return absl::NotFoundError(absl::StrCat("tape ", tape_id, " not found"));
+  }
+  active_.erase(std::remove(active_.begin(), active_.end(), it->second.get()),
+                active_.end());
+  tapes_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tape*> TapeSet::Find(int64_t tape_id) {
+  auto it = tapes_.find(tape_id);
+  if (it == tapes_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("tape ", tape_id, " not found (push it first)"));
+  }
+  return it->second.get();
+}
+
+bool TapeSet::IsActive(const Tape* tape) const {
+  return std::find(active_.begin(), active_.end(), tape) != active_.end();
+}
+
+TapeSet::ScopedSuspend::ScopedSuspend(TapeSet& set, Tape* tape)
+    : set_(set), tape_(tape) {
+  auto it = std::find(set_.active_.begin(), set_.active_.end(), tape_);
+  if (it == set_.active_.end()) return;
+  position_ = static_cast<int>(it - set_.active_.begin());
+  set_.active_.erase(it);
+}
+
+TapeSet::ScopedSuspend::~ScopedSuspend() {
+  if (position_ < 0) return;
+  set_.active_.insert(set_.active_.begin() + position_, tape_);
+}
+
+}  // namespace gradtape

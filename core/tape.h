@@ -1,0 +1,160 @@
+// Gradient tapes (semantics of TensorFlow's tensorflow/c/eager/tape.h).
+//
+// A Tape records, for every op whose input it watches, one TapeEntry: the
+// op, its attrs, the id/dtype/shape of each input and output, and the tensors
+// the op's backward reads -- only those, as the OpDef declares (elision).
+//
+// Identity is by tensor id (Tensor::id), never by address. A tensor is "on
+// the tape" if it was watched or produced by a recorded op. Op ids increase
+// with recording order, so an op's inputs were produced by ops with smaller
+// ids: descending op id is a reverse topological order, which is what
+// ComputeGradient (gradient.h) walks.
+//
+// Lifetime (DeleteTrace): every tensor on the tape has a usage count of one
+// for the handle that names it plus one per recorded op that consumes it.
+// When the handle is released and no recorded op uses it, the tensor leaves
+// the tape; when no output of an op is used any more, the entry is erased,
+// which frees its saved tensors and releases its inputs in turn.
+//
+// Not thread-safe: a tape belongs to one session, whose lock guards it.
+#ifndef GRADTAPE_CORE_TAPE_H_
+#define GRADTAPE_CORE_TAPE_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/attrs.h"
+#include "core/op_registry.h"
+#include "core/tensor.h"
+
+namespace gradtape {
+
+struct TensorMeta {
+  int64_t id = 0;
+  DType dtype = DType::kInvalid;
+  Shape shape;
+};
+
+struct TapeEntry {
+  const OpDef* op = nullptr;
+  std::shared_ptr<const AttrMap> attrs;  // null: no attrs
+  absl::InlinedVector<TensorMeta, 2> inputs;
+  absl::InlinedVector<TensorMeta, 1> outputs;
+  // One slot per input / output; valid only where the op declares it saved.
+  Tensors saved_inputs;
+  Tensors saved_outputs;
+};
+
+class Tape {
+ public:
+  static constexpr int64_t kWatched = -1;  // tensor_tape() value for sources
+
+  Tape(bool persistent, bool watch_accessed_variables)
+      : persistent_(persistent),
+        watch_accessed_variables_(watch_accessed_variables) {}
+  Tape(const Tape&) = delete;
+  Tape& operator=(const Tape&) = delete;
+
+  bool persistent() const { return persistent_; }
+  bool watch_accessed_variables() const { return watch_accessed_variables_; }
+
+  // True if any input is on the tape and has a trainable dtype.
+  bool ShouldRecord(absl::Span<const Tensor> inputs) const;
+  void Watch(const Tensor& tensor);
+  // Records `op`; the caller has checked ShouldRecord.
+  void RecordOperation(const OpDef& op, std::shared_ptr<const AttrMap> attrs,
+                       absl::Span<const Tensor> inputs,
+                       absl::Span<const Tensor> outputs);
+  // The handle of tensor `id` was released.
+  void DeleteTrace(int64_t id);
+
+  // For ComputeGradient and introspection.
+  const absl::flat_hash_map<int64_t, int64_t>& tensor_tape() const {
+    return tensor_tape_;
+  }
+  const absl::flat_hash_map<int64_t, TapeEntry>& op_tape() const {
+    return op_tape_;
+  }
+  // Drops the entry's saved tensors (non-persistent tapes, after its backward
+  // ran).
+  void ForgetEntry(int64_t op_id) { op_tape_.erase(op_id); }
+  // After a non-persistent tape computed its gradient: drops everything.
+  void MarkUsed();
+  bool used() const { return used_; }
+  // Bytes of the tensors held by entries (shared buffers counted per entry).
+  int64_t SavedBytes() const;
+
+ private:
+  bool persistent_;
+  bool watch_accessed_variables_;
+  bool used_ = false;
+  int64_t next_op_id_ = 0;
+  // tensor id -> id of the op that produced it, or kWatched.
+  absl::flat_hash_map<int64_t, int64_t> tensor_tape_;
+  // tensor id -> live handles + recorded consumers.
+  absl::flat_hash_map<int64_t, int64_t> tensor_usage_;
+  absl::flat_hash_map<int64_t, TapeEntry> op_tape_;
+};
+
+// The tapes of one session: all tapes by client-chosen tape id, the active
+// (pushed) ones in push order, and the stop/start recording flag.
+class TapeSet {
+ public:
+  // The fast path: false when no tape can record anything (none active, or
+  // recording stopped), checked before looking at any input.
+  bool CouldRecord() const { return !stopped_ && !active_.empty(); }
+
+  // Records the op on every active tape that should record it.
+  void Record(const OpDef& op, const AttrMap& attrs,
+              absl::Span<const Tensor> inputs,
+              absl::Span<const Tensor> outputs);
+  // Handle of `id` released: tell every tape, active or not.
+  void DeleteTrace(int64_t id);
+
+  absl::Status Push(int64_t tape_id, bool persistent,
+                    bool watch_accessed_variables);
+  // Stops recording into the tape; it stays usable for gradients.
+  absl::Status Pop(int64_t tape_id);
+  // Frees the tape (popping it first if active).
+  absl::Status Delete(int64_t tape_id);
+  absl::StatusOr<Tape*> Find(int64_t tape_id);
+  bool IsActive(const Tape* tape) const;
+
+  void StopRecording() { stopped_ = true; }
+  void StartRecording() { stopped_ = false; }
+  bool stopped() const { return stopped_; }
+
+  const std::vector<Tape*>& active() const { return active_; }
+  size_t num_tapes() const { return tapes_.size(); }
+  template <typename Fn>
+  void ForEach(Fn&& fn) const {
+    for (const auto& [id, tape] : tapes_) fn(*tape);
+  }
+
+  // Keeps `tape` from recording while it exists (ComputeGradient on a tape
+  // that is still pushed must not record its own backward).
+  class ScopedSuspend {
+   public:
+    ScopedSuspend(TapeSet& set, Tape* tape);
+    ~ScopedSuspend();
+
+   private:
+    TapeSet& set_;
+    Tape* tape_;
+    int position_ = -1;
+  };
+
+ private:
+  absl::flat_hash_map<int64_t, std::unique_ptr<Tape>> tapes_;
+  std::vector<Tape*> active_;
+  bool stopped_ = false;
+};
+
+}  // namespace gradtape
+
+#endif  // GRADTAPE_CORE_TAPE_H_
