@@ -31,9 +31,7 @@ std::string AttrValueString(const AttrValue& v) {
     std::string operator()(const std::string& s) const {
       return absl::StrCat("\"", s, "\"");
     }
-    std::string operator()(DType t) const {
-      return std::string(DTypeName(t));
-    }
+    std::string operator()(DType t) const { return std::string(DTypeName(t)); }
     std::string operator()(const std::vector<int64_t>& l) const {
       return absl::StrCat("[", absl::StrJoin(l, ","), "]");
     }

@@ -7,9 +7,8 @@ namespace gradtape {
 absl::Status Context::Execute(const OpDef& op, absl::Span<const Tensor> inputs,
                               AttrMap attrs, Tensors* outputs) {
   if (static_cast<int>(inputs.size()) != op.num_inputs()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op.name, ": takes ", op.num_inputs(), " inputs, got ",
-                     inputs.size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        op.name, ": takes ", op.num_inputs(), " inputs, got ", inputs.size()));
   }
   if (absl::Status s = op.ResolveAttrs(&attrs); !s.ok()) return s;
   outputs->clear();
@@ -22,10 +21,10 @@ absl::Status Context::Execute(const OpDef& op, absl::Span<const Tensor> inputs,
   if (memory_limit_ > 0 && account_->bytes() > memory_limit_) {
     int64_t in_use = account_->bytes();
     outputs->clear();
-    return absl::ResourceExhaustedError(absl::StrCat(
-        op.name, ": session memory limit exceeded (", in_use,
-        " bytes with this op's outputs, limit ", memory_limit_,
-        "); release tensors or delete tapes"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(op.name, ": session memory limit exceeded (", in_use,
+                     " bytes with this op's outputs, limit ", memory_limit_,
+                     "); release tensors or delete tapes"));
   }
   for (Tensor& out : *outputs) {
     if (!out.valid()) {

@@ -61,8 +61,7 @@ Tensor GradContext::Grad(int i) {
 Tensor GradContext::Input(int i) {
   if (!entry_.op->input_saved[i]) {
     Fail(absl::InternalError(absl::StrCat(
-        "backward of ", op().name, " read input ", i, " (",
-        op().input_names[i],
+        "backward of ", op().name, " read input ", i, " (", op().input_names[i],
         ") which its registration does not save; add it to SavesInputs")));
     return Tensor();
   }
@@ -122,10 +121,10 @@ Tensor GradContext::SumToShape(Tensor grad, const Shape& shape) {
   for (int i = 0; i < rank; ++i) {
     if (i < pad || (shape[i - pad] == 1 && grad.dim(i) != 1)) axes.push_back(i);
   }
-  Tensor summed = axes.empty() ? grad
-                               : Op("Sum", {grad},
-                                    {{"axis", std::move(axes)},
-                                     {"keep_dims", true}});
+  Tensor summed =
+      axes.empty()
+          ? grad
+          : Op("Sum", {grad}, {{"axis", std::move(axes)}, {"keep_dims", true}});
   return Reshape(summed, shape);
 }
 
@@ -145,16 +144,16 @@ absl::StatusOr<std::vector<Tensor>> Context::Gradient(
   }
   if (!output_gradients.empty() && output_gradients.size() != targets.size()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("got ", output_gradients.size(),
-                     " output gradients for ", targets.size(), " targets"));
+        absl::StrCat("got ", output_gradients.size(), " output gradients for ",
+                     targets.size(), " targets"));
   }
   for (size_t i = 0; i < output_gradients.size(); ++i) {
     const Tensor& og = output_gradients[i];
-    if (og.valid() &&
-        (og.shape() != targets[i].shape() || og.dtype() != targets[i].dtype())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "output gradient ", i, " is ", og.DebugString(), " but target ", i,
-          " is ", targets[i].DebugString()));
+    if (og.valid() && (og.shape() != targets[i].shape() ||
+                       og.dtype() != targets[i].dtype())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("output gradient ", i, " is ", og.DebugString(),
+                       " but target ", i, " is ", targets[i].DebugString()));
     }
   }
   const auto& tensor_tape = tape.tensor_tape();
@@ -263,10 +262,10 @@ absl::StatusOr<std::vector<Tensor>> Context::Gradient(
       if (!grad.valid()) continue;  // The backward says: no gradient.
       const TensorMeta& in = e.inputs[i];
       if (grad.shape() != in.shape || grad.dtype() != in.dtype) {
-        status = absl::InternalError(absl::StrCat(
-            "backward of ", e.op->name, " produced ", grad.DebugString(),
-            " for input ", i, " which is ", DTypeName(in.dtype),
-            ShapeString(in.shape)));
+        status = absl::InternalError(
+            absl::StrCat("backward of ", e.op->name, " produced ",
+                         grad.DebugString(), " for input ", i, " which is ",
+                         DTypeName(in.dtype), ShapeString(in.shape)));
         break;
       }
       accumulate(in.id, std::move(grad));

@@ -10,8 +10,8 @@ namespace {
 
 [[noreturn]] void RegistrationError(const std::string& op,
                                     const std::string& what) {
-  std::fprintf(stderr, "gradtape: bad registration of op %s: %s\n",
-               op.c_str(), what.c_str());
+  std::fprintf(stderr, "gradtape: bad registration of op %s: %s\n", op.c_str(),
+               what.c_str());
   std::abort();
 }
 
@@ -41,10 +41,9 @@ absl::Status KernelContext::RequireNumeric(int i) const {
 
 absl::Status KernelContext::RequireSameDType(int i, int j) const {
   if (input(i).dtype() == input(j).dtype()) return absl::OkStatus();
-  return InvalidArgument(InputName(i), " and ", InputName(j),
-                         " must have the same dtype, got ",
-                         input(i).DebugString(), " and ",
-                         input(j).DebugString());
+  return InvalidArgument(
+      InputName(i), " and ", InputName(j), " must have the same dtype, got ",
+      input(i).DebugString(), " and ", input(j).DebugString());
 }
 
 absl::Status KernelContext::RequireRank(int i, int rank) const {
@@ -73,24 +72,23 @@ absl::Status OpDef::ResolveAttrs(AttrMap* given) const {
     if (spec == nullptr) {
       std::string known;
       for (const AttrSpec& s : attrs) absl::StrAppend(&known, " ", s.name);
-      return absl::InvalidArgumentError(absl::StrCat(
-          name, ": unknown attr '", attr_name, "' (known:",
-          known.empty() ? " none" : known, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": unknown attr '", attr_name,
+                       "' (known:", known.empty() ? " none" : known, ")"));
     }
     if (TypeOf(value) != spec->type) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, ": attr '", attr_name, "' must be ",
-                       AttrTypeName(spec->type), ", got ",
-                       AttrTypeName(TypeOf(value)), " ", AttrValueString(value)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": attr '", attr_name, "' must be ", AttrTypeName(spec->type),
+          ", got ", AttrTypeName(TypeOf(value)), " ", AttrValueString(value)));
     }
   }
   if (given->size() == attrs.size()) return absl::OkStatus();
   for (const AttrSpec& spec : attrs) {
     if (given->Find(spec.name) != nullptr) continue;
     if (!spec.default_value.has_value()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          name, ": required attr '", spec.name, "' (",
-          AttrTypeName(spec.type), ") is missing"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": required attr '", spec.name, "' (",
+                       AttrTypeName(spec.type), ") is missing"));
     }
     given->Set(spec.name, *spec.default_value);
   }
@@ -189,8 +187,8 @@ void OpRegistry::Add(Op op) {
   def->input_differentiable.assign(def->num_inputs(), true);
   for (int i : op.non_differentiable_inputs_) {
     if (i < 0 || i >= def->num_inputs()) {
-      RegistrationError(name, absl::StrCat("non-differentiable input ", i,
-                                           " out of range"));
+      RegistrationError(
+          name, absl::StrCat("non-differentiable input ", i, " out of range"));
     }
     def->input_differentiable[i] = false;
   }

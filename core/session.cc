@@ -8,15 +8,16 @@
 namespace gradtape {
 namespace {
 
-// "<what> (command <seq>): <detail>", where a detail that already starts with
-// "<what>: " (kernel messages do) loses that prefix.
+// "<what> (command <seq>[, <where>]): <detail>", where a detail that already
+// starts with "<what>: " (kernel messages do) loses that prefix.
 absl::Status Annotate(const absl::Status& s, int64_t seq,
-                      absl::string_view what) {
+                      absl::string_view what, absl::string_view where = "") {
   absl::string_view detail = s.message();
   std::string prefix = absl::StrCat(what, ": ");
   if (absl::StartsWith(detail, prefix)) detail.remove_prefix(prefix.size());
-  return absl::Status(s.code(),
-                      absl::StrCat(what, " (command ", seq, "): ", detail));
+  return absl::Status(
+      s.code(), absl::StrCat(what, " (command ", seq, where.empty() ? "" : ", ",
+                             where, "): ", detail));
 }
 
 std::string IdList(absl::Span<const int64_t> ids) {
@@ -40,15 +41,14 @@ absl::StatusOr<Tensor> Session::Resolve(int64_t seq, absl::string_view what,
                                         int64_t id) const {
   auto it = slots_.find(id);
   if (it == slots_.end()) {
-    return absl::NotFoundError(absl::StrCat(
-        what, " (command ", seq, "): unknown tensor id ", id,
-        " (never created, or released)"));
+    return absl::NotFoundError(absl::StrCat(what, " (command ", seq,
+                                            "): unknown tensor id ", id,
+                                            " (never created, or released)"));
   }
   const Slot& slot = it->second;
   if (slot.kind == Slot::kTensor) return slot.tensor;
-  return absl::FailedPreconditionError(
-      absl::StrCat(what, " (command ", seq, "): tensor id ", id, " ",
-                   slot.reason));
+  return absl::FailedPreconditionError(absl::StrCat(
+      what, " (command ", seq, "): tensor id ", id, " ", slot.reason));
 }
 
 absl::Status Session::ResolveAll(int64_t seq, absl::string_view what,
@@ -69,9 +69,10 @@ absl::Status Session::CheckFreeOutputs(int64_t seq, absl::string_view what,
   for (size_t i = 0; i < ids.size(); ++i) {
     int64_t id = ids[i];
     if (id == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, " (command ", seq, "): output id 0 is reserved; ids are "
-          "nonzero"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " (command ", seq,
+                       "): output id 0 is reserved; ids are "
+                       "nonzero"));
     }
     for (size_t j = 0; j < i; ++j) {
       if (ids[j] == id) {
@@ -93,10 +94,10 @@ absl::Status Session::CheckFreeOutputs(int64_t seq, absl::string_view what,
 
 void Session::Poison(absl::Span<const int64_t> ids,
                      const absl::Status& failure) {
-  std::string reason =
-      absl::StrCat("is poisoned: the command that should have produced it "
-                   "failed: ",
-                   failure.message());
+  std::string reason = absl::StrCat(
+      "is poisoned: the command that should have produced it "
+      "failed: ",
+      failure.message());
   for (int64_t id : ids) {
     if (id == 0) continue;
     auto [it, inserted] = slots_.try_emplace(id);
@@ -126,9 +127,9 @@ absl::Status Session::ExecuteOp(int64_t seq, absl::string_view op_name,
   absl::Status status = [&]() -> absl::Status {
     const OpDef* op = ctx_.registry().Find(op_name);
     if (op == nullptr) {
-      return absl::NotFoundError(absl::StrCat(
-          "command ", seq, ": unknown op '", op_name,
-          "' (ListOps returns the registered ops)"));
+      return absl::NotFoundError(
+          absl::StrCat("command ", seq, ": unknown op '", op_name,
+                       "' (ListOps returns the registered ops)"));
     }
     if (static_cast<int>(outputs.size()) != op->num_outputs()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -150,7 +151,8 @@ absl::Status Session::ExecuteOp(int64_t seq, absl::string_view op_name,
     Tensors out;
     if (absl::Status s = ctx_.Execute(*op, in, std::move(attrs), &out);
         !s.ok()) {
-      return Annotate(s, seq, absl::StrCat(op_name, " on ids ", IdList(inputs)));
+      return Annotate(s, seq, op_name,
+                      absl::StrCat("input ids ", IdList(inputs)));
     }
     for (size_t i = 0; i < outputs.size(); ++i) Store(outputs[i], out[i]);
     return absl::OkStatus();
@@ -171,8 +173,7 @@ absl::Status Session::PutTensor(int64_t seq, int64_t id, DType dtype,
     if (t.ok()) {
       Store(id, ctx_.Adopt(*std::move(t)));
     } else {
-      status = Annotate(t.status(), seq,
-                        absl::StrCat("PutTensor of id ", id));
+      status = Annotate(t.status(), seq, "PutTensor", absl::StrCat("id ", id));
     }
   }
   if (!status.ok()) Poison(ids, status);
@@ -180,10 +181,9 @@ absl::Status Session::PutTensor(int64_t seq, int64_t id, DType dtype,
 }
 
 absl::Status Session::PutTensor(int64_t seq, int64_t id, const Tensor& value) {
-  return PutTensor(
-      seq, id, value.dtype(), value.shape(),
-      absl::string_view(static_cast<const char*>(value.raw_data()),
-                        value.num_bytes()));
+  return PutTensor(seq, id, value.dtype(), value.shape(),
+                   absl::string_view(static_cast<const char*>(value.raw_data()),
+                                     value.num_bytes()));
 }
 
 absl::StatusOr<Tensor> Session::FetchTensor(int64_t seq, int64_t id) {
@@ -196,9 +196,9 @@ absl::Status Session::ReleaseTensors(int64_t seq,
   last_seq_ = seq;
   for (int64_t id : ids) {
     if (!slots_.contains(id)) {
-      return absl::NotFoundError(absl::StrCat(
-          "ReleaseTensors (command ", seq, "): unknown tensor id ", id,
-          "; nothing was released"));
+      return absl::NotFoundError(absl::StrCat("ReleaseTensors (command ", seq,
+                                              "): unknown tensor id ", id,
+                                              "; nothing was released"));
     }
   }
   ScopedMemoryAccount scope(account_);
@@ -238,10 +238,10 @@ absl::Status Session::Watch(int64_t seq, int64_t tape_id,
   }
   for (size_t i = 0; i < ids.size(); ++i) {
     if (!IsTrainable(tensors[i].dtype())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Watch (command ", seq, "): tensor id ", ids[i], " is ",
-          tensors[i].DebugString(),
-          "; only float32/float64 tensors can be watched"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Watch (command ", seq, "): tensor id ", ids[i], " is ",
+                       tensors[i].DebugString(),
+                       "; only float32/float64 tensors can be watched"));
     }
   }
   for (const Tensor& t : tensors) (*tape)->Watch(t);
@@ -302,21 +302,21 @@ absl::StatusOr<std::vector<Tensor>> Session::Gradient(
     absl::StatusOr<std::vector<Tensor>> grads = ctx_.Gradient(
         **tape, targets, sources, output_grads, request.unconnected);
     if (!grads.ok()) {
-      return Annotate(grads.status(), seq,
-                      absl::StrCat("Gradient on tape ", request.tape));
+      return Annotate(grads.status(), seq, "Gradient",
+                      absl::StrCat("tape ", request.tape));
     }
     results = *std::move(grads);
     absl::flat_hash_set<int64_t> stored;
     for (size_t i = 0; i < results.size(); ++i) {
       Tensor& r = results[i];
       if (!r.valid()) {
-        slots_[request.result_ids[i]] = Slot{
-            Slot::kNone, Tensor(),
-            absl::StrCat("is a None gradient: source id ", request.sources[i],
-                         " is not connected to the targets on tape ",
-                         request.tape,
-                         " (ask for unconnected_gradients=ZERO to get "
-                         "zeros)")};
+        slots_[request.result_ids[i]] =
+            Slot{Slot::kNone, Tensor(),
+                 absl::StrCat(
+                     "is a None gradient: source id ", request.sources[i],
+                     " is not connected to the targets on tape ", request.tape,
+                     " (ask for unconnected_gradients=ZERO to get "
+                     "zeros)")};
         continue;
       }
       // One id, one handle: a repeated source gets its own copy of the id.

@@ -35,11 +35,11 @@ struct SessionOptions {
 };
 
 struct SessionStats {
-  int64_t live_tensors = 0;     // ids holding a tensor
+  int64_t live_tensors = 0;  // ids holding a tensor
   int64_t poisoned_ids = 0;
-  int64_t bytes_in_use = 0;     // every buffer charged to the session
+  int64_t bytes_in_use = 0;  // every buffer charged to the session
   int64_t tapes = 0;
-  int64_t tape_entries = 0;     // recorded ops over all tapes
+  int64_t tape_entries = 0;      // recorded ops over all tapes
   int64_t tape_saved_bytes = 0;  // tensors kept for backward, over all tapes
 };
 

@@ -8,7 +8,8 @@ namespace gradtape {
 
 bool Tape::ShouldRecord(absl::Span<const Tensor> inputs) const {
   for (const Tensor& t : inputs) {
-    if (t.id() != 0 && IsTrainable(t.dtype()) && tensor_tape_.contains(t.id())) {
+    if (t.id() != 0 && IsTrainable(t.dtype()) &&
+        tensor_tape_.contains(t.id())) {
       return true;
     }
   }

@@ -75,8 +75,7 @@ int64_t NumElements(absl::Span<const int64_t> shape) {
   return n;
 }
 
-ScopedMemoryAccount::ScopedMemoryAccount(
-    std::shared_ptr<MemoryAccount> account)
+ScopedMemoryAccount::ScopedMemoryAccount(std::shared_ptr<MemoryAccount> account)
     : previous_(std::move(t_account)) {
   t_account = std::move(account);
 }
@@ -152,9 +151,9 @@ absl::StatusOr<Tensor> Tensor::FromBytes(DType dtype,
   }
   size_t expected = n * DTypeSize(dtype);
   if (bytes.size() != expected) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        DTypeName(dtype), ShapeString(shape), " needs ", expected,
-        " bytes of data, got ", bytes.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(DTypeName(dtype), ShapeString(shape), " needs ", expected,
+                     " bytes of data, got ", bytes.size()));
   }
   Tensor t = Empty(dtype, shape);
   if (expected > 0) std::memcpy(t.raw_mutable_data(), bytes.data(), expected);

@@ -77,7 +77,9 @@ int64_t NumElements(absl::Span<const int64_t> shape);
 class MemoryAccount {
  public:
   int64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
-  void Add(int64_t delta) { bytes_.fetch_add(delta, std::memory_order_relaxed); }
+  void Add(int64_t delta) {
+    bytes_.fetch_add(delta, std::memory_order_relaxed);
+  }
 
  private:
   std::atomic<int64_t> bytes_{0};

@@ -176,8 +176,8 @@ void RegisterArrayOps(OpRegistry& r) {
             // dx = cast(dy, dtype(x)); no gradient flows into integers
             .Backward([](GradContext& g) {
               if (!IsTrainable(g.OutputDType(0))) return;
-              g.SetGrad(0, g.Op("Cast", {g.Grad(0)},
-                                {{"DstT", g.InputDType(0)}}));
+              g.SetGrad(0,
+                        g.Op("Cast", {g.Grad(0)}, {{"DstT", g.InputDType(0)}}));
             })
             .Summary("y = x converted to DstT"));
   r.Add(Op("BroadcastTo")

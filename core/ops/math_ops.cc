@@ -56,8 +56,8 @@ absl::Status MatMulKernel(KernelContext& ctx) {
     return ctx.InvalidArgument(
         "inner dimensions do not match: a is ", ShapeString(a.shape()),
         ta ? " (transposed)" : "", ", b is ", ShapeString(b.shape()),
-        tb ? " (transposed)" : "", "; a's ", ta ? "rows" : "columns", " (",
-        k, ") must equal b's ", tb ? "columns" : "rows", " (", kb, ")");
+        tb ? " (transposed)" : "", "; a's ", ta ? "rows" : "columns", " (", k,
+        ") must equal b's ", tb ? "columns" : "rows", " (", kb, ")");
   }
   Tensor c = Tensor::Empty(a.dtype(), {m, n});
   DispatchFloat(a.dtype(), [&](auto zero) {
@@ -208,8 +208,7 @@ void RegisterMathOps(OpRegistry& r) {
             .Summary("y = -x"));
   r.Add(Unary("Square")
             .Forward([](KernelContext& ctx) {
-              return UnaryFloatKernel(ctx,
-                                      [](const auto& x) { return x * x; });
+              return UnaryFloatKernel(ctx, [](const auto& x) { return x * x; });
             })
             // dx = dy * 2x
             .Backward([](GradContext& g) {
@@ -371,8 +370,8 @@ void RegisterMathOps(OpRegistry& r) {
                   const int64_t count =
                       NumElements(g.InputShape(0)) /
                       std::max<int64_t>(1, NumElements(g.OutputShape(0)));
-                  dx = g.Div(dx, g.Const(static_cast<double>(count),
-                                         g.InputDType(0)));
+                  dx = g.Div(
+                      dx, g.Const(static_cast<double>(count), g.InputDType(0)));
                 }
                 g.SetGrad(0, dx);
               })

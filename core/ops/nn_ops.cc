@@ -154,8 +154,8 @@ absl::Status OneHotKernel(KernelContext& ctx) {
 
 // sum(x, last axis, keep_dims)
 Tensor SumLast(GradContext& g, Tensor x) {
-  return g.Op("Sum", {x}, {{"axis", std::vector<int64_t>{-1}},
-                           {"keep_dims", true}});
+  return g.Op("Sum", {x},
+              {{"axis", std::vector<int64_t>{-1}}, {"keep_dims", true}});
 }
 
 }  // namespace
@@ -165,11 +165,10 @@ void RegisterNnOps(OpRegistry& r) {
             .Inputs({"features"})
             .Outputs({"activations"})
             .Forward([](KernelContext& ctx) {
-              return UnaryFloatKernel(
-                  ctx, [](const auto& x) {
-                    using T = typename std::decay_t<decltype(x)>::Scalar;
-                    return x.max(T(0));
-                  });
+              return UnaryFloatKernel(ctx, [](const auto& x) {
+                using T = typename std::decay_t<decltype(x)>::Scalar;
+                return x.max(T(0));
+              });
             })
             // dx = dy * (y > 0)
             .Backward([](GradContext& g) {
@@ -183,9 +182,8 @@ void RegisterNnOps(OpRegistry& r) {
             .Forward([](KernelContext& ctx) {
               if (ctx.input(0).shape() != ctx.input(1).shape()) {
                 return ctx.InvalidArgument(
-                    "gradients ", ctx.input(0).DebugString(),
-                    " and features ", ctx.input(1).DebugString(),
-                    " must have the same shape");
+                    "gradients ", ctx.input(0).DebugString(), " and features ",
+                    ctx.input(1).DebugString(), " must have the same shape");
               }
               return BinaryKernel(ctx, true, [](auto dy, auto y) {
                 return y > 0 ? dy : decltype(dy)(0);
@@ -229,28 +227,30 @@ void RegisterNnOps(OpRegistry& r) {
             })
             .Summary("sum over all but the last axis (the gradient of "
                      "BiasAdd)"));
-  r.Add(Op("Softmax")
-            .Inputs({"logits"})
-            .Outputs({"softmax"})
-            .Forward([](KernelContext& ctx) { return SoftmaxKernel(ctx, false); })
-            // dx = (dy - sum(dy * y, -1)) * y
-            .Backward([](GradContext& g) {
-              Tensor y = g.Output(0), dy = g.Grad(0);
-              g.SetGrad(0, g.Mul(g.Sub(dy, SumLast(g, g.Mul(dy, y))), y));
-            })
-            .SavesOutputs({0})
-            .Summary("softmax over the last axis"));
-  r.Add(Op("LogSoftmax")
-            .Inputs({"logits"})
-            .Outputs({"logsoftmax"})
-            .Forward([](KernelContext& ctx) { return SoftmaxKernel(ctx, true); })
-            // dx = dy - sum(dy, -1) * exp(y)
-            .Backward([](GradContext& g) {
-              Tensor y = g.Output(0), dy = g.Grad(0);
-              g.SetGrad(0, g.Sub(dy, g.Mul(SumLast(g, dy), g.Op("Exp", {y}))));
-            })
-            .SavesOutputs({0})
-            .Summary("log of softmax over the last axis"));
+  r.Add(
+      Op("Softmax")
+          .Inputs({"logits"})
+          .Outputs({"softmax"})
+          .Forward([](KernelContext& ctx) { return SoftmaxKernel(ctx, false); })
+          // dx = (dy - sum(dy * y, -1)) * y
+          .Backward([](GradContext& g) {
+            Tensor y = g.Output(0), dy = g.Grad(0);
+            g.SetGrad(0, g.Mul(g.Sub(dy, SumLast(g, g.Mul(dy, y))), y));
+          })
+          .SavesOutputs({0})
+          .Summary("softmax over the last axis"));
+  r.Add(
+      Op("LogSoftmax")
+          .Inputs({"logits"})
+          .Outputs({"logsoftmax"})
+          .Forward([](KernelContext& ctx) { return SoftmaxKernel(ctx, true); })
+          // dx = dy - sum(dy, -1) * exp(y)
+          .Backward([](GradContext& g) {
+            Tensor y = g.Output(0), dy = g.Grad(0);
+            g.SetGrad(0, g.Sub(dy, g.Mul(SumLast(g, dy), g.Op("Exp", {y}))));
+          })
+          .SavesOutputs({0})
+          .Summary("log of softmax over the last axis"));
   r.Add(Op("SparseSoftmaxCrossEntropyWithLogits")
             .Inputs({"features", "labels"})
             .Outputs({"loss", "backprop"})
@@ -264,9 +264,9 @@ void RegisterNnOps(OpRegistry& r) {
               Tensor dloss = g.Reshape(g.Grad(0), {shape[0], 1});
               Tensor dx = g.Mul(dloss, bp);
               if (g.HasGrad(1)) {
-                Tensor onehot = g.Op(
-                    "OneHot", {g.Input(1)},
-                    {{"depth", shape[1]}, {"T", g.OutputDType(1)}});
+                Tensor onehot =
+                    g.Op("OneHot", {g.Input(1)},
+                         {{"depth", shape[1]}, {"T", g.OutputDType(1)}});
                 Tensor s = g.Add(bp, onehot);
                 Tensor gb = g.Grad(1);
                 dx = g.Add(dx, g.Mul(g.Sub(gb, SumLast(g, g.Mul(gb, s))), s));

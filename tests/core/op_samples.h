@@ -1,0 +1,37 @@
+// Sample inputs for every registered op, used by the generic gradient check,
+// the elision checks and the coverage test (an op without a sample fails).
+#ifndef GRADTAPE_TESTS_CORE_OP_SAMPLES_H_
+#define GRADTAPE_TESTS_CORE_OP_SAMPLES_H_
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "core/attrs.h"
+#include "core/tensor.h"
+
+namespace gradtape::testing {
+
+struct OpSample {
+  std::string op;
+  std::string label;  // what this sample exercises
+  std::vector<Tensor> inputs;
+  AttrMap attrs;
+};
+
+// gtest prints a sample as "Op (label)".
+inline void PrintTo(const OpSample& s, std::ostream* os) {
+  *os << s.op << " (" << s.label << ")";
+}
+
+// Float inputs are float64, kept away from kinks and domain edges.
+const std::vector<OpSample>& AllOpSamples();
+
+// Uniform float64 values in [lo, hi]; deterministic for a seed.
+Tensor RandomTensor(Shape shape, double lo, double hi, uint32_t seed);
+// Like RandomTensor, with |x| >= margin (away from kinks at 0).
+Tensor RandomAwayFromZero(Shape shape, double hi, double margin, uint32_t seed);
+
+}  // namespace gradtape::testing
+
+#endif  // GRADTAPE_TESTS_CORE_OP_SAMPLES_H_

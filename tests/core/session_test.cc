@@ -1,0 +1,115 @@
+// Session command semantics: atomic failures, poisoning, id checks, limits.
+#include "core/session.h"
+
+#include "absl/strings/match.h"
+#include "core/op_registry.h"
+#include "gtest/gtest.h"
+
+namespace gradtape {
+namespace {
+
+using ::absl::StatusCode;
+
+Tensor Matrix(int64_t rows, int64_t cols) {
+  return Tensor::Filled(DType::kFloat64, {rows, cols}, 1.0);
+}
+
+TEST(SessionTest, ShapeErrorPoisonsOutputsAndSessionKeepsWorking) {
+  Session s(DefaultRegistry(), {});
+  ASSERT_TRUE(s.PutTensor(1, 1, Matrix(2, 3)).ok());
+  ASSERT_TRUE(s.PutTensor(2, 2, Matrix(4, 5)).ok());
+  absl::Status bad = s.ExecuteOp(3, "MatMul", {1, 2}, {3}, {});
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  for (const char* part :
+       {"MatMul", "command 3", "[2,3]", "[4,5]", "ids [1,2]"}) {
+    EXPECT_TRUE(absl::StrContains(bad.message(), part)) << part << ": " << bad;
+  }
+  absl::Status later = s.ExecuteOp(4, "Exp", {3}, {4}, {});
+  EXPECT_EQ(later.code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(later.message(), "tensor id 3 is poisoned"));
+  EXPECT_TRUE(absl::StrContains(later.message(), "command 3")) << later;
+  EXPECT_TRUE(absl::StrContains(later.message(), "command 4")) << later;
+  // Poison propagates: 4 is poisoned too.
+  EXPECT_EQ(s.FetchTensor(5, 4).status().code(),
+            StatusCode::kFailedPrecondition);
+  // Independent work still succeeds, and a poisoned id can be reused.
+  ASSERT_TRUE(
+      s.ExecuteOp(6, "MatMul", {1, 1}, {3}, {{"transpose_b", true}}).ok());
+  absl::StatusOr<Tensor> t = s.FetchTensor(7, 3);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->ElementAsDouble(0), 3.0);
+  EXPECT_EQ(s.last_seq(), 7);
+}
+
+TEST(SessionTest, UnknownOpUnknownIdDuplicateOutput) {
+  Session s(DefaultRegistry(), {});
+  ASSERT_TRUE(s.PutTensor(1, 1, Matrix(2, 2)).ok());
+  absl::Status op = s.ExecuteOp(2, "MatMull", {1, 1}, {2}, {});
+  EXPECT_EQ(op.code(), StatusCode::kNotFound);
+  EXPECT_TRUE(absl::StrContains(op.message(), "'MatMull'")) << op;
+  absl::Status id = s.ExecuteOp(3, "Exp", {99}, {3}, {});
+  EXPECT_EQ(id.code(), StatusCode::kNotFound);
+  EXPECT_TRUE(absl::StrContains(id.message(), "unknown tensor id 99")) << id;
+  EXPECT_TRUE(absl::StrContains(id.message(), "Exp (command 3)")) << id;
+  absl::Status dup = s.ExecuteOp(4, "Exp", {1}, {1}, {});
+  EXPECT_EQ(dup.code(), StatusCode::kAlreadyExists);
+  EXPECT_TRUE(absl::StrContains(dup.message(), "output id 1")) << dup;
+  // Nothing was half-applied: id 1 still holds its tensor.
+  absl::StatusOr<Tensor> one = s.FetchTensor(5, 1);
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->shape(), (Shape{2, 2}));
+  EXPECT_EQ(s.ExecuteOp(6, "Exp", {1}, {7, 7}, {}).code(),
+            StatusCode::kInvalidArgument);  // Exp has one output
+  EXPECT_EQ(s.ExecuteOp(7, "Exp", {1}, {0}, {}).code(),
+            StatusCode::kInvalidArgument);  // id 0 is reserved
+}
+
+TEST(SessionTest, PutChecksBytes) {
+  Session s(DefaultRegistry(), {});
+  absl::Status bad = s.PutTensor(1, 5, DType::kFloat32, {2, 2}, "abc");
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(bad.message(), "16 bytes")) << bad;
+  EXPECT_TRUE(absl::StrContains(bad.message(), "id 5")) << bad;
+}
+
+TEST(SessionTest, ReleaseIsAllOrNothing) {
+  Session s(DefaultRegistry(), {});
+  ASSERT_TRUE(s.PutTensor(1, 1, Matrix(1, 1)).ok());
+  absl::Status r = s.ReleaseTensors(2, {1, 42});
+  EXPECT_EQ(r.code(), StatusCode::kNotFound);
+  EXPECT_TRUE(s.FetchTensor(3, 1).ok());
+  EXPECT_TRUE(s.ReleaseTensors(4, {1}).ok());
+  EXPECT_EQ(s.FetchTensor(5, 1).status().code(), StatusCode::kNotFound);
+}
+
+TEST(SessionTest, MemoryLimitRefusesAndRecovers) {
+  Session s(DefaultRegistry(), {.memory_limit_bytes = 10000});
+  ASSERT_TRUE(s.PutTensor(1, 1, Matrix(25, 25)).ok());  // 5000 bytes
+  absl::Status big = s.ExecuteOp(2, "MatMul", {1, 1}, {2}, {});
+  ASSERT_TRUE(big.ok());  // 10000 in use: at the limit
+  absl::Status over = s.ExecuteOp(3, "Exp", {1}, {3}, {});
+  EXPECT_EQ(over.code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(over.message(), "limit 10000")) << over;
+  EXPECT_EQ(s.Stats().bytes_in_use, 10000);
+  ASSERT_TRUE(s.ReleaseTensors(4, {2}).ok());
+  EXPECT_TRUE(s.ExecuteOp(5, "Exp", {1}, {3}, {}).ok());
+}
+
+TEST(SessionTest, TapeCommandErrors) {
+  Session s(DefaultRegistry(), {});
+  EXPECT_EQ(s.PopTape(1, 7).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(s.PushTape(2, 7, false, false).ok());
+  EXPECT_EQ(s.PushTape(3, 7, false, false).code(), StatusCode::kAlreadyExists);
+  ASSERT_TRUE(s.PopTape(4, 7).ok());
+  EXPECT_EQ(s.PopTape(5, 7).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.Watch(6, 7, {1}).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(s.DeleteTape(7, 7).ok());
+  GradientRequest r{
+      .tape = 7, .targets = {1}, .sources = {1}, .result_ids = {2}};
+  absl::StatusOr<std::vector<Tensor>> g = s.Gradient(8, r);
+  EXPECT_EQ(g.status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(absl::StrContains(g.status().message(), "tape 7")) << g.status();
+}
+
+}  // namespace
+}  // namespace gradtape
