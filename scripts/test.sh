@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The whole test suite: install, build, run ctest (C++: core, server,
+# client) and pytest (the protocol from Python). Ends with both runners'
+# own summary lines; exits non-zero if either failed.
+set -uo pipefail
+set -e
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bash "$ROOT/scripts/setup.sh"
+cd "$ROOT"
+
+if [ ! -x .venv/bin/pytest ] || ! cmp -s tests/python/requirements.txt .venv/requirements.txt; then
+  echo "== python venv (.venv)"
+  python3 -m venv .venv
+  .venv/bin/pip install -q --disable-pip-version-check -r tests/python/requirements.txt
+  cp tests/python/requirements.txt .venv/requirements.txt
+fi
+
+status=0
+LOGS="$(mktemp -d)"
+trap 'rm -rf "$LOGS"' EXIT
+echo "== ctest"
+ctest --test-dir build --output-on-failure -j2 --timeout 600 2>&1 \
+  | tee "$LOGS/ctest" || status=1
+echo "== pytest"
+GRADTAPE_SERVER_BIN="$ROOT/build/server/gradtape-server" \
+  timeout 900 .venv/bin/pytest -q tests/python 2>&1 | tee "$LOGS/pytest" || status=1
+echo "== summary"
+grep -E "tests passed|tests failed" "$LOGS/ctest" | tail -1 || echo "ctest: no summary"
+tail -1 "$LOGS/pytest"
+exit $status
