@@ -202,22 +202,15 @@ bool DispatchFloat(DType dtype, Fn&& fn) {
 // Same for every numeric dtype (not bool).
 template <typename Fn>
 bool DispatchNumeric(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::kFloat32:
-      fn(float{});
-      return true;
-    case DType::kFloat64:
-      fn(double{});
-      return true;
-    case DType::kInt32:
-      fn(int32_t{});
-      return true;
-    case DType::kInt64:
-      fn(int64_t{});
-      return true;
-    default:
-      return false;
+  if (DispatchFloat(dtype, fn)) return true;
+  if (dtype == DType::kInt32) {
+    fn(int32_t{});
+  } else if (dtype == DType::kInt64) {
+    fn(int64_t{});
+  } else {
+    return false;
   }
+  return true;
 }
 // Every dtype including bool.
 template <typename Fn>

@@ -24,13 +24,38 @@ inline void PrintTo(const OpSample& s, std::ostream* os) {
   *os << s.op << " (" << s.label << ")";
 }
 
-// Float inputs are float64, kept away from kinks and domain edges.
+// Every sample of every family. Float inputs are float64, kept away from
+// kinks and domain edges.
 const std::vector<OpSample>& AllOpSamples();
+
+class SampleList {
+ public:
+  void Add(std::string op, std::string label, std::vector<Tensor> inputs,
+           AttrMap attrs = {});
+  std::vector<OpSample> Take() { return std::move(samples_); }
+
+ private:
+  std::vector<OpSample> samples_;
+};
+
+// One function per op family file (tests/core/samples_<family>.cc).
+void AddMathSamples(SampleList& s);
+void AddArraySamples(SampleList& s);
+void AddNnSamples(SampleList& s);
 
 // Uniform float64 values in [lo, hi]; deterministic for a seed.
 Tensor RandomTensor(Shape shape, double lo, double hi, uint32_t seed);
 // Like RandomTensor, with |x| >= margin (away from kinks at 0).
 Tensor RandomAwayFromZero(Shape shape, double hi, double margin, uint32_t seed);
+
+// Shorthands for sample files: uniform in [-1, 1]; in [0.5, 2]; an int list.
+inline Tensor R(Shape shape, uint32_t seed) {
+  return RandomTensor(shape, -1, 1, seed);
+}
+inline Tensor Positive(Shape shape, uint32_t seed) {
+  return RandomTensor(shape, 0.5, 2.0, seed);
+}
+inline std::vector<int64_t> L(std::initializer_list<int64_t> v) { return v; }
 
 }  // namespace gradtape::testing
 
