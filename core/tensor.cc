@@ -28,6 +28,10 @@ size_t DTypeSize(DType dtype) {
       return 8;
     case DType::kBool:
       return 1;
+    case DType::kComplex64:
+      return 8;
+    case DType::kComplex128:
+      return 16;
     case DType::kInvalid:
       return 0;
   }
@@ -46,6 +50,10 @@ absl::string_view DTypeName(DType dtype) {
       return "int64";
     case DType::kBool:
       return "bool";
+    case DType::kComplex64:
+      return "complex64";
+    case DType::kComplex128:
+      return "complex128";
     case DType::kInvalid:
       return "invalid";
   }
@@ -56,9 +64,13 @@ bool IsFloating(DType dtype) {
   return dtype == DType::kFloat32 || dtype == DType::kFloat64;
 }
 
+bool IsComplex(DType dtype) {
+  return dtype == DType::kComplex64 || dtype == DType::kComplex128;
+}
+
 bool IsValidDType(int value) {
   return value >= static_cast<int>(DType::kFloat32) &&
-         value <= static_cast<int>(DType::kBool);
+         value <= static_cast<int>(DType::kComplex128);
 }
 
 std::string ShapeString(absl::Span<const int64_t> shape) {
@@ -131,7 +143,7 @@ Tensor Tensor::Filled(DType dtype, absl::Span<const int64_t> shape,
                       double value) {
   Tensor t = Empty(dtype, shape);
   if (!t.valid()) return t;
-  DispatchAll(dtype, [&](auto zero) {
+  DispatchAny(dtype, [&](auto zero) {
     using T = decltype(zero);
     t.flat<T>().setConstant(static_cast<T>(value));
   });
@@ -183,6 +195,10 @@ double Tensor::ElementAsDouble(int64_t i) const {
   DispatchAll(dtype_, [&](auto zero) {
     using T = decltype(zero);
     out = static_cast<double>(data<T>()[i]);
+  });
+  DispatchComplex(dtype_, [&](auto zero) {
+    using T = decltype(zero);
+    out = static_cast<double>(data<T>()[i].real());
   });
   return out;
 }

@@ -36,13 +36,21 @@ enum class DType : int8_t {
   kInt32 = 3,
   kInt64 = 4,
   kBool = 5,
+  kComplex64 = 6,
+  kComplex128 = 7,
 };
+
+using complex64 = std::complex<float>;
+using complex128 = std::complex<double>;
 
 size_t DTypeSize(DType dtype);
 absl::string_view DTypeName(DType dtype);
-bool IsFloating(DType dtype);
+bool IsFloating(DType dtype);  // float32, float64
+bool IsComplex(DType dtype);   // complex64, complex128
 // Trainable dtypes are the ones a tape records (TensorFlow: floating, complex).
-inline bool IsTrainable(DType dtype) { return IsFloating(dtype); }
+inline bool IsTrainable(DType dtype) {
+  return IsFloating(dtype) || IsComplex(dtype);
+}
 bool IsValidDType(int value);
 
 template <typename T>
@@ -66,6 +74,14 @@ struct DTypeOf<int64_t> {
 template <>
 struct DTypeOf<bool> {
   static constexpr DType value = DType::kBool;
+};
+template <>
+struct DTypeOf<complex64> {
+  static constexpr DType value = DType::kComplex64;
+};
+template <>
+struct DTypeOf<complex128> {
+  static constexpr DType value = DType::kComplex128;
 };
 
 using Shape = absl::InlinedVector<int64_t, 4>;
@@ -156,7 +172,7 @@ class Tensor {
 
   // A tensor sharing this buffer with another shape of the same size.
   Tensor Reshaped(absl::Span<const int64_t> shape) const;
-  // Element i converted to double (tests, debugging).
+  // Element i converted to double (tests, debugging; complex: real part).
   double ElementAsDouble(int64_t i) const;
   // True if both share one buffer.
   bool SharesBufferWith(const Tensor& other) const {
@@ -212,7 +228,7 @@ bool DispatchNumeric(DType dtype, Fn&& fn) {
   }
   return true;
 }
-// Every dtype including bool.
+// Every real dtype including bool (not complex).
 template <typename Fn>
 bool DispatchAll(DType dtype, Fn&& fn) {
   if (dtype == DType::kBool) {
@@ -220,6 +236,33 @@ bool DispatchAll(DType dtype, Fn&& fn) {
     return true;
   }
   return DispatchNumeric(dtype, std::forward<Fn>(fn));
+}
+// complex64, complex128.
+template <typename Fn>
+bool DispatchComplex(DType dtype, Fn&& fn) {
+  if (dtype == DType::kComplex64) {
+    fn(complex64{});
+  } else if (dtype == DType::kComplex128) {
+    fn(complex128{});
+  } else {
+    return false;
+  }
+  return true;
+}
+// Floating and complex dtypes (the ones with arithmetic gradients).
+template <typename Fn>
+bool DispatchInexact(DType dtype, Fn&& fn) {
+  return DispatchFloat(dtype, fn) || DispatchComplex(dtype, fn);
+}
+// Numeric and complex dtypes (arithmetic).
+template <typename Fn>
+bool DispatchArithmetic(DType dtype, Fn&& fn) {
+  return DispatchNumeric(dtype, fn) || DispatchComplex(dtype, fn);
+}
+// Every dtype (layout ops that only move elements).
+template <typename Fn>
+bool DispatchAny(DType dtype, Fn&& fn) {
+  return DispatchAll(dtype, fn) || DispatchComplex(dtype, fn);
 }
 
 }  // namespace gradtape

@@ -75,7 +75,7 @@ absl::Status TransposeKernel(KernelContext& ctx) {
     strides[i] = in_strides[perm[i]];
   }
   Tensor y = Tensor::Empty(x.dtype(), out_shape);
-  DispatchAll(x.dtype(), [&](auto zero) {
+  DispatchAny(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = x.data<T>();
     T* py = y.mutable_data<T>();
@@ -86,19 +86,39 @@ absl::Status TransposeKernel(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
+template <typename T>
+struct IsComplexType : std::false_type {};
+template <typename T>
+struct IsComplexType<std::complex<T>> : std::true_type {};
+
+// TensorFlow's Cast: complex -> real keeps the real part, real -> complex
+// has a zero imaginary part.
+template <typename D, typename S>
+D CastValue(S v) {
+  if constexpr (IsComplexType<D>::value && IsComplexType<S>::value) {
+    return D(v.real(), v.imag());
+  } else if constexpr (IsComplexType<D>::value) {
+    return D(static_cast<typename D::value_type>(v), 0);
+  } else if constexpr (IsComplexType<S>::value) {
+    return static_cast<D>(v.real());
+  } else {
+    return static_cast<D>(v);
+  }
+}
+
 absl::Status CastKernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   DType dst = ctx.attrs().Type("DstT");
   if (dst == DType::kInvalid) return ctx.InvalidArgument("DstT is not set");
   Tensor y = Tensor::Empty(dst, x.shape());
-  DispatchAll(x.dtype(), [&](auto from) {
+  DispatchAny(x.dtype(), [&](auto from) {
     using S = decltype(from);
-    DispatchAll(dst, [&](auto to) {
+    DispatchAny(dst, [&](auto to) {
       using D = decltype(to);
       const S* px = x.data<S>();
       D* py = y.mutable_data<D>();
       for (int64_t i = 0; i < x.num_elements(); ++i) {
-        py[i] = static_cast<D>(px[i]);
+        py[i] = CastValue<D>(px[i]);
       }
     });
   });
@@ -115,7 +135,7 @@ absl::Status BroadcastToKernel(KernelContext& ctx) {
                                ShapeString(shape));
   }
   Tensor y = Tensor::Empty(x.dtype(), shape);
-  DispatchAll(x.dtype(), [&](auto zero) {
+  DispatchAny(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = x.data<T>();
     T* py = y.mutable_data<T>();

@@ -39,6 +39,35 @@ absl::StatusOr<Shape> BroadcastShapes(const KernelContext& ctx,
   return out;
 }
 
+absl::Status RequireDTypes(const KernelContext& ctx, int i, DTypes kinds) {
+  const DType dtype = ctx.input(i).dtype();
+  auto any = [](auto) {};
+  bool ok = false;
+  const char* names = "";
+  switch (kinds) {
+    case DTypes::kFloating:
+      ok = DispatchKinds<DTypes::kFloating>(dtype, any);
+      names = "float32 or float64";
+      break;
+    case DTypes::kInexact:
+      ok = DispatchKinds<DTypes::kInexact>(dtype, any);
+      names = "float32, float64, complex64 or complex128";
+      break;
+    case DTypes::kNumeric:
+      ok = DispatchKinds<DTypes::kNumeric>(dtype, any);
+      names = "float32, float64, int32 or int64";
+      break;
+    case DTypes::kArithmetic:
+      ok = DispatchKinds<DTypes::kArithmetic>(dtype, any);
+      names = "float32, float64, int32, int64, complex64 or complex128";
+      break;
+  }
+  if (ok) return absl::OkStatus();
+  return ctx.InvalidArgument("input ", i, " (", ctx.op().input_names[i],
+                             ") must be ", names, ", got ",
+                             ctx.input(i).DebugString());
+}
+
 absl::StatusOr<std::vector<bool>> AxesMask(const KernelContext& ctx,
                                            absl::Span<const int64_t> axes,
                                            absl::Span<const int64_t> shape) {

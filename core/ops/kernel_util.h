@@ -59,43 +59,67 @@ void ForEachStrided(absl::Span<const int64_t> shape,
   }
 }
 
+// The dtype sets a kernel accepts.
+enum class DTypes {
+  kFloating,    // float32, float64
+  kInexact,     // floating + complex64, complex128
+  kNumeric,     // floating + int32, int64
+  kArithmetic,  // numeric + complex
+};
+// INVALID_ARGUMENT naming the op, input i and the accepted dtypes.
+absl::Status RequireDTypes(const KernelContext& ctx, int i, DTypes kinds);
+// Calls fn(T{}) for dtype if it is in kKinds (only those T are compiled).
+template <DTypes kKinds, typename Fn>
+bool DispatchKinds(DType dtype, Fn&& fn) {
+  if constexpr (kKinds == DTypes::kFloating) {
+    return DispatchFloat(dtype, fn);
+  } else if constexpr (kKinds == DTypes::kInexact) {
+    return DispatchInexact(dtype, fn);
+  } else if constexpr (kKinds == DTypes::kNumeric) {
+    return DispatchNumeric(dtype, fn);
+  } else {
+    return DispatchArithmetic(dtype, fn);
+  }
+}
+
 // Axes in [-rank, rank) -> a mask of length rank; empty `axes` selects all.
 // INVALID_ARGUMENT naming the op, the axis and the shape when out of range.
 absl::StatusOr<std::vector<bool>> AxesMask(const KernelContext& ctx,
                                            absl::Span<const int64_t> axes,
                                            absl::Span<const int64_t> shape);
 
-// y = f(x) elementwise on a floating input (f is a generic lambda on Eigen
-// arrays: [](const auto& x) { return x.exp(); }).
-template <typename F>
-absl::Status UnaryFloatKernel(KernelContext& ctx, F f) {
-  if (absl::Status s = ctx.RequireFloat(0); !s.ok()) return s;
+// y = f(x) elementwise (f is a generic lambda on Eigen arrays:
+// [](const auto& x) { return x.exp(); }), for inputs of the dtypes `kinds`.
+template <DTypes kKinds, typename F>
+absl::Status UnaryKernel(KernelContext& ctx, F f) {
+  if (absl::Status s = RequireDTypes(ctx, 0, kKinds); !s.ok()) return s;
   const Tensor& x = ctx.input(0);
   Tensor y = Tensor::Empty(x.dtype(), x.shape());
-  DispatchFloat(x.dtype(), [&](auto zero) {
+  DispatchKinds<kKinds>(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     y.flat<T>() = f(x.flat<T>());
   });
   ctx.set_output(0, std::move(y));
   return absl::OkStatus();
 }
-
-// z = f(x, y) elementwise with numpy broadcasting; both inputs of one dtype.
-// f is a generic scalar lambda: [](auto a, auto b) { return a + b; }.
-// `float_only` restricts to float32/float64.
 template <typename F>
-absl::Status BinaryKernel(KernelContext& ctx, bool float_only, F f) {
-  if (absl::Status s = float_only ? ctx.RequireFloat(0) : ctx.RequireNumeric(0);
-      !s.ok()) {
-    return s;
-  }
+absl::Status UnaryFloatKernel(KernelContext& ctx, F f) {
+  return UnaryKernel<DTypes::kFloating>(ctx, f);
+}
+
+// z = f(x, y) elementwise with numpy broadcasting; both inputs of one dtype
+// from kKinds. f is a generic scalar lambda: [](auto a, auto b) { return a +
+// b; }.
+template <DTypes kKinds, typename F>
+absl::Status BinaryKernel(KernelContext& ctx, F f) {
+  if (absl::Status s = RequireDTypes(ctx, 0, kKinds); !s.ok()) return s;
   if (absl::Status s = ctx.RequireSameDType(0, 1); !s.ok()) return s;
   const Tensor& a = ctx.input(0);
   const Tensor& b = ctx.input(1);
   absl::StatusOr<Shape> shape = BroadcastShapes(ctx, a.shape(), b.shape());
   if (!shape.ok()) return shape.status();
   Tensor z = Tensor::Empty(a.dtype(), *shape);
-  DispatchNumeric(a.dtype(), [&](auto zero) {
+  DispatchKinds<kKinds>(a.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* pa = a.data<T>();
     const T* pb = b.data<T>();

@@ -36,7 +36,7 @@ absl::Status SameShapeBinary(KernelContext& ctx) {
 template <typename F>
 absl::Status GradHelperKernel(KernelContext& ctx, F f) {
   if (absl::Status s = SameShapeBinary(ctx); !s.ok()) return s;
-  return BinaryKernel(ctx, /*float_only=*/true, f);
+  return BinaryKernel<DTypes::kFloating>(ctx, f);
 }
 
 absl::Status MatMulKernel(KernelContext& ctx) {
@@ -78,7 +78,9 @@ absl::Status MatMulKernel(KernelContext& ctx) {
 
 // Sum (mean = false) or Mean over the attr "axis" (empty: all axes).
 absl::Status ReduceKernel(KernelContext& ctx, bool mean) {
-  if (absl::Status s = ctx.RequireNumeric(0); !s.ok()) return s;
+  if (absl::Status s = RequireDTypes(ctx, 0, DTypes::kArithmetic); !s.ok()) {
+    return s;
+  }
   const Tensor& x = ctx.input(0);
   absl::StatusOr<std::vector<bool>> mask =
       AxesMask(ctx, ctx.attrs().IntList("axis"), x.shape());
@@ -92,7 +94,7 @@ absl::Status ReduceKernel(KernelContext& ctx, bool mean) {
     if (!(*mask)[i] || keep_dims) out_shape.push_back(kept.back());
   }
   Tensor y = Tensor::Zeros(x.dtype(), out_shape);
-  DispatchNumeric(x.dtype(), [&](auto zero) {
+  DispatchArithmetic(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = x.data<T>();
     T* py = y.mutable_data<T>();
@@ -134,7 +136,7 @@ void RegisterMathOps(OpRegistry& r) {
   for (const char* name : {"AddV2", "Add"}) {
     r.Add(Binary(name)
               .Forward([add](KernelContext& ctx) {
-                return BinaryKernel(ctx, false, add);
+                return BinaryKernel<DTypes::kArithmetic>(ctx, add);
               })
               // dx = dy, dy' = dy (each summed over its broadcast axes)
               .Backward([](GradContext& g) {
@@ -148,8 +150,8 @@ void RegisterMathOps(OpRegistry& r) {
   }
   r.Add(Binary("Sub")
             .Forward([](KernelContext& ctx) {
-              return BinaryKernel(ctx, false,
-                                  [](auto a, auto b) { return a - b; });
+              return BinaryKernel<DTypes::kArithmetic>(
+                  ctx, [](auto a, auto b) { return a - b; });
             })
             // dx = dz, dy = -dz
             .Backward([](GradContext& g) {
@@ -163,8 +165,8 @@ void RegisterMathOps(OpRegistry& r) {
             .Summary("z = x - y, with numpy broadcasting"));
   r.Add(Binary("Mul")
             .Forward([](KernelContext& ctx) {
-              return BinaryKernel(ctx, false,
-                                  [](auto a, auto b) { return a * b; });
+              return BinaryKernel<DTypes::kArithmetic>(
+                  ctx, [](auto a, auto b) { return a * b; });
             })
             // dx = dz * y, dy = dz * x
             .Backward([](GradContext& g) {
@@ -182,8 +184,8 @@ void RegisterMathOps(OpRegistry& r) {
   for (const char* name : {"RealDiv", "Div"}) {
     r.Add(Binary(name)
               .Forward([](KernelContext& ctx) {
-                return BinaryKernel(ctx, /*float_only=*/true,
-                                    [](auto a, auto b) { return a / b; });
+                return BinaryKernel<DTypes::kInexact>(
+                    ctx, [](auto a, auto b) { return a / b; });
               })
               // dx = dz / y, dy = -dz * x / y^2
               .Backward([](GradContext& g) {
@@ -201,7 +203,8 @@ void RegisterMathOps(OpRegistry& r) {
   }
   r.Add(Unary("Neg")
             .Forward([](KernelContext& ctx) {
-              return UnaryFloatKernel(ctx, [](const auto& x) { return -x; });
+              return UnaryKernel<DTypes::kArithmetic>(
+                  ctx, [](const auto& x) { return -x; });
             })
             // dx = -dy
             .Backward([](GradContext& g) { g.SetGrad(0, g.Neg(g.Grad(0))); })

@@ -101,8 +101,8 @@ absl::Status BiasAddKernel(KernelContext& ctx) {
                                " must match the last dim of value ",
                                value.DebugString());
   }
-  return BinaryKernel(ctx, /*float_only=*/false,
-                      [](auto a, auto b) { return a + b; });
+  return BinaryKernel<DTypes::kNumeric>(ctx,
+                                        [](auto a, auto b) { return a + b; });
 }
 
 absl::Status BiasAddGradKernel(KernelContext& ctx) {
@@ -185,7 +185,7 @@ void RegisterNnOps(OpRegistry& r) {
                     "gradients ", ctx.input(0).DebugString(), " and features ",
                     ctx.input(1).DebugString(), " must have the same shape");
               }
-              return BinaryKernel(ctx, true, [](auto dy, auto y) {
+              return BinaryKernel<DTypes::kFloating>(ctx, [](auto dy, auto y) {
                 return y > 0 ? dy : decltype(dy)(0);
               });
             })
