@@ -1,0 +1,63 @@
+// gradtape-server: serves TapeService until SIGINT or SIGTERM.
+//
+// Prints "gradtape-server listening on HOST:PORT" on stdout once it accepts
+// calls (scripts wait for that line).
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "server/server.h"
+
+ABSL_FLAG(std::string, address, "127.0.0.1:50051",
+          "host:port to listen on; port 0 picks a free one");
+ABSL_FLAG(int, max_sessions, 1024, "maximum number of open sessions");
+ABSL_FLAG(int64_t, session_memory_limit_mb, 0,
+          "tensor memory limit per session in MiB; 0 = unlimited");
+ABSL_FLAG(int64_t, keep_alive_seconds, 300,
+          "lease of a session whose client asks for 0: idle sessions are "
+          "closed after this long");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "gradtape-server: a gradient-tape gRPC service for remote eager "
+      "clients.\nUsage: gradtape-server [--address=127.0.0.1:50051] ...");
+  absl::ParseCommandLine(argc, argv);
+
+  // Block the stop signals in every thread (gRPC's threads inherit the mask)
+  // and take them synchronously below with sigwait.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  gradtape::server::ServerOptions options;
+  options.address = absl::GetFlag(FLAGS_address);
+  options.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  options.session_memory_limit_bytes =
+      absl::GetFlag(FLAGS_session_memory_limit_mb) * (int64_t{1} << 20);
+  options.keep_alive_seconds = absl::GetFlag(FLAGS_keep_alive_seconds);
+  absl::StatusOr<std::unique_ptr<gradtape::server::Server>> server =
+      gradtape::server::Server::Start(options);
+  if (!server.ok()) {
+    std::fprintf(stderr, "gradtape-server: %s\n",
+                 server.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("gradtape-server listening on %s\n",
+              (*server)->address().c_str());
+  std::fflush(stdout);
+
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  std::fprintf(stderr, "gradtape-server: signal %d, shutting down\n",
+               signal_number);
+  (*server)->Shutdown();
+  return 0;
+}

@@ -1,0 +1,99 @@
+#include "server/server.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "core/op_registry.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "server/session_manager.h"
+#include "server/tape_service.h"
+
+namespace gradtape::server {
+namespace {
+
+// Tensors travel inside messages.
+constexpr int kMaxMessageBytes = 256 << 20;
+// How long Shutdown lets running calls finish before cancelling them.
+constexpr absl::Duration kShutdownGrace = absl::Seconds(1);
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(
+    const ServerOptions& options) {
+  if (options.max_sessions <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_sessions must be positive, got ", options.max_sessions));
+  }
+  if (options.session_memory_limit_bytes < 0 ||
+      options.keep_alive_seconds <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "session_memory_limit_bytes must be >= 0 and keep_alive_seconds > 0, "
+        "got ",
+        options.session_memory_limit_bytes, " and ",
+        options.keep_alive_seconds));
+  }
+  auto colon = options.address.rfind(':');
+  if (colon == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "address '", options.address, "' has no port (host:port)"));
+  }
+
+  // One-time process settings; calling them again is harmless.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+
+  std::unique_ptr<Server> server(new Server());
+  SessionManagerOptions session_options;
+  session_options.max_sessions = options.max_sessions;
+  session_options.session_memory_limit_bytes =
+      options.session_memory_limit_bytes;
+  session_options.default_lease = absl::Seconds(options.keep_alive_seconds);
+  server->sessions_ =
+      std::make_unique<SessionManager>(DefaultRegistry(), session_options);
+  server->service_ =
+      std::make_unique<TapeServiceImpl>(DefaultRegistry(), *server->sessions_);
+
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.address, grpc::InsecureServerCredentials(),
+                           &server->port_);
+  builder.RegisterService(server->service_.get());
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  server->grpc_server_ = builder.BuildAndStart();
+  if (server->grpc_server_ == nullptr || server->port_ == 0) {
+    server->grpc_server_.reset();
+    server->sessions_->Shutdown();
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options.address));
+  }
+  server->address_ =
+      absl::StrCat(options.address.substr(0, colon), ":", server->port_);
+  return server;
+}
+
+Server::~Server() { Shutdown(); }
+
+int Server::port() const { return port_; }
+
+void Server::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  if (shut_down_) return;
+  // Returns when every call has finished (running ones are cancelled at the
+  // deadline), so no reactor touches the sessions after this.
+  grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + kShutdownGrace));
+  grpc_server_->Wait();
+  sessions_->Shutdown();
+  shut_down_ = true;
+}
+
+void Server::Wait() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(&shut_down_));
+}
+
+int Server::num_sessions() const { return sessions_->num_sessions(); }
+
+}  // namespace gradtape::server

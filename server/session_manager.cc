@@ -1,0 +1,239 @@
+#include "server/session_manager.h"
+
+#include <sys/random.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "grpc/support/log.h"
+
+namespace gradtape::server {
+namespace {
+
+constexpr int kSessionIdBytes = 16;  // 32 hex digits
+constexpr int kTokenBytes = 32;      // 64 hex digits
+
+// `n` bytes from the kernel's CSPRNG, as lowercase hex.
+absl::StatusOr<std::string> RandomHex(size_t n) {
+  std::string bytes(n, '\0');
+  size_t filled = 0;
+  while (filled < n) {
+    ssize_t got = getrandom(bytes.data() + filled, n - filled, 0);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return absl::InternalError(
+          absl::StrCat("getrandom failed: ", std::strerror(errno)));
+    }
+    filled += static_cast<size_t>(got);
+  }
+  return absl::BytesToHexString(bytes);
+}
+
+}  // namespace
+
+SessionEntry::SessionEntry(const OpRegistry& registry, SessionOptions options,
+                           std::string id, std::string token,
+                           absl::Duration lease)
+    : id_(std::move(id)),
+      token_(std::move(token)),
+      lease_(lease),
+      last_used_ns_(NowNs()),
+      session_(std::make_unique<Session>(registry, options)) {}
+
+int64_t SessionEntry::NowNs() { return absl::GetCurrentTimeNanos(); }
+
+absl::Status SessionEntry::ClosedError() const {
+  return absl::NotFoundError(absl::StrCat(
+      "session ", id_,
+      " was closed (CloseSession, or idle past its lease); create a new one"));
+}
+
+bool SessionEntry::TokenMatches(absl::string_view token) const {
+  // The length of a token is not secret (always 64); its bytes are.
+  if (token.size() != token_.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < token.size(); ++i) {
+    diff |= static_cast<unsigned char>(token[i] ^ token_[i]);
+  }
+  return diff == 0;
+}
+
+bool SessionEntry::IdleAt(int64_t now_ns) const {
+  if (active_calls_.load(std::memory_order_acquire) > 0) return false;
+  return now_ns - last_used_ns_.load(std::memory_order_relaxed) >
+         absl::ToInt64Nanoseconds(lease_);
+}
+
+void SessionEntry::Close() {
+  std::unique_ptr<Session> session;
+  {
+    absl::MutexLock lock(&mu_);
+    session = std::move(session_);
+  }
+  // Freed outside the lock.
+}
+
+SessionEntry::ActiveCall::ActiveCall(SessionEntry* entry) : entry_(entry) {
+  entry_->active_calls_.fetch_add(1, std::memory_order_acq_rel);
+  entry_->Touch();
+}
+
+SessionEntry::ActiveCall::~ActiveCall() {
+  entry_->Touch();
+  entry_->active_calls_.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+SessionManager::SessionManager(const OpRegistry& registry,
+                               SessionManagerOptions options)
+    : registry_(registry),
+      options_(options),
+      reaper_([this] { ReaperLoop(); }) {}
+
+SessionManager::~SessionManager() { Shutdown(); }
+
+bool SessionManager::IsValidSessionId(absl::string_view id) {
+  if (id.size() != 2 * kSessionIdBytes) return false;
+  for (char c : id) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+absl::StatusOr<SessionManager::Created> SessionManager::Create(
+    absl::string_view id, absl::Duration lease) {
+  if (!id.empty() && !IsValidSessionId(id)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("session id '", id,
+                     "' is not 32 lowercase hex digits (128 bits); leave it "
+                     "empty to let the server choose"));
+  }
+  if (lease < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("keep_alive_seconds must not be negative, got ",
+                     absl::ToInt64Seconds(lease)));
+  }
+  if (lease == absl::ZeroDuration()) lease = options_.default_lease;
+  absl::StatusOr<std::string> token = RandomHex(kTokenBytes);
+  if (!token.ok()) return token.status();
+  std::string session_id(id);
+  if (session_id.empty()) {
+    absl::StatusOr<std::string> random_id = RandomHex(kSessionIdBytes);
+    if (!random_id.ok()) return random_id.status();
+    session_id = *std::move(random_id);
+  }
+
+  absl::MutexLock lock(&mu_);
+  if (stopping_) {
+    return absl::UnavailableError("the server is shutting down");
+  }
+  if (sessions_.contains(session_id)) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "session ", session_id, " already exists; choose another id"));
+  }
+  if (static_cast<int>(sessions_.size()) >= options_.max_sessions) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the server holds its maximum of ", options_.max_sessions,
+                     " sessions; close unused sessions or retry later"));
+  }
+  SessionOptions session_options;
+  session_options.memory_limit_bytes = options_.session_memory_limit_bytes;
+  auto entry = std::make_shared<SessionEntry>(registry_, session_options,
+                                              session_id, *token, lease);
+  sessions_.emplace(session_id, entry);
+  return Created{std::move(entry), *std::move(token)};
+}
+
+absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Authenticate(
+    absl::string_view id, absl::string_view token) {
+  if (id.empty() || token.empty()) {
+    return absl::UnauthenticatedError(
+        "missing metadata gradtape-session-id / gradtape-session-token; send "
+        "the values returned by CreateSession");
+  }
+  std::shared_ptr<SessionEntry> entry;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("unknown session ", id,
+                       " (never created, closed, or idle past its lease)"));
+    }
+    entry = it->second;
+  }
+  if (!entry->TokenMatches(token)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("wrong token for session ", id));
+  }
+  entry->Touch();
+  return entry;
+}
+
+absl::Status SessionManager::Close(const std::string& id) {
+  std::shared_ptr<SessionEntry> entry;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) {
+      return absl::NotFoundError(absl::StrCat("unknown session ", id));
+    }
+    entry = std::move(it->second);
+    sessions_.erase(it);
+  }
+  entry->Close();
+  return absl::OkStatus();
+}
+
+int SessionManager::num_sessions() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(sessions_.size());
+}
+
+void SessionManager::Shutdown() {
+  std::vector<std::shared_ptr<SessionEntry>> entries;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    for (auto& [id, entry] : sessions_) entries.push_back(std::move(entry));
+    sessions_.clear();
+  }
+  if (reaper_.joinable()) reaper_.join();
+  for (auto& entry : entries) entry->Close();
+}
+
+void SessionManager::ReaperLoop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.reap_interval);
+      if (stopping_) return;
+    }
+    if (int n = ReapIdle(); n > 0) {
+      gpr_log(GPR_INFO, "gradtape: closed %d idle session(s)", n);
+    }
+  }
+}
+
+int SessionManager::ReapIdle() {
+  const int64_t now = SessionEntry::NowNs();
+  std::vector<std::shared_ptr<SessionEntry>> idle;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+      if (it->second->IdleAt(now)) {
+        idle.push_back(std::move(it->second));
+        sessions_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& entry : idle) entry->Close();
+  return static_cast<int>(idle.size());
+}
+
+}  // namespace gradtape::server

@@ -1,0 +1,152 @@
+// Sessions of one server: creation, authentication, leases and reaping.
+//
+// A session is named by a 128-bit id (32 lowercase hex digits) and guarded by
+// a secret token. Each SessionEntry owns its core Session behind its own
+// mutex, so one session's commands are applied strictly one at a time, in
+// the order callers acquire that mutex, while different sessions run in
+// parallel.
+//
+// Leases: every authenticated call refreshes the session's last-used time
+// (Authenticate does, and callers call Touch when they finish work). A
+// reaper thread wakes every second and closes sessions idle for longer than
+// their lease; a session with work in progress (see ActiveCall) is never
+// reaped. An open Stream with no traffic does not hold the lease: clients
+// send batches or KeepAlive.
+//
+// Lifetime: entries are shared. Close (explicit or by the reaper) removes
+// the entry from the manager and frees its core Session; a call still
+// holding the entry then sees closed() and fails with NOT_FOUND.
+#ifndef GRADTAPE_SERVER_SESSION_MANAGER_H_
+#define GRADTAPE_SERVER_SESSION_MANAGER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/op_registry.h"
+#include "core/session.h"
+
+namespace gradtape::server {
+
+class SessionEntry {
+ public:
+  SessionEntry(const OpRegistry& registry, SessionOptions options,
+               std::string id, std::string token, absl::Duration lease);
+  SessionEntry(const SessionEntry&) = delete;
+  SessionEntry& operator=(const SessionEntry&) = delete;
+
+  const std::string& id() const { return id_; }
+  absl::Duration lease() const { return lease_; }
+
+  // Runs fn(Session&) under the session's lock: commands of one session are
+  // serialized. NOT_FOUND (and fn is not called) if the session was closed.
+  template <typename Fn>
+  absl::Status WithSession(Fn&& fn) {
+    absl::MutexLock lock(&mu_);
+    if (session_ == nullptr) return ClosedError();
+    fn(*session_);
+    return absl::OkStatus();
+  }
+
+  // Refreshes the lease. Thread-safe.
+  void Touch() { last_used_ns_.store(NowNs(), std::memory_order_relaxed); }
+
+  // Constant-time comparison with the token.
+  bool TokenMatches(absl::string_view token) const;
+
+  // Marks a call in progress for its lifetime: the reaper skips the session.
+  class ActiveCall {
+   public:
+    explicit ActiveCall(SessionEntry* entry);
+    ~ActiveCall();
+    ActiveCall(const ActiveCall&) = delete;
+    ActiveCall& operator=(const ActiveCall&) = delete;
+
+   private:
+    SessionEntry* entry_;
+  };
+
+ private:
+  friend class SessionManager;
+  static int64_t NowNs();
+  absl::Status ClosedError() const;
+  bool IdleAt(int64_t now_ns) const;
+  // Frees the core session; later WithSession calls fail.
+  void Close();
+
+  const std::string id_;
+  const std::string token_;
+  const absl::Duration lease_;
+  std::atomic<int64_t> last_used_ns_;
+  std::atomic<int> active_calls_{0};
+  absl::Mutex mu_;
+  std::unique_ptr<Session> session_ ABSL_GUARDED_BY(mu_);
+};
+
+struct SessionManagerOptions {
+  int max_sessions = 1024;
+  int64_t session_memory_limit_bytes = 0;  // 0: unlimited
+  absl::Duration default_lease = absl::Seconds(300);
+  absl::Duration reap_interval = absl::Seconds(1);
+};
+
+// Thread-safe. Starts the reaper thread in the constructor and stops it in
+// Shutdown (also called by the destructor).
+class SessionManager {
+ public:
+  SessionManager(const OpRegistry& registry, SessionManagerOptions options);
+  SessionManager(const SessionManager&) = delete;
+  SessionManager& operator=(const SessionManager&) = delete;
+  ~SessionManager();
+
+  struct Created {
+    std::shared_ptr<SessionEntry> entry;
+    std::string token;
+  };
+  // `id` empty: a random one. `lease` zero: the default lease.
+  // INVALID_ARGUMENT for a malformed id or a negative lease, ALREADY_EXISTS,
+  // RESOURCE_EXHAUSTED when max_sessions are open.
+  absl::StatusOr<Created> Create(absl::string_view id, absl::Duration lease);
+
+  // UNAUTHENTICATED if id or token is empty, NOT_FOUND for an unknown id,
+  // PERMISSION_DENIED for a wrong token. Refreshes the lease on success.
+  absl::StatusOr<std::shared_ptr<SessionEntry>> Authenticate(
+      absl::string_view id, absl::string_view token);
+
+  // Removes and frees the session. NOT_FOUND if it is already gone.
+  absl::Status Close(const std::string& id);
+
+  int num_sessions() const;
+
+  // Stops the reaper and closes every session. Idempotent.
+  void Shutdown();
+
+  // True for 32 lowercase hex digits.
+  static bool IsValidSessionId(absl::string_view id);
+
+ private:
+  void ReaperLoop();
+  // Closes sessions idle past their lease; returns how many.
+  int ReapIdle();
+
+  const OpRegistry& registry_;
+  const SessionManagerOptions options_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<SessionEntry>> sessions_
+      ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread reaper_;
+};
+
+}  // namespace gradtape::server
+
+#endif  // GRADTAPE_SERVER_SESSION_MANAGER_H_

@@ -1,0 +1,240 @@
+#include "server/tape_service.h"
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "server/batch.h"
+#include "server/convert.h"
+
+namespace gradtape::server {
+namespace {
+
+// Replies queued before the stream stops reading more batches (back-pressure
+// on a client that sends without reading).
+constexpr size_t kMaxQueuedReplies = 8;
+
+absl::string_view Metadata(const grpc::CallbackServerContext& context,
+                           absl::string_view key) {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(grpc::string_ref(key.data(), key.size()));
+  if (it == metadata.end()) return {};
+  return absl::string_view(it->second.data(), it->second.size());
+}
+
+// Applies `batch` to the session; NOT_FOUND if the session closed meanwhile.
+absl::Status RunBatch(SessionEntry& entry, const v1::CommandBatch& batch,
+                      v1::BatchReply* reply) {
+  SessionEntry::ActiveCall active(&entry);
+  return entry.WithSession(
+      [&](Session& session) { ApplyBatch(session, batch, reply); });
+}
+
+// The Stream call. Lifecycle, the only one in the server:
+//  * one read outstanding at a time; each batch is applied as it arrives and
+//    its reply queued, so replies keep the batches' order;
+//  * one write outstanding at a time, from the front of the queue; while
+//    kMaxQueuedReplies replies wait, no new read starts;
+//  * reading stops on the client's half-close, a broken or cancelled call
+//    (a read or write fails), or an RPC-level error (the session closed);
+//    then the call finishes once the queued replies are written (or at once
+//    if writing failed);
+//  * gRPC calls OnDone after Finish and every other reaction; it deletes the
+//    reactor. The reactor owns a reference to its session entry.
+class StreamReactor final
+    : public grpc::ServerBidiReactor<v1::CommandBatch, v1::BatchReply> {
+ public:
+  // Finishes at once with the error if `entry` is one.
+  explicit StreamReactor(absl::StatusOr<std::shared_ptr<SessionEntry>> entry) {
+    if (!entry.ok()) {
+      Finish(ToGrpcStatus(entry.status()));
+      return;
+    }
+    entry_ = *std::move(entry);
+    StartRead(&batch_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // half-close, cancellation or a broken connection
+      StopReadingAndMaybeFinish(absl::OkStatus());
+      return;
+    }
+    v1::BatchReply reply;
+    absl::Status status = RunBatch(*entry_, batch_, &reply);
+    batch_.Clear();
+    if (!status.ok()) {
+      StopReadingAndMaybeFinish(status);
+      return;
+    }
+    absl::MutexLock lock(&mu_);
+    replies_.push_back(std::move(reply));
+    if (!writing_) {
+      writing_ = true;
+      StartWrite(&replies_.front());
+    }
+    if (replies_.size() < kMaxQueuedReplies) {
+      StartRead(&batch_);
+    } else {
+      read_paused_ = true;
+    }
+  }
+
+  void OnWriteDone(bool ok) override {
+    bool finish = false;
+    grpc::Status status;
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      replies_.pop_front();
+      if (!ok) {
+        // The call is dead: drop the rest; an outstanding read fails too.
+        replies_.clear();
+        if (read_paused_) {
+          read_paused_ = false;
+          reads_done_ = true;
+        }
+      } else {
+        if (!replies_.empty()) {
+          writing_ = true;
+          StartWrite(&replies_.front());
+        }
+        if (read_paused_ && replies_.size() < kMaxQueuedReplies) {
+          read_paused_ = false;
+          StartRead(&batch_);
+        }
+      }
+      finish = ShouldFinishLocked(&status);
+    }
+    if (finish) Finish(status);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  // Called when no read is outstanding and none will start.
+  void StopReadingAndMaybeFinish(const absl::Status& error) {
+    bool finish = false;
+    grpc::Status status;
+    {
+      absl::MutexLock lock(&mu_);
+      reads_done_ = true;
+      if (!error.ok()) status_ = ToGrpcStatus(error);
+      finish = ShouldFinishLocked(&status);
+    }
+    if (finish) Finish(status);
+  }
+
+  // True (once) when reading stopped and no write is outstanding; the caller
+  // then calls Finish(*status) outside the lock.
+  bool ShouldFinishLocked(grpc::Status* status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!reads_done_ || writing_ || finish_called_) return false;
+    finish_called_ = true;
+    *status = status_;
+    return true;
+  }
+
+  std::shared_ptr<SessionEntry> entry_;
+  // Only touched by the single outstanding read and its OnReadDone.
+  v1::CommandBatch batch_;
+
+  absl::Mutex mu_;
+  // Replies not yet written; the front one is being written if writing_.
+  // A deque keeps the front's address stable while more are queued.
+  std::deque<v1::BatchReply> replies_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool read_paused_ ABSL_GUARDED_BY(mu_) = false;
+  bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool finish_called_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<SessionEntry>> TapeServiceImpl::Authenticate(
+    const grpc::CallbackServerContext& context) {
+  return sessions_.Authenticate(Metadata(context, kSessionIdHeader),
+                                Metadata(context, kSessionTokenHeader));
+}
+
+grpc::ServerUnaryReactor* TapeServiceImpl::CreateSession(
+    grpc::CallbackServerContext* context,
+    const v1::CreateSessionRequest* request,
+    v1::CreateSessionResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // The routing header and the body must agree; either may name the id.
+  absl::string_view routed_id = Metadata(*context, kSessionIdHeader);
+  absl::string_view id = request->session_id();
+  if (id.empty()) {
+    id = routed_id;
+  } else if (!routed_id.empty() && routed_id != id) {
+    reactor->Finish(ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("metadata ", kSessionIdHeader, " '", routed_id,
+                     "' differs from the requested session_id '", id, "'"))));
+    return reactor;
+  }
+  absl::StatusOr<SessionManager::Created> created =
+      sessions_.Create(id, absl::Seconds(request->keep_alive_seconds()));
+  if (created.ok()) {
+    response->set_session_id(created->entry->id());
+    response->set_token(created->token);
+    response->set_keep_alive_seconds(
+        absl::ToInt64Seconds(created->entry->lease()));
+  }
+  reactor->Finish(ToGrpcStatus(created.status()));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* TapeServiceImpl::CloseSession(
+    grpc::CallbackServerContext* context,
+    const v1::CloseSessionRequest* request,
+    v1::CloseSessionResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<std::shared_ptr<SessionEntry>> entry = Authenticate(*context);
+  absl::Status status =
+      entry.ok() ? sessions_.Close((*entry)->id()) : entry.status();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* TapeServiceImpl::KeepAlive(
+    grpc::CallbackServerContext* context, const v1::KeepAliveRequest* request,
+    v1::KeepAliveResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // Authenticate refreshes the lease.
+  reactor->Finish(ToGrpcStatus(Authenticate(*context).status()));
+  return reactor;
+}
+
+grpc::ServerBidiReactor<v1::CommandBatch, v1::BatchReply>*
+TapeServiceImpl::Stream(grpc::CallbackServerContext* context) {
+  return new StreamReactor(Authenticate(*context));
+}
+
+grpc::ServerUnaryReactor* TapeServiceImpl::Run(
+    grpc::CallbackServerContext* context, const v1::CommandBatch* request,
+    v1::BatchReply* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<std::shared_ptr<SessionEntry>> entry = Authenticate(*context);
+  absl::Status status =
+      entry.ok() ? RunBatch(**entry, *request, response) : entry.status();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* TapeServiceImpl::ListOps(
+    grpc::CallbackServerContext* context, const v1::ListOpsRequest* request,
+    v1::ListOpsResponse* response) {
+  for (const auto& op : registry_.ops()) ToProto(*op, response->add_ops());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace gradtape::server
