@@ -6,6 +6,13 @@ void RegisterAllOps(OpRegistry& registry) {
   RegisterMathOps(registry);
   RegisterArrayOps(registry);
   RegisterNnOps(registry);
+  RegisterConvOps(registry);
+  RegisterPoolOps(registry);
+  RegisterNormOps(registry);
+  RegisterLinalgOps(registry);
+  RegisterSegmentOps(registry);
+  RegisterComplexOps(registry);
+  RegisterVariableOps(registry);
 }
 
 }  // namespace gradtape

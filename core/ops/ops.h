@@ -13,6 +13,20 @@ void RegisterMathOps(OpRegistry& registry);
 void RegisterArrayOps(OpRegistry& registry);
 // Activations, softmax and losses, BiasAdd.
 void RegisterNnOps(OpRegistry& registry);
+// Convolutions (NHWC/NDHWC, im2col + Eigen GEMM) and Dilation2D.
+void RegisterConvOps(OpRegistry& registry);
+// Average and max pooling, 2-D and 3-D.
+void RegisterPoolOps(OpRegistry& registry);
+// Batch normalization.
+void RegisterNormOps(OpRegistry& registry);
+// Batched and sparse matrix products, cross product.
+void RegisterLinalgOps(OpRegistry& registry);
+// Segment reductions and gathers.
+void RegisterSegmentOps(OpRegistry& registry);
+// Complex numbers: Complex, Real, Imag, Angle, Conj.
+void RegisterComplexOps(OpRegistry& registry);
+// Resource variables: VarHandleOp, ReadVariableOp, assignment.
+void RegisterVariableOps(OpRegistry& registry);
 
 void RegisterAllOps(OpRegistry& registry);
 

@@ -36,6 +36,13 @@ const std::vector<OpSample>& AllOpSamples() {
     AddMathSamples(list);
     AddArraySamples(list);
     AddNnSamples(list);
+    AddConvSamples(list);
+    AddPoolSamples(list);
+    AddNormSamples(list);
+    AddLinalgSamples(list);
+    AddSegmentSamples(list);
+    AddComplexSamples(list);
+    AddVariableSamples(list);
     return new std::vector<OpSample>(list.Take());
   }();
   return *samples;

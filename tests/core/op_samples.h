@@ -42,6 +42,13 @@ class SampleList {
 void AddMathSamples(SampleList& s);
 void AddArraySamples(SampleList& s);
 void AddNnSamples(SampleList& s);
+void AddConvSamples(SampleList& s);
+void AddPoolSamples(SampleList& s);
+void AddNormSamples(SampleList& s);
+void AddLinalgSamples(SampleList& s);
+void AddSegmentSamples(SampleList& s);
+void AddComplexSamples(SampleList& s);
+void AddVariableSamples(SampleList& s);
 
 // Uniform float64 values in [lo, hi]; deterministic for a seed.
 Tensor RandomTensor(Shape shape, double lo, double hi, uint32_t seed);
