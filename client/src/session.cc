@@ -1,0 +1,693 @@
+#include "gradtape/client/session.h"
+
+#include <algorithm>
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "client/src/session_core.h"
+
+namespace gradtape::client {
+namespace internal {
+namespace {
+
+constexpr char kSessionIdHeader[] = "gradtape-session-id";
+constexpr char kSessionTokenHeader[] = "gradtape-session-token";
+// How long Close waits for the server to end the stream after WritesDone.
+constexpr absl::Duration kStreamDrainTimeout = absl::Seconds(5);
+
+absl::Status FromGrpc(const grpc::Status& s, absl::string_view what) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      absl::StrCat(what, ": ", s.error_message()));
+}
+
+std::string RandomSessionId() {
+  std::random_device rd;
+  std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+                      static_cast<uint64_t>(absl::GetCurrentTimeNanos()));
+  return absl::StrFormat("%016x%016x", gen(), gen());
+}
+
+void ToProto(const HostTensor& t, v1::TensorValue* out) {
+  out->set_dtype(static_cast<v1::DType>(t.dtype));
+  for (int64_t d : t.shape) out->add_shape(d);
+  out->set_data(t.bytes);
+}
+
+HostTensor FromProto(v1::TensorValue* value) {
+  HostTensor t;
+  t.dtype = static_cast<DType>(value->dtype());
+  t.shape.assign(value->shape().begin(), value->shape().end());
+  t.bytes = std::move(*value->mutable_data());
+  return t;
+}
+
+void ToProto(const AttrValue& attr, v1::AttrValue* out) {
+  struct Visitor {
+    v1::AttrValue* out;
+    void operator()(bool b) { out->set_b(b); }
+    void operator()(int64_t i) { out->set_i(i); }
+    void operator()(double f) { out->set_f(f); }
+    void operator()(const std::string& s) { out->set_s(s); }
+    void operator()(DType t) { out->set_type(static_cast<v1::DType>(t)); }
+    void operator()(const std::vector<int64_t>& ints) {
+      auto* list = out->mutable_ints();
+      for (int64_t i : ints) list->add_values(i);
+    }
+  };
+  std::visit(Visitor{out}, attr.value());
+}
+
+}  // namespace
+
+TensorRef::~TensorRef() { core->Release(id); }
+
+SessionCore::SessionCore(SessionOptions options)
+    : options_(std::move(options)) {}
+
+SessionCore::~SessionCore() {
+  // Session's destructor closes; this only matters if Open failed half-way.
+  if (reader_.joinable()) {
+    stream_context_->TryCancel();
+    reader_.join();
+  }
+}
+
+absl::Status SessionCore::Open(absl::string_view address) {
+  if (options_.batch_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SessionOptions::batch_size must be at least 1, got ",
+                     options_.batch_size));
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  std::shared_ptr<grpc::ChannelCredentials> credentials =
+      options_.credentials ? options_.credentials
+                           : grpc::InsecureChannelCredentials();
+  channel_ = grpc::CreateCustomChannel(std::string(address), credentials, args);
+  stub_ = v1::TapeService::NewStub(channel_);
+
+  session_id_ =
+      options_.session_id.empty() ? RandomSessionId() : options_.session_id;
+  v1::CreateSessionRequest request;
+  request.set_session_id(session_id_);
+  request.set_keep_alive_seconds(options_.keep_alive_seconds);
+  v1::CreateSessionResponse response;
+  grpc::ClientContext context;
+  context.AddMetadata(kSessionIdHeader, session_id_);
+  context.set_wait_for_ready(true);
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  grpc::Status s = stub_->CreateSession(&context, request, &response);
+  if (!s.ok()) {
+    return FromGrpc(s, absl::StrCat("CreateSession at ", address));
+  }
+  session_id_ = response.session_id();
+  token_ = response.token();
+  keep_alive_seconds_ = response.keep_alive_seconds();
+
+  stream_context_ = std::make_unique<grpc::ClientContext>();
+  AddSessionMetadata(stream_context_.get());
+  stream_ = stub_->Stream(stream_context_.get());
+  reader_ = std::thread([this] { ReadLoop(); });
+  return absl::OkStatus();
+}
+
+void SessionCore::AddSessionMetadata(grpc::ClientContext* context) const {
+  context->AddMetadata(kSessionIdHeader, session_id_);
+  context->AddMetadata(kSessionTokenHeader, token_);
+}
+
+Tensor SessionCore::MakeTensor(int64_t id) {
+  return Tensor(std::make_shared<const TensorRef>(shared_from_this(), id));
+}
+
+int64_t SessionCore::IdFor(const Tensor& t, absl::string_view role,
+                           std::string* problem) {
+  if (t.is_null()) {
+    absl::StrAppend(problem, problem->empty() ? "" : "; ", role,
+                    " is a null Tensor");
+    return 0;
+  }
+  if (t.ref_->core.get() != this) {
+    absl::StrAppend(problem, problem->empty() ? "" : "; ", role, " (id ",
+                    t.ref_->id, ") belongs to another session");
+    return 0;
+  }
+  return t.ref_->id;
+}
+
+int64_t SessionCore::Enqueue(v1::Command command, absl::string_view what,
+                             absl::string_view local_error) {
+  int64_t seq;
+  bool full;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return 0;
+    seq = ++next_seq_;
+    command.set_seq(seq);
+    pending_bytes_ += static_cast<int64_t>(command.ByteSizeLong());
+    *pending_.add_commands() = std::move(command);
+    if (!local_error.empty()) {
+      errors_.push_back(
+          {seq, absl::InvalidArgumentError(absl::StrCat(what, " (command ", seq,
+                                                        "): ", local_error))});
+      local_failures_.insert(seq);
+    }
+    full = pending_.commands_size() >= options_.batch_size ||
+           pending_bytes_ >= options_.max_batch_bytes;
+  }
+  if (full) Flush();
+  return seq;
+}
+
+std::vector<Tensor> SessionCore::Execute(absl::string_view op,
+                                         absl::Span<const Tensor> inputs,
+                                         const Attrs& attrs, int num_outputs) {
+  v1::Command command;
+  v1::ExecuteOp* execute = command.mutable_execute();
+  execute->set_op(std::string(op));
+  std::string problem;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    execute->add_input_ids(
+        IdFor(inputs[i], absl::StrCat("input ", i), &problem));
+  }
+  std::vector<Tensor> outputs;
+  outputs.reserve(std::max(num_outputs, 0));
+  for (int i = 0; i < num_outputs; ++i) {
+    const int64_t id = NewTensorId();
+    execute->add_output_ids(id);
+    outputs.push_back(MakeTensor(id));
+  }
+  auto* attr_map = execute->mutable_attrs();
+  for (const auto& [name, value] : attrs) ToProto(value, &(*attr_map)[name]);
+  Enqueue(std::move(command), op, problem);
+  return outputs;
+}
+
+void SessionCore::Release(int64_t id) {
+  absl::MutexLock lock(&mu_);
+  if (!closed_) pending_releases_.push_back(id);
+}
+
+void SessionCore::AppendReleasesLocked() {
+  if (closed_ || pending_releases_.empty()) return;
+  v1::Command* release = pending_.add_commands();
+  release->set_seq(++next_seq_);
+  release->mutable_release()->mutable_ids()->Add(pending_releases_.begin(),
+                                                 pending_releases_.end());
+  pending_bytes_ += 8 * static_cast<int64_t>(pending_releases_.size());
+  pending_releases_.clear();
+}
+
+void SessionCore::Flush() {
+  absl::MutexLock write_lock(&write_mu_);
+  FlushLocked();
+}
+
+void SessionCore::FlushLocked() {
+  v1::CommandBatch batch;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_ || stream_done_) {
+      // Nobody will answer: drop the commands (the wait reports the loss).
+      pending_.Clear();
+      pending_bytes_ = 0;
+      pending_releases_.clear();
+      return;
+    }
+    AppendReleasesLocked();
+    if (pending_.commands_size() == 0) return;
+    batch.Swap(&pending_);
+    pending_bytes_ = 0;
+    batch.set_batch_id(++last_batch_id_);
+    counters_.commands_sent += batch.commands_size();
+    ++counters_.batches_sent;
+  }
+  if (!stream_->Write(batch)) {
+    // The stream is broken; Read fails too and the reader marks it done.
+    absl::MutexLock lock(&mu_);
+    cv_.SignalAll();
+  }
+}
+
+int64_t SessionCore::FlushForWait() {
+  absl::MutexLock write_lock(&write_mu_);
+  FlushLocked();
+  absl::MutexLock lock(&mu_);
+  return last_batch_id_;
+}
+
+absl::Status SessionCore::WaitAndTakeErrors(int64_t batch_id,
+                                            absl::Time deadline) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("gradtape session ", session_id_, " is closed"));
+    }
+    while (last_answered_id_ < batch_id && !stream_done_) {
+      if (cv_.WaitWithDeadline(&mu_, deadline)) break;
+    }
+    if (last_answered_id_ >= batch_id) {
+      absl::Status errors = TakeErrorsLocked();
+      // A dead stream fails every wait point after its last reply.
+      if (!errors.ok() || !stream_done_) return errors;
+    } else if (!stream_done_) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "gradtape session ", session_id_, ": no reply to batch ", batch_id,
+          " in time (last answered: ", last_answered_id_, ")"));
+    }
+  }
+  absl::MutexLock write_lock(&write_mu_);
+  return FinishStreamLocked();
+}
+
+absl::Status SessionCore::TakeErrorsLocked() {
+  if (errors_.empty()) return absl::OkStatus();
+  auto first =
+      std::min_element(errors_.begin(), errors_.end(),
+                       [](const CommandError& a, const CommandError& b) {
+                         return a.seq < b.seq;
+                       });
+  absl::Status status = first->status;
+  if (errors_.size() > 1) {
+    status = absl::Status(
+        status.code(),
+        absl::StrCat(status.message(), " [and ", errors_.size() - 1,
+                     " later command error(s) in this session]"));
+  }
+  errors_.clear();
+  return status;
+}
+
+absl::Status SessionCore::FinishStreamLocked() {
+  if (!stream_finished_) {
+    stream_finished_ = true;
+    if (reader_.joinable()) reader_.join();
+    grpc::Status s = stream_->Finish();
+    stream_status_ =
+        s.ok() ? absl::UnavailableError("the server ended the command stream")
+               : FromGrpc(s, "gradtape command stream");
+  }
+  return stream_status_;
+}
+
+absl::Status SessionCore::Sync() { return WaitAndTakeErrors(FlushForWait()); }
+
+absl::StatusOr<v1::CommandResult> SessionCore::Call(v1::Command command) {
+  {
+    // Releases buffered so far go first, so that what the command observes
+    // (Stats) reflects them.
+    absl::MutexLock lock(&mu_);
+    AppendReleasesLocked();
+  }
+  const int64_t seq = Enqueue(std::move(command));
+  if (seq == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("gradtape session ", session_id_, " is closed"));
+  }
+  absl::Status status = WaitAndTakeErrors(FlushForWait());
+  absl::MutexLock lock(&mu_);
+  auto it = results_.find(seq);
+  if (!status.ok()) {
+    if (it != results_.end()) results_.erase(it);
+    return status;
+  }
+  if (it == results_.end()) {
+    return absl::InternalError(
+        absl::StrCat("the server sent no result for command ", seq,
+                     " of session ", session_id_));
+  }
+  v1::CommandResult result = std::move(it->second);
+  results_.erase(it);
+  return result;
+}
+
+void SessionCore::ReadLoop() {
+  v1::BatchReply reply;
+  while (stream_->Read(&reply)) {
+    absl::MutexLock lock(&mu_);
+    for (v1::CommandResult& result : *reply.mutable_results()) {
+      if (result.has_error()) {
+        if (local_failures_.erase(result.seq()) > 0) continue;
+        errors_.push_back(
+            {result.seq(),
+             absl::Status(static_cast<absl::StatusCode>(result.error().code()),
+                          result.error().message())});
+      } else {
+        const int64_t seq = result.seq();
+        results_[seq] = std::move(result);
+      }
+    }
+    last_answered_id_ = reply.batch_id();
+    ++counters_.batches_answered;
+    cv_.SignalAll();
+  }
+  absl::MutexLock lock(&mu_);
+  stream_done_ = true;
+  cv_.SignalAll();
+}
+
+absl::Status SessionCore::KeepAlive() {
+  grpc::ClientContext context;
+  AddSessionMetadata(&context);
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  v1::KeepAliveResponse response;
+  return FromGrpc(stub_->KeepAlive(&context, v1::KeepAliveRequest(), &response),
+                  "KeepAlive");
+}
+
+absl::Status SessionCore::Close() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return absl::OkStatus();
+  }
+  absl::Status status =
+      WaitAndTakeErrors(FlushForWait(), absl::Now() + options_.rpc_timeout);
+  {
+    absl::MutexLock write_lock(&write_mu_);
+    {
+      absl::MutexLock lock(&mu_);
+      closed_ = true;
+      pending_.Clear();
+      pending_bytes_ = 0;
+      pending_releases_.clear();
+    }
+    if (!stream_finished_) {
+      stream_->WritesDone();
+      {
+        absl::MutexLock lock(&mu_);
+        const absl::Time deadline = absl::Now() + kStreamDrainTimeout;
+        while (!stream_done_) {
+          if (cv_.WaitWithDeadline(&mu_, deadline)) break;
+        }
+        if (!stream_done_) stream_context_->TryCancel();
+      }
+      absl::Status finished = FinishStreamLocked();
+      // A stream the server ended cleanly after WritesDone is the normal
+      // case, reported by FinishStreamLocked as UNAVAILABLE; ignore it.
+      (void)finished;
+    }
+  }
+  grpc::ClientContext context;
+  AddSessionMetadata(&context);
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  v1::CloseSessionResponse response;
+  absl::Status closed = FromGrpc(
+      stub_->CloseSession(&context, v1::CloseSessionRequest(), &response),
+      "CloseSession");
+  return status.ok() ? closed : status;
+}
+
+ClientCounters SessionCore::counters() const {
+  absl::MutexLock lock(&mu_);
+  return counters_;
+}
+
+int64_t SessionCore::last_seq() const {
+  absl::MutexLock lock(&mu_);
+  return next_seq_;
+}
+
+}  // namespace internal
+
+// ---------------------------------------------------------------------------
+
+int64_t Tensor::id() const { return ref_ ? ref_->id : 0; }
+
+internal::SessionCore* SessionOf(const Tensor& t) {
+  return internal::SessionCore::Of(t);
+}
+
+absl::StatusOr<std::unique_ptr<Session>> Session::Connect(
+    absl::string_view address, const SessionOptions& options) {
+  auto core = std::make_shared<internal::SessionCore>(options);
+  if (absl::Status s = core->Open(address); !s.ok()) return s;
+  return std::unique_ptr<Session>(new Session(std::move(core)));
+}
+
+Session::Session(std::shared_ptr<internal::SessionCore> core)
+    : core_(std::move(core)) {}
+
+Session::~Session() { (void)core_->Close(); }
+
+const std::string& Session::id() const { return core_->id(); }
+int64_t Session::keep_alive_seconds() const {
+  return core_->keep_alive_seconds();
+}
+
+Tensor Session::Put(const HostTensor& value) {
+  const int64_t id = core_->NewTensorId();
+  v1::Command command;
+  v1::PutTensor* put = command.mutable_put();
+  put->set_id(id);
+  internal::ToProto(value, put->mutable_value());
+  Tensor handle = core_->MakeTensor(id);
+  core_->Enqueue(std::move(command));
+  return handle;
+}
+
+Tensor Session::Scalar(double value, DType dtype) {
+  return Put(HostTensor::Filled(dtype, {}, value));
+}
+
+std::vector<Tensor> Session::Execute(absl::string_view op,
+                                     absl::Span<const Tensor> inputs,
+                                     const Attrs& attrs, int num_outputs) {
+  return core_->Execute(op, inputs, attrs, num_outputs);
+}
+
+absl::StatusOr<HostTensor> Session::Fetch(const Tensor& tensor) {
+  std::string problem;
+  const int64_t id = core_->IdFor(tensor, "the tensor", &problem);
+  if (!problem.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("Fetch: ", problem));
+  }
+  v1::Command command;
+  command.mutable_fetch()->set_id(id);
+  absl::StatusOr<v1::CommandResult> result = core_->Call(std::move(command));
+  if (!result.ok()) return result.status();
+  if (!result->has_tensor()) {
+    return absl::InternalError(
+        absl::StrCat("Fetch: the server's result for command ", result->seq(),
+                     " holds no tensor"));
+  }
+  return internal::FromProto(result->mutable_tensor());
+}
+
+void Session::StopRecording() {
+  v1::Command command;
+  command.mutable_stop_recording();
+  core_->Enqueue(std::move(command));
+}
+
+void Session::StartRecording() {
+  v1::Command command;
+  command.mutable_start_recording();
+  core_->Enqueue(std::move(command));
+}
+
+absl::Status Session::Sync() { return core_->Sync(); }
+
+absl::StatusOr<SessionStats> Session::Stats() {
+  v1::Command command;
+  command.mutable_stats();
+  absl::StatusOr<v1::CommandResult> result = core_->Call(std::move(command));
+  if (!result.ok()) return result.status();
+  if (!result->has_stats()) {
+    return absl::InternalError(
+        absl::StrCat("Stats: the server's result for command ", result->seq(),
+                     " holds no statistics"));
+  }
+  const v1::SessionStats& s = result->stats();
+  SessionStats stats;
+  stats.live_tensors = s.live_tensors();
+  stats.poisoned_ids = s.poisoned_ids();
+  stats.bytes_in_use = s.bytes_in_use();
+  stats.tapes = s.tapes();
+  stats.tape_entries = s.tape_entries();
+  stats.tape_saved_bytes = s.tape_saved_bytes();
+  return stats;
+}
+
+void Session::Flush() { core_->Flush(); }
+absl::Status Session::KeepAlive() { return core_->KeepAlive(); }
+ClientCounters Session::counters() const { return core_->counters(); }
+int64_t Session::last_seq() const { return core_->last_seq(); }
+absl::Status Session::Close() { return core_->Close(); }
+
+// ---------------------------------------------------------------------------
+
+RecordingPause::RecordingPause(Session& session) : core_(session.core()) {
+  v1::Command command;
+  command.mutable_stop_recording();
+  core_->Enqueue(std::move(command));
+}
+
+RecordingPause::~RecordingPause() {
+  v1::Command command;
+  command.mutable_start_recording();
+  core_->Enqueue(std::move(command));
+}
+
+// ---------------------------------------------------------------------------
+
+GradientTape::GradientTape(Session& session, TapeOptions options)
+    : core_(session.core()), options_(options), id_(core_->NewTapeId()) {
+  v1::Command command;
+  v1::PushTape* push = command.mutable_push_tape();
+  push->set_tape_id(id_);
+  push->set_persistent(options_.persistent);
+  push->set_watch_accessed_variables(options_.watch_accessed_variables);
+  core_->Enqueue(std::move(command));
+  recording_ = true;
+}
+
+GradientTape::~GradientTape() {
+  Stop();
+  v1::Command command;
+  command.mutable_delete_tape()->set_tape_id(id_);
+  core_->Enqueue(std::move(command));
+}
+
+void GradientTape::Watch(const Tensor& t) {
+  Watch(absl::Span<const Tensor>(&t, 1));
+}
+
+void GradientTape::Watch(absl::Span<const Tensor> ts) {
+  v1::Command command;
+  v1::Watch* watch = command.mutable_watch();
+  watch->set_tape_id(id_);
+  std::string problem;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    // A bad handle goes out as id 0: the server fails the whole Watch.
+    watch->add_ids(core_->IdFor(ts[i], absl::StrCat("tensor ", i), &problem));
+  }
+  core_->Enqueue(std::move(command), "Watch", problem);
+}
+
+void GradientTape::Stop() {
+  if (!recording_) return;
+  recording_ = false;
+  v1::Command command;
+  command.mutable_pop_tape()->set_tape_id(id_);
+  core_->Enqueue(std::move(command));
+}
+
+namespace {
+
+// Fills `gradient` (except result ids) or returns a local misuse error.
+absl::Status BuildGradient(internal::SessionCore& core, int64_t tape_id,
+                           absl::Span<const Tensor> targets,
+                           absl::Span<const Tensor> sources,
+                           const GradientOptions& options,
+                           v1::Gradient* gradient) {
+  if (targets.empty() || sources.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Gradient on tape ", tape_id,
+                     ": needs at least one target and one "
+                     "source, got ",
+                     targets.size(), " and ", sources.size()));
+  }
+  if (!options.output_gradients.empty() &&
+      options.output_gradients.size() != targets.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Gradient on tape ", tape_id,
+        ": output_gradients must be empty or "
+        "have one entry per target (",
+        targets.size(), "), got ", options.output_gradients.size()));
+  }
+  gradient->set_tape_id(tape_id);
+  std::string problem;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    gradient->add_target_ids(
+        core.IdFor(targets[i], absl::StrCat("target ", i), &problem));
+  }
+  for (size_t i = 0; i < sources.size(); ++i) {
+    gradient->add_source_ids(
+        core.IdFor(sources[i], absl::StrCat("source ", i), &problem));
+  }
+  for (size_t i = 0; i < options.output_gradients.size(); ++i) {
+    const Tensor& g = options.output_gradients[i];
+    // A null entry means "ones" (id 0 on the wire).
+    gradient->add_output_gradient_ids(
+        g.is_null()
+            ? 0
+            : core.IdFor(g, absl::StrCat("output gradient ", i), &problem));
+  }
+  if (!problem.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Gradient on tape ", tape_id, ": ", problem));
+  }
+  gradient->set_unconnected(options.unconnected == Unconnected::kZero
+                                ? v1::UNCONNECTED_ZERO
+                                : v1::UNCONNECTED_NONE);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Tensor>> GradientTape::Gradient(
+    absl::Span<const Tensor> targets, absl::Span<const Tensor> sources,
+    const GradientOptions& options) {
+  v1::Command command;
+  v1::Gradient* gradient = command.mutable_gradient();
+  if (absl::Status s =
+          BuildGradient(*core_, id_, targets, sources, options, gradient);
+      !s.ok()) {
+    return s;
+  }
+  std::vector<Tensor> results;
+  results.reserve(sources.size());
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const int64_t id = core_->NewTensorId();
+    gradient->add_result_ids(id);
+    results.push_back(core_->MakeTensor(id));
+  }
+  core_->Enqueue(std::move(command));
+  return results;
+}
+
+absl::StatusOr<std::vector<std::optional<HostTensor>>>
+GradientTape::GradientValues(absl::Span<const Tensor> targets,
+                             absl::Span<const Tensor> sources,
+                             const GradientOptions& options) {
+  v1::Command command;
+  v1::Gradient* gradient = command.mutable_gradient();
+  if (absl::Status s =
+          BuildGradient(*core_, id_, targets, sources, options, gradient);
+      !s.ok()) {
+    return s;
+  }
+  gradient->set_return_values(true);
+  // The results still get ids (released right after this call).
+  std::vector<Tensor> handles;
+  handles.reserve(sources.size());
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const int64_t id = core_->NewTensorId();
+    gradient->add_result_ids(id);
+    handles.push_back(core_->MakeTensor(id));
+  }
+  absl::StatusOr<v1::CommandResult> result = core_->Call(std::move(command));
+  if (!result.ok()) return result.status();
+  v1::GradientValues* values = result->mutable_gradient();
+  if (!result->has_gradient() ||
+      values->values_size() != static_cast<int>(sources.size())) {
+    return absl::InternalError(absl::StrCat(
+        "GradientValues on tape ", id_, ": the server's result for command ",
+        result->seq(), " does not hold one value per source"));
+  }
+  std::vector<std::optional<HostTensor>> out(sources.size());
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const bool is_none =
+        static_cast<int>(i) < values->is_none_size() && values->is_none(i);
+    if (!is_none) out[i] = internal::FromProto(values->mutable_values(i));
+  }
+  return out;
+}
+
+}  // namespace gradtape::client

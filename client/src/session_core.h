@@ -1,0 +1,151 @@
+// SessionCore: the state behind a client Session, shared by the Session, its
+// tensor handles and its tapes (so that handles may outlive the Session).
+//
+// Two locks. `write_mu_` serialises taking the buffered commands and writing
+// them to the stream, so batches go out in buffer order; `mu_` guards
+// everything else and is never held across a blocking gRPC call. Lock order:
+// write_mu_, then mu_. The reader thread takes only mu_. No Tensor is ever
+// destroyed while either lock is held (a handle's destructor takes mu_).
+#ifndef GRADTAPE_CLIENT_SRC_SESSION_CORE_H_
+#define GRADTAPE_CLIENT_SRC_SESSION_CORE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "gradtape/client/session.h"
+#include "gradtape/v1/tape_service.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+
+namespace gradtape::client::internal {
+
+// What a Tensor handle shares: the id and its session. The destructor
+// buffers the id's release.
+struct TensorRef {
+  TensorRef(std::shared_ptr<SessionCore> core, int64_t id)
+      : core(std::move(core)), id(id) {}
+  ~TensorRef();
+  std::shared_ptr<SessionCore> core;
+  int64_t id;
+};
+
+class SessionCore : public std::enable_shared_from_this<SessionCore> {
+ public:
+  explicit SessionCore(SessionOptions options);
+  SessionCore(const SessionCore&) = delete;
+  SessionCore& operator=(const SessionCore&) = delete;
+  // Ends the stream if Close() was not called.
+  ~SessionCore();
+
+  // CreateSession, then opens the stream and starts the reader thread.
+  absl::Status Open(absl::string_view address);
+
+  const std::string& id() const { return session_id_; }
+  int64_t keep_alive_seconds() const { return keep_alive_seconds_; }
+
+  int64_t NewTensorId() { return next_tensor_id_.fetch_add(1) + 1; }
+  int64_t NewTapeId() { return next_tape_id_.fetch_add(1) + 1; }
+  // A handle owning `id`.
+  Tensor MakeTensor(int64_t id);
+  static SessionCore* Of(const Tensor& t) {
+    return t.ref_ ? t.ref_->core.get() : nullptr;
+  }
+
+  // The id of `t` for a command of this session, or 0 with a description of
+  // the problem appended to `*problem` (null handle, other session).
+  int64_t IdFor(const Tensor& t, absl::string_view role, std::string* problem);
+
+  // Appends `command` to the buffer with the next sequence number (returned;
+  // 0 if the session is closed and the command was dropped) and sends the
+  // buffer if it is full. A non-empty `local_error` is recorded as that
+  // command's INVALID_ARGUMENT error (the command is still sent, so the
+  // server poisons its outputs; its own error for it is then not reported).
+  int64_t Enqueue(v1::Command command, absl::string_view what = "",
+                  absl::string_view local_error = "");
+  std::vector<Tensor> Execute(absl::string_view op,
+                              absl::Span<const Tensor> inputs,
+                              const Attrs& attrs, int num_outputs);
+  // Buffers the release of `id` (sent with the next batch).
+  void Release(int64_t id);
+
+  void Flush();
+  // Wait point: flush, wait for every reply, report the first error.
+  absl::Status Sync();
+  // Wait point for a command that returns something: enqueue, flush, wait,
+  // and return its result (or the first unreported error).
+  absl::StatusOr<v1::CommandResult> Call(v1::Command command);
+  absl::Status KeepAlive();
+  absl::Status Close();
+  ClientCounters counters() const;
+  int64_t last_seq() const;
+
+ private:
+  struct CommandError {
+    int64_t seq;
+    absl::Status status;
+  };
+
+  void AddSessionMetadata(grpc::ClientContext* context) const;
+  // Moves the buffered releases into the buffer as one ReleaseTensors.
+  void AppendReleasesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends the buffer (plus pending releases) as one batch.
+  void FlushLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // Flushes and returns the id of the last batch sent.
+  int64_t FlushForWait();
+  // Waits for the reply to `batch_id`, then reports errors: the stream's
+  // failure if it ended first, else the earliest unreported command error.
+  // DEADLINE_EXCEEDED if no reply came by `deadline`.
+  absl::Status WaitAndTakeErrors(int64_t batch_id,
+                                 absl::Time deadline = absl::InfiniteFuture());
+  absl::Status TakeErrorsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After the stream ended: joins the reader and calls Finish once; returns
+  // the stream's status as a client error.
+  absl::Status FinishStreamLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  void ReadLoop();
+
+  const SessionOptions options_;
+  std::string session_id_;
+  std::string token_;
+  int64_t keep_alive_seconds_ = 0;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::TapeService::Stub> stub_;
+  std::atomic<int64_t> next_tensor_id_{0};
+  std::atomic<int64_t> next_tape_id_{0};
+
+  absl::Mutex write_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::unique_ptr<grpc::ClientContext> stream_context_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::CommandBatch, v1::BatchReply>>
+      stream_;
+  std::thread reader_;
+  bool stream_finished_ ABSL_GUARDED_BY(write_mu_) = false;
+  absl::Status stream_status_ ABSL_GUARDED_BY(write_mu_);
+
+  mutable absl::Mutex mu_;
+  absl::CondVar cv_;  // signalled on every reply and when the stream ends
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool stream_done_ ABSL_GUARDED_BY(mu_) = false;  // no more replies
+  v1::CommandBatch pending_ ABSL_GUARDED_BY(mu_);
+  int64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // serialized, roughly
+  std::vector<int64_t> pending_releases_ ABSL_GUARDED_BY(mu_);
+  int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t last_batch_id_ ABSL_GUARDED_BY(mu_) = 0;     // sent
+  int64_t last_answered_id_ ABSL_GUARDED_BY(mu_) = 0;  // replied
+  std::vector<CommandError> errors_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<int64_t> local_failures_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int64_t, v1::CommandResult> results_ ABSL_GUARDED_BY(mu_);
+  ClientCounters counters_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace gradtape::client::internal
+
+#endif  // GRADTAPE_CLIENT_SRC_SESSION_CORE_H_
