@@ -41,6 +41,16 @@ absl::Status Context::Execute(const OpDef& op, absl::Span<const Tensor> inputs,
   return absl::OkStatus();
 }
 
+absl::Status Context::CheckMemoryLimit(absl::string_view what) const {
+  if (memory_limit_ <= 0 || account_->bytes() <= memory_limit_) {
+    return absl::OkStatus();
+  }
+  return absl::ResourceExhaustedError(
+      absl::StrCat(what, ": session memory limit exceeded (", account_->bytes(),
+                   " bytes with this command's result, limit ", memory_limit_,
+                   "); release tensors or delete tapes"));
+}
+
 absl::Status Context::Execute(absl::string_view op_name,
                               absl::Span<const Tensor> inputs, AttrMap attrs,
                               Tensors* outputs) {

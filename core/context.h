@@ -49,6 +49,9 @@ class Context {
                        absl::Span<const Tensor> inputs, AttrMap attrs,
                        Tensors* outputs);
 
+  // RESOURCE_EXHAUSTED "<what>: ..." if the account is over its limit.
+  absl::Status CheckMemoryLimit(absl::string_view what) const;
+
   // Gives `t` a fresh id: the tensor enters the session.
   Tensor Adopt(Tensor t) {
     t.set_id(++last_id_);

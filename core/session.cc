@@ -106,6 +106,12 @@ void Session::Poison(absl::Span<const int64_t> ids,
   }
 }
 
+void Session::Fail(int64_t seq, absl::Span<const int64_t> outputs,
+                   const absl::Status& failure) {
+  last_seq_ = seq;
+  Poison(outputs, failure);
+}
+
 void Session::Store(int64_t id, Tensor t) {
   slots_[id] = Slot{Slot::kTensor, std::move(t), ""};
 }
@@ -170,10 +176,13 @@ absl::Status Session::PutTensor(int64_t seq, int64_t id, DType dtype,
   absl::Status status = CheckFreeOutputs(seq, "PutTensor", ids);
   if (status.ok()) {
     absl::StatusOr<Tensor> t = Tensor::FromBytes(dtype, shape, bytes);
-    if (t.ok()) {
-      Store(id, ctx_.Adopt(*std::move(t)));
-    } else {
+    if (t.ok()) status = ctx_.CheckMemoryLimit("PutTensor");
+    if (!t.ok()) {
       status = Annotate(t.status(), seq, "PutTensor", absl::StrCat("id ", id));
+    } else if (!status.ok()) {
+      status = Annotate(status, seq, "PutTensor", absl::StrCat("id ", id));
+    } else {
+      Store(id, ctx_.Adopt(*std::move(t)));
     }
   }
   if (!status.ok()) Poison(ids, status);

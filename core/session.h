@@ -83,7 +83,17 @@ class Session {
   absl::StatusOr<std::vector<Tensor>> Gradient(int64_t seq,
                                                const GradientRequest& request);
 
+  // Records a command that failed before reaching the session (e.g. it
+  // could not be decoded): poisons its free output ids, advances last_seq.
+  void Fail(int64_t seq, absl::Span<const int64_t> outputs,
+            const absl::Status& failure);
+
   SessionStats Stats() const;
+  // Stats as a command of the log (advances last_seq).
+  SessionStats Stats(int64_t seq) {
+    last_seq_ = seq;
+    return Stats();
+  }
   // Sequence number of the last command processed (applied or failed).
   int64_t last_seq() const { return last_seq_; }
   Context& context() { return ctx_; }

@@ -168,11 +168,11 @@ absl::StatusOr<Tensor> Tensor::FromBytes(DType dtype,
                      " bytes of data, got ", bytes.size()));
   }
   Tensor t = Empty(dtype, shape);
-  if (expected > 0) std::memcpy(t.raw_mutable_data(), bytes.data(), expected);
-  if (dtype == DType::kBool) {
-    for (bool& b : absl::MakeSpan(t.mutable_data<bool>(), n)) {
-      b = reinterpret_cast<const uint8_t&>(b) != 0;
-    }
+  if (dtype == DType::kBool) {  // Any nonzero byte is true.
+    bool* out = t.mutable_data<bool>();
+    for (int64_t i = 0; i < n; ++i) out[i] = bytes[i] != 0;
+  } else if (expected > 0) {
+    std::memcpy(t.raw_mutable_data(), bytes.data(), expected);
   }
   return t;
 }

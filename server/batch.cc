@@ -22,8 +22,10 @@ absl::Status Execute(Session& session, int64_t seq, const v1::ExecuteOp& cmd) {
   for (const auto& [name, value] : cmd.attrs()) {
     absl::StatusOr<AttrValue> converted = FromProto(name, value);
     if (!converted.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
+      absl::Status failure = absl::InvalidArgumentError(absl::StrCat(
           cmd.op(), " (command ", seq, "): ", converted.status().message()));
+      session.Fail(seq, Ids(cmd.output_ids()), failure);
+      return failure;
     }
     attrs.Set(name, *std::move(converted));
   }
@@ -94,13 +96,15 @@ absl::Status Apply(Session& session, const v1::Command& cmd,
     case v1::Command::kGradient:
       return Gradient(session, seq, cmd.gradient(), result);
     case v1::Command::kStats:
-      ToProto(session.Stats(), result->mutable_stats());
+      ToProto(session.Stats(seq), result->mutable_stats());
       return absl::OkStatus();
     case v1::Command::KIND_NOT_SET:
       break;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
+  absl::Status failure = absl::InvalidArgumentError(absl::StrCat(
       "command ", seq, ": no command kind set (execute, put, fetch, ...)"));
+  session.Fail(seq, {}, failure);
+  return failure;
 }
 
 }  // namespace

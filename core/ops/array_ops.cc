@@ -2,6 +2,7 @@
 // takes a host-side int tensor for a static parameter (Reshape's shape,
 // Transpose's perm, BroadcastTo's shape), gradtape takes an attr of the same
 // name: a remote client knows it statically, and it saves a tensor.
+#include <limits>
 #include <numeric>
 
 #include "core/gradient.h"
@@ -147,6 +148,119 @@ absl::Status BroadcastToKernel(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
+absl::Status ShapeKernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const DType out_type = ctx.attrs().Type("out_type");
+  if (out_type != DType::kInt32 && out_type != DType::kInt64) {
+    return ctx.InvalidArgument("out_type must be int32 or int64, got ",
+                               DTypeName(out_type));
+  }
+  Tensor y = Tensor::Empty(out_type, {x.rank()});
+  for (int i = 0; i < x.rank(); ++i) {
+    if (out_type == DType::kInt64) {
+      y.mutable_data<int64_t>()[i] = x.dim(i);
+    } else if (x.dim(i) > std::numeric_limits<int32_t>::max()) {
+      return ctx.InvalidArgument("dim ", i, " of ", x.DebugString(),
+                                 " does not fit out_type int32");
+    } else {
+      y.mutable_data<int32_t>()[i] = static_cast<int32_t>(x.dim(i));
+    }
+  }
+  ctx.set_output(0, std::move(y));
+  return absl::OkStatus();
+}
+
+// Index i of an int32 or int64 tensor (the caller checked the dtype).
+int64_t IndexAt(const Tensor& t, int64_t i) {
+  return t.dtype() == DType::kInt32 ? t.data<int32_t>()[i]
+                                    : t.data<int64_t>()[i];
+}
+
+// GatherV2 with batch_dims 0: output = params.shape[:axis] + indices.shape +
+// params.shape[axis+1:], output[o, n, i] = params[o, indices[n], i].
+absl::Status GatherV2Kernel(KernelContext& ctx) {
+  if (absl::Status s = ctx.RequireIndexDType(1); !s.ok()) return s;
+  const Tensor& params = ctx.input(0);
+  const Tensor& indices = ctx.input(1);
+  if (const int64_t b = ctx.attrs().Int("batch_dims"); b != 0) {
+    return ctx.InvalidArgument("batch_dims ", b,
+                               " is not supported (only 0)");
+  }
+  const int64_t rank = params.rank();
+  int64_t axis = ctx.attrs().Int("axis");
+  if (axis < -rank || axis >= rank) {
+    return ctx.InvalidArgument("axis ", axis, " is out of range for params ",
+                               ShapeString(params.shape()));
+  }
+  if (axis < 0) axis += rank;
+  const int64_t limit = params.dim(axis);
+  for (int64_t n = 0; n < indices.num_elements(); ++n) {
+    const int64_t index = IndexAt(indices, n);
+    if (index < 0 || index >= limit) {
+      return ctx.InvalidArgument("indices[", n, "] = ", index,
+                                 " is not in [0, ", limit, ") (axis ", axis,
+                                 " of params ", ShapeString(params.shape()),
+                                 ")");
+    }
+  }
+  Shape out_shape(params.shape().begin(), params.shape().begin() + axis);
+  out_shape.insert(out_shape.end(), indices.shape().begin(),
+                   indices.shape().end());
+  out_shape.insert(out_shape.end(), params.shape().begin() + axis + 1,
+                   params.shape().end());
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < axis; ++i) outer *= params.dim(i);
+  for (int64_t i = axis + 1; i < rank; ++i) inner *= params.dim(i);
+  const int64_t n_indices = indices.num_elements();
+  if (NumElements(out_shape) < 0) {
+    return ctx.InvalidArgument("output shape ", ShapeString(out_shape),
+                               " is too large");
+  }
+  Tensor y = Tensor::Empty(params.dtype(), out_shape);
+  DispatchAny(params.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* px = params.data<T>();
+    T* py = y.mutable_data<T>();
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t n = 0; n < n_indices; ++n) {
+        const T* from = px + (o * limit + IndexAt(indices, n)) * inner;
+        std::copy(from, from + inner, py + (o * n_indices + n) * inner);
+      }
+    }
+  });
+  ctx.set_output(0, std::move(y));
+  return absl::OkStatus();
+}
+
+// dparams for GatherV2: the rows of dy scattered (summed) back to where they
+// were gathered from, with UnsortedSegmentSum over the gather axis (moved to
+// the front and back with Transpose).
+void GatherV2Grad(GradContext& g) {
+  const Shape& params = g.InputShape(0);
+  const Shape& indices = g.InputShape(1);
+  const int64_t rank = static_cast<int64_t>(params.size());
+  int64_t axis = g.attrs().Int("axis");
+  if (axis < 0) axis += rank;
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < axis; ++i) outer *= params[i];
+  for (int64_t i = axis + 1; i < rank; ++i) inner *= params[i];
+  const int64_t n = NumElements(indices);
+  const std::vector<int64_t> swap = {1, 0, 2};
+  Tensor ids = g.Reshape(g.Input(1), {n});
+  Tensor dx;
+  if (outer == 1) {
+    dx = g.Op("UnsortedSegmentSum", {g.Reshape(g.Grad(0), {n, inner}), ids},
+              {{"num_segments", params[axis]}});
+  } else {
+    Tensor dy = g.Op("Transpose", {g.Reshape(g.Grad(0), {outer, n, inner})},
+                     {{"perm", swap}});
+    dx = g.Op("UnsortedSegmentSum", {dy, ids},
+              {{"num_segments", params[axis]}});
+    dx = g.Op("Transpose", {dx}, {{"perm", swap}});
+  }
+  g.SetGrad(0, g.Reshape(dx, params));
+}
+
 }  // namespace
 
 void RegisterArrayOps(OpRegistry& r) {
@@ -223,6 +337,28 @@ void RegisterArrayOps(OpRegistry& r) {
               .Summary(value == 0.0 ? "zeros of x's shape and dtype"
                                     : "ones of x's shape and dtype"));
   }
+  r.Add(Op("Shape")
+            .Inputs({"input"})
+            .Outputs({"output"})
+            .Attr("out_type", DType::kInt32)
+            .Forward(ShapeKernel)
+            .NotDifferentiable()
+            .Summary("the dims of input as a vector of out_type (int32 or "
+                     "int64)"));
+  r.Add(Op("GatherV2")
+            .Inputs({"params", "indices"})
+            .Outputs({"output"})
+            .Attr("axis", int64_t{0})
+            .Attr("batch_dims", int64_t{0})
+            .Forward(GatherV2Kernel)
+            // dparams = UnsortedSegmentSum(dy, indices) along axis (TF's
+            // IndexedSlices gradient, made dense)
+            .Backward(GatherV2Grad)
+            .SavesInputs({1})
+            .NonDifferentiableInputs({1})
+            .Summary("output = params gathered at int indices along `axis` "
+                     "(TF's axis input is an attr here; batch_dims must be "
+                     "0); out-of-range indices are an error"));
 }
 
 }  // namespace gradtape

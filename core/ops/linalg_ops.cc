@@ -1,10 +1,282 @@
 // Batched and sparse matrix products, cross product.
+//
+// Every product is one Eigen GEMM per matrix: the operands are row-major
+// buffers viewed through Eigen::Map, with transposes (adjoints; the dtypes
+// here are real) folded into the expression, so no copy is made. Batched
+// products walk the batch dims with ForEachStrided, whose strides (in
+// matrices) are 0 along a broadcast dim.
+#include "Eigen/Core"
 #include "core/gradient.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
 
 namespace gradtape {
+namespace {
 
-void RegisterLinalgOps(OpRegistry& r) {}
+// c = op(a) op(b) for row-major a [a_rows, a_cols], b [b_rows, b_cols] and
+// c [m, n]; op transposes when the flag is set. The caller checked that the
+// inner dimensions agree.
+template <typename T>
+void Gemm(const T* a, int64_t a_rows, int64_t a_cols, bool ta, const T* b,
+          int64_t b_rows, int64_t b_cols, bool tb, T* c) {
+  using Matrix =
+      Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  Eigen::Map<const Matrix> ma(a, a_rows, a_cols);
+  Eigen::Map<const Matrix> mb(b, b_rows, b_cols);
+  Eigen::Map<Matrix> mc(c, ta ? a_cols : a_rows, tb ? b_rows : b_cols);
+  if (mc.size() == 0) return;
+  if ((ta ? a_rows : a_cols) == 0) {  // Empty inner dimension: a sum of none.
+    mc.setZero();
+    return;
+  }
+  if (!ta && !tb) mc.noalias() = ma * mb;
+  if (!ta && tb) mc.noalias() = ma * mb.transpose();
+  if (ta && !tb) mc.noalias() = ma.transpose() * mb;
+  if (ta && tb) mc.noalias() = ma.transpose() * mb.transpose();
+}
+
+// The matrix dims of a product: op(x) is [m, k], op(y) is [k, n].
+struct ProductDims {
+  int64_t m, k, n;
+};
+
+// Checks that op(x) op(y) is defined for the trailing two dims of inputs 0
+// and 1 (transposed per tx, ty) and returns its dims.
+absl::StatusOr<ProductDims> MatrixDims(const KernelContext& ctx, bool tx,
+                                       bool ty, const char* tx_name,
+                                       const char* ty_name) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& y = ctx.input(1);
+  const int64_t xr = x.dim(x.rank() - 2), xc = x.dim(x.rank() - 1);
+  const int64_t yr = y.dim(y.rank() - 2), yc = y.dim(y.rank() - 1);
+  ProductDims d{tx ? xc : xr, tx ? xr : xc, ty ? yr : yc};
+  const int64_t ky = ty ? yc : yr;
+  if (d.k != ky) {
+    return ctx.InvalidArgument(
+        "inner dimensions do not match: ", ctx.op().input_names[0], " is ",
+        ShapeString(x.shape()), tx ? absl::StrCat(" (", tx_name, ")") : "",
+        ", ", ctx.op().input_names[1], " is ", ShapeString(y.shape()),
+        ty ? absl::StrCat(" (", ty_name, ")") : "", "; ", d.k, " != ", ky);
+  }
+  return d;
+}
+
+// BatchMatMul (broadcast = false: batch dims must be equal) and
+// BatchMatMulV2 (batch dims broadcast numpy-style).
+absl::Status BatchMatMulKernel(KernelContext& ctx, bool broadcast) {
+  if (absl::Status s = ctx.RequireFloat(0); !s.ok()) return s;
+  if (absl::Status s = ctx.RequireSameDType(0, 1); !s.ok()) return s;
+  const Tensor& x = ctx.input(0);
+  const Tensor& y = ctx.input(1);
+  for (int i = 0; i < 2; ++i) {
+    if (ctx.input(i).rank() < 2) {
+      return ctx.InvalidArgument("input ", i, " (", ctx.op().input_names[i],
+                                 ") must have rank >= 2, got shape ",
+                                 ShapeString(ctx.input(i).shape()));
+    }
+  }
+  const bool adj_x = ctx.attrs().Bool("adj_x");
+  const bool adj_y = ctx.attrs().Bool("adj_y");
+  absl::StatusOr<ProductDims> d =
+      MatrixDims(ctx, adj_x, adj_y, "adj_x", "adj_y");
+  if (!d.ok()) return d.status();
+  absl::Span<const int64_t> bx(x.shape().data(), x.rank() - 2);
+  absl::Span<const int64_t> by(y.shape().data(), y.rank() - 2);
+  Shape batch;
+  if (!broadcast) {
+    if (bx != by) {
+      return ctx.InvalidArgument(
+          "batch dimensions of x ", ShapeString(x.shape()), " and y ",
+          ShapeString(y.shape()),
+          " must be equal (BatchMatMulV2 broadcasts them)");
+    }
+    batch.assign(bx.begin(), bx.end());
+  } else {
+    absl::StatusOr<Shape> b = BroadcastShapes(ctx, bx, by);
+    if (!b.ok()) {
+      return ctx.InvalidArgument("batch dimensions of x ",
+                                 ShapeString(x.shape()), " and y ",
+                                 ShapeString(y.shape()), " do not broadcast");
+    }
+    batch = *std::move(b);
+  }
+  Shape out_shape = batch;
+  out_shape.push_back(d->m);
+  out_shape.push_back(d->n);
+  if (NumElements(out_shape) < 0) {
+    return ctx.InvalidArgument("output shape ", ShapeString(out_shape),
+                               " is too large");
+  }
+  Tensor z = Tensor::Empty(x.dtype(), out_shape);
+  DispatchFloat(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const int64_t xr = x.dim(x.rank() - 2), xc = x.dim(x.rank() - 1);
+    const int64_t yr = y.dim(y.rank() - 2), yc = y.dim(y.rank() - 1);
+    const int64_t x_size = xr * xc, y_size = yr * yc, z_size = d->m * d->n;
+    const int rank = static_cast<int>(batch.size());
+    Shape sx = BroadcastStrides(bx, rank);  // in matrices
+    Shape sy = BroadcastStrides(by, rank);
+    const T* px = x.data<T>();
+    const T* py = y.data<T>();
+    T* pz = z.mutable_data<T>();
+    ForEachStrided(batch, sx, sy, [&](int64_t o, int64_t i, int64_t j) {
+      Gemm(px + i * x_size, xr, xc, adj_x, py + j * y_size, yr, yc, adj_y,
+           pz + o * z_size);
+    });
+  });
+  ctx.set_output(0, std::move(z));
+  return absl::OkStatus();
+}
+
+// Z = op(X) op(Y):  dX = dZ Y^T,  dY = X^T dZ (transposes folded into the
+// adj attrs), each summed over the batch dims its input was broadcast along.
+void BatchMatMulGrad(GradContext& g, const char* op_name) {
+  const bool ax = g.attrs().Bool("adj_x");
+  const bool ay = g.attrs().Bool("adj_y");
+  Tensor x = g.Input(0), y = g.Input(1), dz = g.Grad(0);
+  auto mm = [&](Tensor a, Tensor b, bool adj_a, bool adj_b) {
+    return g.Op(op_name, {a, b}, {{"adj_x", adj_a}, {"adj_y", adj_b}});
+  };
+  if (g.NeedsGrad(0)) {
+    Tensor dx = !ax ? mm(dz, y, false, !ay) : mm(y, dz, ay, true);
+    g.SetGrad(0, g.SumToShape(dx, g.InputShape(0)));
+  }
+  if (g.NeedsGrad(1)) {
+    Tensor dy = !ay ? mm(x, dz, !ax, false) : mm(dz, x, true, ax);
+    g.SetGrad(1, g.SumToShape(dy, g.InputShape(1)));
+  }
+}
+
+absl::Status SparseMatMulKernel(KernelContext& ctx) {
+  if (absl::Status s = ctx.RequireFloat(0); !s.ok()) return s;
+  if (absl::Status s = ctx.RequireSameDType(0, 1); !s.ok()) return s;
+  if (absl::Status s = ctx.RequireRank(0, 2); !s.ok()) return s;
+  if (absl::Status s = ctx.RequireRank(1, 2); !s.ok()) return s;
+  const Tensor& a = ctx.input(0);
+  const Tensor& b = ctx.input(1);
+  const bool ta = ctx.attrs().Bool("transpose_a");
+  const bool tb = ctx.attrs().Bool("transpose_b");
+  absl::StatusOr<ProductDims> d =
+      MatrixDims(ctx, ta, tb, "transpose_a", "transpose_b");
+  if (!d.ok()) return d.status();
+  Tensor c = Tensor::Empty(a.dtype(), {d->m, d->n});
+  DispatchFloat(a.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    Gemm(a.data<T>(), a.dim(0), a.dim(1), ta, b.data<T>(), b.dim(0), b.dim(1),
+         tb, c.mutable_data<T>());
+  });
+  ctx.set_output(0, std::move(c));
+  return absl::OkStatus();
+}
+
+absl::Status CrossKernel(KernelContext& ctx) {
+  if (absl::Status s = RequireDTypes(ctx, 0, DTypes::kNumeric); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ctx.RequireSameDType(0, 1); !s.ok()) return s;
+  const Tensor& a = ctx.input(0);
+  const Tensor& b = ctx.input(1);
+  if (a.shape() != b.shape()) {
+    return ctx.InvalidArgument("a ", ShapeString(a.shape()), " and b ",
+                               ShapeString(b.shape()),
+                               " must have the same shape");
+  }
+  if (a.rank() == 0 || a.dim(a.rank() - 1) != 3) {
+    return ctx.InvalidArgument("the last dimension of a and b must be 3, got ",
+                               ShapeString(a.shape()));
+  }
+  Tensor c = Tensor::Empty(a.dtype(), a.shape());
+  DispatchNumeric(a.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    T* pc = c.mutable_data<T>();
+    for (int64_t v = 0; v < a.num_elements(); v += 3) {
+      const T *u = pa + v, *w = pb + v;
+      pc[v] = u[1] * w[2] - u[2] * w[1];
+      pc[v + 1] = u[2] * w[0] - u[0] * w[2];
+      pc[v + 2] = u[0] * w[1] - u[1] * w[0];
+    }
+  });
+  ctx.set_output(0, std::move(c));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterLinalgOps(OpRegistry& r) {
+  for (bool broadcast : {false, true}) {
+    const char* name = broadcast ? "BatchMatMulV2" : "BatchMatMul";
+    r.Add(Op(name)
+              .Inputs({"x", "y"})
+              .Outputs({"output"})
+              .Attr("adj_x", false)
+              .Attr("adj_y", false)
+              .Forward([broadcast](KernelContext& ctx) {
+                return BatchMatMulKernel(ctx, broadcast);
+              })
+              // Z = op(X) op(Y):  dX = dZ op(Y)^T,  dY = op(X)^T dZ
+              // (transposes folded into adj_x/adj_y; V2 sums over the
+              // broadcast batch dims)
+              .Backward([name](GradContext& g) { BatchMatMulGrad(g, name); })
+              .SavesInputs({0, 1})
+              .Summary(broadcast
+                           ? "output[..., :, :] = op(x) @ op(y) per matrix, "
+                             "batch dims broadcast; op transposes when adj_*"
+                           : "output[..., :, :] = op(x) @ op(y) per matrix, "
+                             "equal batch dims; op transposes when adj_*"));
+  }
+  r.Add(Op("SparseMatMul")
+            .Inputs({"a", "b"})
+            .Outputs({"product"})
+            .Attr("transpose_a", false)
+            .Attr("transpose_b", false)
+            .Attr("a_is_sparse", false)
+            .Attr("b_is_sparse", false)
+            .Forward(SparseMatMulKernel)
+            // C = op(A) op(B):  dA = dC op(B)^T,  dB = op(A)^T dC  (each
+            // operand keeps its sparsity hint; dC is dense)
+            .Backward([](GradContext& g) {
+              const bool ta = g.attrs().Bool("transpose_a");
+              const bool tb = g.attrs().Bool("transpose_b");
+              const bool sa = g.attrs().Bool("a_is_sparse");
+              const bool sb = g.attrs().Bool("b_is_sparse");
+              Tensor a = g.Input(0), b = g.Input(1), dc = g.Grad(0);
+              // x is sparse per hint sx, y per hint sy.
+              auto smm = [&](Tensor x, bool sx, Tensor y, bool sy, bool tx,
+                             bool ty) {
+                return g.Op("SparseMatMul", {x, y},
+                            {{"transpose_a", tx},
+                             {"transpose_b", ty},
+                             {"a_is_sparse", sx},
+                             {"b_is_sparse", sy}});
+              };
+              if (g.NeedsGrad(0)) {
+                g.SetGrad(0, !ta ? smm(dc, false, b, sb, false, !tb)
+                                 : smm(b, sb, dc, false, tb, true));
+              }
+              if (g.NeedsGrad(1)) {
+                g.SetGrad(1, !tb ? smm(a, sa, dc, false, !ta, false)
+                                 : smm(dc, false, a, sa, true, ta));
+              }
+            })
+            .SavesInputs({0, 1})
+            .Summary("product = op(a) @ op(b) for 2-D a, b of one float "
+                     "dtype; the *_is_sparse hints do not change the result "
+                     "(the product is computed densely)"));
+  r.Add(Op("Cross")
+            .Inputs({"a", "b"})
+            .Outputs({"product"})
+            .Forward(CrossKernel)
+            // c = a x b:  da = b x dc,  db = dc x a
+            .Backward([](GradContext& g) {
+              Tensor dc = g.Grad(0);
+              if (g.NeedsGrad(0)) g.SetGrad(0, g.Op("Cross", {g.Input(1), dc}));
+              if (g.NeedsGrad(1)) g.SetGrad(1, g.Op("Cross", {dc, g.Input(0)}));
+            })
+            .SavesInputs({0, 1})
+            .Summary("product[..., :] = a[..., :] x b[..., :] (3-vectors in "
+                     "the last dim; a, b of one shape)"));
+}
 
 }  // namespace gradtape

@@ -93,6 +93,14 @@ TEST(SessionTest, MemoryLimitRefusesAndRecovers) {
   EXPECT_EQ(s.Stats().bytes_in_use, 10000);
   ASSERT_TRUE(s.ReleaseTensors(4, {2}).ok());
   EXPECT_TRUE(s.ExecuteOp(5, "Exp", {1}, {3}, {}).ok());
+  // Puts count too, and a refused put leaves nothing behind.
+  absl::Status put = s.PutTensor(6, 9, Matrix(10, 10));
+  EXPECT_EQ(put.code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(put.message(), "PutTensor (command 6, id 9)"))
+      << put;
+  EXPECT_EQ(s.Stats().bytes_in_use, 10000);
+  EXPECT_EQ(s.FetchTensor(7, 9).status().code(),
+            StatusCode::kFailedPrecondition);
 }
 
 TEST(SessionTest, TapeCommandErrors) {
