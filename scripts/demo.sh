@@ -18,4 +18,4 @@ for _ in $(seq 100); do
 done
 grep -q "listening" "$LOG" || { echo "server did not start"; cat "$LOG"; exit 1; }
 cat "$LOG"
-build/client/gradtape-mlp-demo --address="$ADDRESS" "$@"
+build/client/examples/gradtape-mlp-demo --address="$ADDRESS" "$@"
