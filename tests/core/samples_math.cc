@@ -37,6 +37,19 @@ void AddMathSamples(SampleList& s) {
     s.Add(op, "axes 0,-1 keep_dims", {R({2, 3, 2}, 36)},
           {{"axis", L({0, -1})}, {"keep_dims", true}});
   }
+  for (const char* op :
+       {"Equal", "NotEqual", "Greater", "GreaterEqual", "Less", "LessEqual"}) {
+    s.Add(op, "broadcast", {R({2, 3}, 37), R({3}, 38)});
+  }
+  Tensor mask =
+      Tensor::FromVector<bool>({2, 3}, {true, false, false, true, true, false});
+  s.Add("Select", "elementwise condition",
+        {mask, R({2, 3}, 39), R({2, 3}, 40)});
+  s.Add("Select", "vector condition",
+        {Tensor::FromVector<bool>({2}, {false, true}), R({2, 3}, 41),
+         R({2, 3}, 42)});
+  s.Add("Select", "scalar condition",
+        {Tensor::Scalar<bool>(true), R({2, 2}, 43), R({2, 2}, 44)});
 }
 
 }  // namespace gradtape::testing
