@@ -27,7 +27,7 @@ TEST_P(Elision, TapeEntryHoldsExactlyTheDeclaredTensors) {
   ASSERT_TRUE(ctx.tapes().Push(1, false, false).ok());
   Tape* tape = *ctx.tapes().Find(1);
   for (const Tensor& t : inputs) {
-    if (IsFloating(t.dtype())) tape->Watch(t);
+    if (IsTrainable(t.dtype())) tape->Watch(t);
   }
   Tensors out;
   ASSERT_TRUE(ctx.Execute(*op, inputs, s.attrs, &out).ok());

@@ -3,6 +3,7 @@
 // tape computes (one row per non-persistent tape: record, then a gradient
 // seeded with a one-hot output gradient).
 #include <cmath>
+#include <cstring>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -27,15 +28,38 @@ Tensors RunOp(Context& ctx, const OpSample& s, const std::vector<Tensor>& in) {
 std::vector<int> DifferentiableInputs(const OpDef& op, const OpSample& s) {
   std::vector<int> idx;
   for (int i = 0; i < op.num_inputs(); ++i) {
-    if (op.input_differentiable[i] && IsFloating(s.inputs[i].dtype())) {
+    if (op.input_differentiable[i] && IsTrainable(s.inputs[i].dtype())) {
       idx.push_back(i);
     }
   }
   return idx;
 }
 
+// Element k of a float64 or complex128 tensor as a complex number.
+complex128 At(const Tensor& t, int64_t k) {
+  if (t.dtype() == DType::kComplex128) return t.data<complex128>()[k];
+  return t.ElementAsDouble(k);
+}
+
+// A copy of `t` with `delta` added to element k (real part, or the
+// imaginary part when `imag`).
+Tensor Perturbed(const Tensor& t, int64_t k, double delta, bool imag) {
+  Tensor copy = Tensor::Empty(t.dtype(), t.shape());
+  std::memcpy(copy.raw_mutable_data(), t.raw_data(), t.num_bytes());
+  if (t.dtype() == DType::kComplex128) {
+    copy.mutable_data<complex128>()[k] += imag ? complex128(0, delta) : delta;
+  } else {
+    copy.mutable_data<double>()[k] += delta;
+  }
+  return copy;
+}
+
 class GradientCheck : public ::testing::TestWithParam<OpSample> {};
 
+// For real loss L, the tape's gradient of a real input is dL/dx and of a
+// complex input dL/dx + i dL/dy (TensorFlow's convention). Each row of the
+// Jacobian is one L: L = out[j] for a real output; L = Re(out[j]) (seed 1)
+// or Im(out[j]) (seed i) for a complex one.
 TEST_P(GradientCheck, TapeJacobianMatchesCentralDifferences) {
   const OpSample& s = GetParam();
   const OpDef* op = DefaultRegistry().Find(s.op);
@@ -50,45 +74,55 @@ TEST_P(GradientCheck, TapeJacobianMatchesCentralDifferences) {
 
   constexpr double kStep = 1e-6;
   for (int o = 0; o < op->num_outputs(); ++o) {
-    if (!IsFloating(base[o].dtype())) continue;
-    const int64_t rows = base[o].num_elements();
-    for (int64_t j = 0; j < rows; ++j) {
-      // Analytic row j of d(output o)/d(inputs) through a fresh tape.
-      ASSERT_TRUE(ctx.tapes().Push(1, /*persistent=*/false, false).ok());
-      Tape* tape = *ctx.tapes().Find(1);
-      for (int i : wrt) tape->Watch(inputs[i]);
-      Tensors out = RunOp(ctx, s, inputs);
-      ASSERT_TRUE(ctx.tapes().Pop(1).ok());
-      Tensors seeds(op->num_outputs());
-      seeds[o] = Tensor::Zeros(out[o].dtype(), out[o].shape());
-      seeds[o].mutable_data<double>()[j] = 1.0;
-      std::vector<Tensor> sources;
-      for (int i : wrt) sources.push_back(inputs[i]);
-      absl::StatusOr<std::vector<Tensor>> grads = ctx.Gradient(
-          *tape, {out[o]}, sources, {seeds[o]}, Unconnected::kZero);
-      ASSERT_TRUE(grads.ok()) << grads.status();
-      ASSERT_TRUE(ctx.tapes().Delete(1).ok());
+    if (!IsTrainable(base[o].dtype())) continue;
+    const bool complex_out = IsComplex(base[o].dtype());
+    for (int64_t j = 0; j < base[o].num_elements(); ++j) {
+      for (int part = 0; part < (complex_out ? 2 : 1); ++part) {
+        // Analytic row through a fresh non-persistent tape.
+        ASSERT_TRUE(ctx.tapes().Push(1, /*persistent=*/false, false).ok());
+        Tape* tape = *ctx.tapes().Find(1);
+        for (int i : wrt) tape->Watch(inputs[i]);
+        Tensors out = RunOp(ctx, s, inputs);
+        ASSERT_TRUE(ctx.tapes().Pop(1).ok());
+        Tensor seed = Tensor::Zeros(out[o].dtype(), out[o].shape());
+        if (complex_out) {
+          seed.mutable_data<complex128>()[j] =
+              part == 0 ? complex128(1, 0) : complex128(0, 1);
+        } else {
+          seed.mutable_data<double>()[j] = 1.0;
+        }
+        std::vector<Tensor> sources;
+        for (int i : wrt) sources.push_back(inputs[i]);
+        absl::StatusOr<std::vector<Tensor>> grads =
+            ctx.Gradient(*tape, {out[o]}, sources, {seed}, Unconnected::kZero);
+        ASSERT_TRUE(grads.ok()) << grads.status();
+        ASSERT_TRUE(ctx.tapes().Delete(1).ok());
 
-      for (size_t w = 0; w < wrt.size(); ++w) {
-        const int i = wrt[w];
-        const Tensor& g = (*grads)[w];
-        ASSERT_EQ(g.shape(), inputs[i].shape());
-        for (int64_t k = 0; k < inputs[i].num_elements(); ++k) {
-          // Numeric d(output o)[j] / d(input i)[k].
-          auto value_at = [&](double delta) {
-            std::vector<Tensor> moved = inputs;
-            Tensor copy = Tensor::Empty(DType::kFloat64, inputs[i].shape());
-            copy.flat<double>() = inputs[i].flat<double>();
-            copy.mutable_data<double>()[k] += delta;
-            moved[i] = copy;
-            return RunOp(ctx, s, moved)[o].ElementAsDouble(j);
-          };
-          const double numeric =
-              (value_at(kStep) - value_at(-kStep)) / (2 * kStep);
-          const double analytic = g.ElementAsDouble(k);
-          EXPECT_NEAR(analytic, numeric, 1e-6 + 1e-6 * std::abs(numeric))
-              << s.op << " (" << s.label << "): d out" << o << "[" << j
-              << "] / d in" << i << "[" << k << "]";
+        auto loss = [&](const std::vector<Tensor>& in) {
+          complex128 v = At(RunOp(ctx, s, in)[o], j);
+          return part == 0 ? v.real() : v.imag();
+        };
+        for (size_t w = 0; w < wrt.size(); ++w) {
+          const int i = wrt[w];
+          const Tensor& g = (*grads)[w];
+          ASSERT_EQ(g.shape(), inputs[i].shape());
+          ASSERT_EQ(g.dtype(), inputs[i].dtype());
+          const bool complex_in = IsComplex(inputs[i].dtype());
+          for (int64_t k = 0; k < inputs[i].num_elements(); ++k) {
+            for (int in_part = 0; in_part < (complex_in ? 2 : 1); ++in_part) {
+              std::vector<Tensor> plus = inputs, minus = inputs;
+              plus[i] = Perturbed(inputs[i], k, kStep, in_part == 1);
+              minus[i] = Perturbed(inputs[i], k, -kStep, in_part == 1);
+              const double numeric = (loss(plus) - loss(minus)) / (2 * kStep);
+              const complex128 a = At(g, k);
+              const double analytic = in_part == 0 ? a.real() : a.imag();
+              EXPECT_NEAR(analytic, numeric, 1e-6 + 1e-6 * std::abs(numeric))
+                  << s.op << " (" << s.label << "): d "
+                  << (complex_out ? (part ? "Im " : "Re ") : "") << "out" << o
+                  << "[" << j << "] / d " << (in_part ? "Im " : "") << "in" << i
+                  << "[" << k << "]";
+            }
+          }
         }
       }
     }
