@@ -183,8 +183,7 @@ absl::Status GatherV2Kernel(KernelContext& ctx) {
   const Tensor& params = ctx.input(0);
   const Tensor& indices = ctx.input(1);
   if (const int64_t b = ctx.attrs().Int("batch_dims"); b != 0) {
-    return ctx.InvalidArgument("batch_dims ", b,
-                               " is not supported (only 0)");
+    return ctx.InvalidArgument("batch_dims ", b, " is not supported (only 0)");
   }
   const int64_t rank = params.rank();
   int64_t axis = ctx.attrs().Int("axis");
@@ -197,10 +196,9 @@ absl::Status GatherV2Kernel(KernelContext& ctx) {
   for (int64_t n = 0; n < indices.num_elements(); ++n) {
     const int64_t index = IndexAt(indices, n);
     if (index < 0 || index >= limit) {
-      return ctx.InvalidArgument("indices[", n, "] = ", index,
-                                 " is not in [0, ", limit, ") (axis ", axis,
-                                 " of params ", ShapeString(params.shape()),
-                                 ")");
+      return ctx.InvalidArgument(
+          "indices[", n, "] = ", index, " is not in [0, ", limit, ") (axis ",
+          axis, " of params ", ShapeString(params.shape()), ")");
     }
   }
   Shape out_shape(params.shape().begin(), params.shape().begin() + axis);
@@ -254,8 +252,8 @@ void GatherV2Grad(GradContext& g) {
   } else {
     Tensor dy = g.Op("Transpose", {g.Reshape(g.Grad(0), {outer, n, inner})},
                      {{"perm", swap}});
-    dx = g.Op("UnsortedSegmentSum", {dy, ids},
-              {{"num_segments", params[axis]}});
+    dx =
+        g.Op("UnsortedSegmentSum", {dy, ids}, {{"num_segments", params[axis]}});
     dx = g.Op("Transpose", {dx}, {{"perm", swap}});
   }
   g.SetGrad(0, g.Reshape(dx, params));

@@ -18,6 +18,16 @@ void AddArraySamples(SampleList& s) {
         {{"shape", L({2, 3})}});
   s.Add("ZerosLike", "matrix", {R({2, 3}, 45)});
   s.Add("OnesLike", "matrix", {R({2, 3}, 46)});
+  s.Add("Shape", "int32", {R({2, 3}, 47)});
+  s.Add("Shape", "int64", {R({2, 1, 3}, 48)}, {{"out_type", DType::kInt64}});
+  s.Add("GatherV2", "rows, int32, repeated index",
+        {R({4, 3}, 49), Tensor::FromVector<int32_t>({3}, {2, 0, 2})});
+  s.Add("GatherV2", "axis 1, int64 indices of rank 2",
+        {R({2, 3, 2}, 50), Tensor::FromVector<int64_t>({2, 2}, {2, 0, 1, 2})},
+        {{"axis", int64_t{1}}});
+  s.Add("GatherV2", "axis -1",
+        {R({2, 3}, 51), Tensor::FromVector<int32_t>({2}, {1, 1})},
+        {{"axis", int64_t{-1}}});
 }
 
 }  // namespace gradtape::testing
