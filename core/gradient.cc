@@ -27,6 +27,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "core/variable.h"
 
 namespace gradtape {
 namespace {
@@ -261,7 +262,9 @@ absl::StatusOr<std::vector<Tensor>> Context::Gradient(
       Tensor& grad = g.input_grads()[i];
       if (!grad.valid()) continue;  // The backward says: no gradient.
       const TensorMeta& in = e.inputs[i];
-      if (grad.shape() != in.shape || grad.dtype() != in.dtype) {
+      // A variable handle's gradient has the variable's dtype and shape.
+      if (in.dtype != DType::kResource &&
+          (grad.shape() != in.shape || grad.dtype() != in.dtype)) {
         status = absl::InternalError(
             absl::StrCat("backward of ", e.op->name, " produced ",
                          grad.DebugString(), " for input ", i, " which is ",
@@ -288,7 +291,9 @@ absl::StatusOr<std::vector<Tensor>> Context::Gradient(
         // (target == source): give it its own id so each handle owns one.
         if (!created_set.contains(r.id())) r = Adopt(r);
       } else if (unconnected == Unconnected::kZero) {
-        r = Adopt(Tensor::Zeros(s.dtype(), s.shape()));
+        const Variable* var = VariableOf(s);
+        r = Adopt(var != nullptr ? Tensor::Zeros(var->dtype, var->shape)
+                                 : Tensor::Zeros(s.dtype(), s.shape()));
       }
       results.push_back(std::move(r));
     }

@@ -159,7 +159,9 @@ void OpRegistry::Add(Op op) {
   if (name.empty()) RegistrationError("<unnamed>", "empty name");
   if (by_name_.contains(name)) RegistrationError(name, "registered twice");
   if (!def->forward) RegistrationError(name, "no Forward");
-  if (def->output_names.empty()) RegistrationError(name, "no outputs");
+  if (def->output_names.empty() && !op.declared_not_differentiable_) {
+    RegistrationError(name, "a differentiable op needs outputs");
+  }
   if (def->differentiable() == op.declared_not_differentiable_) {
     RegistrationError(name,
                       "declare exactly one of Backward or NotDifferentiable");

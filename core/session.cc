@@ -250,7 +250,8 @@ absl::Status Session::Watch(int64_t seq, int64_t tape_id,
       return absl::InvalidArgumentError(
           absl::StrCat("Watch (command ", seq, "): tensor id ", ids[i], " is ",
                        tensors[i].DebugString(),
-                       "; only float32/float64 tensors can be watched"));
+                       "; only floating, complex and variable-handle tensors can be "
+          "watched"));
     }
   }
   for (const Tensor& t : tensors) (*tape)->Watch(t);

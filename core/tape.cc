@@ -99,6 +99,11 @@ void TapeSet::Record(const OpDef& op, const AttrMap& attrs,
                      absl::Span<const Tensor> outputs) {
   std::shared_ptr<const AttrMap> shared_attrs;
   for (Tape* tape : active_) {
+    if (tape->watch_accessed_variables()) {
+      for (const Tensor& t : inputs) {
+        if (t.dtype() == DType::kResource) tape->Watch(t);
+      }
+    }
     if (!tape->ShouldRecord(inputs)) continue;
     if (shared_attrs == nullptr && !attrs.empty()) {
       shared_attrs = std::make_shared<const AttrMap>(attrs);

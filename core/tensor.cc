@@ -32,6 +32,8 @@ size_t DTypeSize(DType dtype) {
       return 8;
     case DType::kComplex128:
       return 16;
+    case DType::kResource:
+      return 8;
     case DType::kInvalid:
       return 0;
   }
@@ -54,6 +56,8 @@ absl::string_view DTypeName(DType dtype) {
       return "complex64";
     case DType::kComplex128:
       return "complex128";
+    case DType::kResource:
+      return "resource";
     case DType::kInvalid:
       return "invalid";
   }
@@ -70,7 +74,7 @@ bool IsComplex(DType dtype) {
 
 bool IsValidDType(int value) {
   return value >= static_cast<int>(DType::kFloat32) &&
-         value <= static_cast<int>(DType::kComplex128);
+         value <= static_cast<int>(DType::kResource);
 }
 
 std::string ShapeString(absl::Span<const int64_t> shape) {
@@ -118,6 +122,7 @@ struct Tensor::Buffer {
   void* data = nullptr;
   size_t bytes;
   std::shared_ptr<MemoryAccount> account;
+  std::shared_ptr<void> resource;  // kResource only
 };
 
 Tensor Tensor::Empty(DType dtype, absl::Span<const int64_t> shape) {
@@ -150,11 +155,26 @@ Tensor Tensor::Filled(DType dtype, absl::Span<const int64_t> shape,
   return t;
 }
 
+Tensor Tensor::Resource(std::shared_ptr<void> object, int64_t handle) {
+  Tensor t = Empty(DType::kResource, {});
+  *t.mutable_data<int64_t>() = handle;
+  t.buffer_->resource = std::move(object);
+  return t;
+}
+
+void* Tensor::ResourceObject() const {
+  return buffer_ != nullptr ? buffer_->resource.get() : nullptr;
+}
+
 absl::StatusOr<Tensor> Tensor::FromBytes(DType dtype,
                                          absl::Span<const int64_t> shape,
                                          absl::string_view bytes) {
   if (dtype == DType::kInvalid) {
     return absl::InvalidArgumentError("dtype is not set");
+  }
+  if (dtype == DType::kResource) {
+    return absl::InvalidArgumentError(
+        "resource tensors are made by ops (VarHandleOp), not sent");
   }
   int64_t n = NumElements(shape);
   if (n < 0) {

@@ -38,6 +38,9 @@ enum class DType : int8_t {
   kBool = 5,
   kComplex64 = 6,
   kComplex128 = 7,
+  // A handle to a server-side object (a variable): a scalar whose buffer
+  // also keeps the object alive. Created by ops, never put by clients.
+  kResource = 8,
 };
 
 using complex64 = std::complex<float>;
@@ -47,9 +50,10 @@ size_t DTypeSize(DType dtype);
 absl::string_view DTypeName(DType dtype);
 bool IsFloating(DType dtype);  // float32, float64
 bool IsComplex(DType dtype);   // complex64, complex128
-// Trainable dtypes are the ones a tape records (TensorFlow: floating, complex).
+// Trainable dtypes are the ones a tape records (TensorFlow: floating,
+// complex, resource).
 inline bool IsTrainable(DType dtype) {
-  return IsFloating(dtype) || IsComplex(dtype);
+  return IsFloating(dtype) || IsComplex(dtype) || dtype == DType::kResource;
 }
 bool IsValidDType(int value);
 
@@ -134,7 +138,11 @@ class Tensor {
   static Tensor Scalar(T value) {
     return FromVector<T>({}, std::vector<T>{value});
   }
-  // Raw little-endian bytes; INVALID_ARGUMENT if the size does not match.
+  // A scalar kResource tensor holding `object` (kept alive by every copy of
+  // the tensor); its 8 bytes are `handle`, which is what clients see.
+  static Tensor Resource(std::shared_ptr<void> object, int64_t handle);
+  // Raw little-endian bytes; INVALID_ARGUMENT if the size does not match
+  // (and for kResource, which only ops create).
   static absl::StatusOr<Tensor> FromBytes(DType dtype,
                                           absl::Span<const int64_t> shape,
                                           absl::string_view bytes);
@@ -160,6 +168,12 @@ class Tensor {
   T* mutable_data() {
     return static_cast<T*>(raw_mutable_data());
   }
+  // The object behind a kResource tensor (null otherwise). The caller knows
+  // its type from the op that created it.
+  template <typename T>
+  T* resource() const {
+    return static_cast<T*>(ResourceObject());
+  }
   // Eigen views of the elements as a flat column array.
   template <typename T>
   Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> flat() const {
@@ -182,6 +196,7 @@ class Tensor {
 
  private:
   struct Buffer;
+  void* ResourceObject() const;
   DType dtype_ = DType::kInvalid;
   Shape shape_;
   int64_t num_elements_ = 0;

@@ -1,10 +1,118 @@
-// Resource variables: VarHandleOp, ReadVariableOp, assignment.
+// Resource variables: VarHandleOp, ReadVariableOp, AssignVariableOp.
+//
+// Reading records like an identity from the handle to the value, so a tape
+// that watches a handle (or was pushed with watch_accessed_variables, which
+// watches every handle an op reads) gets gradients with respect to the
+// variable: the gradient has the variable's dtype and shape.
+#include <atomic>
+
+#include "absl/strings/str_cat.h"
 #include "core/gradient.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
+#include "core/variable.h"
 
 namespace gradtape {
+namespace {
 
-void RegisterVariableOps(OpRegistry& r) {}
+std::atomic<int64_t> g_next_handle{0};
+
+// The variable behind input i, or INVALID_ARGUMENT.
+absl::StatusOr<Variable*> VariableInput(const KernelContext& ctx, int i) {
+  Variable* var = VariableOf(ctx.input(i));
+  if (var == nullptr) {
+    return ctx.InvalidArgument("input ", i,
+                               " must be a variable handle "
+                               "(VarHandleOp's output), got ",
+                               ctx.input(i).DebugString());
+  }
+  return var;
+}
+
+// The optional "dtype" attr (kInvalid: any) must match the variable's.
+absl::Status CheckDType(const KernelContext& ctx, const Variable& var) {
+  DType want = ctx.attrs().Type("dtype");
+  if (want == DType::kInvalid || want == var.dtype) return absl::OkStatus();
+  return ctx.InvalidArgument("variable '", var.name, "' is ",
+                             DTypeName(var.dtype), ", not ", DTypeName(want));
+}
+
+absl::Status VarHandleKernel(KernelContext& ctx) {
+  auto var = std::make_shared<Variable>();
+  var->dtype = ctx.attrs().Type("dtype");
+  const std::vector<int64_t>& shape = ctx.attrs().IntList("shape");
+  if (var->dtype == DType::kInvalid || var->dtype == DType::kResource) {
+    return ctx.InvalidArgument("dtype must be a value dtype, got ",
+                               DTypeName(var->dtype));
+  }
+  if (NumElements(shape) < 0) {
+    return ctx.InvalidArgument("bad shape ", ShapeString(shape));
+  }
+  var->shape.assign(shape.begin(), shape.end());
+  const int64_t handle = ++g_next_handle;
+  var->name = ctx.attrs().Get<std::string>("shared_name");
+  if (var->name.empty()) var->name = absl::StrCat("variable_", handle);
+  ctx.set_output(0, Tensor::Resource(std::move(var), handle));
+  return absl::OkStatus();
+}
+
+absl::Status ReadVariableKernel(KernelContext& ctx) {
+  absl::StatusOr<Variable*> var = VariableInput(ctx, 0);
+  if (!var.ok()) return var.status();
+  if (absl::Status s = CheckDType(ctx, **var); !s.ok()) return s;
+  if (!(*var)->value.valid()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(ctx.op().name, ": variable '", (*var)->name,
+                     "' is uninitialized; assign it first (AssignVariableOp)"));
+  }
+  ctx.set_output(0, (*var)->value);
+  return absl::OkStatus();
+}
+
+absl::Status AssignVariableKernel(KernelContext& ctx) {
+  absl::StatusOr<Variable*> var = VariableInput(ctx, 0);
+  if (!var.ok()) return var.status();
+  if (absl::Status s = CheckDType(ctx, **var); !s.ok()) return s;
+  const Tensor& value = ctx.input(1);
+  if (value.dtype() != (*var)->dtype || value.shape() != (*var)->shape) {
+    return ctx.InvalidArgument(
+        "variable '", (*var)->name, "' is ", DTypeName((*var)->dtype),
+        ShapeString((*var)->shape), "; cannot assign ", value.DebugString());
+  }
+  Tensor stored = value;
+  stored.set_id(0);
+  (*var)->value = std::move(stored);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RegisterVariableOps(OpRegistry& r) {
+  r.Add(Op("VarHandleOp")
+            .Outputs({"resource"})
+            .Attr("dtype", AttrType::kType)
+            .Attr("shape", AttrType::kIntList)
+            .Attr("shared_name", std::string())
+            .Attr("container", std::string())
+            .Forward(VarHandleKernel)
+            .NotDifferentiable()
+            .Summary("a new, uninitialized variable of dtype and shape"));
+  r.Add(Op("ReadVariableOp")
+            .Inputs({"resource"})
+            .Outputs({"value"})
+            .Attr("dtype", DType::kInvalid)
+            .Forward(ReadVariableKernel)
+            // d variable = dvalue
+            .Backward([](GradContext& g) { g.SetGrad(0, g.Grad(0)); })
+            .Summary("the variable's current value (recorded on tapes that "
+                     "watch the handle or watch accessed variables)"));
+  r.Add(Op("AssignVariableOp")
+            .Inputs({"resource", "value"})
+            .Attr("dtype", DType::kInvalid)
+            .Forward(AssignVariableKernel)
+            .NotDifferentiable()
+            .Summary("sets the variable's value (same dtype and shape); "
+                     "earlier reads keep the old value"));
+}
 
 }  // namespace gradtape
