@@ -1,6 +1,12 @@
 // Elision: the tape keeps exactly what each op declares, and a backward that
 // reads anything else fails instead of silently keeping it.
+#include <cstring>
+#include <limits>
+#include <optional>
+
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "core/context.h"
 #include "core/gradient.h"
 #include "core/op_registry.h"
@@ -115,6 +121,134 @@ TEST(ElisionEnforcement, OpsTheSeedSaysNeedNoInputsKeepNone) {
     EXPECT_TRUE(op->saved_outputs.empty()) << name;
   }
 }
+
+}  // namespace
+}  // namespace gradtape
+
+namespace gradtape {
+namespace {
+
+// A copy of `t` that no backward could use unchanged: NaN for floating and
+// complex, every element + 1 for integers, flipped for bool.
+Tensor Spoiled(const Tensor& t) {
+  Tensor s = Tensor::Empty(t.dtype(), t.shape());
+  DispatchFloat(t.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    s.flat<T>().setConstant(std::numeric_limits<T>::quiet_NaN());
+  });
+  DispatchComplex(t.dtype(), [&](auto zero) {
+    using C = decltype(zero);
+    using T = typename C::value_type;
+    s.flat<C>().setConstant(C(std::numeric_limits<T>::quiet_NaN(), 0));
+  });
+  if (t.dtype() == DType::kInt32 || t.dtype() == DType::kInt64) {
+    DispatchNumeric(t.dtype(), [&](auto zero) {
+      using T = decltype(zero);
+      s.flat<T>() = t.flat<T>() + T(1);
+    });
+  }
+  if (t.dtype() == DType::kBool) {
+    for (int64_t i = 0; i < t.num_elements(); ++i) {
+      s.mutable_data<bool>()[i] = !t.data<bool>()[i];
+    }
+  }
+  return s;
+}
+
+// Runs the op's backward on `entry` with random output gradients for every
+// trainable output; returns the input gradients (empty on failure).
+std::optional<Tensors> RunBackward(Context& ctx, const TapeEntry& entry) {
+  Tensors grads;
+  for (size_t j = 0; j < entry.outputs.size(); ++j) {
+    const TensorMeta& m = entry.outputs[j];
+    grads.push_back(IsFloating(m.dtype) || IsComplex(m.dtype)
+                        ? Tensor::Filled(m.dtype, m.shape, 0.75 + 0.1 * j)
+                        : Tensor());
+  }
+  std::vector<bool> needs(entry.inputs.size());
+  for (size_t i = 0; i < needs.size(); ++i) {
+    needs[i] =
+        entry.op->input_differentiable[i] && IsTrainable(entry.inputs[i].dtype);
+  }
+  GradContext g(ctx, entry, grads, needs);
+  entry.op->backward(g);
+  if (!g.ok()) return std::nullopt;
+  return g.input_grads();
+}
+
+bool SameValues(const Tensors& a, const Tensors& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].valid() != b[i].valid()) return false;
+    if (!a[i].valid()) continue;
+    if (a[i].shape() != b[i].shape() || a[i].num_bytes() != b[i].num_bytes()) {
+      return false;
+    }
+    // Byte equality: NaN anywhere differs from the finite baseline.
+    if (std::memcmp(a[i].raw_data(), b[i].raw_data(), a[i].num_bytes()) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Declared tensors a backward may not read for the samples' output
+// gradients, each with the reason it must still be kept.
+const absl::flat_hash_map<std::string, std::string>& AllowedWaste() {
+  static const auto* allowed =
+      new absl::flat_hash_map<std::string, std::string>{
+          // (op, "input i" | "output j") -> why it is kept anyway.
+      };
+  return *allowed;
+}
+
+class ElisionMinimal : public ::testing::TestWithParam<OpSample> {};
+
+// Spoils each declared tensor in turn: the gradient must change (or the
+// backward fail). Otherwise the declaration keeps a tensor for nothing.
+TEST_P(ElisionMinimal, EveryDeclaredTensorIsRead) {
+  const OpSample& s = GetParam();
+  const OpDef* op = DefaultRegistry().Find(s.op);
+  if (!op->differentiable()) GTEST_SKIP() << s.op << " is not recorded";
+  Context ctx(DefaultRegistry());
+  std::vector<Tensor> inputs;
+  for (const Tensor& t : s.inputs) inputs.push_back(ctx.Adopt(t));
+  ASSERT_TRUE(ctx.tapes().Push(1, false, false).ok());
+  Tape* tape = *ctx.tapes().Find(1);
+  for (const Tensor& t : inputs) {
+    if (IsTrainable(t.dtype())) tape->Watch(t);
+  }
+  Tensors out;
+  ASSERT_TRUE(ctx.Execute(*op, inputs, s.attrs, &out).ok());
+  ASSERT_TRUE(ctx.tapes().Pop(1).ok());
+  const TapeEntry entry = tape->op_tape().begin()->second;
+  std::optional<Tensors> baseline = RunBackward(ctx, entry);
+  ASSERT_TRUE(baseline.has_value());
+  auto check = [&](bool is_input, int index) {
+    TapeEntry spoiled = entry;
+    Tensor& slot =
+        is_input ? spoiled.saved_inputs[index] : spoiled.saved_outputs[index];
+    slot = Spoiled(slot);
+    std::optional<Tensors> grads = RunBackward(ctx, spoiled);
+    if (grads.has_value() && SameValues(*grads, *baseline)) {
+      std::string what =
+          absl::StrCat(s.op, " ", is_input ? "input " : "output ", index);
+      EXPECT_TRUE(AllowedWaste().contains(what))
+          << what << " is declared saved but the backward does not need it ("
+          << s.label << "): drop it from the declaration, or add it to "
+          << "AllowedWaste with the reason";
+    }
+  };
+  for (int i : op->saved_inputs) check(true, i);
+  for (int j : op->saved_outputs) check(false, j);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, ElisionMinimal,
+                         ::testing::ValuesIn(AllOpSamples()),
+                         [](const ::testing::TestParamInfo<OpSample>& info) {
+                           return info.param.op + "_" +
+                                  std::to_string(info.index);
+                         });
 
 }  // namespace
 }  // namespace gradtape
