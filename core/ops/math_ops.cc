@@ -1,6 +1,10 @@
 // Math ops: elementwise arithmetic with numpy broadcasting, unary functions
-// and their gradient helpers, MatMul, reductions.
+// and their gradient helpers, comparisons and Select, MatMul, reductions and
+// scans. Where TensorFlow takes a host int tensor for an axis (Sum, Prod,
+// Cumsum, ...), gradtape takes an attr of the same name.
 #include <cmath>
+#include <string_view>
+#include <type_traits>
 
 #include "Eigen/Core"
 #include "core/gradient.h"
@@ -76,9 +80,15 @@ absl::Status MatMulKernel(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
-// Sum (mean = false) or Mean over the attr "axis" (empty: all axes).
-absl::Status ReduceKernel(KernelContext& ctx, bool mean) {
-  if (absl::Status s = RequireDTypes(ctx, 0, DTypes::kArithmetic); !s.ok()) {
+enum class Reduction { kSum, kMean, kProd };
+
+// Sum, Mean or Prod over the attr "axis" (empty: all axes). Prod takes real
+// dtypes only (its gradient has no complex form here).
+absl::Status ReduceKernel(KernelContext& ctx, Reduction kind) {
+  const bool prod = kind == Reduction::kProd;
+  if (absl::Status s =
+          RequireDTypes(ctx, 0, prod ? DTypes::kNumeric : DTypes::kArithmetic);
+      !s.ok()) {
     return s;
   }
   const Tensor& x = ctx.input(0);
@@ -93,16 +103,21 @@ absl::Status ReduceKernel(KernelContext& ctx, bool mean) {
     if ((*mask)[i]) count *= x.dim(i);
     if (!(*mask)[i] || keep_dims) out_shape.push_back(kept.back());
   }
-  Tensor y = Tensor::Zeros(x.dtype(), out_shape);
+  Tensor y = Tensor::Filled(x.dtype(), out_shape, prod ? 1.0 : 0.0);
   DispatchArithmetic(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = x.data<T>();
     T* py = y.mutable_data<T>();
     Shape sy = BroadcastStrides(kept, x.rank());
     Shape sx = RowMajorStrides(x.shape());
-    ForEachStrided(x.shape(), sx, sy,
-                   [&](int64_t, int64_t i, int64_t j) { py[j] += px[i]; });
-    if (mean && count > 0) {
+    if (prod) {
+      ForEachStrided(x.shape(), sx, sy,
+                     [&](int64_t, int64_t i, int64_t j) { py[j] *= px[i]; });
+    } else {
+      ForEachStrided(x.shape(), sx, sy,
+                     [&](int64_t, int64_t i, int64_t j) { py[j] += px[i]; });
+    }
+    if (kind == Reduction::kMean && count > 0) {
       for (int64_t j = 0; j < y.num_elements(); ++j) {
         py[j] = static_cast<T>(py[j] / static_cast<T>(count));
       }
@@ -112,20 +127,144 @@ absl::Status ReduceKernel(KernelContext& ctx, bool mean) {
   return absl::OkStatus();
 }
 
+// The reduced-axes mask of a reduction's input from its "axis" attr (the
+// forward validated it); empty axis: all.
+std::vector<bool> ReducedAxes(GradContext& g) {
+  const Shape& in = g.InputShape(0);
+  const int64_t rank = static_cast<int64_t>(in.size());
+  const auto& axes = g.attrs().IntList("axis");
+  std::vector<bool> mask(rank, axes.empty());
+  for (int64_t a : axes) mask[a < 0 ? a + rank : a] = true;
+  return mask;
+}
+
+// dy with the reduced dims kept as 1 (it broadcasts against the input).
+Tensor ReductionGradKept(GradContext& g) {
+  const Shape& in = g.InputShape(0);
+  std::vector<bool> mask = ReducedAxes(g);
+  Shape kept;
+  for (size_t i = 0; i < in.size(); ++i) kept.push_back(mask[i] ? 1 : in[i]);
+  return g.Reshape(g.Grad(0), kept);
+}
+
+// Prod's dx / dy: for each element the product of the other elements of its
+// reduction group, computed as exclusive cumprods from both ends (exact when
+// the group holds zeros, unlike y / x). The reduced axes are moved to the
+// front and flattened so the cumprods run along axis 0 of a matrix.
+Tensor ProdOthers(GradContext& g) {
+  const Shape& in = g.InputShape(0);
+  const int rank = static_cast<int>(in.size());
+  std::vector<bool> mask = ReducedAxes(g);
+  std::vector<int64_t> perm;
+  int64_t reduced = 1, other = 1;
+  for (int i = 0; i < rank; ++i) {
+    if (mask[i]) perm.push_back(i), reduced *= in[i];
+  }
+  for (int i = 0; i < rank; ++i) {
+    if (!mask[i]) perm.push_back(i), other *= in[i];
+  }
+  bool identity = true;
+  Shape permuted_shape;
+  std::vector<int64_t> inverse(rank);
+  for (int i = 0; i < rank; ++i) {
+    identity = identity && perm[i] == i;
+    permuted_shape.push_back(in[perm[i]]);
+    inverse[perm[i]] = i;
+  }
+  Tensor x = g.Input(0);
+  if (!identity) x = g.Op("Transpose", {x}, {{"perm", perm}});
+  x = g.Reshape(x, {reduced, other});
+  auto cumprod = [&](bool reverse) {
+    return g.Op(
+        "Cumprod", {x},
+        {{"axis", int64_t{0}}, {"exclusive", true}, {"reverse", reverse}});
+  };
+  Tensor y = g.Reshape(g.Mul(cumprod(false), cumprod(true)), permuted_shape);
+  if (!identity) y = g.Op("Transpose", {y}, {{"perm", inverse}});
+  return y;
+}
+
+// Cumsum (prod = false) or Cumprod along the attr "axis", TensorFlow's
+// exclusive / reverse semantics.
+absl::Status ScanKernel(KernelContext& ctx, bool prod) {
+  if (absl::Status s =
+          RequireDTypes(ctx, 0, prod ? DTypes::kNumeric : DTypes::kArithmetic);
+      !s.ok()) {
+    return s;
+  }
+  const Tensor& x = ctx.input(0);
+  const int64_t rank = x.rank();
+  int64_t axis = ctx.attrs().Int("axis");
+  if (rank == 0) {
+    return ctx.InvalidArgument("x must have rank >= 1, got ", x.DebugString());
+  }
+  if (axis < -rank || axis >= rank) {
+    return ctx.InvalidArgument("axis ", axis, " is out of range for shape ",
+                               ShapeString(x.shape()));
+  }
+  if (axis < 0) axis += rank;
+  const bool exclusive = ctx.attrs().Bool("exclusive");
+  const bool reverse = ctx.attrs().Bool("reverse");
+  const int64_t n = x.dim(axis);
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= x.dim(d);
+  for (int64_t d = axis + 1; d < rank; ++d) inner *= x.dim(d);
+  Tensor y = Tensor::Empty(x.dtype(), x.shape());
+  DispatchArithmetic(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* px = x.data<T>();
+    T* py = y.mutable_data<T>();
+    std::vector<T> acc(inner);
+    for (int64_t o = 0; o < outer; ++o) {
+      std::fill(acc.begin(), acc.end(), prod ? T(1) : T(0));
+      for (int64_t k = 0; k < n; ++k) {
+        const int64_t row = (o * n + (reverse ? n - 1 - k : k)) * inner;
+        for (int64_t i = 0; i < inner; ++i) {
+          const T v = px[row + i];
+          if (exclusive) py[row + i] = acc[i];
+          acc[i] = prod ? acc[i] * v : acc[i] + v;
+          if (!exclusive) py[row + i] = acc[i];
+        }
+      }
+    }
+  });
+  ctx.set_output(0, std::move(y));
+  return absl::OkStatus();
+}
+
+template <typename T>
+T Conj(T v) {
+  if constexpr (std::is_same_v<T, complex64> || std::is_same_v<T, complex128>) {
+    return std::conj(v);
+  } else {
+    return v;
+  }
+}
+
+// ReciprocalGrad: z = -dy * conj(y)^2 (0 where dy is 0, so an infinite y
+// with no gradient flowing gives 0, as TensorFlow's kernel does).
+absl::Status ReciprocalGradKernel(KernelContext& ctx) {
+  if (absl::Status s = RequireDTypes(ctx, 0, DTypes::kInexact); !s.ok()) {
+    return s;
+  }
+  if (ctx.input(0).shape() != ctx.input(1).shape()) {
+    return ctx.InvalidArgument("y ", ctx.input(0).DebugString(), " and dy ",
+                               ctx.input(1).DebugString(),
+                               " must have the same shape");
+  }
+  return BinaryKernel<DTypes::kInexact>(ctx, [](auto y, auto dy) {
+    using T = decltype(y);
+    if (dy == T(0)) return T(0);
+    const T cy = Conj(y);
+    return -dy * cy * cy;
+  });
+}
+
 // The gradient of a reduction: dy reshaped with the reduced dims as 1, then
 // broadcast to the input's shape.
 Tensor ReductionGrad(GradContext& g) {
   const Shape& in = g.InputShape(0);
-  std::vector<bool> mask(in.size(), false);
-  const auto& axes = g.attrs().IntList("axis");
-  const int64_t rank = static_cast<int64_t>(in.size());
-  for (int64_t a : axes) mask[a < 0 ? a + rank : a] = true;
-  Shape kept;
-  for (int64_t i = 0; i < rank; ++i) {
-    kept.push_back(mask[i] || axes.empty() ? 1 : in[i]);
-  }
-  Tensor dy = g.Reshape(g.Grad(0), kept);
-  return g.Op("BroadcastTo", {dy},
+  return g.Op("BroadcastTo", {ReductionGradKept(g)},
               {{"shape", std::vector<int64_t>(in.begin(), in.end())}});
 }
 
@@ -273,10 +412,256 @@ void RegisterSelectionOps(OpRegistry& r) {
                      "shape, a scalar, or a vector over t's first dim"));
 }
 
+// Abs, Sign, Expm1, Log1p, Sin, Cos, Tan, Reciprocal (Inv) and ReciprocalGrad.
+void RegisterUnaryFunctionOps(OpRegistry& r) {
+  r.Add(Unary("Abs")
+            .Forward([](KernelContext& ctx) {
+              return UnaryKernel<DTypes::kNumeric>(
+                  ctx, [](const auto& x) { return x.abs(); });
+            })
+            // dx = dy * sign(x)
+            .Backward([](GradContext& g) {
+              g.SetGrad(0, g.Mul(g.Grad(0), g.Op("Sign", {g.Input(0)})));
+            })
+            .SavesInputs({0})
+            .Summary("y = |x| (real dtypes)"));
+  r.Add(Unary("Sign")
+            .Forward([](KernelContext& ctx) {
+              return UnaryKernel<DTypes::kNumeric>(
+                  ctx, [](const auto& x) { return x.sign(); });
+            })
+            // dx = 0 (TensorFlow's _SignGrad: zeros, not None)
+            .Backward([](GradContext& g) {
+              g.SetGrad(0, g.Op("ZerosLike", {g.Grad(0)}));
+            })
+            .Summary("y = -1, 0 or 1 as x < 0, x == 0, x > 0 (real dtypes)"));
+  r.Add(Unary("Expm1")
+            .Forward([](KernelContext& ctx) {
+              return UnaryFloatKernel(ctx,
+                                      [](const auto& x) { return x.expm1(); });
+            })
+            // dx = dy * e^x
+            .Backward([](GradContext& g) {
+              g.SetGrad(0, g.Mul(g.Grad(0), g.Op("Exp", {g.Input(0)})));
+            })
+            .SavesInputs({0})
+            .Summary("y = e^x - 1, accurate near 0"));
+  r.Add(Unary("Log1p")
+            .Forward([](KernelContext& ctx) {
+              return UnaryFloatKernel(ctx,
+                                      [](const auto& x) { return x.log1p(); });
+            })
+            // dx = dy / (1 + x)
+            .Backward([](GradContext& g) {
+              Tensor one = g.Const(1.0, g.InputDType(0));
+              g.SetGrad(0, g.Div(g.Grad(0), g.Add(one, g.Input(0))));
+            })
+            .SavesInputs({0})
+            .Summary("y = ln(1 + x), accurate near 0"));
+  r.Add(Unary("Sin")
+            .Forward([](KernelContext& ctx) {
+              return UnaryFloatKernel(ctx,
+                                      [](const auto& x) { return x.sin(); });
+            })
+            // dx = dy * cos(x)
+            .Backward([](GradContext& g) {
+              g.SetGrad(0, g.Mul(g.Grad(0), g.Op("Cos", {g.Input(0)})));
+            })
+            .SavesInputs({0})
+            .Summary("y = sin(x)"));
+  r.Add(Unary("Cos")
+            .Forward([](KernelContext& ctx) {
+              return UnaryFloatKernel(ctx,
+                                      [](const auto& x) { return x.cos(); });
+            })
+            // dx = -dy * sin(x)
+            .Backward([](GradContext& g) {
+              g.SetGrad(0, g.Neg(g.Mul(g.Grad(0), g.Op("Sin", {g.Input(0)}))));
+            })
+            .SavesInputs({0})
+            .Summary("y = cos(x)"));
+  r.Add(Unary("Tan")
+            .Forward([](KernelContext& ctx) {
+              return UnaryFloatKernel(ctx,
+                                      [](const auto& x) { return x.tan(); });
+            })
+            // dx = dy / cos(x)^2
+            .Backward([](GradContext& g) {
+              Tensor cos = g.Op("Cos", {g.Input(0)});
+              g.SetGrad(0, g.Div(g.Grad(0), g.Op("Square", {cos})));
+            })
+            .SavesInputs({0})
+            .Summary("y = tan(x)"));
+  for (const char* name : {"Reciprocal", "Inv"}) {
+    r.Add(Unary(name)
+              .Forward([](KernelContext& ctx) {
+                return UnaryKernel<DTypes::kInexact>(
+                    ctx, [](const auto& x) { return x.inverse(); });
+              })
+              // dx = -dy * conj(y)^2 = ReciprocalGrad(y, dy)
+              .Backward([](GradContext& g) {
+                g.SetGrad(0, g.Op("ReciprocalGrad", {g.Output(0), g.Grad(0)}));
+              })
+              .SavesOutputs({0})
+              .Summary("y = 1 / x (floating or complex)"));
+  }
+  r.Add(GradHelper("ReciprocalGrad")
+            .Forward(ReciprocalGradKernel)
+            // z = -dy conj(y)^2:  d(y) = -2 conj(g) dy conj(y),
+            //                     d(dy) = ReciprocalGrad(conj(y), g)
+            .Backward([](GradContext& g) {
+              Tensor y = g.Input(0), dy = g.Input(1), gz = g.Grad(0);
+              Tensor cg = gz;
+              if (IsComplex(g.InputDType(0))) {
+                y = g.Op("Conj", {y});
+                cg = g.Op("Conj", {gz});
+              }
+              if (g.NeedsGrad(0)) {
+                Tensor m2 = g.Const(-2.0, g.InputDType(0));
+                g.SetGrad(0, g.Mul(g.Mul(g.Mul(cg, m2), dy), y));
+              }
+              if (g.NeedsGrad(1)) g.SetGrad(1, g.Op("ReciprocalGrad", {y, gz}));
+            })
+            .SavesInputs({0, 1})
+            .Summary("z = -dy * conj(y)^2 (the gradient of Reciprocal)"));
+}
+
+// Maximum / Minimum: dx gets dz where `selector`(x, y) holds (GreaterEqual /
+// LessEqual: ties go to x, as in TensorFlow), dy elsewhere; each summed over
+// its broadcast axes.
+void AddMaxMin(OpRegistry& r, const char* name, const char* selector) {
+  const bool max = std::string_view(name) == "Maximum";
+  r.Add(Binary(name)
+            .Forward([max](KernelContext& ctx) {
+              if (max) {
+                return BinaryKernel<DTypes::kNumeric>(
+                    ctx, [](auto a, auto b) { return a >= b ? a : b; });
+              }
+              return BinaryKernel<DTypes::kNumeric>(
+                  ctx, [](auto a, auto b) { return a <= b ? a : b; });
+            })
+            // m = x >= y (Maximum) or x <= y (Minimum):
+            //   dx = select(m, dz, 0),  dy = select(m, 0, dz)
+            .Backward([selector](GradContext& g) {
+              Tensor dz = g.Grad(0);
+              Tensor mask = g.Op(selector, {g.Input(0), g.Input(1)});
+              Tensor zeros = g.Op("ZerosLike", {dz});
+              if (g.NeedsGrad(0)) {
+                g.SetGrad(0, g.SumToShape(g.Op("Select", {mask, dz, zeros}),
+                                          g.InputShape(0)));
+              }
+              if (g.NeedsGrad(1)) {
+                g.SetGrad(1, g.SumToShape(g.Op("Select", {mask, zeros, dz}),
+                                          g.InputShape(1)));
+              }
+            })
+            .SavesInputs({0, 1})
+            .Summary(max ? "z = max(x, y), with numpy broadcasting"
+                         : "z = min(x, y), with numpy broadcasting"));
+}
+
+// Maximum, Minimum, SquaredDifference, L2Loss, Prod, Cumsum, Cumprod.
+void RegisterMoreArithmeticOps(OpRegistry& r) {
+  AddMaxMin(r, "Maximum", "GreaterEqual");
+  AddMaxMin(r, "Minimum", "LessEqual");
+  r.Add(Binary("SquaredDifference")
+            .Forward([](KernelContext& ctx) {
+              return BinaryKernel<DTypes::kNumeric>(
+                  ctx, [](auto a, auto b) { return (a - b) * (a - b); });
+            })
+            // dx = 2 (x - y) dz,  dy = -dx (each summed to its shape)
+            .Backward([](GradContext& g) {
+              Tensor two = g.Const(2.0, g.InputDType(0));
+              Tensor t =
+                  g.Mul(g.Mul(two, g.Grad(0)), g.Sub(g.Input(0), g.Input(1)));
+              if (g.NeedsGrad(0)) {
+                g.SetGrad(0, g.SumToShape(t, g.InputShape(0)));
+              }
+              if (g.NeedsGrad(1)) {
+                g.SetGrad(1, g.SumToShape(g.Neg(t), g.InputShape(1)));
+              }
+            })
+            .SavesInputs({0, 1})
+            .Summary("z = (x - y)^2 (real dtypes), with numpy broadcasting"));
+  r.Add(Op("L2Loss")
+            .Inputs({"t"})
+            .Outputs({"output"})
+            .Forward([](KernelContext& ctx) {
+              if (absl::Status s = ctx.RequireFloat(0); !s.ok()) return s;
+              const Tensor& t = ctx.input(0);
+              Tensor y = Tensor::Empty(t.dtype(), {});
+              DispatchFloat(t.dtype(), [&](auto zero) {
+                using T = decltype(zero);
+                y.mutable_data<T>()[0] = t.flat<T>().square().sum() / T(2);
+              });
+              ctx.set_output(0, std::move(y));
+              return absl::OkStatus();
+            })
+            // dt = t * dz
+            .Backward([](GradContext& g) {
+              g.SetGrad(0, g.Mul(g.Input(0), g.Grad(0)));
+            })
+            .SavesInputs({0})
+            .Summary("output = sum(t^2) / 2, a scalar"));
+  r.Add(Op("Prod")
+            .Inputs({"input"})
+            .Outputs({"output"})
+            .Attr("axis", std::vector<int64_t>{})
+            .Attr("keep_dims", false)
+            .Forward([](KernelContext& ctx) {
+              return ReduceKernel(ctx, Reduction::kProd);
+            })
+            // dx = broadcast(dy) * (product of the other elements of x's
+            // group), by exclusive cumprods so zeros in x are handled
+            .Backward([](GradContext& g) {
+              g.SetGrad(0, g.Mul(ProdOthers(g), ReductionGradKept(g)));
+            })
+            .SavesInputs({0})
+            .Summary("product over `axis` (an attr; empty: all axes), real "
+                     "dtypes"));
+  for (bool prod : {false, true}) {
+    r.Add(Op(prod ? "Cumprod" : "Cumsum")
+              .Inputs({"x"})
+              .Outputs({"out"})
+              .Attr("axis", int64_t{0})
+              .Attr("exclusive", false)
+              .Attr("reverse", false)
+              .Forward(
+                  [prod](KernelContext& ctx) { return ScanKernel(ctx, prod); })
+              // Cumsum:  dx = cumsum(dy, exclusive, !reverse)
+              // Cumprod: dx = cumsum(cumprod(x) * dy, exclusive, !reverse) / x
+              //          (TensorFlow's formula: valid where x != 0)
+              .Backward([prod](GradContext& g) {
+                const AttrMap& a = g.attrs();
+                auto scan = [&](const char* op, Tensor t, bool flip) {
+                  return g.Op(op, {t},
+                              {{"axis", a.Int("axis")},
+                               {"exclusive", a.Bool("exclusive")},
+                               {"reverse", a.Bool("reverse") != flip}});
+                };
+                if (!prod) {
+                  g.SetGrad(0, scan("Cumsum", g.Grad(0), true));
+                  return;
+                }
+                Tensor x = g.Input(0);
+                Tensor t = g.Mul(scan("Cumprod", x, false), g.Grad(0));
+                g.SetGrad(0, g.Div(scan("Cumsum", t, true), x));
+              })
+              .SavesInputs(prod ? std::vector<int>{0} : std::vector<int>{})
+              .Summary(prod ? "cumulative product along `axis` (an attr), "
+                              "real dtypes; exclusive / reverse as in "
+                              "TensorFlow"
+                            : "cumulative sum along `axis` (an attr); "
+                              "exclusive / reverse as in TensorFlow"));
+  }
+}
+
 }  // namespace
 
 void RegisterMathOps(OpRegistry& r) {
   RegisterSelectionOps(r);
+  RegisterUnaryFunctionOps(r);
+  RegisterMoreArithmeticOps(r);
   auto add = [](auto a, auto b) { return a + b; };
   for (const char* name : {"AddV2", "Add"}) {
     r.Add(Binary(name)
@@ -509,7 +894,8 @@ void RegisterMathOps(OpRegistry& r) {
               .Attr("axis", std::vector<int64_t>{})
               .Attr("keep_dims", false)
               .Forward([mean](KernelContext& ctx) {
-                return ReduceKernel(ctx, mean);
+                return ReduceKernel(ctx,
+                                    mean ? Reduction::kMean : Reduction::kSum);
               })
               // Sum: dx = broadcast(dy);  Mean: dx = broadcast(dy) / count
               .Backward([mean](GradContext& g) {

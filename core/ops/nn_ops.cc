@@ -1,6 +1,10 @@
 // NN ops: activations, BiasAdd, softmax and the sparse cross-entropy loss.
 // Softmax-like ops work over the last axis (TensorFlow's default).
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <type_traits>
+#include <variant>
 
 #include "core/gradient.h"
 #include "core/ops/kernel_util.h"
@@ -92,7 +96,20 @@ absl::Status SparseXentKernel(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
+// The bias ops take the channels last: data_format (if the op has it) must
+// be NHWC.
+absl::Status RequireChannelsLast(const KernelContext& ctx) {
+  const AttrValue* format = ctx.attrs().Find("data_format");
+  if (format == nullptr || std::get<std::string>(*format) == "NHWC") {
+    return absl::OkStatus();
+  }
+  return ctx.InvalidArgument("data_format '", std::get<std::string>(*format),
+                             "' is not supported (only NHWC)");
+}
+
+// BiasAdd and BiasAddV1 (which has no data_format attr).
 absl::Status BiasAddKernel(KernelContext& ctx) {
+  if (absl::Status s = RequireChannelsLast(ctx); !s.ok()) return s;
   if (absl::Status s = ctx.RequireRank(1, 1); !s.ok()) return s;
   const Tensor& value = ctx.input(0);
   const Tensor& bias = ctx.input(1);
@@ -106,6 +123,7 @@ absl::Status BiasAddKernel(KernelContext& ctx) {
 }
 
 absl::Status BiasAddGradKernel(KernelContext& ctx) {
+  if (absl::Status s = RequireChannelsLast(ctx); !s.ok()) return s;
   if (absl::Status s = ctx.RequireNumeric(0); !s.ok()) return s;
   const Tensor& dy = ctx.input(0);
   if (dy.rank() < 1) {
@@ -158,6 +176,227 @@ Tensor SumLast(GradContext& g, Tensor x) {
               {{"axis", std::vector<int64_t>{-1}}, {"keep_dims", true}});
 }
 
+// SELU's constants (Klambauer et al. 2017), as in TensorFlow's kernel.
+constexpr double kSeluScale = 1.0507009873554804934193349852946;
+constexpr double kSeluAlpha = 1.6732632423543772848170429916717;
+
+// y = f(x) elementwise for a floating x, f a scalar function.
+template <typename F>
+absl::Status ActivationKernel(KernelContext& ctx, F f) {
+  return UnaryFloatKernel(ctx, [f](const auto& x) {
+    using T = typename std::decay_t<decltype(x)>::Scalar;
+    return x.unaryExpr([f](T v) { return f(v); });
+  });
+}
+
+// The activation *Grad helpers: z = f(gradients, other) for floating inputs
+// of one shape (other: the features or the outputs of the forward op).
+template <typename F>
+absl::Status ActivationGradKernel(KernelContext& ctx, F f) {
+  if (absl::Status s = ctx.RequireFloat(0); !s.ok()) return s;
+  if (absl::Status s = ctx.RequireSameDType(0, 1); !s.ok()) return s;
+  if (ctx.input(0).shape() != ctx.input(1).shape()) {
+    return ctx.InvalidArgument(
+        ctx.op().input_names[0], " ", ctx.input(0).DebugString(), " and ",
+        ctx.op().input_names[1], " ", ctx.input(1).DebugString(),
+        " must have the same shape");
+  }
+  return BinaryKernel<DTypes::kFloating>(ctx, f);
+}
+
+Op Activation(const char* name) {
+  return std::move(Op(name).Inputs({"features"}).Outputs({"activations"}));
+}
+// (gradients, features) or (gradients, outputs) -> backprops.
+Op ActivationGrad(const char* name, const char* second) {
+  return std::move(
+      Op(name).Inputs({"gradients", second}).Outputs({"backprops"}));
+}
+
+// The second-order part shared by EluGrad and SeluGrad, whose z depends on
+// the saved outputs y only where y < 0, there as gradients * y:
+//   d(outputs) = select(y < 0, gz * gradients, 0)
+Tensor ExpLinearOutputsGrad(GradContext& g) {
+  Tensor y = g.Input(1), gz = g.Grad(0);
+  Tensor negative = g.Op("Less", {y, g.Const(0.0, g.InputDType(1))});
+  return g.Op("Select",
+              {negative, g.Mul(gz, g.Input(0)), g.Op("ZerosLike", {gz})});
+}
+
+void RegisterMoreActivations(OpRegistry& r) {
+  r.Add(Activation("Relu6")
+            .Forward([](KernelContext& ctx) {
+              return ActivationKernel(ctx, [](auto x) {
+                using T = decltype(x);
+                return std::min(std::max(x, T(0)), T(6));
+              });
+            })
+            // dx = dy * (0 < x < 6)
+            .Backward([](GradContext& g) {
+              g.SetGrad(0, g.Op("Relu6Grad", {g.Grad(0), g.Input(0)}));
+            })
+            .SavesInputs({0})
+            .Summary("min(max(features, 0), 6)"));
+  r.Add(ActivationGrad("Relu6Grad", "features")
+            .Forward([](KernelContext& ctx) {
+              return ActivationGradKernel(ctx, [](auto dy, auto x) {
+                using T = decltype(dy);
+                return x > T(0) && x < T(6) ? dy : T(0);
+              });
+            })
+            // z = g * (0 < x < 6):  d(g) = Relu6Grad(gz, x),  d(x) = 0
+            .Backward([](GradContext& g) {
+              if (g.NeedsGrad(0)) {
+                g.SetGrad(0, g.Op("Relu6Grad", {g.Grad(0), g.Input(1)}));
+              }
+              if (g.NeedsGrad(1)) g.SetGrad(1, g.Op("ZerosLike", {g.Grad(0)}));
+            })
+            .SavesInputs({1})
+            .Summary("gradients * (0 < features < 6) (the gradient of "
+                     "Relu6)"));
+  r.Add(Activation("Elu")
+            .Forward([](KernelContext& ctx) {
+              return ActivationKernel(ctx, [](auto x) {
+                return x > decltype(x)(0) ? x : std::expm1(x);
+              });
+            })
+            // dx = dy * (y < 0 ? y + 1 : 1)
+            .Backward([](GradContext& g) {
+              g.SetGrad(0, g.Op("EluGrad", {g.Grad(0), g.Output(0)}));
+            })
+            .SavesOutputs({0})
+            .Summary("features > 0 ? features : e^features - 1"));
+  r.Add(ActivationGrad("EluGrad", "outputs")
+            .Forward([](KernelContext& ctx) {
+              return ActivationGradKernel(ctx, [](auto dy, auto y) {
+                using T = decltype(dy);
+                return y < T(0) ? dy * (y + T(1)) : dy;
+              });
+            })
+            // z = y < 0 ? g (y + 1) : g:  d(g) = EluGrad(gz, y),
+            //   d(y) = select(y < 0, gz * g, 0)
+            .Backward([](GradContext& g) {
+              if (g.NeedsGrad(0)) {
+                g.SetGrad(0, g.Op("EluGrad", {g.Grad(0), g.Input(1)}));
+              }
+              if (g.NeedsGrad(1)) g.SetGrad(1, ExpLinearOutputsGrad(g));
+            })
+            .SavesInputs({0, 1})
+            .Summary("gradients * (outputs < 0 ? outputs + 1 : 1) (the "
+                     "gradient of Elu, from its outputs)"));
+  r.Add(Activation("Selu")
+            .Forward([](KernelContext& ctx) {
+              return ActivationKernel(ctx, [](auto x) {
+                using T = decltype(x);
+                return x < T(0) ? T(kSeluScale * kSeluAlpha) * std::expm1(x)
+                                : T(kSeluScale) * x;
+              });
+            })
+            // dx = dy * (y < 0 ? y + scale * alpha : scale)
+            .Backward([](GradContext& g) {
+              g.SetGrad(0, g.Op("SeluGrad", {g.Grad(0), g.Output(0)}));
+            })
+            .SavesOutputs({0})
+            .Summary("scale * (features > 0 ? features : alpha * "
+                     "(e^features - 1)), TensorFlow's constants"));
+  r.Add(ActivationGrad("SeluGrad", "outputs")
+            .Forward([](KernelContext& ctx) {
+              return ActivationGradKernel(ctx, [](auto dy, auto y) {
+                using T = decltype(dy);
+                return y < T(0) ? dy * (y + T(kSeluScale * kSeluAlpha))
+                                : dy * T(kSeluScale);
+              });
+            })
+            // z = y < 0 ? g (y + scale alpha) : g scale:
+            //   d(g) = SeluGrad(gz, y),  d(y) = select(y < 0, gz * g, 0)
+            .Backward([](GradContext& g) {
+              if (g.NeedsGrad(0)) {
+                g.SetGrad(0, g.Op("SeluGrad", {g.Grad(0), g.Input(1)}));
+              }
+              if (g.NeedsGrad(1)) g.SetGrad(1, ExpLinearOutputsGrad(g));
+            })
+            .SavesInputs({0, 1})
+            .Summary("gradients * (outputs < 0 ? outputs + scale * alpha : "
+                     "scale) (the gradient of Selu, from its outputs)"));
+  r.Add(Activation("Softplus")
+            .Forward([](KernelContext& ctx) {
+              // max(x, 0) + log(1 + e^-|x|): no overflow for large |x|.
+              return ActivationKernel(ctx, [](auto x) {
+                using T = decltype(x);
+                return std::max(x, T(0)) + std::log1p(std::exp(-std::abs(x)));
+              });
+            })
+            // dx = dy * sigmoid(x)
+            .Backward([](GradContext& g) {
+              g.SetGrad(0, g.Op("SoftplusGrad", {g.Grad(0), g.Input(0)}));
+            })
+            .SavesInputs({0})
+            .Summary("log(1 + e^features)"));
+  r.Add(ActivationGrad("SoftplusGrad", "features")
+            .Forward([](KernelContext& ctx) {
+              return ActivationGradKernel(ctx, [](auto dy, auto x) {
+                using T = decltype(dy);
+                return dy / (T(1) + std::exp(-x));
+              });
+            })
+            // z = g sigmoid(x):  d(g) = SoftplusGrad(gz, x),
+            //   d(x) = gz * g / (e^-x + 2 + e^x)
+            .Backward([](GradContext& g) {
+              Tensor dy = g.Input(0), x = g.Input(1), gz = g.Grad(0);
+              if (g.NeedsGrad(0)) {
+                g.SetGrad(0, g.Op("SoftplusGrad", {gz, x}));
+              }
+              if (g.NeedsGrad(1)) {
+                Tensor denom = g.Add(g.Add(g.Op("Exp", {g.Neg(x)}),
+                                           g.Const(2.0, g.InputDType(1))),
+                                     g.Op("Exp", {x}));
+                g.SetGrad(1, g.Div(g.Mul(gz, dy), denom));
+              }
+            })
+            .SavesInputs({0, 1})
+            .Summary("gradients / (1 + e^-features) (the gradient of "
+                     "Softplus)"));
+  r.Add(Activation("Softsign")
+            .Forward([](KernelContext& ctx) {
+              return ActivationKernel(ctx, [](auto x) {
+                return x / (decltype(x)(1) + std::abs(x));
+              });
+            })
+            // dx = dy / (1 + |x|)^2
+            .Backward([](GradContext& g) {
+              g.SetGrad(0, g.Op("SoftsignGrad", {g.Grad(0), g.Input(0)}));
+            })
+            .SavesInputs({0})
+            .Summary("features / (1 + |features|)"));
+  r.Add(ActivationGrad("SoftsignGrad", "features")
+            .Forward([](KernelContext& ctx) {
+              return ActivationGradKernel(ctx, [](auto dy, auto x) {
+                using T = decltype(dy);
+                const T d = T(1) + std::abs(x);
+                return dy / (d * d);
+              });
+            })
+            // z = g / (1 + |x|)^2:  d(g) = SoftsignGrad(gz, x),
+            //   d(x) = -2 gz g sign(x) / (1 + |x|)^3
+            .Backward([](GradContext& g) {
+              Tensor dy = g.Input(0), x = g.Input(1), gz = g.Grad(0);
+              if (g.NeedsGrad(0)) {
+                g.SetGrad(0, g.Op("SoftsignGrad", {gz, x}));
+              }
+              if (g.NeedsGrad(1)) {
+                DType t = g.InputDType(1);
+                Tensor d = g.Add(g.Const(1.0, t), g.Op("Abs", {x}));
+                Tensor d3 = g.Mul(g.Mul(d, d), d);
+                Tensor num = g.Mul(g.Mul(g.Const(-2.0, t), g.Mul(gz, dy)),
+                                   g.Op("Sign", {x}));
+                g.SetGrad(1, g.Div(num, d3));
+              }
+            })
+            .SavesInputs({0, 1})
+            .Summary("gradients / (1 + |features|)^2 (the gradient of "
+                     "Softsign)"));
+}
+
 }  // namespace
 
 void RegisterNnOps(OpRegistry& r) {
@@ -197,19 +436,26 @@ void RegisterNnOps(OpRegistry& r) {
             })
             .SavesInputs({1})
             .Summary("gradients * (features > 0) (the gradient of Relu)"));
+  // dvalue = dy, dbias = sum of dy over all but the last axis
+  auto bias_add_backward = [](GradContext& g) {
+    if (g.NeedsGrad(0)) g.SetGrad(0, g.Grad(0));
+    if (g.NeedsGrad(1)) g.SetGrad(1, g.Op("BiasAddGrad", {g.Grad(0)}));
+  };
   r.Add(Op("BiasAdd")
             .Inputs({"value", "bias"})
             .Outputs({"output"})
             .Attr("data_format", std::string("NHWC"))
             .Forward(BiasAddKernel)
-            // dvalue = dy, dbias = sum of dy over all but the last axis
-            .Backward([](GradContext& g) {
-              if (g.NeedsGrad(0)) g.SetGrad(0, g.Grad(0));
-              if (g.NeedsGrad(1)) {
-                g.SetGrad(1, g.Op("BiasAddGrad", {g.Grad(0)}));
-              }
-            })
-            .Summary("value + bias, bias along the last axis"));
+            .Backward(bias_add_backward)
+            .Summary("value + bias, bias along the last axis (data_format "
+                     "NHWC only)"));
+  r.Add(Op("BiasAddV1")
+            .Inputs({"value", "bias"})
+            .Outputs({"output"})
+            .Forward(BiasAddKernel)
+            .Backward(bias_add_backward)
+            .Summary("value + bias, bias along the last axis (BiasAdd "
+                     "without data_format)"));
   r.Add(Op("BiasAddGrad")
             .Inputs({"out_backprop"})
             .Outputs({"output"})
@@ -289,6 +535,7 @@ void RegisterNnOps(OpRegistry& r) {
             .NotDifferentiable()
             .Summary("indices -> one-hot rows of `depth` (out of range: all "
                      "off_value)"));
+  RegisterMoreActivations(r);
 }
 
 }  // namespace gradtape

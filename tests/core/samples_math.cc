@@ -1,4 +1,6 @@
 // Gradient-check samples for the ops of core/ops/math_ops.cc.
+#include <string>
+
 #include "tests/core/op_samples.h"
 
 namespace gradtape::testing {
@@ -50,6 +52,49 @@ void AddMathSamples(SampleList& s) {
          R({2, 3}, 42)});
   s.Add("Select", "scalar condition",
         {Tensor::Scalar<bool>(true), R({2, 2}, 43), R({2, 2}, 44)});
+  s.Add("Abs", "away from 0", {RandomAwayFromZero({2, 3}, 1, 0.1, 45)});
+  s.Add("Sign", "away from 0", {RandomAwayFromZero({2, 3}, 1, 0.1, 46)});
+  s.Add("Expm1", "matrix", {R({2, 3}, 47)});
+  s.Add("Log1p", "x > -0.5", {RandomTensor({2, 3}, -0.5, 2, 48)});
+  s.Add("Sin", "matrix", {RandomTensor({2, 3}, -3, 3, 49)});
+  s.Add("Cos", "matrix", {RandomTensor({2, 3}, -3, 3, 50)});
+  s.Add("Tan", "|x| < 1.2", {RandomTensor({2, 3}, -1.2, 1.2, 51)});
+  for (const char* op : {"Reciprocal", "Inv"}) {
+    s.Add(op, "away from 0", {RandomAwayFromZero({2, 3}, 2, 0.5, 52)});
+  }
+  s.Add("ReciprocalGrad", "y away from 0",
+        {RandomAwayFromZero({2, 3}, 2, 0.5, 53), R({2, 3}, 54)});
+  for (const char* op : {"Maximum", "Minimum", "SquaredDifference"}) {
+    s.Add(op, "same shape", {R({2, 3}, 55), R({2, 3}, 56)});
+    s.Add(op, "row broadcast", {R({2, 3}, 57), R({3}, 58)});
+    s.Add(op, "outer broadcast", {R({2, 1}, 59), R({1, 3}, 60)});
+    s.Add(op, "scalar", {R({}, 61), R({2, 2}, 62)});
+  }
+  s.Add("L2Loss", "matrix", {R({2, 3}, 63)});
+  s.Add("L2Loss", "scalar", {R({}, 64)});
+  s.Add("Prod", "all axes", {RandomAwayFromZero({2, 3}, 1.5, 0.5, 65)});
+  s.Add("Prod", "axis 1", {R({2, 3, 2}, 66)}, {{"axis", L({1})}});
+  s.Add("Prod", "axes 0,-1 keep_dims", {R({2, 3, 2}, 67)},
+        {{"axis", L({0, -1})}, {"keep_dims", true}});
+  s.Add("Prod", "leading axis", {R({3, 2}, 68)}, {{"axis", L({0})}});
+  for (const char* op : {"Cumsum", "Cumprod"}) {
+    for (bool exclusive : {false, true}) {
+      for (bool reverse : {false, true}) {
+        std::string label = std::string("axis 1") +
+                            (exclusive ? " exclusive" : "") +
+                            (reverse ? " reverse" : "");
+        s.Add(op, label, {RandomAwayFromZero({2, 3}, 1.5, 0.5, 69)},
+              {{"axis", int64_t{1}},
+               {"exclusive", exclusive},
+               {"reverse", reverse}});
+      }
+    }
+    s.Add(op, "axis 0 of rank 3",
+          {RandomAwayFromZero({3, 2, 2}, 1.5, 0.5, 70)});
+    s.Add(op, "axis -2 exclusive reverse",
+          {RandomAwayFromZero({2, 3, 2}, 1.5, 0.5, 71)},
+          {{"axis", int64_t{-2}}, {"exclusive", true}, {"reverse", true}});
+  }
 }
 
 }  // namespace gradtape::testing

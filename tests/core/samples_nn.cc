@@ -19,6 +19,26 @@ void AddNnSamples(SampleList& s) {
   s.Add("OneHot", "int32 indices",
         {Tensor::FromVector<int32_t>({3}, {0, 2, 1})},
         {{"depth", int64_t{3}}, {"T", DType::kFloat64}});
+  s.Add("BiasAddV1", "rank 3", {R({2, 2, 3}, 59), R({3}, 60)});
+  s.Add("Relu6", "away from 0 and 6",
+        {Tensor::FromVector<double>({2, 3}, {-1.5, 0.7, 3.2, 5.5, 6.8, -0.2})});
+  s.Add("Relu6Grad", "features away from 0 and 6",
+        {R({2, 3}, 61),
+         Tensor::FromVector<double>({2, 3}, {-1.5, 0.7, 3.2, 5.5, 6.8, -0.2})});
+  for (const char* op : {"Elu", "Selu", "Softplus", "Softsign"}) {
+    s.Add(op, "away from 0", {RandomAwayFromZero({2, 3}, 2, 0.1, 62)});
+  }
+  s.Add("Softplus", "large |x|",
+        {Tensor::FromVector<double>({4}, {-30, -8, 8, 30})});
+  for (const char* op : {"EluGrad", "SeluGrad"}) {
+    // outputs of Elu / Selu lie above -1 / -scale * alpha.
+    s.Add(op, "outputs away from 0",
+          {R({2, 3}, 63), RandomAwayFromZero({2, 3}, 0.9, 0.1, 64)});
+  }
+  s.Add("SoftplusGrad", "matrix",
+        {R({2, 3}, 65), RandomTensor({2, 3}, -3, 3, 66)});
+  s.Add("SoftsignGrad", "features away from 0",
+        {R({2, 3}, 67), RandomAwayFromZero({2, 3}, 2, 0.1, 68)});
 }
 
 }  // namespace gradtape::testing
