@@ -1,10 +1,486 @@
-// Average and max pooling, 2-D and 3-D.
+// Average and max pooling, 2-D (NHWC) and 3-D (NDHWC).
+//
+// How it works: every kernel is one walk over the pooling windows
+// (ForEachWindow). A window is the box of input pixels an output pixel
+// reads, already clipped to the input (SAME padding never reads padded
+// cells), and the work per window is a loop over its pixels with the
+// channels innermost, contiguous in memory. 2-D pooling is 3-D pooling with
+// a depth of 1, so one geometry and one walk serve both.
+//
+// Semantics follow TensorFlow:
+//  - ksize and strides have one entry per dim of the layout, 1 for batch and
+//    channels; padding is "SAME" or "VALID"; data_format only the default.
+//  - SAME averages over the valid (non-padded) elements of a window.
+//  - Max pooling routes a gradient to the first maximum of its window in
+//    row-major window order (TensorFlow's kernels): the first pixel equal to
+//    orig_output (as TensorFlow's MaxPoolGradGrad and GPU MaxPoolGrad find
+//    it; no max is recomputed). orig_input and orig_output only select the
+//    routing: they are non-differentiable inputs of MaxPoolGrad and
+//    MaxPoolGradGrad (TensorFlow returns zeros for them).
+//  - AvgPoolGrad / AvgPool3DGrad take orig_input_shape as an attr (TensorFlow
+//    passes it as a host int32 tensor input).
+#include <algorithm>
+#include <array>
+#include <limits>
+#include <string>
+#include <vector>
+
 #include "core/gradient.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
 
 namespace gradtape {
+namespace {
 
-void RegisterPoolOps(OpRegistry& r) {}
+// The spatial layout of one pooling: input and output extents, window size,
+// strides and leading padding per spatial dim. 2-D pooling is stored as 3-D
+// with a leading spatial extent of 1.
+struct PoolGeometry {
+  int spatial = 2;  // 2 (NHWC) or 3 (NDHWC)
+  int64_t batch = 0;
+  int64_t channels = 0;
+  std::array<int64_t, 3> in{1, 1, 1};
+  std::array<int64_t, 3> out{1, 1, 1};
+  std::array<int64_t, 3> ksize{1, 1, 1};
+  std::array<int64_t, 3> stride{1, 1, 1};
+  std::array<int64_t, 3> pad{0, 0, 0};  // padding before each dim
+
+  int64_t in_pixels() const { return in[0] * in[1] * in[2]; }
+  Shape ShapeOf(const std::array<int64_t, 3>& spatial_dims) const {
+    Shape s{batch};
+    for (int d = 3 - spatial; d < 3; ++d) s.push_back(spatial_dims[d]);
+    s.push_back(channels);
+    return s;
+  }
+  Shape OutputShape() const { return ShapeOf(out); }
+};
+
+// The input pixels one output pixel reads: [lo, hi) per spatial dim, within
+// the input. Pixels are numbered over (batch, spatial dims) in row-major
+// order; a pixel's channels start at element pixel * channels.
+struct Window {
+  const PoolGeometry* g;
+  int64_t first;  // pixel number of spatial (0, 0, 0) in this batch entry
+  std::array<int64_t, 3> lo, hi;
+
+  int64_t count() const {
+    return (hi[0] - lo[0]) * (hi[1] - lo[1]) * (hi[2] - lo[2]);
+  }
+  // fn(pixel) for each pixel of the window, in row-major order.
+  template <typename Fn>
+  void ForEachPixel(Fn&& fn) const {
+    for (int64_t d = lo[0]; d < hi[0]; ++d) {
+      for (int64_t h = lo[1]; h < hi[1]; ++h) {
+        const int64_t row = first + (d * g->in[1] + h) * g->in[2];
+        for (int64_t w = lo[2]; w < hi[2]; ++w) fn(row + w);
+      }
+    }
+  }
+};
+
+// fn(out_pixel, window) for every output pixel in row-major order. Every
+// window holds at least one pixel (guaranteed by MakePoolGeometry).
+template <typename Fn>
+void ForEachWindow(const PoolGeometry& g, Fn&& fn) {
+  Window w{&g, 0, {}, {}};
+  auto range = [&](int d, int64_t o) {
+    const int64_t start = o * g.stride[d] - g.pad[d];
+    w.lo[d] = std::max<int64_t>(start, 0);
+    w.hi[d] = std::min(start + g.ksize[d], g.in[d]);
+  };
+  int64_t o = 0;
+  for (int64_t b = 0; b < g.batch; ++b) {
+    w.first = b * g.in_pixels();
+    for (int64_t od = 0; od < g.out[0]; ++od) {
+      range(0, od);
+      for (int64_t oh = 0; oh < g.out[1]; ++oh) {
+        range(1, oh);
+        for (int64_t ow = 0; ow < g.out[2]; ++ow, ++o) {
+          range(2, ow);
+          fn(o, static_cast<const Window&>(w));
+        }
+      }
+    }
+  }
+}
+
+const char* Layout(int spatial) { return spatial == 2 ? "NHWC" : "NDHWC"; }
+
+// Reads ksize, strides, padding and data_format from the op's attrs and lays
+// them against an input of `input_shape` (named `what` in messages).
+// INVALID_ARGUMENT for a wrong rank, malformed ksize/strides (length, 1 in the
+// batch and channel dims, positive), unknown padding or data_format, or a
+// VALID window larger than the input.
+absl::StatusOr<PoolGeometry> MakePoolGeometry(
+    const KernelContext& ctx, int spatial,
+    absl::Span<const int64_t> input_shape, absl::string_view what) {
+  const AttrMap& attrs = ctx.attrs();
+  const int rank = spatial + 2;
+  const char* layout = Layout(spatial);
+  if (attrs.Get<std::string>("data_format") != layout) {
+    return ctx.InvalidArgument("data_format '",
+                               attrs.Get<std::string>("data_format"),
+                               "' is not supported; only ", layout);
+  }
+  if (static_cast<int>(input_shape.size()) != rank) {
+    return ctx.InvalidArgument(what, " must have rank ", rank, " (", layout,
+                               "), got shape ", ShapeString(input_shape));
+  }
+  const std::vector<int64_t>& ksize = attrs.IntList("ksize");
+  const std::vector<int64_t>& strides = attrs.IntList("strides");
+  for (const auto* list : {&ksize, &strides}) {
+    const char* name = list == &ksize ? "ksize" : "strides";
+    if (static_cast<int>(list->size()) != rank) {
+      return ctx.InvalidArgument(name, " ", ShapeString(*list), " must have ",
+                                 rank, " entries (", layout, ")");
+    }
+    if ((*list)[0] != 1 || (*list)[rank - 1] != 1) {
+      return ctx.InvalidArgument(
+          name, " ", ShapeString(*list),
+          " must be 1 in the batch and channel dims (pooling across batch or "
+          "channels is not supported)");
+    }
+    for (int64_t v : *list) {
+      if (v < 1 || v > std::numeric_limits<int32_t>::max()) {
+        return ctx.InvalidArgument(name, " ", ShapeString(*list), " has entry ",
+                                   v, "; entries must be in [1, 2^31)");
+      }
+    }
+  }
+  const std::string& padding = attrs.Get<std::string>("padding");
+  if (padding != "SAME" && padding != "VALID") {
+    return ctx.InvalidArgument("padding '", padding, "' must be SAME or VALID");
+  }
+  // Dims up to 2^62 keep the window arithmetic below free of overflow.
+  constexpr int64_t kMaxDim = int64_t{1} << 62;
+  for (int64_t dim : input_shape) {
+    if (dim < 0 || dim > kMaxDim) {
+      return ctx.InvalidArgument(what, " ", ShapeString(input_shape),
+                                 " has a dim outside [0, 2^62]");
+    }
+  }
+  PoolGeometry g;
+  g.spatial = spatial;
+  g.batch = input_shape[0];
+  g.channels = input_shape[rank - 1];
+  for (int i = 1; i <= spatial; ++i) {
+    const int d = 3 - spatial + i - 1;
+    const int64_t in = input_shape[i], k = ksize[i], s = strides[i];
+    g.in[d] = in;
+    g.ksize[d] = k;
+    g.stride[d] = s;
+    if (padding == "VALID") {
+      if (k > in) {
+        return ctx.InvalidArgument("window ksize ", ShapeString(ksize),
+                                   " is larger than ", what, " ",
+                                   ShapeString(input_shape), " in dim ", i,
+                                   " (", k, " > ", in, ") with VALID padding");
+      }
+      g.out[d] = (in - k) / s + 1;
+      g.pad[d] = 0;
+    } else {
+      // SAME: out = ceil(in / s). The padding is less than k, so every
+      // window overlaps the input.
+      g.out[d] = (in + s - 1) / s;
+      g.pad[d] = std::max<int64_t>((g.out[d] - 1) * s + k - in, 0) / 2;
+    }
+  }
+  return g;
+}
+
+// The attrs of a pooling op without extras (orig_input_shape), to run the
+// related pooling op in a backward.
+AttrMap PoolAttrs(const AttrMap& attrs) {
+  AttrMap out;
+  for (const char* name : {"ksize", "strides", "padding", "data_format"}) {
+    out.Set(name, *attrs.Find(name));
+  }
+  return out;
+}
+
+// Per-channel maximum of a window into best[0, channels).
+template <typename T>
+void WindowMax(const Window& w, const T* x, int64_t channels, T* best) {
+  bool first = true;
+  w.ForEachPixel([&](int64_t p) {
+    const T* in = x + p * channels;
+    if (first) {
+      std::copy(in, in + channels, best);
+      first = false;
+      return;
+    }
+    for (int64_t c = 0; c < channels; ++c) {
+      best[c] = in[c] > best[c] ? in[c] : best[c];
+    }
+  });
+}
+
+// AvgPool / AvgPool3D and MaxPool / MaxPool3D.
+absl::Status PoolKernel(KernelContext& ctx, int spatial, bool max) {
+  if (absl::Status s = ctx.RequireFloat(0); !s.ok()) return s;
+  const Tensor& x = ctx.input(0);
+  absl::StatusOr<PoolGeometry> g =
+      MakePoolGeometry(ctx, spatial, x.shape(), "input");
+  if (!g.ok()) return g.status();
+  Tensor y = Tensor::Empty(x.dtype(), g->OutputShape());
+  const int64_t channels = g->channels;
+  DispatchFloat(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* px = x.data<T>();
+    T* py = y.mutable_data<T>();
+    ForEachWindow(*g, [&](int64_t o, const Window& w) {
+      T* out = py + o * channels;
+      if (max) {
+        WindowMax(w, px, channels, out);
+        return;
+      }
+      std::fill(out, out + channels, T(0));
+      w.ForEachPixel([&](int64_t p) {
+        const T* in = px + p * channels;
+        for (int64_t c = 0; c < channels; ++c) out[c] += in[c];
+      });
+      const T inv = T(1) / static_cast<T>(w.count());
+      for (int64_t c = 0; c < channels; ++c) out[c] *= inv;
+    });
+  });
+  ctx.set_output(0, std::move(y));
+  return absl::OkStatus();
+}
+
+// AvgPoolGrad / AvgPool3DGrad: each output gradient is spread evenly over
+// the valid pixels of its window.
+absl::Status AvgPoolGradKernel(KernelContext& ctx, int spatial) {
+  if (absl::Status s = ctx.RequireFloat(0); !s.ok()) return s;
+  const Tensor& dy = ctx.input(0);
+  const std::vector<int64_t>& orig = ctx.attrs().IntList("orig_input_shape");
+  absl::StatusOr<PoolGeometry> g =
+      MakePoolGeometry(ctx, spatial, orig, "orig_input_shape");
+  if (!g.ok()) return g.status();
+  // A small grad can stand for a huge orig_input_shape (strides up to 2^31):
+  // refuse sizes whose byte count overflows, and failed allocations.
+  const int64_t n = NumElements(orig);
+  if (n < 0 || n > std::numeric_limits<int64_t>::max() / 8) {
+    return ctx.InvalidArgument("orig_input_shape ", ShapeString(orig),
+                               " has too many elements");
+  }
+  if (dy.shape() != g->OutputShape()) {
+    return ctx.InvalidArgument("grad ", dy.DebugString(),
+                               " does not match the pooled shape ",
+                               ShapeString(g->OutputShape()),
+                               " of orig_input_shape ", ShapeString(orig));
+  }
+  Tensor dx = Tensor::Empty(dy.dtype(), orig);
+  if (n > 0 && dx.raw_mutable_data() == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(ctx.op().name, ": cannot allocate orig_input_shape ",
+                     ShapeString(orig)));
+  }
+  const int64_t channels = g->channels;
+  DispatchFloat(dy.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* pdy = dy.data<T>();
+    T* pdx = dx.mutable_data<T>();
+    std::fill(pdx, pdx + n, T(0));
+    ForEachWindow(*g, [&](int64_t o, const Window& w) {
+      const T inv = T(1) / static_cast<T>(w.count());
+      const T* in = pdy + o * channels;
+      w.ForEachPixel([&](int64_t p) {
+        T* out = pdx + p * channels;
+        for (int64_t c = 0; c < channels; ++c) out[c] += in[c] * inv;
+      });
+    });
+  });
+  ctx.set_output(0, std::move(dx));
+  return absl::OkStatus();
+}
+
+// MaxPoolGrad (grad_grad = false): the output-shaped grad is routed to the
+// first maximum of each window, giving an input-shaped result.
+// MaxPoolGradGrad (grad_grad = true): each output pixel picks the
+// input-shaped grad at the first maximum of its window.
+// The first maximum is the first pixel (row-major) of the window equal to
+// orig_output there; a window with no such pixel (orig_output is not the
+// max pool of orig_input) routes nothing.
+absl::Status MaxPoolGradKernel(KernelContext& ctx, int spatial,
+                               bool grad_grad) {
+  for (int i = 0; i < 3; ++i) {
+    if (absl::Status s = ctx.RequireFloat(i); !s.ok()) return s;
+  }
+  if (absl::Status s = ctx.RequireSameDType(0, 1); !s.ok()) return s;
+  if (absl::Status s = ctx.RequireSameDType(0, 2); !s.ok()) return s;
+  const Tensor& x = ctx.input(0);
+  const Tensor& y = ctx.input(1);
+  const Tensor& grad = ctx.input(2);
+  absl::StatusOr<PoolGeometry> g =
+      MakePoolGeometry(ctx, spatial, x.shape(), "orig_input");
+  if (!g.ok()) return g.status();
+  const Shape pooled = g->OutputShape();
+  if (y.shape() != pooled) {
+    return ctx.InvalidArgument(
+        "orig_output ", y.DebugString(), " does not match the pooled shape ",
+        ShapeString(pooled), " of orig_input ", x.DebugString());
+  }
+  const Shape& grad_shape = grad_grad ? x.shape() : pooled;
+  if (grad.shape() != grad_shape) {
+    return ctx.InvalidArgument("grad ", grad.DebugString(), " must have shape ",
+                               ShapeString(grad_shape), " (",
+                               grad_grad ? "orig_input" : "orig_output", ")");
+  }
+  Tensor out = grad_grad ? Tensor::Empty(x.dtype(), pooled)
+                         : Tensor::Zeros(x.dtype(), x.shape());
+  const int64_t channels = g->channels;
+  DispatchFloat(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* px = x.data<T>();
+    const T* py = y.data<T>();
+    const T* pg = grad.data<T>();
+    T* pout = out.mutable_data<T>();
+    // found[c] becomes 1 at the first pixel equal to the window's max, so
+    // later ties are skipped. Written as 0/1 arithmetic and selects of
+    // preloaded values (no argmax index, no branches) so that GCC vectorizes
+    // the channel loops (an order of magnitude faster than an argmax).
+    std::vector<T> found(channels);
+    ForEachWindow(*g, [&](int64_t o, const Window& w) {
+      const T* max = py + o * channels;
+      std::fill(found.begin(), found.end(), T(0));
+      if (grad_grad) {
+        T* dst = pout + o * channels;
+        std::fill(dst, dst + channels, T(0));
+        w.ForEachPixel([&](int64_t p) {
+          const T* in = px + p * channels;
+          const T* src = pg + p * channels;
+          for (int64_t c = 0; c < channels; ++c) {
+            const T s = src[c], d = dst[c];
+            const T hit = (in[c] == max[c] ? T(1) : T(0)) * (T(1) - found[c]);
+            dst[c] = hit != T(0) ? s : d;
+            found[c] += hit;
+          }
+        });
+      } else {
+        const T* src = pg + o * channels;
+        w.ForEachPixel([&](int64_t p) {
+          const T* in = px + p * channels;
+          T* dst = pout + p * channels;
+          for (int64_t c = 0; c < channels; ++c) {
+            const T s = src[c];
+            const T hit = (in[c] == max[c] ? T(1) : T(0)) * (T(1) - found[c]);
+            dst[c] += hit != T(0) ? s : T(0);
+            found[c] += hit;
+          }
+        });
+      }
+    });
+  });
+  ctx.set_output(0, std::move(out));
+  return absl::OkStatus();
+}
+
+std::string PoolName(const char* base, int spatial, const char* suffix = "") {
+  return absl::StrCat(base, spatial == 3 ? "3D" : "", suffix);
+}
+
+// An op with the pooling attrs common to the family.
+Op PoolOp(const std::string& name, int spatial) {
+  return std::move(Op(name)
+                       .Attr("ksize", AttrType::kIntList)
+                       .Attr("strides", AttrType::kIntList)
+                       .Attr("padding", AttrType::kString)
+                       .Attr("data_format", std::string(Layout(spatial))));
+}
+
+}  // namespace
+
+void RegisterPoolOps(OpRegistry& r) {
+  for (int spatial : {2, 3}) {
+    const std::string avg = PoolName("AvgPool", spatial);
+    const std::string avg_grad = PoolName("AvgPool", spatial, "Grad");
+    const std::string max = PoolName("MaxPool", spatial);
+    const std::string max_grad = PoolName("MaxPool", spatial, "Grad");
+    const std::string max_grad_grad = PoolName("MaxPool", spatial, "GradGrad");
+    const std::string layout = Layout(spatial);
+
+    r.Add(PoolOp(avg, spatial)
+              .Inputs({spatial == 2 ? "value" : "input"})
+              .Outputs({"output"})
+              .Forward([spatial](KernelContext& ctx) {
+                return PoolKernel(ctx, spatial, /*max=*/false);
+              })
+              // dx = AvgPoolGrad(shape(x), dy)
+              .Backward([avg_grad](GradContext& g) {
+                AttrMap attrs = PoolAttrs(g.attrs());
+                const Shape& in = g.InputShape(0);
+                attrs.Set("orig_input_shape",
+                          std::vector<int64_t>(in.begin(), in.end()));
+                g.SetGrad(0, g.Op(avg_grad, {g.Grad(0)}, std::move(attrs)));
+              })
+              .Summary(absl::StrCat("average pooling (", layout,
+                                    "; SAME averages over valid cells only)")));
+    r.Add(PoolOp(avg_grad, spatial)
+              .Inputs({"grad"})
+              .Outputs({"output"})
+              .Attr("orig_input_shape", AttrType::kIntList)
+              .Forward([spatial](KernelContext& ctx) {
+                return AvgPoolGradKernel(ctx, spatial);
+              })
+              // linear in grad, the adjoint of AvgPool: dgrad = AvgPool(dz)
+              .Backward([avg](GradContext& g) {
+                g.SetGrad(0, g.Op(avg, {g.Grad(0)}, PoolAttrs(g.attrs())));
+              })
+              .Summary(absl::StrCat(
+                  "the gradient of ", avg,
+                  " (orig_input_shape is an attr; TensorFlow takes a "
+                  "tensor)")));
+    r.Add(PoolOp(max, spatial)
+              .Inputs({"input"})
+              .Outputs({"output"})
+              .Forward([spatial](KernelContext& ctx) {
+                return PoolKernel(ctx, spatial, /*max=*/true);
+              })
+              // dx = MaxPoolGrad(x, y, dy): dy to the first max of its window
+              .Backward([max_grad](GradContext& g) {
+                g.SetGrad(0,
+                          g.Op(max_grad, {g.Input(0), g.Output(0), g.Grad(0)},
+                               PoolAttrs(g.attrs())));
+              })
+              .SavesInputs({0})
+              .SavesOutputs({0})
+              .Summary(absl::StrCat("max pooling (", layout, ")")));
+    r.Add(PoolOp(max_grad, spatial)
+              .Inputs({"orig_input", "orig_output", "grad"})
+              .Outputs({"output"})
+              .Forward([spatial](KernelContext& ctx) {
+                return MaxPoolGradKernel(ctx, spatial, /*grad_grad=*/false);
+              })
+              // linear in grad: dgrad = MaxPoolGradGrad(x, y, dz)
+              .Backward([max_grad_grad](GradContext& g) {
+                g.SetGrad(
+                    2, g.Op(max_grad_grad, {g.Input(0), g.Input(1), g.Grad(0)},
+                            PoolAttrs(g.attrs())));
+              })
+              .SavesInputs({0, 1})
+              .NonDifferentiableInputs({0, 1})
+              .Summary(absl::StrCat(
+                  "the gradient of ", max,
+                  ": grad routed to the first max (== orig_output) of "
+                  "each window of orig_input")));
+    r.Add(PoolOp(max_grad_grad, spatial)
+              .Inputs({"orig_input", "orig_output", "grad"})
+              .Outputs({"output"})
+              .Forward([spatial](KernelContext& ctx) {
+                return MaxPoolGradKernel(ctx, spatial, /*grad_grad=*/true);
+              })
+              // linear in grad: dgrad = MaxPoolGrad(x, y, dz)
+              .Backward([max_grad](GradContext& g) {
+                g.SetGrad(2, g.Op(max_grad, {g.Input(0), g.Input(1), g.Grad(0)},
+                                  PoolAttrs(g.attrs())));
+              })
+              .SavesInputs({0, 1})
+              .NonDifferentiableInputs({0, 1})
+              .Summary(absl::StrCat(
+                  "the gradient of ", max_grad,
+                  ": per window, grad at the first max (== orig_output) of "
+                  "orig_input")));
+  }
+}
 
 }  // namespace gradtape
