@@ -59,6 +59,10 @@ class GradContext {
   Tensor Mul(Tensor a, Tensor b) { return Op("Mul", {a, b}); }
   Tensor Div(Tensor a, Tensor b) { return Op("RealDiv", {a, b}); }
   Tensor Neg(Tensor a) { return Op("Neg", {a}); }
+  // conj(a) for complex a; a itself otherwise (TensorFlow's math_ops.conj).
+  Tensor Conj(Tensor a) {
+    return ok() && IsComplex(a.dtype()) ? Op("Conj", {a}) : a;
+  }
   Tensor Reshape(Tensor a, const Shape& shape);
   // Sums `grad` (broadcast result) back to `shape` (an input's shape):
   // the gradient of numpy broadcasting.

@@ -698,14 +698,14 @@ void RegisterMathOps(OpRegistry& r) {
               return BinaryKernel<DTypes::kArithmetic>(
                   ctx, [](auto a, auto b) { return a * b; });
             })
-            // dx = dz * y, dy = dz * x
+            // dx = dz * conj(y), dy = dz * conj(x)  (conj: complex only)
             .Backward([](GradContext& g) {
               if (g.NeedsGrad(0)) {
-                g.SetGrad(0, g.SumToShape(g.Mul(g.Grad(0), g.Input(1)),
+                g.SetGrad(0, g.SumToShape(g.Mul(g.Grad(0), g.Conj(g.Input(1))),
                                           g.InputShape(0)));
               }
               if (g.NeedsGrad(1)) {
-                g.SetGrad(1, g.SumToShape(g.Mul(g.Grad(0), g.Input(0)),
+                g.SetGrad(1, g.SumToShape(g.Mul(g.Grad(0), g.Conj(g.Input(0))),
                                           g.InputShape(1)));
               }
             })
@@ -717,9 +717,10 @@ void RegisterMathOps(OpRegistry& r) {
                 return BinaryKernel<DTypes::kInexact>(
                     ctx, [](auto a, auto b) { return a / b; });
               })
-              // dx = dz / y, dy = -dz * x / y^2
+              // dx = dz / conj(y), dy = -dz * conj(x) / conj(y)^2
               .Backward([](GradContext& g) {
-                Tensor x = g.Input(0), y = g.Input(1), dz = g.Grad(0);
+                Tensor x = g.Conj(g.Input(0)), y = g.Conj(g.Input(1));
+                Tensor dz = g.Grad(0);
                 if (g.NeedsGrad(0)) {
                   g.SetGrad(0, g.SumToShape(g.Div(dz, y), g.InputShape(0)));
                 }
@@ -729,7 +730,8 @@ void RegisterMathOps(OpRegistry& r) {
                 }
               })
               .SavesInputs({0, 1})
-              .Summary("z = x / y (floating), with numpy broadcasting"));
+              .Summary("z = x / y (floating or complex), with numpy "
+                       "broadcasting"));
   }
   r.Add(Unary("Neg")
             .Forward([](KernelContext& ctx) {

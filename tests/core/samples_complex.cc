@@ -25,6 +25,17 @@ void AddComplexSamples(SampleList& s) {
   s.Add("Angle", "right half-plane",
         {MakeComplex(Positive({2, 3}, 209), R({2, 3}, 210))});
   s.Add("Conj", "matrix", {MakeComplex(R({2, 3}, 211), R({2, 3}, 212))});
+  // Arithmetic on complex tensors (backwards conjugate, as TensorFlow's).
+  s.Add("Mul", "complex broadcast",
+        {MakeComplex(R({2, 3}, 213), R({2, 3}, 214)),
+         MakeComplex(R({3}, 215), R({3}, 216))});
+  s.Add("RealDiv", "complex",
+        {MakeComplex(R({2, 2}, 217), R({2, 2}, 218)),
+         MakeComplex(Positive({2, 2}, 219), Positive({2, 2}, 220))});
+  s.Add("AddV2", "complex",
+        {MakeComplex(R({2}, 221), R({2}, 222)),
+         MakeComplex(R({2}, 223), R({2}, 224))});
+  s.Add("Neg", "complex", {MakeComplex(R({2}, 225), R({2}, 226))});
 }
 
 }  // namespace gradtape::testing
