@@ -14,6 +14,8 @@ if [ ! -x .venv/bin/pytest ] || ! cmp -s tests/python/requirements.txt .venv/req
   .venv/bin/pip install -q --disable-pip-version-check -r tests/python/requirements.txt
   cp tests/python/requirements.txt .venv/requirements.txt
 fi
+echo "== python client (pip install ./client/python: stubs generated from proto/)"
+.venv/bin/pip install -q --disable-pip-version-check --no-build-isolation ./client/python
 
 status=0
 LOGS="$(mktemp -d)"

@@ -120,3 +120,15 @@ def channel(server_address):
 @pytest.fixture
 def stub(pb, channel):
     return pb.pb2_grpc.TapeServiceStub(channel)
+
+
+# -- the Python client package (client/python, installed into the venv) -----
+
+
+@pytest.fixture
+def gt(server_address):
+    """A gradtape.Session on the test server, closed at the end."""
+    import gradtape  # the client package: pip install ./client/python
+
+    with gradtape.connect(server_address, timeout=10) as session:
+        yield session

@@ -1,0 +1,49 @@
+"""gradtape: a Python client for the gradtape gradient-tape service.
+
+TensorFlow-eager-like API over a pipelined gRPC stream; tensors, tapes,
+variables and optimizer state live on the server::
+
+    import numpy as np
+    import gradtape
+
+    with gradtape.connect("127.0.0.1:50051") as session:
+        x = session.constant(np.array([[1.0, 2.0]]))
+        w = session.Variable(np.ones((2, 3)))
+        with session.GradientTape() as tape:
+            loss = session.ops.sum(session.ops.tanh(x @ w))
+        dw = tape.gradient(loss, w)       # a handle; nothing waited yet
+        print(loss.numpy(), dw.numpy())   # wait points
+
+Ops come from the server's registry (ListOps) at connect time, named in
+snake_case like TensorFlow's raw ops: ``session.ops.mat_mul(a, b,
+transpose_b=True)``.
+"""
+
+from gradtape import optimizers
+from gradtape.errors import GradtapeError
+from gradtape.session import (
+    GradientTape,
+    Ops,
+    Session,
+    SessionStats,
+    Tensor,
+    UnconnectedGradients,
+    Variable,
+    connect,
+    snake_case,
+)
+
+__all__ = [
+    "GradientTape",
+    "GradtapeError",
+    "Ops",
+    "Session",
+    "SessionStats",
+    "Tensor",
+    "UnconnectedGradients",
+    "Variable",
+    "connect",
+    "optimizers",
+    "snake_case",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,192 @@
+"""Optimizers whose state lives on the server (TensorFlow semantics).
+
+``apply_gradients(zip(grads, variables))`` buffers the update commands and
+returns at once: slots (momentum, Adam's m and v) and Adam's beta powers are
+server variables, created at the first update of each variable. The update
+uses the server's fused optimizer op when it is registered
+(ResourceApplyGradientDescent, ResourceApplyMomentum, ResourceApplyAdam,
+TensorFlow's signatures) and otherwise the same formula in elementwise ops
+plus AssignVariableOp, still entirely on the server. Updates run with
+recording stopped, so an enclosing tape does not record them.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Optional, Tuple
+
+import numpy as np
+
+from gradtape.session import Session, Tensor, Variable
+
+GradsAndVars = Iterable[Tuple[Optional[Tensor], Variable]]
+
+
+class Optimizer:
+    """Base class: per-variable slots and the apply loop."""
+
+    #: the fused server op this optimizer uses when it is registered.
+    server_op: str = ""
+
+    def __init__(self, learning_rate: float, use_server_op: Optional[bool] = None) -> None:
+        """
+        Args:
+          learning_rate: the step size.
+          use_server_op: True: always use the fused server op (fails on the
+            server if it is not registered); False: always the elementwise
+            formula; None (default): the fused op when the server lists it.
+        """
+        self.learning_rate = float(learning_rate)
+        self.use_server_op = use_server_op
+        self.iterations = 0
+        self._slots: Dict[Tuple[int, str], Variable] = {}
+
+    def _fused(self, session: Session) -> bool:
+        if self.use_server_op is None:
+            return session.has_op(self.server_op)
+        return self.use_server_op
+
+    def slot(self, var: Variable, name: str) -> Variable:
+        """The slot variable `name` of `var` (zeros of its shape at first use)."""
+        key = (var.handle.id, name)
+        if key not in self._slots:
+            self._slots[key] = var.session.Variable(np.zeros(var.shape, dtype=var.dtype))
+        return self._slots[key]
+
+    def apply_gradients(self, grads_and_vars: GradsAndVars) -> None:
+        """Buffers one update of every variable whose gradient is not None."""
+        pairs: List[Tuple[Tensor, Variable]] = [(g, v) for g, v in grads_and_vars if g is not None]
+        if not pairs:
+            return
+        session = pairs[0][1].session
+        with session.stop_recording():
+            self._prepare(session, [v for _, v in pairs])
+            for g, v in pairs:
+                self._apply(session, g, v)
+            self._finish(session, [v for _, v in pairs])
+        self.iterations += 1
+
+    def _prepare(self, session: Session, variables: List[Variable]) -> None:
+        pass
+
+    def _apply(self, session: Session, grad: Tensor, var: Variable) -> None:
+        raise NotImplementedError
+
+    def _finish(self, session: Session, variables: List[Variable]) -> None:
+        pass
+
+
+class SGD(Optimizer):
+    """Gradient descent, optionally with (Nesterov) momentum:
+
+    ``accum = momentum * accum + g``; ``var -= lr * accum`` (Nesterov:
+    ``var -= lr * (g + momentum * accum)``); without momentum ``var -= lr * g``.
+    """
+
+    def __init__(
+        self,
+        learning_rate: float = 0.01,
+        momentum: float = 0.0,
+        nesterov: bool = False,
+        use_server_op: Optional[bool] = None,
+    ) -> None:
+        super().__init__(learning_rate, use_server_op)
+        self.momentum = float(momentum)
+        self.nesterov = nesterov
+        self.server_op = "ResourceApplyMomentum" if momentum else "ResourceApplyGradientDescent"
+
+    def _apply(self, session: Session, grad: Tensor, var: Variable) -> None:
+        lr = session.scalar(self.learning_rate, var.dtype)
+        fused = self._fused(session)
+        if not self.momentum:
+            if fused:
+                session.execute("ResourceApplyGradientDescent", [var.handle, lr, grad])
+            else:
+                var.assign_sub(lr * grad)
+            return
+        accum = self.slot(var, "momentum")
+        mu = session.scalar(self.momentum, var.dtype)
+        if fused:
+            session.execute(
+                "ResourceApplyMomentum",
+                [var.handle, accum.handle, lr, grad, mu],
+                {"use_nesterov": self.nesterov},
+            )
+            return
+        new_accum = accum.read_value() * mu + grad
+        accum.assign(new_accum)
+        step = grad + new_accum * mu if self.nesterov else new_accum
+        var.assign_sub(lr * step)
+
+
+class Adam(Optimizer):
+    """Adam (Kingma & Ba), in the form of TensorFlow's ResourceApplyAdam:
+
+    ``lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t)``,
+    ``m = m + (g - m) * (1 - beta1)``, ``v = v + (g^2 - v) * (1 - beta2)``,
+    ``var -= lr_t * m / (sqrt(v) + epsilon)``.
+
+    Slots ``m`` and ``v`` per variable and the powers ``beta1^t``,
+    ``beta2^t`` (one pair per dtype) are server variables.
+    """
+
+    server_op = "ResourceApplyAdam"
+
+    def __init__(
+        self,
+        learning_rate: float = 0.001,
+        beta_1: float = 0.9,
+        beta_2: float = 0.999,
+        epsilon: float = 1e-7,
+        use_server_op: Optional[bool] = None,
+    ) -> None:
+        super().__init__(learning_rate, use_server_op)
+        self.beta_1 = float(beta_1)
+        self.beta_2 = float(beta_2)
+        self.epsilon = float(epsilon)
+        self._powers: Dict[str, Tuple[Variable, Variable]] = {}
+        self._power_values: Dict[str, Tuple[Tensor, Tensor]] = {}
+
+    def _prepare(self, session: Session, variables: List[Variable]) -> None:
+        self._power_values = {}
+        for var in variables:
+            key = var.dtype.str
+            if key not in self._powers:
+                self._powers[key] = (
+                    session.Variable(np.asarray(self.beta_1, dtype=var.dtype)),
+                    session.Variable(np.asarray(self.beta_2, dtype=var.dtype)),
+                )
+            if key not in self._power_values:
+                b1p, b2p = self._powers[key]
+                self._power_values[key] = (b1p.read_value(), b2p.read_value())
+
+    def _apply(self, session: Session, grad: Tensor, var: Variable) -> None:
+        d = var.dtype
+        m, v = self.slot(var, "m"), self.slot(var, "v")
+        b1p, b2p = self._power_values[d.str]
+        lr = session.scalar(self.learning_rate, d)
+        b1 = session.scalar(self.beta_1, d)
+        b2 = session.scalar(self.beta_2, d)
+        eps = session.scalar(self.epsilon, d)
+        if self._fused(session):
+            session.execute(
+                "ResourceApplyAdam", [var.handle, m.handle, v.handle, b1p, b2p, lr, b1, b2, eps, grad]
+            )
+            return
+        ops = session.ops
+        one = session.scalar(1.0, d)
+        lr_t = lr * ops.sqrt(one - b2p) / (one - b1p)
+        m_new = m.read_value()
+        m_new = m_new + (grad - m_new) * session.scalar(1.0 - self.beta_1, d)
+        v_new = v.read_value()
+        v_new = v_new + (ops.square(grad) - v_new) * session.scalar(1.0 - self.beta_2, d)
+        m.assign(m_new)
+        v.assign(v_new)
+        var.assign_sub(lr_t * m_new / (ops.sqrt(v_new) + eps))
+
+    def _finish(self, session: Session, variables: List[Variable]) -> None:
+        for key, (b1p_value, b2p_value) in self._power_values.items():
+            b1p, b2p = self._powers[key]
+            d = b1p.dtype
+            b1p.assign(b1p_value * session.scalar(self.beta_1, d))
+            b2p.assign(b2p_value * session.scalar(self.beta_2, d))
+        self._power_values = {}
