@@ -36,6 +36,7 @@ class Context {
     memory_limit_ = limit_bytes;
   }
   TapeSet& tapes() { return tapes_; }
+    account_->set_limit(limit_bytes);
   const TapeSet& tapes() const { return tapes_; }
 
   // Runs `op`. `attrs` are checked and completed with defaults. On success

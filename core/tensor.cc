@@ -129,10 +129,37 @@ Tensor Tensor::Empty(DType dtype, absl::Span<const int64_t> shape) {
   Tensor t;
   int64_t n = NumElements(shape);
   if (n < 0 || dtype == DType::kInvalid) return t;
+  if (n > kMaxTensorBytes / static_cast<int64_t>(DTypeSize(dtype))) return t;
   t.dtype_ = dtype;
   t.shape_.assign(shape.begin(), shape.end());
   t.num_elements_ = n;
   t.buffer_ = std::make_shared<Buffer>(n * DTypeSize(dtype), t_account);
+  return t;
+}
+
+absl::StatusOr<Tensor> Tensor::TryEmpty(DType dtype,
+                                        absl::Span<const int64_t> shape) {
+  const int64_t n = NumElements(shape);
+  const int64_t size = static_cast<int64_t>(DTypeSize(dtype));
+  auto refuse = [&](absl::string_view why) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot allocate ", DTypeName(dtype), ShapeString(shape), ": ", why));
+  };
+  if (n < 0 || (size > 0 && n > kMaxTensorBytes / size)) {
+    return refuse(absl::StrCat("more than ", kMaxTensorBytes, " bytes"));
+  }
+  const int64_t bytes = n * size;
+  if (t_account != nullptr && t_account->limit() > 0 &&
+      t_account->bytes() + bytes > t_account->limit()) {
+    return refuse(absl::StrCat(bytes,
+                               " bytes would exceed the session's "
+                               "memory limit of ",
+                               t_account->limit()));
+  }
+  Tensor t = Empty(dtype, shape);
+  if (!t.valid() || (bytes > 0 && t.raw_data() == nullptr)) {
+    return refuse(absl::StrCat("out of memory for ", bytes, " bytes"));
+  }
   return t;
 }
 

@@ -100,9 +100,13 @@ class MemoryAccount {
   void Add(int64_t delta) {
     bytes_.fetch_add(delta, std::memory_order_relaxed);
   }
+  // 0: unlimited. Tensor::TryEmpty refuses to allocate past it.
+  int64_t limit() const { return limit_.load(std::memory_order_relaxed); }
+  void set_limit(int64_t limit) { limit_.store(limit); }
 
  private:
   std::atomic<int64_t> bytes_{0};
+  std::atomic<int64_t> limit_{0};
 };
 
 // Makes `account` current on this thread for its lifetime (nests).
@@ -125,8 +129,15 @@ class Tensor {
   Tensor() = default;
 
   // Uninitialized contents. Returns an invalid tensor if the shape is bad;
-  // callers validate shapes first (see MakeShape).
+  // callers validate shapes first. For sizes that come from a client (attrs),
+  // use TryEmpty.
   static Tensor Empty(DType dtype, absl::Span<const int64_t> shape);
+  // Like Empty, but RESOURCE_EXHAUSTED instead of allocating when the size
+  // overflows, exceeds kMaxTensorBytes or the current account's limit, or
+  // the allocation fails.
+  static absl::StatusOr<Tensor> TryEmpty(DType dtype,
+                                         absl::Span<const int64_t> shape);
+  static constexpr int64_t kMaxTensorBytes = int64_t{1} << 40;
   static Tensor Zeros(DType dtype, absl::Span<const int64_t> shape);
   // Every element equal to `value` converted to dtype.
   static Tensor Filled(DType dtype, absl::Span<const int64_t> shape,

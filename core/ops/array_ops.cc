@@ -135,7 +135,9 @@ absl::Status BroadcastToKernel(KernelContext& ctx) {
     return ctx.InvalidArgument("cannot broadcast ", x.DebugString(), " to ",
                                ShapeString(shape));
   }
-  Tensor y = Tensor::Empty(x.dtype(), shape);
+  absl::StatusOr<Tensor> allocated = Allocate(ctx, x.dtype(), shape);
+  if (!allocated.ok()) return allocated.status();
+  Tensor y = *std::move(allocated);
   DispatchAny(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = x.data<T>();

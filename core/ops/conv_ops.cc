@@ -303,23 +303,6 @@ absl::Status CheckFloatInputs(const KernelContext& ctx) {
   return absl::OkStatus();
 }
 
-// An uninitialized (or zeroed) tensor, or INVALID_ARGUMENT if it is too
-// large to allocate.
-absl::StatusOr<Tensor> Allocate(const KernelContext& ctx, DType dtype,
-                                absl::Span<const int64_t> shape, bool zero) {
-  const int64_t n = NumElements(shape);
-  Tensor t;
-  if (n >= 0 && n <= kMaxElements) t = Tensor::Empty(dtype, shape);
-  if (!t.valid() || (t.num_bytes() > 0 && t.raw_data() == nullptr)) {
-    return ctx.InvalidArgument("cannot allocate a ", DTypeName(dtype),
-                               " tensor of shape ", ShapeString(shape));
-  }
-  if (zero && t.num_bytes() > 0) {
-    std::fill_n(static_cast<char*>(t.raw_mutable_data()), t.num_bytes(), 0);
-  }
-  return t;
-}
-
 // Images per chunk: a chunk's patch matrix holds at most kPatchBudget
 // elements, or one image.
 int64_t ImagesPerChunk(const WindowGeometry& g) {

@@ -1,5 +1,9 @@
 #include "core/ops/kernel_util.h"
 
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
 namespace gradtape {
 
 Shape RowMajorStrides(absl::Span<const int64_t> shape) {
@@ -37,6 +41,19 @@ absl::StatusOr<Shape> BroadcastShapes(const KernelContext& ctx,
     out[i] = da == 1 ? db : da;
   }
   return out;
+}
+
+absl::StatusOr<Tensor> Allocate(const KernelContext& ctx, DType dtype,
+                                absl::Span<const int64_t> shape, bool zero) {
+  absl::StatusOr<Tensor> t = Tensor::TryEmpty(dtype, shape);
+  if (!t.ok()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(ctx.op().name, ": ", t.status().message()));
+  }
+  if (zero && t->num_bytes() > 0) {
+    std::memset(t->raw_mutable_data(), 0, t->num_bytes());
+  }
+  return t;
 }
 
 absl::Status RequireDTypes(const KernelContext& ctx, int i, DTypes kinds) {

@@ -82,6 +82,13 @@ bool DispatchKinds(DType dtype, Fn&& fn) {
   }
 }
 
+// A tensor whose size comes from the client (attrs such as a shape, a depth
+// or a segment count): RESOURCE_EXHAUSTED naming the op instead of a crash
+// when it is too large (see Tensor::TryEmpty). Zero-filled if `zero`.
+absl::StatusOr<Tensor> Allocate(const KernelContext& ctx, DType dtype,
+                                absl::Span<const int64_t> shape,
+                                bool zero = false);
+
 // Axes in [-rank, rank) -> a mask of length rank; empty `axes` selects all.
 // INVALID_ARGUMENT naming the op, the axis and the shape when out of range.
 absl::StatusOr<std::vector<bool>> AxesMask(const KernelContext& ctx,

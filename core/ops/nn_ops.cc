@@ -156,7 +156,13 @@ absl::Status OneHotKernel(KernelContext& ctx) {
   }
   Shape shape = indices.shape();
   shape.push_back(depth);
-  Tensor y = Tensor::Filled(dtype, shape, ctx.attrs().Float("off_value"));
+  absl::StatusOr<Tensor> allocated = Allocate(ctx, dtype, shape);
+  if (!allocated.ok()) return allocated.status();
+  Tensor y = *std::move(allocated);
+  const double off = ctx.attrs().Float("off_value");
+  DispatchFloat(dtype, [&](auto zero) {
+    y.flat<decltype(zero)>().setConstant(static_cast<decltype(zero)>(off));
+  });
   const double on = ctx.attrs().Float("on_value");
   DispatchFloat(dtype, [&](auto zero) {
     using T = decltype(zero);

@@ -269,12 +269,9 @@ absl::Status AvgPoolGradKernel(KernelContext& ctx, int spatial) {
                                ShapeString(g->OutputShape()),
                                " of orig_input_shape ", ShapeString(orig));
   }
-  Tensor dx = Tensor::Empty(dy.dtype(), orig);
-  if (n > 0 && dx.raw_mutable_data() == nullptr) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(ctx.op().name, ": cannot allocate orig_input_shape ",
-                     ShapeString(orig)));
-  }
+  absl::StatusOr<Tensor> allocated = Allocate(ctx, dy.dtype(), orig);
+  if (!allocated.ok()) return allocated.status();
+  Tensor dx = *std::move(allocated);
   const int64_t channels = g->channels;
   DispatchFloat(dy.dtype(), [&](auto zero) {
     using T = decltype(zero);

@@ -106,7 +106,9 @@ absl::Status SegmentKernel(KernelContext& ctx, Reduction reduction) {
   }
   absl::StatusOr<Shape> shape = OutputShape(ctx, num_segments, 1);
   if (!shape.ok()) return shape.status();
-  Tensor y = Tensor::Empty(data.dtype(), *shape);
+  absl::StatusOr<Tensor> allocated = Allocate(ctx, data.dtype(), *shape);
+  if (!allocated.ok()) return allocated.status();
+  Tensor y = *std::move(allocated);
   const int64_t inner = InnerSize(data.shape(), 1);
   const int64_t n = data.dim(0);
   DispatchNumeric(data.dtype(), [&](auto zero) {
@@ -171,7 +173,9 @@ absl::Status UnsortedSegmentKernel(KernelContext& ctx, Reduction reduction) {
   }
   absl::StatusOr<Shape> shape = OutputShape(ctx, num_segments, ids.rank());
   if (!shape.ok()) return shape.status();
-  Tensor y = Tensor::Empty(data.dtype(), *shape);
+  absl::StatusOr<Tensor> allocated = Allocate(ctx, data.dtype(), *shape);
+  if (!allocated.ok()) return allocated.status();
+  Tensor y = *std::move(allocated);
   const int64_t inner = InnerSize(ds, ids.rank());
   const int64_t n = ids.num_elements();
   DispatchNumeric(data.dtype(), [&](auto zero) {
@@ -228,7 +232,9 @@ absl::Status SparseSegmentKernel(KernelContext& ctx, Reduction reduction) {
   }
   absl::StatusOr<Shape> shape = OutputShape(ctx, num_segments, 1);
   if (!shape.ok()) return shape.status();
-  Tensor y = Tensor::Empty(data.dtype(), *shape);
+  absl::StatusOr<Tensor> allocated = Allocate(ctx, data.dtype(), *shape);
+  if (!allocated.ok()) return allocated.status();
+  Tensor y = *std::move(allocated);
   const int64_t inner = InnerSize(data.shape(), 1);
   DispatchNumeric(data.dtype(), [&](auto zero) {
     using T = decltype(zero);

@@ -103,6 +103,28 @@ TEST(SessionTest, MemoryLimitRefusesAndRecovers) {
             StatusCode::kFailedPrecondition);
 }
 
+TEST(SessionTest, SizesFromAttrsAreRefusedNotAllocated) {
+  Session s(DefaultRegistry(), {.memory_limit_bytes = 1 << 20});
+  ASSERT_TRUE(s.PutTensor(1, 1, Tensor::Filled(DType::kFloat32, {1}, 1)).ok());
+  // 2^61 elements: past what any machine allocates.
+  absl::Status huge = s.ExecuteOp(
+      2, "BroadcastTo", {1}, {2},
+      {{"shape", std::vector<int64_t>{int64_t{1} << 31, int64_t{1} << 30}}});
+  EXPECT_EQ(huge.code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(huge.message(), "BroadcastTo")) << huge;
+  // Over the session's limit: refused before allocating.
+  absl::Status over =
+      s.ExecuteOp(3, "OneHot", {1}, {3},
+                  {{"depth", int64_t{1} << 20}});  // needs 4 MiB, limit 1 MiB
+  EXPECT_EQ(over.code(), StatusCode::kInvalidArgument);  // indices: float
+  ASSERT_TRUE(s.PutTensor(4, 4, Tensor::FromVector<int32_t>({1}, {0})).ok());
+  over = s.ExecuteOp(5, "OneHot", {4}, {5}, {{"depth", int64_t{1} << 20}});
+  EXPECT_EQ(over.code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(over.message(), "memory limit")) << over;
+  EXPECT_LT(s.Stats().bytes_in_use, 1 << 20);
+  EXPECT_TRUE(s.ExecuteOp(6, "OneHot", {4}, {6}, {{"depth", int64_t{4}}}).ok());
+}
+
 TEST(SessionTest, TapeCommandErrors) {
   Session s(DefaultRegistry(), {});
   EXPECT_EQ(s.PopTape(1, 7).code(), StatusCode::kNotFound);
