@@ -1,9 +1,12 @@
 #include "core/session.h"
 
+#include <algorithm>
+
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/variable.h"
 
 namespace gradtape {
 namespace {
@@ -29,6 +32,7 @@ std::string IdList(absl::Span<const int64_t> ids) {
 Session::Session(const OpRegistry& registry, SessionOptions options)
     : account_(std::make_shared<MemoryAccount>()), ctx_(registry) {
   ctx_.SetMemoryLimit(account_, options.memory_limit_bytes);
+  checkpoint_dir_ = options.checkpoint_dir;
 }
 
 Session::~Session() {
@@ -340,6 +344,98 @@ absl::StatusOr<std::vector<Tensor>> Session::Gradient(
     return status;
   }
   return results;
+}
+
+// --- Training: checkpoints --------------------------------------------------
+
+absl::StatusOr<std::vector<Variable*>> Session::CheckpointVariables(
+    int64_t seq, absl::string_view what, absl::Span<const int64_t> ids) const {
+  std::vector<Variable*> vars;
+  absl::flat_hash_set<Variable*> seen;
+  if (ids.empty()) {
+    for (const auto& [id, slot] : slots_) {
+      if (slot.kind != Slot::kTensor) continue;
+      Variable* var = VariableOf(slot.tensor);
+      if (var != nullptr && seen.insert(var).second) vars.push_back(var);
+    }
+    std::sort(
+        vars.begin(), vars.end(),
+        [](const Variable* a, const Variable* b) { return a->name < b->name; });
+    return vars;
+  }
+  for (int64_t id : ids) {
+    absl::StatusOr<Tensor> t = Resolve(seq, what, id);
+    if (!t.ok()) return t.status();
+    Variable* var = VariableOf(*t);
+    if (var == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " (command ", seq, "): id ", id, " is ", t->DebugString(),
+          ", not a variable handle (VarHandleOp's output)"));
+    }
+    if (seen.insert(var).second) vars.push_back(var);
+  }
+  return vars;
+}
+
+absl::StatusOr<CheckpointSummary> Session::SaveCheckpoint(
+    int64_t seq, absl::string_view name,
+    absl::Span<const int64_t> variable_ids) {
+  last_seq_ = seq;
+  const std::string where = absl::StrCat("checkpoint '", name, "'");
+  if (checkpoint_dir_.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "SaveCheckpoint (command ", seq,
+        "): checkpoints are disabled on this server; start gradtape-server "
+        "with --checkpoint_dir=DIR"));
+  }
+  if (absl::Status s = ValidateCheckpointName(name); !s.ok()) {
+    return Annotate(s, seq, "SaveCheckpoint");
+  }
+  absl::StatusOr<std::vector<Variable*>> vars =
+      CheckpointVariables(seq, "SaveCheckpoint", variable_ids);
+  if (!vars.ok()) return vars.status();
+  if (vars->empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("SaveCheckpoint (command ", seq, ", ", where,
+                     "): the session holds no variable handle to save"));
+  }
+  absl::StatusOr<CheckpointSummary> summary =
+      SaveVariables(checkpoint_dir_, name, *vars);
+  if (!summary.ok()) {
+    return Annotate(summary.status(), seq, "SaveCheckpoint", where);
+  }
+  return summary;
+}
+
+absl::StatusOr<CheckpointSummary> Session::RestoreCheckpoint(
+    int64_t seq, absl::string_view name,
+    absl::Span<const int64_t> variable_ids) {
+  last_seq_ = seq;
+  ScopedMemoryAccount scope(account_);
+  const std::string where = absl::StrCat("checkpoint '", name, "'");
+  if (checkpoint_dir_.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "RestoreCheckpoint (command ", seq,
+        "): checkpoints are disabled on this server; start gradtape-server "
+        "with --checkpoint_dir=DIR"));
+  }
+  if (absl::Status s = ValidateCheckpointName(name); !s.ok()) {
+    return Annotate(s, seq, "RestoreCheckpoint");
+  }
+  absl::StatusOr<std::vector<Variable*>> vars =
+      CheckpointVariables(seq, "RestoreCheckpoint", variable_ids);
+  if (!vars.ok()) return vars.status();
+  if (vars->empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("RestoreCheckpoint (command ", seq, ", ", where,
+                     "): the session holds no variable handle to restore"));
+  }
+  absl::StatusOr<CheckpointSummary> summary =
+      RestoreVariables(checkpoint_dir_, name, *vars);
+  if (!summary.ok()) {
+    return Annotate(summary.status(), seq, "RestoreCheckpoint", where);
+  }
+  return summary;
 }
 
 SessionStats Session::Stats() const {

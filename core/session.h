@@ -24,6 +24,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/checkpoint.h"
 #include "core/context.h"
 #include "core/op_registry.h"
 #include "core/tensor.h"
@@ -32,6 +33,9 @@ namespace gradtape {
 
 struct SessionOptions {
   int64_t memory_limit_bytes = 0;  // 0: unlimited
+  // Where SaveCheckpoint / RestoreCheckpoint read and write files; empty:
+  // checkpoints are disabled (FAILED_PRECONDITION).
+  std::string checkpoint_dir;
 };
 
 struct SessionStats {
@@ -88,6 +92,19 @@ class Session {
   void Fail(int64_t seq, absl::Span<const int64_t> outputs,
             const absl::Status& failure);
 
+  // Training: checkpoints of variables (core/checkpoint.h), in the
+  // directory options.checkpoint_dir, file `name`. `variable_ids` name
+  // variable handles; empty means every variable whose handle a live id of
+  // the session holds (saved sorted by name). Variables are matched by name
+  // (VarHandleOp's shared_name) on restore, which assigns all of them or
+  // none. Checkpoints do not poison ids.
+  absl::StatusOr<CheckpointSummary> SaveCheckpoint(
+      int64_t seq, absl::string_view name,
+      absl::Span<const int64_t> variable_ids);
+  absl::StatusOr<CheckpointSummary> RestoreCheckpoint(
+      int64_t seq, absl::string_view name,
+      absl::Span<const int64_t> variable_ids);
+
   SessionStats Stats() const;
   // Stats as a command of the log (advances last_seq).
   SessionStats Stats(int64_t seq) {
@@ -117,11 +134,17 @@ class Session {
   void Poison(absl::Span<const int64_t> ids, const absl::Status& failure);
   void Store(int64_t id, Tensor t);
   void Drop(int64_t id);
+  // The variables behind `ids` (all of the session's when empty) for a
+  // checkpoint command, or an error naming `what`, seq and the id.
+  absl::StatusOr<std::vector<Variable*>> CheckpointVariables(
+      int64_t seq, absl::string_view what,
+      absl::Span<const int64_t> ids) const;
 
   std::shared_ptr<MemoryAccount> account_;
   Context ctx_;
   absl::flat_hash_map<int64_t, Slot> slots_;
   int64_t last_seq_ = 0;
+  std::string checkpoint_dir_;
 };
 
 }  // namespace gradtape

@@ -13,6 +13,7 @@ void RegisterAllOps(OpRegistry& registry) {
   RegisterSegmentOps(registry);
   RegisterComplexOps(registry);
   RegisterVariableOps(registry);
+  RegisterTrainingOps(registry);
 }
 
 }  // namespace gradtape

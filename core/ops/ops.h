@@ -27,6 +27,8 @@ void RegisterSegmentOps(OpRegistry& registry);
 void RegisterComplexOps(OpRegistry& registry);
 // Resource variables: VarHandleOp, ReadVariableOp, assignment.
 void RegisterVariableOps(OpRegistry& registry);
+// Optimizers as ops updating variables in place: ResourceApply*.
+void RegisterTrainingOps(OpRegistry& registry);
 
 void RegisterAllOps(OpRegistry& registry);
 

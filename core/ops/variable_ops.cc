@@ -1,4 +1,5 @@
-// Resource variables: VarHandleOp, ReadVariableOp, AssignVariableOp.
+// Resource variables: VarHandleOp, ReadVariableOp, AssignVariableOp,
+// AssignAddVariableOp, AssignSubVariableOp.
 //
 // Reading records like an identity from the handle to the value, so a tape
 // that watches a handle (or was pushed with watch_accessed_variables, which
@@ -85,6 +86,40 @@ absl::Status AssignVariableKernel(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
+// AssignAddVariableOp / AssignSubVariableOp: value = value (+|-) delta, into
+// a new buffer (earlier reads keep the old one).
+template <typename Combine>
+absl::Status AssignUpdateKernel(KernelContext& ctx, Combine combine) {
+  absl::StatusOr<Variable*> var = VariableInput(ctx, 0);
+  if (!var.ok()) return var.status();
+  if (absl::Status s = CheckDType(ctx, **var); !s.ok()) return s;
+  const Tensor& delta = ctx.input(1);
+  if (delta.dtype() != (*var)->dtype || delta.shape() != (*var)->shape) {
+    return ctx.InvalidArgument("variable '", (*var)->name, "' is ",
+                               DTypeName((*var)->dtype),
+                               ShapeString((*var)->shape),
+                               "; cannot update it by ", delta.DebugString());
+  }
+  if (!(*var)->value.valid()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(ctx.op().name, ": variable '", (*var)->name,
+                     "' is uninitialized; assign it first (AssignVariableOp)"));
+  }
+  const Tensor& old = (*var)->value;
+  Tensor updated = Tensor::Empty(old.dtype(), old.shape());
+  const bool supported = DispatchArithmetic(old.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    updated.flat<T>() = combine(old.flat<T>(), delta.flat<T>());
+  });
+  if (!supported) {
+    return ctx.InvalidArgument("variable '", (*var)->name, "' is ",
+                               DTypeName(old.dtype()),
+                               "; only numeric variables can be updated");
+  }
+  (*var)->value = std::move(updated);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void RegisterVariableOps(OpRegistry& r) {
@@ -113,6 +148,26 @@ void RegisterVariableOps(OpRegistry& r) {
             .NotDifferentiable()
             .Summary("sets the variable's value (same dtype and shape); "
                      "earlier reads keep the old value"));
+  r.Add(Op("AssignAddVariableOp")
+            .Inputs({"resource", "value"})
+            .Attr("dtype", DType::kInvalid)
+            .Forward([](KernelContext& ctx) {
+              return AssignUpdateKernel(
+                  ctx, [](const auto& a, const auto& b) { return a + b; });
+            })
+            .NotDifferentiable()
+            .Summary("adds value to the variable (same dtype and shape; "
+                     "initialized); earlier reads keep the old value"));
+  r.Add(Op("AssignSubVariableOp")
+            .Inputs({"resource", "value"})
+            .Attr("dtype", DType::kInvalid)
+            .Forward([](KernelContext& ctx) {
+              return AssignUpdateKernel(
+                  ctx, [](const auto& a, const auto& b) { return a - b; });
+            })
+            .NotDifferentiable()
+            .Summary("subtracts value from the variable (same dtype and "
+                     "shape; initialized); earlier reads keep the old value"));
 }
 
 }  // namespace gradtape

@@ -8,52 +8,17 @@
 #include "core/op_registry.h"
 #include "gtest/gtest.h"
 #include "tests/core/op_samples.h"
+#include "tests/core/op_test_util.h"
 
 namespace gradtape {
 namespace {
 
+using testing::Values;
+
 using testing::R;
 
-std::vector<double> Values(const Tensor& t) {
-  std::vector<double> v;
-  for (int64_t i = 0; i < t.num_elements(); ++i) {
-    v.push_back(t.ElementAsDouble(i));
-  }
-  return v;
-}
-
-class ArrayOpsTest : public ::testing::Test {
+class ArrayOpsTest : public testing::OpTest {
  protected:
-  absl::StatusOr<Tensors> Run(absl::string_view op, std::vector<Tensor> in,
-                              AttrMap attrs = {}) {
-    Tensors out;
-    absl::Status s = ctx_.Execute(op, in, std::move(attrs), &out);
-    if (!s.ok()) return s;
-    return out;
-  }
-  // Expects INVALID_ARGUMENT naming the op and every one of `pieces`, and
-  // that a tape watching the inputs recorded nothing.
-  void ExpectInvalid(absl::string_view op, std::vector<Tensor> in,
-                     AttrMap attrs, std::vector<std::string> pieces) {
-    ASSERT_TRUE(ctx_.tapes().Push(7, false, false).ok());
-    Tape* tape = *ctx_.tapes().Find(7);
-    for (Tensor& t : in) {
-      t = ctx_.Adopt(t);
-      tape->Watch(t);
-    }
-    auto r = Run(op, in, std::move(attrs));
-    ASSERT_FALSE(r.ok()) << op;
-    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_TRUE(absl::StrContains(r.status().message(), op)) << r.status();
-    for (const std::string& p : pieces) {
-      EXPECT_TRUE(absl::StrContains(r.status().message(), p))
-          << r.status() << " should mention " << p;
-    }
-    EXPECT_TRUE(tape->op_tape().empty());
-    ASSERT_TRUE(ctx_.tapes().Pop(7).ok());
-    ASSERT_TRUE(ctx_.tapes().Delete(7).ok());
-  }
-  Context ctx_{DefaultRegistry()};
 };
 
 // Naive GatherV2 (batch_dims 0) by unravelling every output index.

@@ -16,20 +16,15 @@
 #include "core/op_registry.h"
 #include "gtest/gtest.h"
 #include "tests/core/op_samples.h"
+#include "tests/core/op_test_util.h"
 
 namespace gradtape {
 namespace {
 
+using testing::Values;
+
 using testing::RandomTensor;
 using IntList = std::vector<int64_t>;
-
-std::vector<double> Values(const Tensor& t) {
-  std::vector<double> v;
-  for (int64_t i = 0; i < t.num_elements(); ++i) {
-    v.push_back(t.ElementAsDouble(i));
-  }
-  return v;
-}
 
 double Dot(const Tensor& a, const Tensor& b) {
   EXPECT_EQ(a.shape(), b.shape());

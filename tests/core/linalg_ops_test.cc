@@ -8,45 +8,15 @@
 #include "core/op_registry.h"
 #include "gtest/gtest.h"
 #include "tests/core/op_samples.h"
+#include "tests/core/op_test_util.h"
 
 namespace gradtape {
 namespace {
 
 using testing::R;
 
-class LinalgOpsTest : public ::testing::Test {
+class LinalgOpsTest : public testing::OpTest {
  protected:
-  absl::StatusOr<Tensors> Run(absl::string_view op, std::vector<Tensor> in,
-                              AttrMap attrs = {}) {
-    Tensors out;
-    absl::Status s = ctx_.Execute(op, in, std::move(attrs), &out);
-    if (!s.ok()) return s;
-    return out;
-  }
-  // Runs an op expected to fail with INVALID_ARGUMENT whose message has
-  // every one of `pieces`; checks that nothing was recorded on a tape that
-  // watches every input.
-  void ExpectInvalid(absl::string_view op, std::vector<Tensor> in,
-                     AttrMap attrs, std::vector<std::string> pieces) {
-    ASSERT_TRUE(ctx_.tapes().Push(7, false, false).ok());
-    Tape* tape = *ctx_.tapes().Find(7);
-    for (Tensor& t : in) {
-      t = ctx_.Adopt(t);
-      tape->Watch(t);
-    }
-    auto r = Run(op, in, std::move(attrs));
-    ASSERT_FALSE(r.ok()) << op;
-    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_TRUE(absl::StrContains(r.status().message(), op)) << r.status();
-    for (const std::string& p : pieces) {
-      EXPECT_TRUE(absl::StrContains(r.status().message(), p))
-          << r.status() << " should mention " << p;
-    }
-    EXPECT_TRUE(tape->op_tape().empty());
-    ASSERT_TRUE(ctx_.tapes().Pop(7).ok());
-    ASSERT_TRUE(ctx_.tapes().Delete(7).ok());
-  }
-  Context ctx_{DefaultRegistry()};
 };
 
 // Element (i, j) of op(m) for a row-major [rows, cols] matrix at p.

@@ -11,6 +11,7 @@
 #include "core/op_registry.h"
 #include "gtest/gtest.h"
 #include "tests/core/op_samples.h"
+#include "tests/core/op_test_util.h"
 
 namespace gradtape {
 namespace testing {
@@ -101,13 +102,7 @@ void CheckSecondOrder(const OpSample& s) {
 
 namespace {
 
-std::vector<double> Values(const Tensor& t) {
-  std::vector<double> v;
-  for (int64_t i = 0; i < t.num_elements(); ++i) {
-    v.push_back(t.ElementAsDouble(i));
-  }
-  return v;
-}
+using testing::Values;
 
 class MathOpsTest : public ::testing::Test {
  protected:

@@ -10,17 +10,12 @@
 #include "core/context.h"
 #include "core/op_registry.h"
 #include "gtest/gtest.h"
+#include "tests/core/op_test_util.h"
 
 namespace gradtape {
 namespace {
 
-std::vector<double> Values(const Tensor& t) {
-  std::vector<double> v;
-  for (int64_t i = 0; i < t.num_elements(); ++i) {
-    v.push_back(t.ElementAsDouble(i));
-  }
-  return v;
-}
+using testing::Values;
 
 template <typename T>
 Tensor Make(const Shape& shape, const std::vector<double>& v) {

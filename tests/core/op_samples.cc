@@ -43,6 +43,7 @@ const std::vector<OpSample>& AllOpSamples() {
     AddSegmentSamples(list);
     AddComplexSamples(list);
     AddVariableSamples(list);
+    AddTrainingSamples(list);
     return new std::vector<OpSample>(list.Take());
   }();
   return *samples;

@@ -49,6 +49,7 @@ void AddLinalgSamples(SampleList& s);
 void AddSegmentSamples(SampleList& s);
 void AddComplexSamples(SampleList& s);
 void AddVariableSamples(SampleList& s);
+void AddTrainingSamples(SampleList& s);
 
 // Uniform float64 values in [lo, hi]; deterministic for a seed.
 Tensor RandomTensor(Shape shape, double lo, double hi, uint32_t seed);

@@ -26,6 +26,10 @@ void AddVariableSamples(SampleList& s) {
   s.Add("ReadVariableOp", "initialized", {Handle(R({2, 3}, 301))});
   s.Add("AssignVariableOp", "same shape",
         {Handle(R({2, 3}, 302)), R({2, 3}, 303)});
+  s.Add("AssignAddVariableOp", "same shape",
+        {Handle(R({2, 3}, 304)), R({2, 3}, 305)});
+  s.Add("AssignSubVariableOp", "same shape",
+        {Handle(R({2, 3}, 306)), R({2, 3}, 307)});
 }
 
 }  // namespace gradtape::testing

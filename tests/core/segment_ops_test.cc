@@ -12,6 +12,7 @@
 #include "core/op_registry.h"
 #include "gtest/gtest.h"
 #include "tests/core/op_samples.h"
+#include "tests/core/op_test_util.h"
 
 namespace gradtape {
 namespace {
@@ -83,37 +84,8 @@ void ExpectNear(const Tensor& got, const Tensor& want) {
   }
 }
 
-class SegmentOpsTest : public ::testing::Test {
+class SegmentOpsTest : public testing::OpTest {
  protected:
-  absl::StatusOr<Tensors> Run(absl::string_view op, std::vector<Tensor> in,
-                              AttrMap attrs = {}) {
-    Tensors out;
-    absl::Status s = ctx_.Execute(op, in, std::move(attrs), &out);
-    if (!s.ok()) return s;
-    return out;
-  }
-  // Expects INVALID_ARGUMENT naming the op and every one of `pieces`, and
-  // that a tape watching the inputs recorded nothing.
-  void ExpectInvalid(absl::string_view op, std::vector<Tensor> in,
-                     AttrMap attrs, std::vector<std::string> pieces) {
-    ASSERT_TRUE(ctx_.tapes().Push(7, false, false).ok());
-    Tape* tape = *ctx_.tapes().Find(7);
-    for (Tensor& t : in) {
-      t = ctx_.Adopt(t);
-      tape->Watch(t);
-    }
-    auto r = Run(op, in, std::move(attrs));
-    ASSERT_FALSE(r.ok()) << op;
-    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_TRUE(absl::StrContains(r.status().message(), op)) << r.status();
-    for (const std::string& p : pieces) {
-      EXPECT_TRUE(absl::StrContains(r.status().message(), p))
-          << r.status() << " should mention " << p;
-    }
-    EXPECT_TRUE(tape->op_tape().empty());
-    ASSERT_TRUE(ctx_.tapes().Pop(7).ok());
-    ASSERT_TRUE(ctx_.tapes().Delete(7).ok());
-  }
   // d(sum(op(x, rest...) * w))/dx for a fixed weight w = dy.
   std::vector<double> Grad(absl::string_view op, Tensor x,
                            std::vector<Tensor> rest, AttrMap attrs,
@@ -135,7 +107,6 @@ class SegmentOpsTest : public ::testing::Test {
     }
     return v;
   }
-  Context ctx_{DefaultRegistry()};
 };
 
 // Sorted ids with repeats and gaps (empty segments), first id maybe > 0.

@@ -1,0 +1,397 @@
+// Checkpoints (core/checkpoint.h, Session::SaveCheckpoint/RestoreCheckpoint):
+// exact round trips into a new session, refusal of cut-short and corrupted
+// files (every truncation length, every flipped byte) with the session
+// unchanged, name validation, all-or-nothing restore, atomic writes.
+#include "core/checkpoint.h"
+
+#include <dirent.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/op_registry.h"
+#include "core/session.h"
+#include "gtest/gtest.h"
+
+namespace gradtape {
+namespace {
+
+using ::absl::StatusCode;
+
+// A fresh directory under $TMPDIR (or /tmp), removed with its files.
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl =
+        absl::StrCat(base ? base : "/tmp", "/gradtape-ckpt-XXXXXX");
+    path_ = mkdtemp(tmpl.data()) ? tmpl : "";
+  }
+  ~TempDir() {
+    for (const std::string& f : Files()) ::unlink((path_ + "/" + f).c_str());
+    ::rmdir(path_.c_str());
+  }
+  const std::string& path() const { return path_; }
+  std::vector<std::string> Files() const {
+    std::vector<std::string> out;
+    DIR* d = ::opendir(path_.c_str());
+    if (d == nullptr) return out;
+    while (dirent* e = ::readdir(d)) {
+      std::string name = e->d_name;
+      if (name != "." && name != "..") out.push_back(name);
+    }
+    ::closedir(d);
+    return out;
+  }
+
+ private:
+  std::string path_;
+};
+
+std::string ReadFileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+void WriteFileBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// One session with a few variables, driven by ids.
+class CheckpointSession {
+ public:
+  explicit CheckpointSession(const std::string& dir)
+      : s_(DefaultRegistry(), Options(dir)) {}
+
+  static SessionOptions Options(const std::string& dir) {
+    SessionOptions o;
+    o.checkpoint_dir = dir;
+    return o;
+  }
+  // A variable `name` of value's dtype and shape, assigned `value` unless
+  // it is invalid. Returns the handle id.
+  int64_t Var(const std::string& name, DType dtype, Shape shape,
+              const Tensor& value = Tensor()) {
+    const int64_t handle = next_id_++;
+    EXPECT_TRUE(s_.ExecuteOp(++seq_, "VarHandleOp", {}, {handle},
+                             {{"dtype", dtype},
+                              {"shape", std::vector<int64_t>(shape.begin(),
+                                                             shape.end())},
+                              {"shared_name", name}})
+                    .ok());
+    if (value.valid()) Assign(handle, value);
+    return handle;
+  }
+  void Assign(int64_t handle, const Tensor& value) {
+    const int64_t id = next_id_++;
+    ASSERT_TRUE(s_.PutTensor(++seq_, id, value).ok());
+    ASSERT_TRUE(
+        s_.ExecuteOp(++seq_, "AssignVariableOp", {handle, id}, {}, {}).ok());
+  }
+  // The variable's value as raw bytes ("" if it cannot be read).
+  std::string Bytes(int64_t handle) {
+    const int64_t id = next_id_++;
+    if (!s_.ExecuteOp(++seq_, "ReadVariableOp", {handle}, {id}, {}).ok()) {
+      return "";
+    }
+    absl::StatusOr<Tensor> t = s_.FetchTensor(++seq_, id);
+    if (!t.ok()) return "";
+    return std::string(static_cast<const char*>(t->raw_data()), t->num_bytes());
+  }
+  absl::StatusOr<CheckpointSummary> Save(const std::string& name,
+                                         std::vector<int64_t> ids = {}) {
+    return s_.SaveCheckpoint(++seq_, name, ids);
+  }
+  absl::StatusOr<CheckpointSummary> Restore(const std::string& name,
+                                            std::vector<int64_t> ids = {}) {
+    return s_.RestoreCheckpoint(++seq_, name, ids);
+  }
+  Session& session() { return s_; }
+  int64_t seq() const { return seq_; }
+
+ private:
+  Session s_;
+  int64_t seq_ = 0;
+  int64_t next_id_ = 1;
+};
+
+Tensor Floats(Shape shape, std::vector<float> v) {
+  return Tensor::FromVector<float>(shape, v);
+}
+Tensor Doubles(Shape shape, std::vector<double> v) {
+  return Tensor::FromVector<double>(shape, v);
+}
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_FALSE(dir_.path().empty()); }
+  TempDir dir_;
+};
+
+TEST(CheckpointFormat, Crc32IsTheStandardOne) {
+  EXPECT_EQ(Crc32("123456789"), 0xCBF43926u);  // the CRC-32 check value
+  EXPECT_EQ(Crc32(""), 0u);
+}
+
+TEST(CheckpointFormat, LayoutMatchesTheDocumentation) {
+  // docs/CHECKPOINT_FORMAT.md: one float32 scalar named "a" = 1.0f.
+  const std::string bytes = EncodeCheckpoint({{"a", Tensor::Scalar(1.0f)}});
+  const std::string payload = std::string("\x01\0\0\0a", 5) +
+                              std::string("\x01\0\0\0", 4) +  // float32
+                              std::string("\0\0\0\0", 4) +    // rank 0
+                              std::string("\x04\0\0\0\0\0\0\0", 8) +
+                              std::string("\0\0\x80\x3f", 4);  // 1.0f
+  std::string expected = std::string("\x89GTCKPT\n", 8) +
+                         std::string("\x01\0\0\0", 4) +          // version
+                         std::string("\x01\0\0\0", 4) +          // count
+                         std::string("\x19\0\0\0\0\0\0\0", 8) +  // 25 bytes
+                         payload;
+  const uint32_t crc = Crc32(expected);
+  for (int i = 0; i < 4; ++i)
+    expected.push_back(static_cast<char>(crc >> (8 * i)));
+  EXPECT_EQ(bytes, expected);
+  absl::StatusOr<std::vector<CheckpointEntry>> decoded =
+      DecodeCheckpoint(bytes);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  ASSERT_EQ(decoded->size(), 1u);
+  EXPECT_EQ((*decoded)[0].name, "a");
+  EXPECT_EQ((*decoded)[0].value.ElementAsDouble(0), 1.0);
+}
+
+TEST_F(CheckpointTest, RoundTripIntoANewSessionIsExact) {
+  // Values with bits that a text round trip would lose.
+  const Tensor w = Floats({2, 3}, {0.1f, -1e-30f, 3.4e38f, 1.0f / 3, -0.0f, 7});
+  const Tensor b = Doubles({4}, {M_PI, -1e-300, 1.0 / 3, 2.5e307});
+  const Tensor step = Tensor::FromVector<int64_t>({}, {int64_t{1} << 53});
+  const Tensor flags = Tensor::FromVector<bool>({2}, {true, false});
+  std::string saved_names;
+  {
+    CheckpointSession a(dir_.path());
+    a.Var("dense/w", DType::kFloat32, {2, 3}, w);
+    a.Var("dense/b", DType::kFloat64, {4}, b);
+    a.Var("step", DType::kInt64, {}, step);
+    a.Var("flags", DType::kBool, {2}, flags);
+    absl::StatusOr<CheckpointSummary> saved = a.Save("model-1");
+    ASSERT_TRUE(saved.ok()) << saved.status();
+    // Empty ids: every variable, sorted by name.
+    EXPECT_EQ(saved->variables, (std::vector<std::string>{"dense/b", "dense/w",
+                                                          "flags", "step"}));
+    EXPECT_GT(saved->file_bytes, 28);
+  }
+  // The only file is the checkpoint: no temporary left behind.
+  EXPECT_EQ(dir_.Files(), std::vector<std::string>{"model-1"});
+
+  CheckpointSession b_session(dir_.path());
+  const int64_t hw = b_session.Var("dense/w", DType::kFloat32, {2, 3});
+  const int64_t hb = b_session.Var("dense/b", DType::kFloat64, {4},
+                                   Doubles({4}, {0, 0, 0, 0}));
+  const int64_t hs = b_session.Var("step", DType::kInt64, {});
+  const int64_t hf = b_session.Var("flags", DType::kBool, {2});
+  absl::StatusOr<CheckpointSummary> restored = b_session.Restore("model-1");
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(restored->variables.size(), 4u);
+  auto raw = [](const Tensor& t) {
+    return std::string(static_cast<const char*>(t.raw_data()), t.num_bytes());
+  };
+  EXPECT_EQ(b_session.Bytes(hw), raw(w));
+  EXPECT_EQ(b_session.Bytes(hb), raw(b));
+  EXPECT_EQ(b_session.Bytes(hs), raw(step));
+  EXPECT_EQ(b_session.Bytes(hf), raw(flags));
+}
+
+TEST_F(CheckpointTest, SaveAndRestoreChosenVariables) {
+  CheckpointSession a(dir_.path());
+  const int64_t w = a.Var("w", DType::kFloat64, {2}, Doubles({2}, {1, 2}));
+  const int64_t other =
+      a.Var("other", DType::kFloat64, {2}, Doubles({2}, {3, 4}));
+  absl::StatusOr<CheckpointSummary> saved = a.Save("only-w", {w});
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(saved->variables, std::vector<std::string>{"w"});
+  a.Assign(w, Doubles({2}, {9, 9}));
+  a.Assign(other, Doubles({2}, {8, 8}));
+  ASSERT_TRUE(a.Restore("only-w", {w}).ok());
+  const std::vector<double> want = {1, 2}, other_want = {8, 8};
+  EXPECT_EQ(a.Bytes(w),
+            std::string(reinterpret_cast<const char*>(want.data()), 16));
+  EXPECT_EQ(a.Bytes(other),
+            std::string(reinterpret_cast<const char*>(other_want.data()), 16));
+  // Restoring every variable needs "other", which the file lacks.
+  absl::StatusOr<CheckpointSummary> all = a.Restore("only-w");
+  EXPECT_EQ(all.status().code(), StatusCode::kNotFound) << all.status();
+  EXPECT_TRUE(absl::StrContains(all.status().message(), "no variable 'other'"))
+      << all.status();
+}
+
+TEST_F(CheckpointTest, TruncatedFilesAreRefusedAndChangeNothing) {
+  CheckpointSession a(dir_.path());
+  const int64_t w = a.Var("w", DType::kFloat32, {3}, Floats({3}, {1, 2, 3}));
+  ASSERT_TRUE(a.Save("ckpt").ok());
+  const std::string path = dir_.path() + "/ckpt";
+  const std::string good = ReadFileBytes(path);
+  a.Assign(w, Floats({3}, {7, 8, 9}));
+  const std::string current = a.Bytes(w);
+  for (size_t n = 0; n < good.size(); ++n) {
+    SCOPED_TRACE(absl::StrCat("cut to ", n, " of ", good.size(), " bytes"));
+    WriteFileBytes(path, good.substr(0, n));
+    absl::StatusOr<CheckpointSummary> r = a.Restore("ckpt");
+    ASSERT_EQ(r.status().code(), StatusCode::kDataLoss) << r.status();
+    EXPECT_TRUE(absl::StrContains(r.status().message(), "truncated"))
+        << r.status();
+    EXPECT_TRUE(absl::StrContains(r.status().message(), "RestoreCheckpoint"))
+        << r.status();
+    EXPECT_TRUE(absl::StrContains(r.status().message(), "'ckpt'"))
+        << r.status();
+    EXPECT_TRUE(
+        absl::StrContains(r.status().message(), "no variable was changed"))
+        << r.status();
+    ASSERT_EQ(a.Bytes(w), current);
+  }
+  WriteFileBytes(path, good);
+  ASSERT_TRUE(a.Restore("ckpt").ok());
+  EXPECT_NE(a.Bytes(w), current);
+}
+
+TEST_F(CheckpointTest, EveryFlippedByteIsRefusedAndChangesNothing) {
+  CheckpointSession a(dir_.path());
+  const int64_t w =
+      a.Var("w", DType::kFloat64, {2, 2}, Doubles({2, 2}, {1, 2, 3, 4}));
+  const int64_t v = a.Var("v", DType::kFloat32, {1}, Floats({1}, {5}));
+  ASSERT_TRUE(a.Save("ckpt").ok());
+  const std::string path = dir_.path() + "/ckpt";
+  const std::string good = ReadFileBytes(path);
+  a.Assign(w, Doubles({2, 2}, {0, 0, 0, 0}));
+  const std::string w_now = a.Bytes(w), v_now = a.Bytes(v);
+  for (size_t i = 0; i < good.size(); ++i) {
+    SCOPED_TRACE(absl::StrCat("byte ", i, " of ", good.size()));
+    std::string bad = good;
+    bad[i] = static_cast<char>(bad[i] ^ 0x10);
+    WriteFileBytes(path, bad);
+    absl::StatusOr<CheckpointSummary> r = a.Restore("ckpt");
+    ASSERT_EQ(r.status().code(), StatusCode::kDataLoss) << r.status();
+    EXPECT_TRUE(absl::StrContains(r.status().message(), "corrupt checkpoint"))
+        << r.status();
+    ASSERT_EQ(a.Bytes(w), w_now);
+    ASSERT_EQ(a.Bytes(v), v_now);
+  }
+  // The checksum message for a payload byte.
+  std::string bad = good;
+  bad[40] ^= 1;
+  WriteFileBytes(path, bad);
+  EXPECT_TRUE(absl::StrContains(a.Restore("ckpt").status().message(),
+                                "checksum mismatch"));
+}
+
+TEST_F(CheckpointTest, BadNamesAreRefused) {
+  CheckpointSession a(dir_.path());
+  a.Var("w", DType::kFloat32, {1}, Floats({1}, {1}));
+  const std::vector<std::string> names = {"",
+                                          "..",
+                                          "../escape",
+                                          "a/../../b",
+                                          "/etc/passwd",
+                                          "sub/dir",
+                                          ".hidden",
+                                          "a\\b",
+                                          "with space",
+                                          std::string("nul\0x", 5),
+                                          std::string(201, 'a')};
+  for (const std::string& name : names) {
+    SCOPED_TRACE(absl::CEscape(name));
+    absl::StatusOr<CheckpointSummary> saved = a.Save(name);
+    EXPECT_EQ(saved.status().code(), StatusCode::kInvalidArgument)
+        << saved.status();
+    EXPECT_TRUE(
+        absl::StrContains(saved.status().message(), "bad checkpoint name"))
+        << saved.status();
+    EXPECT_TRUE(absl::StrContains(saved.status().message(), "SaveCheckpoint"))
+        << saved.status();
+    EXPECT_EQ(a.Restore(name).status().code(), StatusCode::kInvalidArgument);
+  }
+  EXPECT_TRUE(dir_.Files().empty());
+  EXPECT_TRUE(a.Save("ok_name-1.ckpt").ok());
+}
+
+TEST_F(CheckpointTest, MismatchesRestoreNothing) {
+  CheckpointSession a(dir_.path());
+  a.Var("a", DType::kFloat32, {2}, Floats({2}, {1, 2}));
+  a.Var("b", DType::kFloat32, {2}, Floats({2}, {3, 4}));
+  ASSERT_TRUE(a.Save("ckpt").ok());
+
+  CheckpointSession b(dir_.path());
+  const int64_t ha = b.Var("a", DType::kFloat32, {2}, Floats({2}, {0, 0}));
+  const int64_t hb = b.Var("b", DType::kFloat32, {3}, Floats({3}, {0, 0, 0}));
+  const std::string a_before = b.Bytes(ha);
+  absl::StatusOr<CheckpointSummary> r = b.Restore("ckpt");
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status();
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "float32[2]"))
+      << r.status();
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "float32[3]"))
+      << r.status();
+  // "a" matched but was not assigned: all or nothing.
+  EXPECT_EQ(b.Bytes(ha), a_before);
+  EXPECT_TRUE(b.Restore("ckpt", {ha}).ok());
+  EXPECT_NE(b.Bytes(ha), a_before);
+  (void)hb;
+}
+
+TEST_F(CheckpointTest, OtherErrors) {
+  CheckpointSession a(dir_.path());
+  // No variables at all.
+  EXPECT_EQ(a.Save("x").status().code(), StatusCode::kFailedPrecondition);
+  const int64_t u = a.Var("u", DType::kFloat32, {1});
+  absl::StatusOr<CheckpointSummary> uninit = a.Save("x");
+  EXPECT_EQ(uninit.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(
+      absl::StrContains(uninit.status().message(), "'u' is uninitialized"))
+      << uninit.status();
+  a.Assign(u, Floats({1}, {1}));
+  a.Var("u", DType::kFloat32, {1}, Floats({1}, {2}));
+  absl::StatusOr<CheckpointSummary> dup = a.Save("x");
+  EXPECT_EQ(dup.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(dup.status().message(), "named 'u'"))
+      << dup.status();
+  // Unknown and non-variable ids.
+  absl::StatusOr<CheckpointSummary> unknown = a.Save("x", {12345});
+  EXPECT_EQ(unknown.status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(absl::StrContains(unknown.status().message(), "12345"));
+  ASSERT_TRUE(a.session().PutTensor(a.seq() + 1, 777, Floats({1}, {1})).ok());
+  absl::StatusOr<CheckpointSummary> not_var = a.Save("x", {777});
+  EXPECT_EQ(not_var.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(
+      absl::StrContains(not_var.status().message(), "not a variable handle"));
+  // Missing file.
+  absl::StatusOr<CheckpointSummary> missing = a.Restore("nope", {u});
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(absl::StrContains(missing.status().message(), "'nope'"));
+  EXPECT_TRUE(dir_.Files().empty());
+  // Overwriting a checkpoint replaces it.
+  ASSERT_TRUE(a.Save("x", {u}).ok());
+  a.Assign(u, Floats({1}, {5}));
+  ASSERT_TRUE(a.Save("x", {u}).ok());
+  a.Assign(u, Floats({1}, {6}));
+  ASSERT_TRUE(a.Restore("x", {u}).ok());
+  float five = 5;
+  EXPECT_EQ(a.Bytes(u), std::string(reinterpret_cast<char*>(&five), 4));
+  EXPECT_EQ(dir_.Files(), std::vector<std::string>{"x"});
+}
+
+TEST(CheckpointDisabled, FailedPrecondition) {
+  CheckpointSession a("");
+  a.Var("w", DType::kFloat32, {1}, Floats({1}, {1}));
+  absl::StatusOr<CheckpointSummary> saved = a.Save("x");
+  EXPECT_EQ(saved.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(saved.status().message(), "--checkpoint_dir"))
+      << saved.status();
+  EXPECT_EQ(a.Restore("x").status().code(), StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace gradtape

@@ -1,0 +1,66 @@
+// Helpers shared by the op family tests (tests/core/*_ops_test.cc).
+#ifndef GRADTAPE_TESTS_CORE_OP_TEST_UTIL_H_
+#define GRADTAPE_TESTS_CORE_OP_TEST_UTIL_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "core/context.h"
+#include "core/op_registry.h"
+#include "gtest/gtest.h"
+
+namespace gradtape::testing {
+
+// The elements of `t` as doubles (complex: real parts).
+inline std::vector<double> Values(const Tensor& t) {
+  std::vector<double> v;
+  for (int64_t i = 0; i < t.num_elements(); ++i) {
+    v.push_back(t.ElementAsDouble(i));
+  }
+  return v;
+}
+
+// A fixture running ops on a Context over the default registry.
+class OpTest : public ::testing::Test {
+ protected:
+  absl::StatusOr<Tensors> Run(absl::string_view op, std::vector<Tensor> in,
+                              AttrMap attrs = {}) {
+    Tensors out;
+    absl::Status s = ctx_.Execute(op, in, std::move(attrs), &out);
+    if (!s.ok()) return s;
+    return out;
+  }
+
+  // Expects INVALID_ARGUMENT whose message names the op and each of
+  // `mentions`, with nothing recorded on a tape watching every trainable
+  // input.
+  void ExpectInvalid(absl::string_view op, std::vector<Tensor> in,
+                     AttrMap attrs, std::vector<std::string> mentions) {
+    ASSERT_TRUE(ctx_.tapes().Push(kTape, false, false).ok());
+    Tape* tape = *ctx_.tapes().Find(kTape);
+    for (Tensor& t : in) {
+      t = ctx_.Adopt(t);
+      if (IsTrainable(t.dtype())) tape->Watch(t);
+    }
+    absl::StatusOr<Tensors> r = Run(op, in, std::move(attrs));
+    ASSERT_FALSE(r.ok()) << op;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument)
+        << r.status();
+    EXPECT_TRUE(absl::StrContains(r.status().message(), op)) << r.status();
+    for (const std::string& m : mentions) {
+      EXPECT_TRUE(absl::StrContains(r.status().message(), m))
+          << r.status() << " should mention " << m;
+    }
+    EXPECT_TRUE(tape->op_tape().empty());
+    ASSERT_TRUE(ctx_.tapes().Pop(kTape).ok());
+    ASSERT_TRUE(ctx_.tapes().Delete(kTape).ok());
+  }
+
+  static constexpr int64_t kTape = 7;
+  Context ctx_{DefaultRegistry()};
+};
+
+}  // namespace gradtape::testing
+
+#endif  // GRADTAPE_TESTS_CORE_OP_TEST_UTIL_H_
