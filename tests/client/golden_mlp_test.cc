@@ -1,0 +1,220 @@
+// The golden MLP that the Go client (client/go) checks against.
+//
+// A fixed 2-layer MLP in float64: loss = mean(sparse softmax cross-entropy(
+// tanh(x @ w1 + b1) @ w2 + b2, labels)). This test computes its loss and the
+// gradients of the loss with respect to w1, b1, w2, b2 twice: with the core
+// (gradtape::Session, the same code the server runs) and with a plain C++
+// forward/backward written out below, asserts that they agree, and writes
+// the inputs and the core's values to <build dir>/golden/mlp_golden.json.
+// client/go/mlp_test.go replays the inputs through a real server over gRPC
+// and compares with that file, so the Go test depends on ctest having run
+// this test first (scripts/test.sh runs ctest before the Go test).
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/op_registry.h"
+#include "core/session.h"
+#include "gtest/gtest.h"
+
+namespace gradtape {
+namespace {
+
+constexpr int64_t kBatch = 4, kIn = 3, kHidden = 5, kClasses = 3;
+
+// Deterministic, irregular values in about [-1, 1].
+std::vector<double> Values(int64_t n, double phase) {
+  std::vector<double> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = std::sin(0.7 * i + phase) * 0.9;
+  return v;
+}
+
+struct Golden {
+  std::vector<double> x, w1, b1, w2, b2;
+  std::vector<int32_t> labels = {0, 2, 1, 2};
+  double loss = 0;
+  std::vector<std::vector<double>> grads;  // w1, b1, w2, b2
+};
+
+Golden Inputs() {
+  Golden g;
+  g.x = Values(kBatch * kIn, 0.3);
+  g.w1 = Values(kIn * kHidden, 1.1);
+  g.b1 = Values(kHidden, 2.0);
+  g.w2 = Values(kHidden * kClasses, 0.5);
+  g.b2 = Values(kClasses, 2.9);
+  return g;
+}
+
+// The same model in plain loops: forward, then backward by hand.
+void Reference(Golden& g) {
+  std::vector<double> h(kBatch * kHidden), logits(kBatch * kClasses);
+  for (int64_t b = 0; b < kBatch; ++b) {
+    for (int64_t j = 0; j < kHidden; ++j) {
+      double s = g.b1[j];
+      for (int64_t i = 0; i < kIn; ++i)
+        s += g.x[b * kIn + i] * g.w1[i * kHidden + j];
+      h[b * kHidden + j] = std::tanh(s);
+    }
+    for (int64_t c = 0; c < kClasses; ++c) {
+      double s = g.b2[c];
+      for (int64_t j = 0; j < kHidden; ++j)
+        s += h[b * kHidden + j] * g.w2[j * kClasses + c];
+      logits[b * kClasses + c] = s;
+    }
+  }
+  // dlogits = (softmax - onehot) / batch
+  std::vector<double> dlogits(kBatch * kClasses);
+  g.loss = 0;
+  for (int64_t b = 0; b < kBatch; ++b) {
+    double m = logits[b * kClasses];
+    for (int64_t c = 1; c < kClasses; ++c)
+      m = std::max(m, logits[b * kClasses + c]);
+    double z = 0;
+    for (int64_t c = 0; c < kClasses; ++c)
+      z += std::exp(logits[b * kClasses + c] - m);
+    for (int64_t c = 0; c < kClasses; ++c) {
+      const double p = std::exp(logits[b * kClasses + c] - m) / z;
+      dlogits[b * kClasses + c] = (p - (c == g.labels[b] ? 1.0 : 0.0)) / kBatch;
+    }
+    g.loss += (std::log(z) + m - logits[b * kClasses + g.labels[b]]) / kBatch;
+  }
+  std::vector<double> dw1(kIn * kHidden, 0), db1(kHidden, 0),
+      dw2(kHidden * kClasses, 0), db2(kClasses, 0), dh(kBatch * kHidden, 0);
+  for (int64_t b = 0; b < kBatch; ++b) {
+    for (int64_t c = 0; c < kClasses; ++c) {
+      const double d = dlogits[b * kClasses + c];
+      db2[c] += d;
+      for (int64_t j = 0; j < kHidden; ++j) {
+        dw2[j * kClasses + c] += h[b * kHidden + j] * d;
+        dh[b * kHidden + j] += g.w2[j * kClasses + c] * d;
+      }
+    }
+    for (int64_t j = 0; j < kHidden; ++j) {
+      const double hj = h[b * kHidden + j];
+      const double ds = dh[b * kHidden + j] * (1 - hj * hj);  // tanh'
+      db1[j] += ds;
+      for (int64_t i = 0; i < kIn; ++i)
+        dw1[i * kHidden + j] += g.x[b * kIn + i] * ds;
+    }
+  }
+  g.grads = {dw1, db1, dw2, db2};
+}
+
+std::string JsonArray(const std::vector<double>& v) {
+  return absl::StrCat("[",
+                      absl::StrJoin(v, ", ",
+                                    [](std::string* out, double d) {
+                                      absl::StrAppendFormat(out, "%.17g", d);
+                                    }),
+                      "]");
+}
+
+std::string JsonTensor(std::vector<int64_t> shape,
+                       const std::vector<double>& v) {
+  return absl::StrCat("{\"shape\": [", absl::StrJoin(shape, ", "),
+                      "], \"values\": ", JsonArray(v), "}");
+}
+
+TEST(GoldenMlpTest, CoreMatchesHandWrittenBackpropAndWritesTheGoldenFile) {
+  Golden ref = Inputs();
+  Reference(ref);
+
+  gradtape::Session core(DefaultRegistry(), {});
+  int64_t seq = 0;
+  auto put = [&](int64_t id, std::vector<int64_t> shape,
+                 const std::vector<double>& v) {
+    ASSERT_TRUE(
+        core.PutTensor(++seq, id, Tensor::FromVector<double>(shape, v)).ok());
+  };
+  put(1, {kBatch, kIn}, ref.x);
+  ASSERT_TRUE(core.PutTensor(++seq, 2,
+                             Tensor::FromVector<int32_t>({kBatch}, ref.labels))
+                  .ok());
+  put(3, {kIn, kHidden}, ref.w1);
+  put(4, {kHidden}, ref.b1);
+  put(5, {kHidden, kClasses}, ref.w2);
+  put(6, {kClasses}, ref.b2);
+  ASSERT_TRUE(core.PushTape(++seq, 1, false, true).ok());
+  ASSERT_TRUE(core.Watch(++seq, 1, {3, 4, 5, 6}).ok());
+  auto run = [&](const char* op, std::vector<int64_t> in,
+                 std::vector<int64_t> out) {
+    absl::Status s = core.ExecuteOp(++seq, op, in, out, {});
+    ASSERT_TRUE(s.ok()) << s;
+  };
+  run("MatMul", {1, 3}, {10});
+  run("BiasAdd", {10, 4}, {11});
+  run("Tanh", {11}, {12});
+  run("MatMul", {12, 5}, {13});
+  run("BiasAdd", {13, 6}, {14});
+  run("SparseSoftmaxCrossEntropyWithLogits", {14, 2}, {15, 16});
+  run("Mean", {15}, {17});
+  ASSERT_TRUE(core.PopTape(++seq, 1).ok());
+  GradientRequest request;
+  request.tape = 1;
+  request.targets = {17};
+  request.sources = {3, 4, 5, 6};
+  request.result_ids = {20, 21, 22, 23};
+  absl::StatusOr<std::vector<Tensor>> grads = core.Gradient(++seq, request);
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  absl::StatusOr<Tensor> loss = core.FetchTensor(++seq, 17);
+  ASSERT_TRUE(loss.ok()) << loss.status();
+
+  Golden got = Inputs();
+  got.loss = loss->ElementAsDouble(0);
+  EXPECT_NEAR(got.loss, ref.loss, 1e-12);
+  ASSERT_EQ(grads->size(), 4u);
+  for (size_t k = 0; k < 4; ++k) {
+    const Tensor& g = (*grads)[k];
+    ASSERT_EQ(g.num_elements(), static_cast<int64_t>(ref.grads[k].size()));
+    std::vector<double> values(g.num_elements());
+    double norm = 0;
+    for (int64_t i = 0; i < g.num_elements(); ++i) {
+      values[i] = g.ElementAsDouble(i);
+      EXPECT_NEAR(values[i], ref.grads[k][i], 1e-12)
+          << "gradient " << k << " element " << i;
+      norm += std::abs(values[i]);
+    }
+    EXPECT_GT(norm, 0.01) << "gradient " << k;
+    got.grads.push_back(values);
+  }
+
+  const std::filesystem::path dir =
+      std::filesystem::path(GRADTAPE_BINARY_DIR) / "golden";
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path path = dir / "mlp_golden.json";
+  const std::filesystem::path tmp = dir / "mlp_golden.json.tmp";
+  std::string labels = absl::StrCat("[", absl::StrJoin(got.labels, ", "), "]");
+  std::string json = absl::StrCat(
+      "{\n  \"generated_by\": \"tests/client/golden_mlp_test.cc (gradtape "
+      "core, float64)\",\n",
+      "  \"model\": \"loss = "
+      "mean(SparseSoftmaxCrossEntropyWithLogits(BiasAdd(MatMul(Tanh(BiasAdd("
+      "MatMul(x, w1), b1)), w2), b2), labels).loss)\",\n",
+      "  \"x\": ", JsonTensor({kBatch, kIn}, got.x), ",\n",
+      "  \"labels\": {\"shape\": [", kBatch, "], \"values\": ", labels, "},\n",
+      "  \"w1\": ", JsonTensor({kIn, kHidden}, got.w1), ",\n",
+      "  \"b1\": ", JsonTensor({kHidden}, got.b1), ",\n",
+      "  \"w2\": ", JsonTensor({kHidden, kClasses}, got.w2), ",\n",
+      "  \"b2\": ", JsonTensor({kClasses}, got.b2), ",\n",
+      "  \"loss\": ", absl::StrFormat("%.17g", got.loss), ",\n",
+      "  \"gradients\": {\n",
+      "    \"w1\": ", JsonTensor({kIn, kHidden}, got.grads[0]), ",\n",
+      "    \"b1\": ", JsonTensor({kHidden}, got.grads[1]), ",\n",
+      "    \"w2\": ", JsonTensor({kHidden, kClasses}, got.grads[2]), ",\n",
+      "    \"b2\": ", JsonTensor({kClasses}, got.grads[3]), "\n", "  }\n}\n");
+  std::FILE* f = std::fopen(tmp.c_str(), "w");
+  ASSERT_NE(f, nullptr) << "cannot write " << tmp;
+  ASSERT_EQ(std::fwrite(json.data(), 1, json.size(), f), json.size());
+  ASSERT_EQ(std::fclose(f), 0);
+  std::filesystem::rename(tmp, path);  // atomic: readers never see half a file
+}
+
+}  // namespace
+}  // namespace gradtape
