@@ -154,10 +154,11 @@ class StreamCore:
         if not self.closed:
             self._releases.append(tensor_id)
 
-    def delete_tape(self, tape_id: int) -> None:
-        """Buffers a DeleteTape (lock-free: safe in finalizers)."""
+    def delete_tape(self, tape_id: int, pop_first: bool = False) -> None:
+        """Buffers a DeleteTape, after a PopTape if `pop_first` (lock-free:
+        safe in finalizers)."""
         if not self.closed:
-            self._tape_deletes.append(tape_id)
+            self._tape_deletes.append((tape_id, pop_first))
 
     # -- buffering ---------------------------------------------------------
 
@@ -190,8 +191,11 @@ class StreamCore:
             self._pending.append(pb.Command(seq=self._seq, release=pb.ReleaseTensors(ids=ids)))
             self._pending_bytes += 8 * len(ids)
         while self._tape_deletes:
+            tape_id, pop_first = self._tape_deletes.popleft()
+            if pop_first:
+                self._seq += 1
+                self._pending.append(pb.Command(seq=self._seq, pop_tape=pb.PopTape(tape_id=tape_id)))
             self._seq += 1
-            tape_id = self._tape_deletes.popleft()
             self._pending.append(
                 pb.Command(seq=self._seq, delete_tape=pb.DeleteTape(tape_id=tape_id))
             )

@@ -438,9 +438,7 @@ class GradientTape:
     def __del__(self) -> None:
         try:
             if self._id:
-                if self._recording:
-                    self._session._core.enqueue(pb.Command(pop_tape=pb.PopTape(tape_id=self._id)))
-                self._session._core.delete_tape(self._id)
+                self._session._core.delete_tape(self._id, pop_first=self._recording)
         except Exception:
             pass
 
