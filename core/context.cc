@@ -5,7 +5,8 @@
 namespace gradtape {
 
 absl::Status Context::Execute(const OpDef& op, absl::Span<const Tensor> inputs,
-                              AttrMap attrs, Tensors* outputs) {
+                              AttrMap attrs, Tensors* outputs,
+                              std::shared_ptr<const GradientProgram> custom) {
   if (static_cast<int>(inputs.size()) != op.num_inputs()) {
     return absl::InvalidArgumentError(absl::StrCat(
         op.name, ": takes ", op.num_inputs(), " inputs, got ", inputs.size()));
@@ -36,9 +37,26 @@ absl::Status Context::Execute(const OpDef& op, absl::Span<const Tensor> inputs,
     if (created_ids_ != nullptr) created_ids_->push_back(out.id());
   }
   // The fast path: no tape could record, so inputs are never looked at.
-  if (!tapes_.CouldRecord() || !op.differentiable()) return absl::OkStatus();
-  tapes_.Record(op, attrs, inputs, *outputs);
+  if (tapes_.CouldRecord() && (op.differentiable() || custom != nullptr)) {
+    tapes_.Record(op, attrs, inputs, *outputs, std::move(custom));
+  }
+  // Forward mode: one check when no accumulator is active.
+  if (!accumulators_.CouldAccumulate()) return absl::OkStatus();
+  if (absl::Status s = Accumulate(*this, op, attrs, inputs, *outputs);
+      !s.ok()) {
+    for (const Tensor& out : *outputs) Forget(out.id());
+    outputs->clear();
+    return s;
+  }
   return absl::OkStatus();
+}
+
+void Context::Forget(int64_t id) {
+  tapes_.DeleteTrace(id);
+  if (accumulators_.size() == 0) return;
+  std::vector<int64_t> owned;
+  accumulators_.Forget(id, &owned);
+  for (int64_t tangent : owned) Forget(tangent);
 }
 
 absl::Status Context::CheckMemoryLimit(absl::string_view what) const {

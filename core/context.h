@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/attrs.h"
+#include "core/forward.h"
 #include "core/op_registry.h"
 #include "core/tape.h"
 #include "core/tensor.h"
@@ -20,6 +21,7 @@
 namespace gradtape {
 
 enum class Unconnected { kNone, kZero };
+struct GradientProgram;
 
 class Context {
  public:
@@ -34,17 +36,21 @@ class Context {
                       int64_t limit_bytes) {
     account_ = std::move(account);
     memory_limit_ = limit_bytes;
+    account_->set_limit(limit_bytes);
   }
   TapeSet& tapes() { return tapes_; }
-    account_->set_limit(limit_bytes);
   const TapeSet& tapes() const { return tapes_; }
 
   // Runs `op`. `attrs` are checked and completed with defaults. On success
-  // `outputs` holds the op's outputs with fresh ids, and the op is recorded
-  // on every active tape that watches one of the inputs. On error nothing
-  // changed.
+  // `outputs` holds the op's outputs with fresh ids, the op is recorded
+  // on every active tape that watches one of the inputs, and active forward
+  // accumulators computed the outputs' tangents. On error nothing changed.
+  // With `custom` (core/custom_gradient.h), the tapes record the op with
+  // that backward instead of the registered one (even if the op is not
+  // differentiable).
   absl::Status Execute(const OpDef& op, absl::Span<const Tensor> inputs,
-                       AttrMap attrs, Tensors* outputs);
+                       AttrMap attrs, Tensors* outputs,
+                       std::shared_ptr<const GradientProgram> custom = nullptr);
   // Execute by name (NOT_FOUND for an unknown op).
   absl::Status Execute(absl::string_view op_name,
                        absl::Span<const Tensor> inputs, AttrMap attrs,
@@ -52,6 +58,33 @@ class Context {
 
   // RESOURCE_EXHAUSTED "<what>: ..." if the account is over its limit.
   absl::Status CheckMemoryLimit(absl::string_view what) const;
+
+  AccumulatorSet& accumulators() { return accumulators_; }
+  const AccumulatorSet& accumulators() const { return accumulators_; }
+  // Tensor `id` has no handle any more (released, or an intermediate): it
+  // leaves every tape (DeleteTrace) and every accumulator (with the tangents
+  // only accumulators held).
+  void Forget(int64_t id);
+
+  // Collects in `ids` the ids of the tensors ops create while it lives.
+  // Scopes nest; an inner scope hides its ids from the outer one, except
+  // those it passes up.
+  class ScopedCreatedIds {
+   public:
+    ScopedCreatedIds(Context& ctx, std::vector<int64_t>* ids)
+        : ctx_(ctx), outer_(ctx.created_ids_) {
+      ctx.created_ids_ = ids;
+    }
+    ~ScopedCreatedIds() { ctx_.created_ids_ = outer_; }
+    // Reports `id` to the enclosing scope, if any.
+    void PassUp(int64_t id) {
+      if (outer_ != nullptr) outer_->push_back(id);
+    }
+
+   private:
+    Context& ctx_;
+    std::vector<int64_t>* outer_;
+  };
 
   // Gives `t` a fresh id: the tensor enters the session.
   Tensor Adopt(Tensor t) {
@@ -70,6 +103,7 @@ class Context {
  private:
   const OpRegistry& registry_;
   TapeSet tapes_;
+  AccumulatorSet accumulators_;
   int64_t last_id_ = 0;
   std::shared_ptr<MemoryAccount> account_;
   int64_t memory_limit_ = 0;

@@ -27,6 +27,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "core/custom_gradient.h"
 #include "core/variable.h"
 
 namespace gradtape {
@@ -87,6 +88,12 @@ void GradContext::SetGrad(int i, Tensor grad) {
 
 Tensors GradContext::OpN(absl::string_view name,
                          std::initializer_list<Tensor> inputs, AttrMap attrs) {
+  return RunOp(name, absl::Span<const Tensor>(inputs.begin(), inputs.size()),
+               std::move(attrs));
+}
+
+Tensors GradContext::RunOp(absl::string_view name,
+                           absl::Span<const Tensor> inputs, AttrMap attrs) {
   Tensors outputs;
   if (!ok()) return outputs;
   absl::Status s = ctx_.Execute(name, inputs, std::move(attrs), &outputs);
@@ -202,11 +209,7 @@ absl::StatusOr<std::vector<Tensor>> Context::Gradient(
 
   // The backward's intermediates are collected to delete their traces.
   std::vector<int64_t> created;
-  created_ids_ = &created;
-  struct Restore {
-    Context* ctx;
-    ~Restore() { ctx->created_ids_ = nullptr; }
-  } restore{this};
+  ScopedCreatedIds created_scope(*this, &created);
   TapeSet::ScopedSuspend suspend(tapes_, &tape);
 
   // 3. Seed.
@@ -252,7 +255,11 @@ absl::StatusOr<std::vector<Tensor>> Context::Gradient(
       needs_grad[i] = needs(*e.op, e.inputs[i], static_cast<int>(i));
     }
     GradContext g(*this, e, std::move(out_grads), std::move(needs_grad));
-    e.op->backward(g);
+    if (e.custom != nullptr) {
+      RunGradientProgram(*e.custom, e, g);
+    } else {
+      e.op->backward(g);
+    }
     if (!g.ok()) {
       status = g.status();
       break;
@@ -301,7 +308,11 @@ absl::StatusOr<std::vector<Tensor>> Context::Gradient(
   absl::flat_hash_set<int64_t> result_ids;
   for (const Tensor& r : results) result_ids.insert(r.id());
   for (int64_t id : created) {
-    if (!result_ids.contains(id)) tapes_.DeleteTrace(id);
+    if (!result_ids.contains(id)) {
+      Forget(id);
+    } else {
+      created_scope.PassUp(id);
+    }
   }
   if (!status.ok()) return status;
   return results;

@@ -51,6 +51,8 @@ class GradContext {
             AttrMap attrs = {});
   Tensors OpN(absl::string_view name, std::initializer_list<Tensor> inputs,
               AttrMap attrs = {});
+  Tensors RunOp(absl::string_view name, absl::Span<const Tensor> inputs,
+                AttrMap attrs = {});
   // A scalar constant (not on any tape).
   Tensor Const(double value, DType dtype);
 

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "core/gradient.h"
 #include "core/ops/ops.h"
 
 namespace gradtape {
@@ -125,6 +126,7 @@ Op& Op::Forward(ForwardFn fn) {
 
 Op& Op::Backward(BackwardFn fn) {
   def_.backward = std::move(fn);
+  declared_backward_ = true;
   return *this;
 }
 
@@ -148,6 +150,29 @@ Op& Op::NotDifferentiable() {
   return *this;
 }
 
+Op& Op::BackwardUnsupported(std::string reason) {
+  if (reason.empty())
+    RegistrationError(def_.name, "empty BackwardUnsupported reason");
+  def_.backward_unsupported = reason;
+  def_.backward = [](GradContext& g) {
+    std::string message;
+    if (const AttrValue* m = g.attrs().Find("message");
+        m != nullptr && TypeOf(*m) == AttrType::kString &&
+        !std::get<std::string>(*m).empty()) {
+      message = absl::StrCat(" (message: ", std::get<std::string>(*m), ")");
+    }
+    g.Fail(absl::UnimplementedError(absl::StrCat(
+        "the gradient of ", g.op().name,
+        " is not supported: ", g.op().backward_unsupported, message)));
+  };
+  return *this;
+}
+
+Op& Op::Jvp(JvpFn fn) {
+  def_.jvp = std::move(fn);
+  return *this;
+}
+
 Op& Op::Summary(std::string text) {
   def_.summary = std::move(text);
   return *this;
@@ -166,9 +191,16 @@ void OpRegistry::Add(Op op) {
     RegistrationError(name,
                       "declare exactly one of Backward or NotDifferentiable");
   }
-  if (!def->differentiable() &&
+  if ((!def->differentiable() || !def->backward_unsupported.empty()) &&
       (!def->saved_inputs.empty() || !def->saved_outputs.empty())) {
     RegistrationError(name, "saves tensors but has no Backward");
+  }
+  if (op.declared_backward_ && !def->backward_unsupported.empty()) {
+    RegistrationError(name,
+                      "declare at most one of Backward or BackwardUnsupported");
+  }
+  if (!def->differentiable() && def->jvp) {
+    RegistrationError(name, "a Jvp rule on a NotDifferentiable op");
   }
   auto mark = [&](const std::vector<int>& indices, int n, const char* what,
                   std::vector<bool>* saved) {

@@ -33,6 +33,7 @@
 namespace gradtape {
 
 class GradContext;
+class JvpContext;
 struct OpDef;
 
 using Tensors = absl::InlinedVector<Tensor, 2>;
@@ -76,6 +77,9 @@ class KernelContext {
 using ForwardFn = std::function<absl::Status(KernelContext&)>;
 // Builds the input gradients from output gradients with registered ops.
 using BackwardFn = std::function<void(GradContext&)>;
+// Forward mode: builds the output tangents from the input tangents (and the
+// op's inputs and outputs) with registered ops (core/forward.h).
+using JvpFn = std::function<void(JvpContext&)>;
 
 struct AttrSpec {
   std::string name;
@@ -90,6 +94,11 @@ struct OpDef {
   std::vector<AttrSpec> attrs;
   ForwardFn forward;
   BackwardFn backward;  // empty: the op is not differentiable
+  // Non-empty: the op is recorded, but its backward is deliberately missing
+  // (a gradient through it fails with UNIMPLEMENTED quoting this reason).
+  std::string backward_unsupported;
+  // Forward-mode rule; empty: forward mode uses the double-VJP fallback.
+  JvpFn jvp;
   // Elision info: indices of the inputs / outputs the backward reads.
   std::vector<int> saved_inputs;
   std::vector<int> saved_outputs;
@@ -104,6 +113,10 @@ struct OpDef {
   int num_inputs() const { return static_cast<int>(input_names.size()); }
   int num_outputs() const { return static_cast<int>(output_names.size()); }
   bool differentiable() const { return static_cast<bool>(backward); }
+  // Recorded, but a gradient through it fails (BackwardUnsupported).
+  bool backward_supported() const {
+    return differentiable() && backward_unsupported.empty();
+  }
   const AttrSpec* FindAttr(absl::string_view attr_name) const;
 
   // Checks `given` against the declared attrs and returns it with defaults
@@ -126,13 +139,25 @@ class Op {
   Op& SavesOutputs(std::vector<int> indices);
   Op& NonDifferentiableInputs(std::vector<int> indices);
   // Declares that the op has no gradient (every op says one or the other).
+  // Its outputs carry no gradient: the op is not recorded, so a gradient
+  // through it is None (or zeros). For comparisons, shapes, indices, ...
   Op& NotDifferentiable();
+  // Declares that the op is differentiable in maths but gradtape has no
+  // backward for it (typically a helper op that a backward runs, whose own
+  // gradient is not written): the op IS recorded when an input is watched,
+  // and a gradient through it fails with UNIMPLEMENTED naming the op and
+  // `reason` (plus the op's "message" attr when it has one), instead of a
+  // silently wrong None. Saves nothing.
+  Op& BackwardUnsupported(std::string reason);
+  // The forward-mode rule (optional; see core/forward.h).
+  Op& Jvp(JvpFn fn);
   Op& Summary(std::string text);
 
  private:
   friend class OpRegistry;
   OpDef def_;
   bool declared_not_differentiable_ = false;
+  bool declared_backward_ = false;
   std::vector<int> non_differentiable_inputs_;
 };
 

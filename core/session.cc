@@ -125,7 +125,7 @@ void Session::Drop(int64_t id) {
   if (it == slots_.end()) return;
   int64_t tensor_id = it->second.tensor.id();
   slots_.erase(it);
-  if (tensor_id != 0) ctx_.tapes().DeleteTrace(tensor_id);
+  if (tensor_id != 0) ctx_.Forget(tensor_id);
 }
 
 absl::Status Session::ExecuteOp(int64_t seq, absl::string_view op_name,

@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "core/checkpoint.h"
 #include "core/context.h"
+#include "core/custom_gradient.h"
 #include "core/op_registry.h"
 #include "core/tensor.h"
 
@@ -55,6 +56,17 @@ struct GradientRequest {
   std::vector<int64_t> output_gradients;
   Unconnected unconnected = Unconnected::kNone;
   // One per source: where each gradient is stored.
+  std::vector<int64_t> result_ids;
+};
+
+struct JacobianRequest {
+  int64_t tape = 0;
+  int64_t target = 0;
+  std::vector<int64_t> sources;
+  Unconnected unconnected = Unconnected::kNone;
+  // batch_jacobian: target and sources share their first (batch) dim.
+  bool batch = false;
+  // One per source.
   std::vector<int64_t> result_ids;
 };
 
@@ -104,6 +116,37 @@ class Session {
   absl::StatusOr<CheckpointSummary> RestoreCheckpoint(
       int64_t seq, absl::string_view name,
       absl::Span<const int64_t> variable_ids);
+
+  // Jacobians, forward mode, custom gradients (core/session_autodiff.cc).
+  //
+  // Jacobian / batch Jacobian of one target on a tape (core/jacobian.h),
+  // stored at result_ids (a None slot for an unconnected source with
+  // Unconnected::kNone) and returned.
+  absl::StatusOr<std::vector<Tensor>> Jacobian(int64_t seq,
+                                               const JacobianRequest& request);
+  // The ids that name a variable handle the tape watched, in watch order;
+  // a variable named by several ids gives all of them (ascending), a
+  // variable whose ids were all released gives none.
+  absl::StatusOr<std::vector<int64_t>> WatchedVariables(int64_t seq,
+                                                        int64_t tape);
+  // Forward accumulators (core/forward.h), by client-chosen id.
+  absl::Status PushAccumulator(int64_t seq, int64_t accumulator);
+  absl::Status PopAccumulator(int64_t seq, int64_t accumulator);
+  absl::Status DeleteAccumulator(int64_t seq, int64_t accumulator);
+  // Gives ids[i] the tangent tangent_ids[i] (same dtype and shape).
+  absl::Status AccumulatorWatch(int64_t seq, int64_t accumulator,
+                                absl::Span<const int64_t> ids,
+                                absl::Span<const int64_t> tangent_ids);
+  // Stores the JVP of `id` at `result_id` and returns it (invalid: None, for
+  // a tensor without a tangent and Unconnected::kNone).
+  absl::StatusOr<Tensor> FetchJvp(int64_t seq, int64_t accumulator, int64_t id,
+                                  int64_t result_id, Unconnected unconnected);
+  // ExecuteOp with a custom backward for this execution
+  // (core/custom_gradient.h); kTensor references name session ids.
+  absl::Status ExecuteOpWithGradient(int64_t seq, absl::string_view op,
+                                     absl::Span<const int64_t> inputs,
+                                     absl::Span<const int64_t> outputs,
+                                     AttrMap attrs, GradientProgram program);
 
   SessionStats Stats() const;
   // Stats as a command of the log (advances last_seq).

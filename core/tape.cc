@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "core/custom_gradient.h"
 
 namespace gradtape {
 
@@ -19,17 +20,31 @@ bool Tape::ShouldRecord(absl::Span<const Tensor> inputs) const {
 void Tape::Watch(const Tensor& tensor) {
   if (tensor.id() == 0) return;
   auto [it, inserted] = tensor_tape_.try_emplace(tensor.id(), kWatched);
-  if (inserted) tensor_usage_[tensor.id()] += 1;
+  if (!inserted) return;
+  tensor_usage_[tensor.id()] += 1;
+  if (tensor.dtype() == DType::kResource) {
+    const void* var = tensor.resource<void>();
+    for (const Tensor& w : watched_variables_) {
+      if (w.resource<void>() == var) return;
+    }
+    watched_variables_.push_back(tensor);
+  }
 }
 
 void Tape::RecordOperation(const OpDef& op,
                            std::shared_ptr<const AttrMap> attrs,
                            absl::Span<const Tensor> inputs,
-                           absl::Span<const Tensor> outputs) {
+                           absl::Span<const Tensor> outputs,
+                           std::shared_ptr<const GradientProgram> custom) {
   const int64_t op_id = next_op_id_++;
   TapeEntry& entry = op_tape_[op_id];
   entry.op = &op;
   entry.attrs = std::move(attrs);
+  const std::vector<bool>& input_saved =
+      custom ? CustomSavedInputs(*custom) : op.input_saved;
+  const std::vector<bool>& output_saved =
+      custom ? CustomSavedOutputs(*custom) : op.output_saved;
+  entry.custom = std::move(custom);
   const int n_in = static_cast<int>(inputs.size());
   const int n_out = static_cast<int>(outputs.size());
   entry.inputs.resize(n_in);
@@ -37,7 +52,7 @@ void Tape::RecordOperation(const OpDef& op,
   for (int i = 0; i < n_in; ++i) {
     const Tensor& t = inputs[i];
     entry.inputs[i] = {t.id(), t.dtype(), t.shape()};
-    if (op.input_saved[i]) entry.saved_inputs[i] = t;
+    if (input_saved[i]) entry.saved_inputs[i] = t;
     if (t.id() != 0) tensor_usage_[t.id()] += 1;
   }
   entry.outputs.resize(n_out);
@@ -45,7 +60,7 @@ void Tape::RecordOperation(const OpDef& op,
   for (int i = 0; i < n_out; ++i) {
     const Tensor& t = outputs[i];
     entry.outputs[i] = {t.id(), t.dtype(), t.shape()};
-    if (op.output_saved[i]) entry.saved_outputs[i] = t;
+    if (output_saved[i]) entry.saved_outputs[i] = t;
     tensor_tape_[t.id()] = op_id;
     tensor_usage_[t.id()] = 1;
   }
@@ -96,7 +111,8 @@ int64_t Tape::SavedBytes() const {
 
 void TapeSet::Record(const OpDef& op, const AttrMap& attrs,
                      absl::Span<const Tensor> inputs,
-                     absl::Span<const Tensor> outputs) {
+                     absl::Span<const Tensor> outputs,
+                     std::shared_ptr<const GradientProgram> custom) {
   std::shared_ptr<const AttrMap> shared_attrs;
   for (Tape* tape : active_) {
     if (tape->watch_accessed_variables()) {
@@ -108,7 +124,7 @@ void TapeSet::Record(const OpDef& op, const AttrMap& attrs,
     if (shared_attrs == nullptr && !attrs.empty()) {
       shared_attrs = std::make_shared<const AttrMap>(attrs);
     }
-    tape->RecordOperation(op, shared_attrs, inputs, outputs);
+    tape->RecordOperation(op, shared_attrs, inputs, outputs, custom);
   }
 }
 
@@ -175,6 +191,17 @@ TapeSet::ScopedSuspend::ScopedSuspend(TapeSet& set, Tape* tape)
 TapeSet::ScopedSuspend::~ScopedSuspend() {
   if (position_ < 0) return;
   set_.active_.insert(set_.active_.begin() + position_, tape_);
+}
+
+TapeSet::ScopedActivate::ScopedActivate(TapeSet& set, Tape* tape)
+    : set_(set), tape_(tape) {
+  set_.active_.push_back(tape_);
+}
+
+TapeSet::ScopedActivate::~ScopedActivate() {
+  set_.active_.erase(
+      std::remove(set_.active_.begin(), set_.active_.end(), tape_),
+      set_.active_.end());
 }
 
 }  // namespace gradtape

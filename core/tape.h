@@ -34,6 +34,8 @@
 
 namespace gradtape {
 
+struct GradientProgram;
+
 struct TensorMeta {
   int64_t id = 0;
   DType dtype = DType::kInvalid;
@@ -45,9 +47,13 @@ struct TapeEntry {
   std::shared_ptr<const AttrMap> attrs;  // null: no attrs
   absl::InlinedVector<TensorMeta, 2> inputs;
   absl::InlinedVector<TensorMeta, 1> outputs;
-  // One slot per input / output; valid only where the op declares it saved.
+  // One slot per input / output; valid only where the op declares it saved
+  // (or, with `custom`, where that program reads it).
   Tensors saved_inputs;
   Tensors saved_outputs;
+  // Non-null: a client-given backward for this one execution, run instead
+  // of the op's (core/custom_gradient.h).
+  std::shared_ptr<const GradientProgram> custom;
 };
 
 class Tape {
@@ -61,6 +67,9 @@ class Tape {
   Tape& operator=(const Tape&) = delete;
 
   bool persistent() const { return persistent_; }
+  // Jacobian computes many gradients on one tape: it makes a non-persistent
+  // tape persistent for that long, then marks it used.
+  void set_persistent(bool persistent) { persistent_ = persistent; }
   bool watch_accessed_variables() const { return watch_accessed_variables_; }
 
   // True if any input is on the tape and has a trainable dtype.
@@ -69,7 +78,14 @@ class Tape {
   // Records `op`; the caller has checked ShouldRecord.
   void RecordOperation(const OpDef& op, std::shared_ptr<const AttrMap> attrs,
                        absl::Span<const Tensor> inputs,
-                       absl::Span<const Tensor> outputs);
+                       absl::Span<const Tensor> outputs,
+                       std::shared_ptr<const GradientProgram> custom = nullptr);
+  // The variable handles this tape watched (explicitly, or as accessed
+  // variables), in watch order, one per variable (TensorFlow's
+  // watched_variables). The tape keeps them alive.
+  const std::vector<Tensor>& watched_variables() const {
+    return watched_variables_;
+  }
   // The handle of tensor `id` was released.
   void DeleteTrace(int64_t id);
 
@@ -99,6 +115,7 @@ class Tape {
   // tensor id -> live handles + recorded consumers.
   absl::flat_hash_map<int64_t, int64_t> tensor_usage_;
   absl::flat_hash_map<int64_t, TapeEntry> op_tape_;
+  std::vector<Tensor> watched_variables_;
 };
 
 // The tapes of one session: all tapes by client-chosen tape id, the active
@@ -111,8 +128,8 @@ class TapeSet {
 
   // Records the op on every active tape that should record it.
   void Record(const OpDef& op, const AttrMap& attrs,
-              absl::Span<const Tensor> inputs,
-              absl::Span<const Tensor> outputs);
+              absl::Span<const Tensor> inputs, absl::Span<const Tensor> outputs,
+              std::shared_ptr<const GradientProgram> custom = nullptr);
   // Handle of `id` released: tell every tape, active or not.
   void DeleteTrace(int64_t id);
 
@@ -147,6 +164,31 @@ class TapeSet {
     TapeSet& set_;
     Tape* tape_;
     int position_ = -1;
+  };
+
+  // Makes `tape` (not one of the set's: an internal tape, e.g. forward
+  // mode's) record as the innermost active tape while it exists.
+  class ScopedActivate {
+   public:
+    ScopedActivate(TapeSet& set, Tape* tape);
+    ~ScopedActivate();
+
+   private:
+    TapeSet& set_;
+    Tape* tape_;
+  };
+
+  // Stops recording on every tape while it exists (restores the flag).
+  class ScopedStop {
+   public:
+    explicit ScopedStop(TapeSet& set) : set_(set), was_(set.stopped_) {
+      set_.stopped_ = true;
+    }
+    ~ScopedStop() { set_.stopped_ = was_; }
+
+   private:
+    TapeSet& set_;
+    bool was_;
   };
 
  private:

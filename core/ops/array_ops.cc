@@ -5,6 +5,7 @@
 #include <limits>
 #include <numeric>
 
+#include "core/forward.h"
 #include "core/gradient.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
@@ -273,6 +274,7 @@ void RegisterArrayOps(OpRegistry& r) {
             })
             // dx = dy
             .Backward([](GradContext& g) { g.SetGrad(0, g.Grad(0)); })
+            .Jvp([](JvpContext& j) { j.SetTangent(0, j.Tangent(0)); })
             .Summary("output = input (shares the buffer)"));
   r.Add(Op("Reshape")
             .Inputs({"tensor"})
@@ -283,6 +285,7 @@ void RegisterArrayOps(OpRegistry& r) {
             .Backward([](GradContext& g) {
               g.SetGrad(0, g.Reshape(g.Grad(0), g.InputShape(0)));
             })
+            .Jvp(LinearUnaryJvp)
             .Summary("same elements, new shape (one dim may be -1)"));
   r.Add(Op("Transpose")
             .Inputs({"x"})
@@ -301,6 +304,7 @@ void RegisterArrayOps(OpRegistry& r) {
               g.SetGrad(0, g.Op("Transpose", {g.Grad(0)},
                                 {{"perm", std::move(inverse)}}));
             })
+            .Jvp(LinearUnaryJvp)
             .Summary("y.shape[i] = x.shape[perm[i]]; empty perm reverses"));
   r.Add(Op("Cast")
             .Inputs({"x"})
@@ -323,7 +327,31 @@ void RegisterArrayOps(OpRegistry& r) {
             .Backward([](GradContext& g) {
               g.SetGrad(0, g.SumToShape(g.Grad(0), g.InputShape(0)));
             })
+            .Jvp(LinearUnaryJvp)
             .Summary("numpy-broadcasts input to `shape`"));
+  // TensorFlow's StopGradient: its output carries no gradient (and no
+  // tangent), so the op is not recorded.
+  r.Add(Op("StopGradient")
+            .Inputs({"input"})
+            .Outputs({"output"})
+            .Forward([](KernelContext& ctx) {
+              ctx.set_output(0, ctx.input(0));
+              return absl::OkStatus();
+            })
+            .NotDifferentiable()
+            .Summary("output = input, with no gradient flowing back"));
+  // TensorFlow's PreventGradient: recorded, and a gradient through it fails
+  // (UNIMPLEMENTED quoting `message`) instead of being silently None.
+  r.Add(Op("PreventGradient")
+            .Inputs({"input"})
+            .Outputs({"output"})
+            .Attr("message", std::string())
+            .Forward([](KernelContext& ctx) {
+              ctx.set_output(0, ctx.input(0));
+              return absl::OkStatus();
+            })
+            .BackwardUnsupported("the gradient is explicitly disabled")
+            .Summary("output = input; any gradient through it is an error"));
   for (double value : {0.0, 1.0}) {
     r.Add(Op(value == 0.0 ? "ZerosLike" : "OnesLike")
               .Inputs({"x"})

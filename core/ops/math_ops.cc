@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "Eigen/Core"
+#include "core/forward.h"
 #include "core/gradient.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
@@ -676,6 +677,10 @@ void RegisterMathOps(OpRegistry& r) {
                   }
                 }
               })
+              // tz = tx + ty
+              .Jvp([](JvpContext& j) {
+                j.SetTangent(0, j.Add(j.Tangent(0), j.Tangent(1)));
+              })
               .Summary("z = x + y, with numpy broadcasting"));
   }
   r.Add(Binary("Sub")
@@ -691,6 +696,10 @@ void RegisterMathOps(OpRegistry& r) {
               if (g.NeedsGrad(1)) {
                 g.SetGrad(1, g.SumToShape(g.Neg(g.Grad(0)), g.InputShape(1)));
               }
+            })
+            // tz = tx - ty
+            .Jvp([](JvpContext& j) {
+              j.SetTangent(0, j.Sub(j.Tangent(0), j.Tangent(1)));
             })
             .Summary("z = x - y, with numpy broadcasting"));
   r.Add(Binary("Mul")
@@ -710,6 +719,13 @@ void RegisterMathOps(OpRegistry& r) {
               }
             })
             .SavesInputs({0, 1})
+            // tz = tx * y + x * ty (each term broadcasts to z's shape)
+            .Jvp([](JvpContext& j) {
+              Tensor a, b;
+              if (j.HasTangent(0)) a = j.Mul(j.Tangent(0), j.Input(1));
+              if (j.HasTangent(1)) b = j.Mul(j.Input(0), j.Tangent(1));
+              j.SetTangent(0, !a.valid() ? b : !b.valid() ? a : j.Add(a, b));
+            })
             .Summary("z = x * y, with numpy broadcasting"));
   for (const char* name : {"RealDiv", "Div"}) {
     r.Add(Binary(name)
@@ -730,6 +746,16 @@ void RegisterMathOps(OpRegistry& r) {
                 }
               })
               .SavesInputs({0, 1})
+              // tz = tx / y - z * ty / y
+              .Jvp([](JvpContext& j) {
+                Tensor y = j.Input(1), t;
+                if (j.HasTangent(0)) t = j.Div(j.Tangent(0), y);
+                if (j.HasTangent(1)) {
+                  Tensor u = j.Div(j.Mul(j.Output(0), j.Tangent(1)), y);
+                  t = t.valid() ? j.Sub(t, u) : j.Neg(u);
+                }
+                j.SetTangent(0, t);
+              })
               .Summary("z = x / y (floating or complex), with numpy "
                        "broadcasting"));
   }
@@ -740,6 +766,7 @@ void RegisterMathOps(OpRegistry& r) {
             })
             // dx = -dy
             .Backward([](GradContext& g) { g.SetGrad(0, g.Neg(g.Grad(0))); })
+            .Jvp(LinearUnaryJvp)  // ty = -tx
             .Summary("y = -x"));
   r.Add(Unary("Square")
             .Forward([](KernelContext& ctx) {
@@ -751,6 +778,11 @@ void RegisterMathOps(OpRegistry& r) {
               g.SetGrad(0, g.Mul(g.Grad(0), g.Mul(two, g.Input(0))));
             })
             .SavesInputs({0})
+            // ty = 2x * tx
+            .Jvp([](JvpContext& j) {
+              Tensor two = j.Const(2.0, j.Input(0).dtype());
+              j.SetTangent(0, j.Mul(j.Mul(two, j.Input(0)), j.Tangent(0)));
+            })
             .Summary("y = x^2"));
   r.Add(Unary("Sqrt")
             .Forward([](KernelContext& ctx) {
@@ -762,6 +794,10 @@ void RegisterMathOps(OpRegistry& r) {
               g.SetGrad(0, g.Op("SqrtGrad", {g.Output(0), g.Grad(0)}));
             })
             .SavesOutputs({0})
+            // ty = 0.5 tx / y
+            .Jvp([](JvpContext& j) {
+              j.SetTangent(0, j.Op("SqrtGrad", {j.Output(0), j.Tangent(0)}));
+            })
             .Summary("y = sqrt(x)"));
   r.Add(GradHelper("SqrtGrad")
             .Forward([](KernelContext& ctx) {
@@ -790,6 +826,10 @@ void RegisterMathOps(OpRegistry& r) {
               g.SetGrad(0, g.Mul(g.Grad(0), g.Output(0)));
             })
             .SavesOutputs({0})
+            // ty = tx * y
+            .Jvp([](JvpContext& j) {
+              j.SetTangent(0, j.Mul(j.Tangent(0), j.Output(0)));
+            })
             .Summary("y = e^x"));
   r.Add(Unary("Log")
             .Forward([](KernelContext& ctx) {
@@ -801,6 +841,10 @@ void RegisterMathOps(OpRegistry& r) {
               g.SetGrad(0, g.Div(g.Grad(0), g.Input(0)));
             })
             .SavesInputs({0})
+            // ty = tx / x
+            .Jvp([](JvpContext& j) {
+              j.SetTangent(0, j.Div(j.Tangent(0), j.Input(0)));
+            })
             .Summary("y = ln(x)"));
   r.Add(Unary("Tanh")
             .Forward([](KernelContext& ctx) {
@@ -812,6 +856,10 @@ void RegisterMathOps(OpRegistry& r) {
               g.SetGrad(0, g.Op("TanhGrad", {g.Output(0), g.Grad(0)}));
             })
             .SavesOutputs({0})
+            // ty = tx * (1 - y^2)
+            .Jvp([](JvpContext& j) {
+              j.SetTangent(0, j.Op("TanhGrad", {j.Output(0), j.Tangent(0)}));
+            })
             .Summary("y = tanh(x)"));
   r.Add(GradHelper("TanhGrad")
             .Forward([](KernelContext& ctx) {
@@ -842,6 +890,10 @@ void RegisterMathOps(OpRegistry& r) {
               g.SetGrad(0, g.Op("SigmoidGrad", {g.Output(0), g.Grad(0)}));
             })
             .SavesOutputs({0})
+            // ty = tx * y * (1 - y)
+            .Jvp([](JvpContext& j) {
+              j.SetTangent(0, j.Op("SigmoidGrad", {j.Output(0), j.Tangent(0)}));
+            })
             .Summary("y = 1 / (1 + e^-x)"));
   r.Add(GradHelper("SigmoidGrad")
             .Forward([](KernelContext& ctx) {
@@ -888,6 +940,17 @@ void RegisterMathOps(OpRegistry& r) {
               }
             })
             .SavesInputs({0, 1})
+            // tC = op(tA) op(B) + op(A) op(tB)
+            .Jvp([](JvpContext& j) {
+              Tensor a, b;
+              if (j.HasTangent(0)) {
+                a = j.Op("MatMul", {j.Tangent(0), j.Input(1)}, j.attrs());
+              }
+              if (j.HasTangent(1)) {
+                b = j.Op("MatMul", {j.Input(0), j.Tangent(1)}, j.attrs());
+              }
+              j.SetTangent(0, !a.valid() ? b : !b.valid() ? a : j.Add(a, b));
+            })
             .Summary("product = op(a) @ op(b) for 2-D a, b"));
   for (bool mean : {false, true}) {
     r.Add(Op(mean ? "Mean" : "Sum")
@@ -911,6 +974,7 @@ void RegisterMathOps(OpRegistry& r) {
                 }
                 g.SetGrad(0, dx);
               })
+              .Jvp(LinearUnaryJvp)  // linear: ty = reduce(tx)
               .Summary(mean ? "mean over `axis` (empty: all axes)"
                             : "sum over `axis` (empty: all axes)"));
   }

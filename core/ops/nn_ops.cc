@@ -6,6 +6,7 @@
 #include <type_traits>
 #include <variant>
 
+#include "core/forward.h"
 #include "core/gradient.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
@@ -418,6 +419,10 @@ void RegisterNnOps(OpRegistry& r) {
             // dx = dy * (y > 0)
             .Backward([](GradContext& g) {
               g.SetGrad(0, g.Op("ReluGrad", {g.Grad(0), g.Output(0)}));
+            })
+            // ty = tx * (y > 0)
+            .Jvp([](JvpContext& j) {
+              j.SetTangent(0, j.Op("ReluGrad", {j.Tangent(0), j.Output(0)}));
             })
             .SavesOutputs({0})
             .Summary("max(features, 0)"));

@@ -131,6 +131,9 @@ std::string Kept(const std::vector<int>& indices,
 // (an op in neither set kept every input and output).
 std::string Compare(const OpDef& op) {
   if (!op.differentiable()) return "not differentiable: nothing kept";
+  if (!op.backward_supported()) {
+    return "recorded, gradient unsupported (an error): nothing kept";
+  }
   const bool no_out = SeedNoOutputs().contains(op.name);
   const bool no_in = SeedNoInputs().contains(op.name);
   std::vector<std::string> notes;

@@ -74,6 +74,26 @@ TEST_P(GradientCheck, TapeJacobianMatchesCentralDifferences) {
   ASSERT_EQ(static_cast<int>(base.size()), op->num_outputs());
   if (!op->differentiable()) GTEST_SKIP() << s.op << " is not differentiable";
   const std::vector<int> wrt = DifferentiableInputs(*op, s);
+  if (!op->backward_supported()) {
+    // Recorded, and a gradient through it is a clear error, not a None.
+    ASSERT_TRUE(ctx.tapes().Push(1, /*persistent=*/false, false).ok());
+    for (int i : wrt) (*ctx.tapes().Find(1))->Watch(inputs[i]);
+    Tensors out = RunOp(ctx, s, inputs);
+    ASSERT_TRUE(ctx.tapes().Pop(1).ok());
+    EXPECT_EQ((*ctx.tapes().Find(1))->op_tape().size(), 1u);
+    std::vector<Tensor> sources;
+    for (int i : wrt) sources.push_back(inputs[i]);
+    absl::StatusOr<std::vector<Tensor>> grads = ctx.Gradient(
+        **ctx.tapes().Find(1), {out[0]}, sources, {}, Unconnected::kNone);
+    ASSERT_FALSE(grads.ok()) << s.op;
+    EXPECT_EQ(grads.status().code(), absl::StatusCode::kUnimplemented);
+    EXPECT_NE(grads.status().message().find(s.op), std::string::npos)
+        << grads.status();
+    EXPECT_NE(grads.status().message().find(op->backward_unsupported),
+              std::string::npos)
+        << grads.status();
+    return;
+  }
 
   constexpr double kStep = 1e-6;
   for (int o = 0; o < op->num_outputs(); ++o) {

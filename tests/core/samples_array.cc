@@ -28,6 +28,9 @@ void AddArraySamples(SampleList& s) {
   s.Add("GatherV2", "axis -1",
         {R({2, 3}, 51), Tensor::FromVector<int32_t>({2}, {1, 1})},
         {{"axis", int64_t{-1}}});
+  s.Add("StopGradient", "matrix", {R({2, 3}, 52)});
+  s.Add("PreventGradient", "with a message", {R({2, 3}, 53)},
+        {{"message", std::string("no gradient here")}});
 }
 
 }  // namespace gradtape::testing
