@@ -58,6 +58,23 @@ absl::Status Gradient(Session& session, int64_t seq, const v1::Gradient& cmd,
   return absl::OkStatus();
 }
 
+// Training: SaveCheckpoint / RestoreCheckpoint answer a CheckpointInfo.
+void CheckpointToProto(const CheckpointSummary& summary,
+                       v1::CheckpointInfo* out) {
+  out->set_name(summary.name);
+  for (const std::string& name : summary.variables) {
+    out->add_variable_names(name);
+  }
+  out->set_file_bytes(summary.file_bytes);
+}
+
+absl::Status Checkpoint(absl::StatusOr<CheckpointSummary> summary,
+                        v1::CommandResult* result) {
+  if (!summary.ok()) return summary.status();
+  CheckpointToProto(*summary, result->mutable_checkpoint());
+  return absl::OkStatus();
+}
+
 // Applies one command; fills `result` when the command returns something.
 absl::Status Apply(Session& session, const v1::Command& cmd,
                    v1::CommandResult* result) {
@@ -98,6 +115,16 @@ absl::Status Apply(Session& session, const v1::Command& cmd,
     case v1::Command::kStats:
       ToProto(session.Stats(seq), result->mutable_stats());
       return absl::OkStatus();
+    case v1::Command::kSaveCheckpoint:
+      return Checkpoint(
+          session.SaveCheckpoint(seq, cmd.save_checkpoint().name(),
+                                 Ids(cmd.save_checkpoint().variable_ids())),
+          result);
+    case v1::Command::kRestoreCheckpoint:
+      return Checkpoint(session.RestoreCheckpoint(
+                            seq, cmd.restore_checkpoint().name(),
+                            Ids(cmd.restore_checkpoint().variable_ids())),
+                        result);
     case v1::Command::KIND_NOT_SET:
       break;
   }

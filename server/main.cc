@@ -19,6 +19,9 @@ ABSL_FLAG(std::string, address, "127.0.0.1:50051",
 ABSL_FLAG(int, max_sessions, 1024, "maximum number of open sessions");
 ABSL_FLAG(int64_t, session_memory_limit_mb, 0,
           "tensor memory limit per session in MiB; 0 = unlimited");
+ABSL_FLAG(std::string, checkpoint_dir, "/tmp/gradtape-checkpoints",
+          "directory of SaveCheckpoint / RestoreCheckpoint files (created on "
+          "the first save); empty disables checkpoints");
 ABSL_FLAG(int64_t, keep_alive_seconds, 300,
           "lease of a session whose client asks for 0: idle sessions are "
           "closed after this long");
@@ -43,6 +46,7 @@ int main(int argc, char** argv) {
   options.session_memory_limit_bytes =
       absl::GetFlag(FLAGS_session_memory_limit_mb) * (int64_t{1} << 20);
   options.keep_alive_seconds = absl::GetFlag(FLAGS_keep_alive_seconds);
+  options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   absl::StatusOr<std::unique_ptr<gradtape::server::Server>> server =
       gradtape::server::Server::Start(options);
   if (!server.ok()) {

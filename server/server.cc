@@ -50,6 +50,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   session_options.max_sessions = options.max_sessions;
   session_options.session_memory_limit_bytes =
       options.session_memory_limit_bytes;
+  session_options.checkpoint_dir = options.checkpoint_dir;
   session_options.default_lease = absl::Seconds(options.keep_alive_seconds);
   server->sessions_ =
       std::make_unique<SessionManager>(DefaultRegistry(), session_options);

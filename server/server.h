@@ -33,6 +33,9 @@ struct ServerOptions {
   int max_sessions = 1024;
   int64_t session_memory_limit_bytes = 0;  // 0 = unlimited
   int64_t keep_alive_seconds = 300;  // default lease when the client asks for 0
+  // Directory of SaveCheckpoint / RestoreCheckpoint files, shared by all
+  // sessions (created on the first save); empty disables checkpoints.
+  std::string checkpoint_dir;
 };
 
 class Server {

@@ -141,6 +141,7 @@ absl::StatusOr<SessionManager::Created> SessionManager::Create(
   }
   SessionOptions session_options;
   session_options.memory_limit_bytes = options_.session_memory_limit_bytes;
+  session_options.checkpoint_dir = options_.checkpoint_dir;
   auto entry = std::make_shared<SessionEntry>(registry_, session_options,
                                               session_id, *token, lease);
   sessions_.emplace(session_id, entry);

@@ -95,6 +95,7 @@ class SessionEntry {
 struct SessionManagerOptions {
   int max_sessions = 1024;
   int64_t session_memory_limit_bytes = 0;  // 0: unlimited
+  std::string checkpoint_dir;              // empty: checkpoints disabled
   absl::Duration default_lease = absl::Seconds(300);
   absl::Duration reap_interval = absl::Seconds(1);
 };
