@@ -75,6 +75,133 @@ absl::Status Checkpoint(absl::StatusOr<CheckpointSummary> summary,
   return absl::OkStatus();
 }
 
+// Jacobians, forward mode, custom gradients.
+Unconnected UnconnectedFromProto(v1::UnconnectedGradients u) {
+  return u == v1::UNCONNECTED_ZERO ? Unconnected::kZero : Unconnected::kNone;
+}
+
+void ValuesToProto(absl::Span<const Tensor> values, v1::GradientValues* out) {
+  for (const Tensor& t : values) {
+    v1::TensorValue* value = out->add_values();
+    out->add_is_none(!t.valid());
+    if (t.valid()) ToProto(t, value);
+  }
+}
+
+absl::Status Jacobian(Session& session, int64_t seq, const v1::Jacobian& cmd,
+                      v1::CommandResult* result) {
+  JacobianRequest request;
+  request.tape = cmd.tape_id();
+  request.target = cmd.target_id();
+  request.sources.assign(cmd.source_ids().begin(), cmd.source_ids().end());
+  request.unconnected = UnconnectedFromProto(cmd.unconnected());
+  request.batch = cmd.batch();
+  request.result_ids.assign(cmd.result_ids().begin(), cmd.result_ids().end());
+  absl::StatusOr<std::vector<Tensor>> jac = session.Jacobian(seq, request);
+  if (!jac.ok()) return jac.status();
+  if (cmd.return_values()) ValuesToProto(*jac, result->mutable_jacobian());
+  return absl::OkStatus();
+}
+
+absl::Status FetchJvp(Session& session, int64_t seq, const v1::FetchJvp& cmd,
+                      v1::CommandResult* result) {
+  absl::StatusOr<Tensor> jvp =
+      session.FetchJvp(seq, cmd.accumulator_id(), cmd.id(), cmd.result_id(),
+                       UnconnectedFromProto(cmd.unconnected()));
+  if (!jvp.ok()) return jvp.status();
+  if (cmd.return_value()) {
+    ValuesToProto(absl::MakeConstSpan(&*jvp, 1), result->mutable_jvp());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GradientRef> RefFromProto(const v1::GradientRef& ref,
+                                         absl::string_view where) {
+  GradientRef r;
+  switch (ref.ref_case()) {
+    case v1::GradientRef::kUpstream:
+      r.kind = GradientRef::kUpstream;
+      r.index = ref.upstream();
+      return r;
+    case v1::GradientRef::kInput:
+      r.kind = GradientRef::kInput;
+      r.index = ref.input();
+      return r;
+    case v1::GradientRef::kOutput:
+      r.kind = GradientRef::kOutput;
+      r.index = ref.output();
+      return r;
+    case v1::GradientRef::kStep:
+      r.kind = GradientRef::kStep;
+      r.index = ref.step().step();
+      r.output = ref.step().output();
+      return r;
+    case v1::GradientRef::kTensorId:
+      r.kind = GradientRef::kTensor;
+      r.client_id = ref.tensor_id();
+      return r;
+    case v1::GradientRef::REF_NOT_SET:
+      break;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(where,
+                   " sets no reference (upstream, input, output, "
+                   "step or tensor_id)"));
+}
+
+absl::Status ExecuteWithGradient(Session& session, int64_t seq,
+                                 const v1::ExecuteWithGradient& cmd) {
+  const v1::ExecuteOp& op = cmd.op();
+  auto fail = [&](const absl::Status& s) {
+    absl::Status failure = absl::InvalidArgumentError(
+        absl::StrCat(op.op(), " (command ", seq, "): ", s.message()));
+    session.Fail(seq, Ids(op.output_ids()), failure);
+    return failure;
+  };
+  AttrMap attrs;
+  for (const auto& [name, value] : op.attrs()) {
+    absl::StatusOr<AttrValue> converted = FromProto(name, value);
+    if (!converted.ok()) return fail(converted.status());
+    attrs.Set(name, *std::move(converted));
+  }
+  GradientProgram program;
+  for (int s = 0; s < cmd.steps_size(); ++s) {
+    const v1::GradientStep& step = cmd.steps(s);
+    GradientStep out;
+    out.op = step.op();
+    for (int j = 0; j < step.inputs_size(); ++j) {
+      absl::StatusOr<GradientRef> ref =
+          RefFromProto(step.inputs(j),
+                       absl::StrCat("custom gradient step ", s, " input ", j));
+      if (!ref.ok()) return fail(ref.status());
+      out.inputs.push_back(*std::move(ref));
+    }
+    for (const auto& [name, value] : step.attrs()) {
+      absl::StatusOr<AttrValue> converted = FromProto(name, value);
+      if (!converted.ok()) {
+        return fail(absl::InvalidArgumentError(absl::StrCat(
+            "custom gradient step ", s, ": ", converted.status().message())));
+      }
+      out.attrs.Set(name, *std::move(converted));
+    }
+    program.steps.push_back(std::move(out));
+  }
+  for (int i = 0; i < cmd.input_gradients_size(); ++i) {
+    const v1::InputGradient& g = cmd.input_gradients(i);
+    if (!g.has_ref()) {
+      program.input_grads.push_back(std::nullopt);
+      continue;
+    }
+    absl::StatusOr<GradientRef> ref =
+        RefFromProto(g.ref(), absl::StrCat("the custom gradient of input ", i));
+    if (!ref.ok()) return fail(ref.status());
+    program.input_grads.push_back(*std::move(ref));
+  }
+  return session.ExecuteOpWithGradient(seq, op.op(), Ids(op.input_ids()),
+                                       Ids(op.output_ids()), std::move(attrs),
+                                       std::move(program));
+}
+
 // Applies one command; fills `result` when the command returns something.
 absl::Status Apply(Session& session, const v1::Command& cmd,
                    v1::CommandResult* result) {
@@ -125,6 +252,35 @@ absl::Status Apply(Session& session, const v1::Command& cmd,
                             seq, cmd.restore_checkpoint().name(),
                             Ids(cmd.restore_checkpoint().variable_ids())),
                         result);
+    // Jacobians, forward mode, custom gradients.
+    case v1::Command::kJacobian:
+      return Jacobian(session, seq, cmd.jacobian(), result);
+    case v1::Command::kWatchedVariables: {
+      absl::StatusOr<std::vector<int64_t>> ids =
+          session.WatchedVariables(seq, cmd.watched_variables().tape_id());
+      if (!ids.ok()) return ids.status();
+      result->mutable_watched_variables()->mutable_ids()->Add(ids->begin(),
+                                                              ids->end());
+      return absl::OkStatus();
+    }
+    case v1::Command::kPushAccumulator:
+      return session.PushAccumulator(seq,
+                                     cmd.push_accumulator().accumulator_id());
+    case v1::Command::kPopAccumulator:
+      return session.PopAccumulator(seq,
+                                    cmd.pop_accumulator().accumulator_id());
+    case v1::Command::kDeleteAccumulator:
+      return session.DeleteAccumulator(
+          seq, cmd.delete_accumulator().accumulator_id());
+    case v1::Command::kAccumulatorWatch:
+      return session.AccumulatorWatch(
+          seq, cmd.accumulator_watch().accumulator_id(),
+          Ids(cmd.accumulator_watch().ids()),
+          Ids(cmd.accumulator_watch().tangent_ids()));
+    case v1::Command::kFetchJvp:
+      return FetchJvp(session, seq, cmd.fetch_jvp(), result);
+    case v1::Command::kExecuteWithGradient:
+      return ExecuteWithGradient(session, seq, cmd.execute_with_gradient());
     case v1::Command::KIND_NOT_SET:
       break;
   }

@@ -311,6 +311,27 @@ class GradientTape {
                           options);
   }
 
+  // Jacobians and watched variables (client/src/autodiff.cc).
+  //
+  // d target / d source for each source (TensorFlow's tape.jacobian),
+  // computed on the server in one command: shape target.shape +
+  // source.shape. Handles at once, like Gradient; an unconnected source gets
+  // a None handle (or zeros with Unconnected::kZero). A non-persistent tape
+  // computes one Jacobian.
+  absl::StatusOr<std::vector<Tensor>> Jacobian(
+      const Tensor& target, absl::Span<const Tensor> sources,
+      Unconnected unconnected = Unconnected::kNone);
+  // tape.batch_jacobian: target and sources share their first (batch) dim;
+  // shape [batch] + target.shape[1:] + source.shape[1:].
+  absl::StatusOr<std::vector<Tensor>> BatchJacobian(
+      const Tensor& target, absl::Span<const Tensor> sources,
+      Unconnected unconnected = Unconnected::kNone);
+  // Wait point: the ids of the variable handles this tape watched
+  // (explicitly, or by reading them with watch_accessed_variables), in watch
+  // order; compare them with Tensor::id(). A variable named by several live
+  // handles gives each id; one whose handles were all released gives none.
+  absl::StatusOr<std::vector<int64_t>> WatchedVariableIds();
+
  private:
   std::shared_ptr<internal::SessionCore> core_;
   TapeOptions options_;
