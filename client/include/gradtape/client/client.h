@@ -8,5 +8,6 @@
 #include "gradtape/client/host_tensor.h"  // IWYU pragma: export
 #include "gradtape/client/ops.h"          // IWYU pragma: export
 #include "gradtape/client/session.h"      // IWYU pragma: export
+#include "gradtape/client/training.h"     // IWYU pragma: export
 
 #endif  // GRADTAPE_CLIENT_CLIENT_H_

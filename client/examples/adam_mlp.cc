@@ -1,0 +1,204 @@
+#include "client/examples/adam_mlp.h"
+
+#include <cmath>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gradtape/client/ops.h"
+
+namespace gradtape::examples {
+
+using client::GradientTape;
+using client::HostTensor;
+using client::Tensor;
+using client::Variable;
+
+namespace {
+
+HostTensor Values(client::DType dtype, std::vector<int64_t> shape,
+                  const std::vector<double>& values) {
+  if (dtype == client::DType::kFloat64) {
+    return HostTensor::FromVector<double>(std::move(shape), values);
+  }
+  return HostTensor::FromVector<float>(
+      std::move(shape), std::vector<float>(values.begin(), values.end()));
+}
+
+HostTensor HeWeights(client::DType dtype, int64_t rows, int64_t cols,
+                     std::mt19937_64& gen) {
+  std::normal_distribution<double> normal(0.0, std::sqrt(2.0 / rows));
+  std::vector<double> w(rows * cols);
+  for (double& v : w) v = normal(gen);
+  return Values(dtype, {rows, cols}, w);
+}
+
+client::optimizers::AdamOptions AdamFor(const AdamMlpOptions& options) {
+  client::optimizers::AdamOptions adam;
+  adam.learning_rate = options.learning_rate;
+  adam.name = absl::StrCat(options.name, "/Adam");
+  return adam;
+}
+
+}  // namespace
+
+AdamMlp::AdamMlp(client::Session& session, const Dataset& data,
+                 const AdamMlpOptions& options, bool initialize)
+    : session_(session), data_(data), adam_(session, AdamFor(options)) {
+  const client::DType dtype = options.dtype;
+  const int64_t n = data.num_points;
+  const int64_t k = data.num_classes;
+  const int64_t h = options.hidden;
+  x_ = session.Put(Values(dtype, {n, 2}, data.features));
+  y_ = session.Put<int32_t>({n}, data.labels);
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {
+      {"w1", {2, h}}, {"b1", {h}}, {"w2", {h, k}}, {"b2", {k}}};
+  std::mt19937_64 gen(options.seed);
+  for (const auto& [suffix, shape] : shapes) {
+    const std::string name = absl::StrCat(options.name, "/", suffix);
+    if (!initialize) {
+      params_.push_back(Variable::Declare(session, name, dtype, shape));
+    } else if (shape.size() == 2) {
+      params_.push_back(Variable::Create(
+          session, name, HeWeights(dtype, shape[0], shape[1], gen)));
+    } else {
+      params_.push_back(
+          Variable::Create(session, name, HostTensor::Filled(dtype, shape, 0)));
+    }
+  }
+  // Slots now, so that a restore finds them; cannot fail for these vars.
+  (void)adam_.Build(params_);
+}
+
+Tensor AdamMlp::Logits() {
+  const Tensor hidden = client::Relu(client::BiasAdd(
+      client::MatMul(x_, params_[0].Read()), params_[1].Read()));
+  return client::BiasAdd(client::MatMul(hidden, params_[2].Read()),
+                         params_[3].Read());
+}
+
+Tensor AdamMlp::LossTensor() {
+  return client::Mean(
+      client::SparseSoftmaxCrossEntropyWithLogits(Logits(), y_).loss);
+}
+
+absl::Status AdamMlp::Train(int steps, int log_every,
+                            const std::function<void(int, double)>& on_log) {
+  std::vector<Tensor> handles;
+  for (const Variable& v : params_) handles.push_back(v.handle());
+  for (int step = 1; step <= steps; ++step) {
+    // Watches the variables it reads (watch_accessed_variables).
+    GradientTape tape(session_);
+    const Tensor loss = LossTensor();
+    tape.Stop();
+    absl::StatusOr<std::vector<Tensor>> grads = tape.Gradient(loss, handles);
+    if (!grads.ok()) return grads.status();
+    if (absl::Status s = adam_.Apply(params_, *grads); !s.ok()) return s;
+    if (log_every > 0 && step % log_every == 0) {
+      // The only wait inside the loop: the loss before this step's update.
+      absl::StatusOr<client::HostTensor> value = session_.Fetch(loss);
+      if (!value.ok()) return value.status();
+      if (on_log) on_log(step, value->at(0));
+    }
+  }
+  return session_.Sync();
+}
+
+absl::StatusOr<double> AdamMlp::Loss() {
+  absl::StatusOr<client::HostTensor> value = session_.Fetch(LossTensor());
+  if (!value.ok()) return value.status();
+  return value->at(0);
+}
+
+absl::StatusOr<double> AdamMlp::Accuracy() {
+  absl::StatusOr<client::HostTensor> logits = session_.Fetch(Logits());
+  if (!logits.ok()) return logits.status();
+  const int64_t n = data_.num_points, k = data_.num_classes;
+  if (logits->num_elements() != n * k) {
+    return absl::InternalError(absl::StrCat(
+        "logits are ", logits->DebugString(), ", expected [", n, ",", k, "]"));
+  }
+  const std::vector<double> z = logits->ToDoubles();
+  int64_t correct = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t best = 0;
+    for (int64_t c = 1; c < k; ++c) {
+      if (z[i * k + c] > z[i * k + best]) best = c;
+    }
+    correct += best == data_.labels[i];
+  }
+  return static_cast<double>(correct) / static_cast<double>(n);
+}
+
+std::vector<Variable> AdamMlp::variables() const {
+  std::vector<Variable> out = params_;
+  for (const Variable& v : adam_.variables()) out.push_back(v);
+  return out;
+}
+
+absl::StatusOr<client::CheckpointInfo> AdamMlp::Save(
+    const std::string& checkpoint) {
+  return client::SaveCheckpoint(session_, checkpoint, variables());
+}
+
+absl::StatusOr<client::CheckpointInfo> AdamMlp::Restore(
+    const std::string& checkpoint) {
+  return client::RestoreCheckpoint(session_, checkpoint, variables());
+}
+
+absl::StatusOr<TrainExampleReport> RunTrainExample(
+    const std::string& address, const Dataset& data,
+    const TrainExampleOptions& options,
+    const std::function<void(int, double)>& on_log) {
+  TrainExampleReport report;
+  auto first = client::Session::Connect(address);
+  if (!first.ok()) return first.status();
+  AdamMlp model(**first, data, options.model);
+  const absl::Time start = absl::Now();
+  absl::Status trained =
+      model.Train(options.steps, options.log_every, [&](int step, double loss) {
+        report.losses.emplace_back(step, loss);
+        if (on_log) on_log(step, loss);
+      });
+  if (!trained.ok()) return trained;
+  report.train_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  absl::StatusOr<double> accuracy = model.Accuracy();
+  if (!accuracy.ok()) return accuracy.status();
+  report.accuracy = *accuracy;
+  absl::StatusOr<double> saved_loss = model.Loss();
+  if (!saved_loss.ok()) return saved_loss.status();
+  report.saved_loss = *saved_loss;
+  absl::StatusOr<client::CheckpointInfo> saved = model.Save(options.checkpoint);
+  if (!saved.ok()) return saved.status();
+  report.checkpoint = *saved;
+
+  // A fresh session: same names, nothing initialized, then the restore.
+  auto second = client::Session::Connect(address);
+  if (!second.ok()) return second.status();
+  AdamMlp restored(**second, data, options.model, /*initialize=*/false);
+  absl::StatusOr<client::CheckpointInfo> info =
+      restored.Restore(options.checkpoint);
+  if (!info.ok()) return info.status();
+  absl::StatusOr<double> restored_loss = restored.Loss();
+  if (!restored_loss.ok()) return restored_loss.status();
+  report.restored_loss = *restored_loss;
+
+  // Same steps on both: equal only if Adam's slots and step came back too.
+  for (AdamMlp* m : {&model, &restored}) {
+    if (absl::Status s = m->Train(options.steps_after_restore); !s.ok()) {
+      return s;
+    }
+  }
+  absl::StatusOr<double> a = model.Loss();
+  if (!a.ok()) return a.status();
+  absl::StatusOr<double> b = restored.Loss();
+  if (!b.ok()) return b.status();
+  report.continued_loss = *a;
+  report.continued_restored_loss = *b;
+  report.batches_sent = (*first)->counters().batches_sent;
+  if (absl::Status s = (*second)->Close(); !s.ok()) return s;
+  if (absl::Status s = (*first)->Close(); !s.ok()) return s;
+  return report;
+}
+
+}  // namespace gradtape::examples
