@@ -2,12 +2,14 @@
 // gradients end to end: the C++ client against an in-process gradtape
 // server on 127.0.0.1 (a free port), over gRPC.
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gradtape/client/client.h"
@@ -264,6 +266,50 @@ TEST_F(AutodiffServerTest, CustomGradientClipsAndPreventGradientFails) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(status.message()), HasSubstr("step 3"));
   EXPECT_EQ(Values(Sum(x)), std::vector<double>{10});
+}
+
+// Prints what one Jacobian command saves over one GradientValues round trip
+// per row (the client-side way), and checks both agree. The figures are
+// informational (loopback, this machine): see the test's output.
+TEST_F(AutodiffServerTest, JacobianCommandVersusRowRoundTrips) {
+  constexpr int kRows = 64, kCols = 32;
+  Tensor w = Put({kRows, kCols}, Wave(kRows * kCols, 5));
+  Tensor x = Put({kCols, 1}, Wave(kCols, 6));
+  GradientTape tape(*session_, Persistent());
+  tape.Watch(x);
+  Tensor y = Tanh(MatMul(w, x));
+  tape.Stop();
+  ASSERT_TRUE(session_->Sync().ok());
+
+  const absl::Time t0 = absl::Now();
+  auto jac = tape.Jacobian(y, {x});
+  ASSERT_TRUE(jac.ok());
+  const std::vector<double> j = Values((*jac)[0]);
+  const absl::Duration one_command = absl::Now() - t0;
+
+  std::vector<Tensor> seeds;
+  for (int r = 0; r < kRows; ++r) {
+    std::vector<double> seed(kRows, 0.0);
+    seed[r] = 1.0;
+    seeds.push_back(Put({kRows, 1}, seed));
+  }
+  ASSERT_TRUE(session_->Sync().ok());
+  const absl::Time t1 = absl::Now();
+  std::vector<double> rows;
+  for (int r = 0; r < kRows; ++r) {
+    GradientOptions options;
+    options.output_gradients = {seeds[r]};
+    auto g = tape.GradientValues(y, {x}, options);
+    ASSERT_TRUE(g.ok());
+    for (double v : (*g)[0]->ToDoubles()) rows.push_back(v);
+  }
+  const absl::Duration round_trips = absl::Now() - t1;
+  EXPECT_EQ(j, rows);
+  std::printf(
+      "[ figures  ] Jacobian [%d,1] wrt [%d,1] over loopback: one Jacobian "
+      "command + fetch %.2f ms; %d GradientValues round trips %.2f ms\n",
+      kRows, kCols, absl::ToDoubleMilliseconds(one_command), kRows,
+      absl::ToDoubleMilliseconds(round_trips));
 }
 
 }  // namespace
