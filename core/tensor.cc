@@ -4,6 +4,10 @@
 #include <cstring>
 #include <limits>
 
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -102,12 +106,34 @@ ScopedMemoryAccount::~ScopedMemoryAccount() {
 
 int64_t LiveTensorBytes() { return g_live_bytes.load(); }
 
+// Large buffers come straight from mmap (glibc's threshold), so every one
+// of their 4 KiB pages faults on first touch and is unmapped again on free:
+// for a 64 MiB elementwise op that cost more than the arithmetic. Buffers of
+// at least 8 MiB are 2 MiB-aligned and asked to use transparent huge pages
+// (numpy does the same), which cuts the faults by 512x; rounding up to whole
+// huge pages costs at most 25% more memory from 8 MiB up. `size` is a
+// multiple of kAlignment.
+namespace {
+void* AllocateBuffer(size_t size) {
+#ifdef __linux__
+  constexpr size_t kHugePage = size_t{2} << 20;
+  if (size >= 4 * kHugePage) {
+    const size_t huge = (size + kHugePage - 1) / kHugePage * kHugePage;
+    void* data = std::aligned_alloc(kHugePage, huge);
+    if (data != nullptr) madvise(data, huge, MADV_HUGEPAGE);
+    return data;
+  }
+#endif
+  return std::aligned_alloc(kAlignment, size);
+}
+}  // namespace
+
 struct Tensor::Buffer {
   Buffer(size_t n, std::shared_ptr<MemoryAccount> acct)
       : bytes(n), account(std::move(acct)) {
     // aligned_alloc needs a size that is a multiple of the alignment.
     size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-    data = rounded == 0 ? nullptr : std::aligned_alloc(kAlignment, rounded);
+    data = rounded == 0 ? nullptr : AllocateBuffer(rounded);
     g_live_bytes.fetch_add(bytes, std::memory_order_relaxed);
     if (account) account->Add(bytes);
   }

@@ -36,6 +36,8 @@ fi
 echo "== pytest"
 GRADTAPE_SERVER_BIN="$ROOT/build/server/gradtape-server" \
   timeout 900 .venv/bin/pytest -q tests/python 2>&1 | tee "$LOGS/pytest" || status=1
+echo "== ghz load test (tests/load, 5 s per scenario; fails on errors only)"
+bash tests/load/run_ghz.sh --duration=5s 2>&1 | tee "$LOGS/ghz" || status=1
 echo "== summary"
 grep -E "tests passed|tests failed" "$LOGS/ctest" | tail -1 || echo "ctest: no summary"
 tail -1 "$LOGS/pytest"

@@ -1,0 +1,88 @@
+// Kernels through the registered ops (Context::Execute, no tape): float32
+// MatMul at n x n and elementwise ops on large float32 vectors. Prints one
+// line per case, median of --reps runs:
+//   matmul n=<n> <gflops> GFLOP/s
+//   elementwise op=<op> elems=<n> <gbs> GB/s   (bytes read + written)
+// bench/numpy_bench.py prints the same lines for numpy; bench/run_all.sh
+// puts them side by side.
+//
+// Run: build-perf/bench/kernel_bench [--reps=5]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "core/context.h"
+#include "core/op_registry.h"
+
+ABSL_FLAG(int, reps, 5, "runs per case; the median is printed");
+ABSL_FLAG(int64_t, elems, int64_t{1} << 24, "elements of elementwise inputs");
+
+namespace gradtape {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+template <typename Fn>
+double MedianSeconds(int reps, Fn fn) {
+  fn();  // warm-up
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    const Clock::time_point start = Clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+void Check(const absl::Status& s) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "kernel_bench: %s\n", s.ToString().c_str());
+    std::exit(1);
+  }
+}
+
+}  // namespace
+}  // namespace gradtape
+
+int main(int argc, char** argv) {
+  using namespace gradtape;
+  absl::ParseCommandLine(argc, argv);
+  const int reps = absl::GetFlag(FLAGS_reps);
+  Context ctx(DefaultRegistry());
+  Tensors out;
+  for (int64_t n : {256, 512, 1024}) {
+    Tensor a = Tensor::Filled(DType::kFloat32, {n, n}, 0.5);
+    Tensor b = Tensor::Filled(DType::kFloat32, {n, n}, 0.25);
+    const Tensor in[] = {a, b};
+    const int r = n <= 256 ? reps * 4 : reps;
+    double s = MedianSeconds(
+        r, [&] { Check(ctx.Execute("MatMul", in, AttrMap(), &out)); });
+    std::printf("matmul n=%lld %.2f GFLOP/s\n", static_cast<long long>(n),
+                2.0 * n * n * n / s / 1e9);
+  }
+  const int64_t elems = absl::GetFlag(FLAGS_elems);
+  Tensor x = Tensor::Filled(DType::kFloat32, {elems}, 0.5);
+  Tensor y = Tensor::Filled(DType::kFloat32, {elems}, 0.25);
+  struct Case {
+    const char* op;
+    int arity;
+  };
+  for (const Case& c :
+       {Case{"AddV2", 2}, Case{"Mul", 2}, Case{"Exp", 1}, Case{"Relu", 1}}) {
+    const Tensor in[] = {x, y};
+    double s = MedianSeconds(reps, [&] {
+      out.clear();  // free the previous output before the next allocation
+      Check(
+          ctx.Execute(c.op, absl::MakeConstSpan(in, c.arity), AttrMap(), &out));
+    });
+    const double bytes = 4.0 * elems * (c.arity + 1);
+    std::printf("elementwise op=%s elems=%lld %.2f GB/s\n", c.op,
+                static_cast<long long>(elems), bytes / s / 1e9);
+  }
+  return 0;
+}

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Builds the benchmarks (Release, build-perf/), runs every one and writes the
+# results section of docs/PERFORMANCE.md (between the results markers; the
+# hand-written sections around it are kept): the machine, the date, each
+# figure with the command that reproduces it, medians, ratios against the
+# baselines measured in the same run, and each target met or NOT met.
+#
+#   bash bench/run_all.sh [--quick]     # --quick: fewer reps (a smoke run)
+#
+# Env: GRADTAPE_NATIVE=ON also builds build-perf-native/ with -march=native
+# and reports its kernels next to the portable build's.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+QUICK=0
+[ "${1:-}" = "--quick" ] && QUICK=1
+BUILD=build-perf
+REPS=5; OPS=200000; SMALL_OPS=40000; STEPS=300; GHZ_DURATION=30s
+if [ $QUICK = 1 ]; then REPS=3; OPS=50000; SMALL_OPS=10000; STEPS=100; GHZ_DURATION=5s; fi
+
+echo "== building $BUILD (Release)"
+cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DGRADTAPE_BUILD_TESTS=OFF >/dev/null
+ninja -C $BUILD recording_bench stream_bench kernel_bench memory_bench mlp_bench \
+  gradtape-server gradtape-ghz-sessions >/dev/null
+if [ "${GRADTAPE_NATIVE:-OFF}" = ON ]; then
+  cmake -S . -B $BUILD-native -G Ninja -DCMAKE_BUILD_TYPE=Release -DGRADTAPE_BUILD_TESTS=OFF -DGRADTAPE_NATIVE=ON >/dev/null
+  ninja -C $BUILD-native kernel_bench >/dev/null
+fi
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import numpy" 2>/dev/null; then
+  python3 -m venv .venv
+  .venv/bin/pip install -q --disable-pip-version-check -r tests/python/requirements.txt
+fi
+
+OUT="$(mktemp -d)"
+trap 'rm -rf "$OUT"' EXIT
+run() {  # run NAME COMMAND...: prints and records the command and its output
+  local name="$1"; shift
+  echo "== $name: $*"
+  printf '%s\n' "$*" >"$OUT/$name.cmd"
+  "$@" 2>&1 | tee "$OUT/$name.out"
+}
+run recording $BUILD/bench/recording_bench --benchmark_repetitions=$REPS \
+  --benchmark_report_aggregates_only=true
+run stream $BUILD/bench/stream_bench --ops=$OPS --small_batch_ops=$SMALL_OPS --reps=3
+run stream_unwatched $BUILD/bench/stream_bench --ops=$OPS --reps=3 --batch_sizes=1024 --watch=false
+run kernels $BUILD/bench/kernel_bench --reps=$REPS
+if [ "${GRADTAPE_NATIVE:-OFF}" = ON ]; then
+  run kernels_native $BUILD-native/bench/kernel_bench --reps=$REPS
+fi
+run numpy .venv/bin/python bench/numpy_bench.py --reps $REPS
+# numpy with the machine's OpenBLAS settings unset (see docs/PERFORMANCE.md).
+run numpy_unset env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE \
+  .venv/bin/python bench/numpy_bench.py --reps $REPS
+# Like for like with gradtape's single-threaded MatMul.
+run numpy_1thread env OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/numpy_bench.py --reps $REPS
+run memory $BUILD/bench/memory_bench --sessions=1000
+run mlp $BUILD/bench/mlp_bench --steps=$STEPS --reps=$REPS
+GRADTAPE_BUILD_DIR=$ROOT/$BUILD run ghz bash tests/load/run_ghz.sh --duration=$GHZ_DURATION || true
+
+python3 bench/write_performance.py "$OUT" docs/PERFORMANCE.md
+echo "== wrote docs/PERFORMANCE.md"

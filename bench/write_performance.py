@@ -1,0 +1,222 @@
+"""Writes the results section of docs/PERFORMANCE.md from bench/run_all.sh's
+outputs (one NAME.out and NAME.cmd per benchmark in the given folder).
+
+The section sits between RESULTS_BEGIN and RESULTS_END; the rest of the file
+(the hand-written profile notes) is kept.
+"""
+import datetime
+import os
+import platform
+import re
+import subprocess
+import sys
+
+RESULTS_BEGIN = "<!-- results:begin (written by bench/run_all.sh) -->"
+RESULTS_END = "<!-- results:end -->"
+
+
+def read(folder, name):
+    path = os.path.join(folder, name + ".out")
+    return open(path).read() if os.path.exists(path) else ""
+
+
+def cmd(folder, name):
+    path = os.path.join(folder, name + ".cmd")
+    return open(path).read().strip() if os.path.exists(path) else "(not run)"
+
+
+def verdict(ok):
+    return "met" if ok else "**NOT met**"
+
+
+def machine():
+    cpu = "unknown"
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    mem_kb = 0
+    for line in open("/proc/meminfo"):
+        if line.startswith("MemTotal"):
+            mem_kb = int(line.split()[1])
+    load = open("/proc/loadavg").read().split()[:3]
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
+    return (f"- machine: {os.cpu_count()} CPUs (nproc), {cpu}, "
+            f"{mem_kb / 1024 / 1024:.1f} GiB memory, {platform.system()} "
+            f"{platform.release()}\n"
+            f"- date: {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}, "
+            f"commit {commit} (plus uncommitted changes, if any), load average "
+            f"at the end {' '.join(load)}\n"
+            f"- client and server on the same machine, 127.0.0.1\n")
+
+
+def recording(folder, out):
+    text = read(folder, "recording")
+    rows = re.findall(r"^(BM_\w+/(\d))_median\s+([\d.]+) ns.*?(\S+)\s*$",
+                      text, re.M)
+    out.append("### 1. Recording path in-process (Google Benchmark)\n")
+    out.append(f"`{cmd(folder, 'recording')}`\n")
+    out.append("| benchmark | label | median ns/op | target | |")
+    out.append("|---|---|---|---|---|")
+    targets = {"0": 20, "1": 60, "2": 400}
+    for name, mode, ns, label in rows:
+        target = targets[mode] if name.startswith("BM_RecordHook") else None
+        t = f"<= {target}" if target else "-"
+        v = verdict(float(ns) <= target) if target else ""
+        out.append(f"| {name} | {label} | {float(ns):.1f} | {t} | {v} |")
+    out.append("")
+
+
+def stream(folder, out):
+    text = read(folder, "stream")
+    rows = [l.split() for l in text.splitlines()
+            if re.match(r"^\s*\d+\s+\d+\s+\d+\s+[\d.]+\s*$", l)]
+    out.append("### 2. Op stream throughput over `Stream`\n")
+    out.append(f"`{cmd(folder, 'stream')}`\n")
+    out.append("Chain of float32[4] AddV2/Mul on a watched tape; proto-level "
+               "client (writer + reader thread), in-process server; median of "
+               "3 runs per batch size.\n")
+    out.append("| ExecuteOps per batch | ops in chain | recorded ops/s | "
+               "gradient of the chain, s per 1M ops |")
+    out.append("|---|---|---|---|")
+    for batch, ops, rate, grad in rows:
+        out.append(f"| {batch} | {ops} | {float(rate):,.0f} | {grad} |")
+    if rows:
+        best = max(rows, key=lambda r: float(r[2]))
+        grad = min(float(r[3]) for r in rows if int(r[0]) >= 64)
+        out.append(
+            f"\nTarget >= 1,000,000 recorded ops/s: best {float(best[2]):,.0f} "
+            f"at batch {best[0]}: {verdict(float(best[2]) >= 1e6)}. Target "
+            f"gradient < 1 s per 1M ops: {grad:.3f} s: {verdict(grad < 1)}.\n")
+    base = [l.split() for l in read(folder, "stream_unwatched").splitlines()
+            if re.match(r"^\s*\d+\s+\d+\s+\d+\s+[\d.]+\s*$", l)]
+    rec = [r for r in rows if r[0] == "1024"]
+    if base and rec:
+        out.append(
+            f"Baseline, the same stream with nothing recorded (tape pushed, x "
+            f"unwatched; `{cmd(folder, 'stream_unwatched')}`): "
+            f"{float(base[0][2]):,.0f} ops/s at batch 1024, "
+            f"{float(base[0][2]) / float(rec[0][2]):.2f}x the recorded rate: "
+            f"recording is most of the per-op cost.\n")
+
+
+def kernels(folder, out):
+    def parse(name):
+        text = read(folder, name)
+        mm = {int(n): float(v) for n, v in
+              re.findall(r"^matmul n=(\d+) ([\d.]+)", text, re.M)}
+        ew = {op: float(v) for op, v in
+              re.findall(r"^elementwise op=(\w+) elems=\d+ ([\d.]+)", text,
+                         re.M)}
+        blas = re.search(r"^# numpy (.*)$", text, re.M)
+        return mm, ew, blas.group(1) if blas else ""
+    ours, ours_ew, _ = parse("kernels")
+    native, native_ew, _ = parse("kernels_native")
+    npy, npy_ew, blas = parse("numpy")
+    npu, npu_ew, blas_u = parse("numpy_unset")
+    np1, np1_ew, blas_1 = parse("numpy_1thread")
+    out.append("### 5. Kernels vs numpy (same run)\n")
+    out.append(f"- gradtape: `{cmd(folder, 'kernels')}`")
+    if native:
+        out.append(f"- gradtape -march=native: `{cmd(folder, 'kernels_native')}`")
+    out.append(f"- numpy as the machine is set up: `{cmd(folder, 'numpy')}`; "
+               f"{blas}")
+    out.append(f"- numpy with OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE unset: "
+               f"`{cmd(folder, 'numpy_unset')}`; {blas_u}")
+    out.append(f"- numpy on one thread (like gradtape's MatMul): "
+               f"`{cmd(folder, 'numpy_1thread')}`; {blas_1}\n")
+    head = "| case | gradtape | " + ("gradtape native | " if native else "") + \
+        "numpy | numpy (unset) | numpy 1 thread | gradtape / numpy | " \
+        "gradtape / numpy 1 thread | target | |"
+    out.append(head)
+    out.append("|" + "---|" * (head.count("|") - 1))
+    for n in sorted(ours):
+        ratio = ours[n] / max(npy.get(n, 0), npu.get(n, 0), 1e-9)
+        nat = f"{native.get(n, 0):.1f} | " if native else ""
+        r1 = ours[n] / max(np1.get(n, 0), 1e-9)
+        out.append(f"| MatMul {n}x{n} f32, GFLOP/s | {ours[n]:.1f} | {nat}"
+                   f"{npy.get(n, 0):.1f} | {npu.get(n, 0):.1f} | "
+                   f"{np1.get(n, 0):.1f} | {ratio:.2f} | {r1:.2f} | "
+                   f">= 0.8 | {verdict(ratio >= 0.8)} |")
+    for op in ours_ew:
+        ratio = ours_ew[op] / max(npy_ew.get(op, 0), npu_ew.get(op, 0), 1e-9)
+        nat = f"{native_ew.get(op, 0):.1f} | " if native else ""
+        r1 = ours_ew[op] / max(np1_ew.get(op, 0), 1e-9)
+        out.append(f"| {op} 16M f32, GB/s | {ours_ew[op]:.1f} | {nat}"
+                   f"{npy_ew.get(op, 0):.1f} | {npu_ew.get(op, 0):.1f} | "
+                   f"{np1_ew.get(op, 0):.1f} | {ratio:.2f} | {r1:.2f} | "
+                   f">= 0.5 | {verdict(ratio >= 0.5)} |")
+    out.append("\nThe verdict uses the faster of numpy's default and unset "
+               "runs (both 2 threads); the 1-thread column is for "
+               "reference.\n")
+
+
+def memory(folder, out):
+    text = read(folder, "memory")
+    out.append("### 6. Memory\n")
+    out.append(f"`{cmd(folder, 'memory')}`\n")
+    for line in text.splitlines():
+        if line.startswith("tape ") or line.startswith("server rss"):
+            out.append(f"- {line}")
+    m = re.search(r"change ([+-][\d.]+)%", text)
+    if m:
+        out.append(f"\nTarget RSS within 10%: {m.group(1)}%: "
+                   f"{verdict(abs(float(m.group(1))) <= 10)}.")
+    out.append("")
+
+
+def mlp(folder, out):
+    text = read(folder, "mlp")
+    out.append("### 4. Thin-client training step\n")
+    out.append(f"`{cmd(folder, 'mlp')}`\n")
+    m = re.search(r"^mlp step.*remote/in-process ([\d.]+)$", text, re.M)
+    if m:
+        out.append(f"- {m.group(0)}\n")
+        out.append(f"Target remote/in-process <= 1.3: {m.group(1)}: "
+                   f"{verdict(float(m.group(1)) <= 1.3)}.\n")
+
+
+def ghz(folder, out):
+    text = read(folder, "ghz")
+    out.append("### 3. ghz load test\n")
+    out.append(f"`{cmd(folder, 'ghz')}` (50 concurrent workers over 50 "
+               "connections, 50 sessions; ghz runs on the same 2 cores)\n")
+    for line in text.splitlines():
+        if line.startswith("ghz ") or "ghz_sessions check" in line or \
+                "FAILED" in line:
+            out.append(f"- {line}")
+    m = re.search(r"^ghz run_unary: .*?([\d]+) req/s, p50 ([\d.]+) ms, "
+                  r"p99 ([\d.]+) ms, errors (\d+)", text, re.M)
+    if m:
+        rps, p99, errors = int(m.group(1)), float(m.group(3)), int(m.group(4))
+        out.append(f"\nTarget >= 20,000 req/s: {rps:,}: {verdict(rps >= 20000)}. "
+                   f"p99 <= 10 ms: {p99} ms: {verdict(p99 <= 10)}. Zero errors: "
+                   f"{errors}: {verdict(errors == 0)}.")
+    out.append("")
+
+
+def main():
+    folder, doc = sys.argv[1], sys.argv[2]
+    out = [RESULTS_BEGIN, "## Results\n", machine()]
+    recording(folder, out)
+    stream(folder, out)
+    ghz(folder, out)
+    mlp(folder, out)
+    kernels(folder, out)
+    memory(folder, out)
+    out.append(RESULTS_END)
+    section = "\n".join(out)
+    text = open(doc).read() if os.path.exists(doc) else \
+        "# Performance\n\n" + RESULTS_BEGIN + "\n" + RESULTS_END + "\n"
+    if RESULTS_BEGIN in text and RESULTS_END in text:
+        head, rest = text.split(RESULTS_BEGIN, 1)
+        tail = rest.split(RESULTS_END, 1)[1]
+        text = head + section + tail
+    else:
+        text = text.rstrip() + "\n\n" + section + "\n"
+    open(doc, "w").write(text)
+
+
+if __name__ == "__main__":
+    main()

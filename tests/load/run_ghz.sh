@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Runs ghz load scenarios (this folder's *.json, ghz's own config format)
+# against a gradtape-server it starts on 127.0.0.1, and fails on any error.
+#
+#   tests/load/run_ghz.sh [--duration=10s] [--min-rps=N] [scenario.json ...]
+#
+# Defaults: every scenario here, 10 s each. Steps: installs ghz (pinned,
+# `go install` through the Go module proxy, into .tools/bin) if missing;
+# starts the server (free port); opens 50 sessions (gradtape-ghz-sessions:
+# ghz cannot chain CreateSession into later calls, so each call's metadata
+# template picks session RequestNumber mod 50); runs ghz with server
+# reflection (no .proto files); fails if any call's status was not OK, and
+# afterwards if any session holds a poisoned id (a command that failed inside
+# an OK reply: ghz sees statuses only) or a tape, or if the sessions do not
+# hold exactly one result per call (each call releases everything else). Prints one line per scenario:
+# requests, req/s, p50/p99 latency, errors. --min-rps makes low throughput
+# fail too (not used by scripts/test.sh: 2-core CI machines are noisy).
+# The server is always stopped.
+#
+# Env: GRADTAPE_BUILD_DIR (default build), GHZ_RESULTS_DIR (keeps ghz's
+# JSON reports there).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+GHZ_VERSION=v0.120.0
+TOOLS="$ROOT/.tools/bin"
+GHZ="$TOOLS/ghz"
+BUILD="${GRADTAPE_BUILD_DIR:-$ROOT/build}"
+DURATION=10s
+MIN_RPS=0
+SCENARIOS=()
+for arg in "$@"; do
+  case "$arg" in
+    --duration=*) DURATION="${arg#*=}" ;;
+    --min-rps=*) MIN_RPS="${arg#*=}" ;;
+    -*) echo "run_ghz.sh: unknown flag $arg" >&2; exit 2 ;;
+    *) SCENARIOS+=("$arg") ;;
+  esac
+done
+[ ${#SCENARIOS[@]} -gt 0 ] || SCENARIOS=("$ROOT"/tests/load/*.json)
+
+# ghz, pinned. A failed install fails the run (never skipped).
+# (`go install` builds report version "dev": a stamp file records the pin.)
+if [ ! -x "$GHZ" ] || [ "$(cat "$GHZ.version" 2>/dev/null)" != "$GHZ_VERSION" ]; then
+  if ! command -v go >/dev/null && [ ! -x /usr/local/go/bin/go ]; then
+    echo "== installing Debian's golang-go (to build ghz)"
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
+        --no-install-recommends golang-go >/dev/null; } \
+      || { echo "run_ghz.sh: FAILED: Go is needed to install ghz (go install)" >&2; exit 1; }
+  fi
+  GO="$(command -v go || echo /usr/local/go/bin/go)"
+  echo "== installing ghz $GHZ_VERSION (go install, Go module proxy) into .tools/bin"
+  mkdir -p "$TOOLS"
+  GOBIN="$TOOLS" GOFLAGS=-mod=mod "$GO" install \
+    "github.com/bojand/ghz/cmd/ghz@$GHZ_VERSION" \
+    || { echo "run_ghz.sh: FAILED: go install ghz@$GHZ_VERSION" >&2; exit 1; }
+  echo "$GHZ_VERSION" >"$GHZ.version"
+fi
+
+SERVER_BIN="$BUILD/server/gradtape-server"
+SESSIONS_BIN="$BUILD/bench/gradtape-ghz-sessions"
+for bin in "$SERVER_BIN" "$SESSIONS_BIN"; do
+  [ -x "$bin" ] || { echo "run_ghz.sh: FAILED: $bin not built" >&2; exit 1; }
+done
+
+WORK="$(mktemp -d)"
+SERVER_PID=""
+cleanup() {
+  if [ -n "$SERVER_PID" ]; then
+    kill "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+  fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+"$SERVER_BIN" --address=127.0.0.1:0 --max_sessions=256 >"$WORK/server.out" 2>"$WORK/server.err" &
+SERVER_PID=$!
+ADDRESS=""
+for _ in $(seq 100); do
+  ADDRESS="$(sed -n 's/^gradtape-server listening on //p' "$WORK/server.out")"
+  [ -n "$ADDRESS" ] && break
+  kill -0 "$SERVER_PID" 2>/dev/null || break
+  sleep 0.1
+done
+[ -n "$ADDRESS" ] || { echo "run_ghz.sh: FAILED: server did not start" >&2; cat "$WORK/server.err" >&2; exit 1; }
+case "$ADDRESS" in 127.0.0.1:*) ;; *) echo "run_ghz.sh: not loopback: $ADDRESS" >&2; exit 1 ;; esac
+
+# CPU seconds the server has used so far (utime + stime), to tell how the
+# two cores were shared between the server and ghz.
+server_cpu() {
+  awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / hz }' "/proc/$SERVER_PID/stat"
+}
+
+status=0
+for scenario in "${SCENARIOS[@]}"; do
+  name="$(basename "$scenario" .json)"
+  "$SESSIONS_BIN" create --address="$ADDRESS" --count=50 \
+    --metadata_out="$WORK/$name.metadata.json" --sessions_out="$WORK/$name.sessions"
+  report="$WORK/$name.report.json"
+  cpu_before="$(server_cpu)"
+  # ghz exits non-zero only for setup failures; call errors are read below.
+  if ! timeout 300 "$GHZ" --config="$scenario" --metadata-file="$WORK/$name.metadata.json" \
+      --duration="$DURATION" --format=json --output="$report" "$ADDRESS"; then
+    echo "run_ghz.sh: FAILED: ghz could not run $name" >&2
+    status=1
+    continue
+  fi
+  cpu_used="$(awk -v a="$cpu_before" -v b="$(server_cpu)" 'BEGIN { printf "%.2f", b - a }')"
+  [ -z "${GHZ_RESULTS_DIR:-}" ] || { mkdir -p "$GHZ_RESULTS_DIR"; cp "$report" "$GHZ_RESULTS_DIR/$name.json"; }
+  python3 - "$report" "$name" "$MIN_RPS" "$cpu_used" >"$WORK/$name.summary" <<'PY' || status=1
+import json, sys
+report, name, min_rps = json.load(open(sys.argv[1])), sys.argv[2], float(sys.argv[3])
+server_cores = float(sys.argv[4]) / (report["total"] / 1e9)
+codes = report.get("statusCodeDistribution") or {}
+errors = report.get("errorDistribution") or {}
+not_ok = sum(n for code, n in codes.items() if code != "OK")
+lat = {int(p["percentage"]): p["latency"] / 1e6 for p in report.get("latencyDistribution") or []}
+print(f"ghz {name}: {report['count']} requests in {report['total'] / 1e9:.1f} s, "
+      f"{report['rps']:.0f} req/s, p50 {lat.get(50, float('nan')):.2f} ms, "
+      f"p99 {lat.get(99, float('nan')):.2f} ms, errors {not_ok + sum(errors.values())} "
+      f"(server busy {server_cores:.2f} cores; ghz had the rest)")
+failed = False
+if not_ok or errors or report["count"] == 0:
+    print(f"ghz {name}: FAILED: status codes {codes}, errors {errors}", file=sys.stderr)
+    failed = True
+if min_rps and report["rps"] < min_rps:
+    print(f"ghz {name}: FAILED: {report['rps']:.0f} req/s < --min-rps={min_rps:.0f}", file=sys.stderr)
+    failed = True
+print(report["count"])
+sys.exit(1 if failed else 0)
+PY
+  head -n -1 "$WORK/$name.summary"
+  calls="$(tail -1 "$WORK/$name.summary")"
+  "$SESSIONS_BIN" check --address="$ADDRESS" --sessions_file="$WORK/$name.sessions" \
+    --expect_live="${calls:--1}" || status=1
+done
+exit $status
