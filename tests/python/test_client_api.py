@@ -163,17 +163,36 @@ def test_nested_tapes_give_second_derivatives(gt):
     np.testing.assert_allclose(d2y.numpy(), 6 * np.array([1.5, -2.0]))
 
 
-def test_jacobian_needs_a_persistent_tape(gt):
-    x = gt.constant(np.ones(2))
-    with gt.GradientTape() as tape:
-        tape.watch(x)
-        y = x * 2.0
-    with pytest.raises(gradtape.GradtapeError):
-        tape.jacobian(y, x)
-    with gt.GradientTape(persistent=True) as tape:
+def test_jacobian_and_batch_jacobian_are_server_commands(gt):
+    x = gt.constant(np.array([1.0, 2.0]))
+    with gt.GradientTape() as tape:  # a non-persistent tape computes one Jacobian
         tape.watch(x)
         y = x * gt.constant(np.array([2.0, 3.0]))
-    np.testing.assert_array_equal(tape.jacobian(y, x), np.diag([2.0, 3.0]))
+    before = gt.counters["batches_sent"]
+    jac = tape.jacobian(y, x)
+    assert gt.counters["batches_sent"] == before  # buffered, no wait
+    np.testing.assert_array_equal(jac.numpy(), np.diag([2.0, 3.0]))
+    with pytest.raises(gradtape.GradtapeError) as info:
+        tape.jacobian(y, x).numpy()
+    assert info.value.code.name == "FAILED_PRECONDITION"
+    assert info.value.op == "Jacobian"
+
+    rng = np.random.default_rng(3)
+    xb, w = rng.normal(size=(4, 3)), rng.normal(size=(3, 2))
+    xs = gt.constant(xb)
+    with gt.GradientTape(persistent=True) as tape:
+        tape.watch(xs)
+        yb = gt.ops.tanh(xs @ gt.constant(w))
+    got = tape.batch_jacobian(yb, xs).numpy()
+    full = tape.jacobian(yb, xs).numpy()  # [4, 2, 4, 3]
+    assert got.shape == (4, 2, 3) and full.shape == (4, 2, 4, 3)
+    for b in range(4):
+        want = (1 - np.tanh(xb[b] @ w) ** 2)[:, None] * w.T
+        np.testing.assert_allclose(got[b], want, rtol=1e-12)
+        np.testing.assert_allclose(full[b, :, b, :], want, rtol=1e-12)
+    z = gt.constant(np.ones(2))
+    none_or_zero = tape.jacobian(yb, [z], unconnected_gradients="zero")[0]
+    np.testing.assert_array_equal(none_or_zero.numpy(), np.zeros((4, 2, 2)))
 
 
 def test_variables(gt):

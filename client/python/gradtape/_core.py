@@ -39,21 +39,6 @@ SESSION_TOKEN_HEADER = "gradtape-session-token"
 _END = object()  # ends the request iterator
 
 
-_KIND_LABELS = {
-    "put": "PutTensor",
-    "fetch": "FetchTensor",
-    "release": "ReleaseTensors",
-    "push_tape": "PushTape",
-    "pop_tape": "PopTape",
-    "delete_tape": "DeleteTape",
-    "watch": "Watch",
-    "stop_recording": "StopRecording",
-    "start_recording": "StartRecording",
-    "gradient": "Gradient",
-    "stats": "Stats",
-}
-
-
 def _command_label(batch: Optional[pb.CommandBatch], seq: int) -> Optional[str]:
     """The op name (ExecuteOp) or command kind of command `seq` in `batch`."""
     if batch is None:
@@ -63,7 +48,8 @@ def _command_label(batch: Optional[pb.CommandBatch], seq: int) -> Optional[str]:
             kind = command.WhichOneof("kind")
             if kind == "execute":
                 return command.execute.op
-            return _KIND_LABELS.get(kind, kind)
+            # The command's message type: PutTensor, Gradient, Jacobian, ...
+            return command.DESCRIPTOR.fields_by_name[kind].message_type.name
     return None
 
 

@@ -560,61 +560,56 @@ class GradientTape:
 
     def jacobian(
         self,
-        target: Tensor,
+        target: Any,
         sources: Sources,
         unconnected_gradients: Union[str, "UnconnectedGradients"] = "none",
     ) -> Any:
-        """The Jacobian of `target` with respect to each source, as numpy
-        arrays of shape target.shape + source.shape (None for an unconnected
-        source with "none").
+        """d target / d source for each source (TensorFlow's
+        ``tape.jacobian``), computed on the server by one Jacobian command (no
+        round trip per row): Tensor handles of shape target.shape +
+        source.shape, in the structure of `sources`, without waiting.
+        An unconnected source gets, with "none", a handle to a None result
+        (using it fails, as for ``gradient``), with "zero" zeros. A
+        non-persistent tape computes one Jacobian."""
+        return self._jacobian(target, sources, unconnected_gradients, batch=False)
 
-        The server has no Jacobian command yet, so this sends one Gradient
-        command per target element, each seeded with a one-hot output
-        gradient, all in one batch and answered in one round trip (no round
-        trip per row). It needs a persistent tape (several gradients), and
-        the target's shape (fetched once if unknown).
-        """
-        if not self._persistent:
-            raise GradtapeError(
-                grpc.StatusCode.FAILED_PRECONDITION,
-                f"GradientTape.jacobian on tape {self._id}: this client computes a Jacobian as "
-                "one gradient per target element, which needs GradientTape(persistent=True)",
-            )
+    def batch_jacobian(
+        self,
+        target: Any,
+        sources: Sources,
+        unconnected_gradients: Union[str, "UnconnectedGradients"] = "none",
+    ) -> Any:
+        """TensorFlow's ``tape.batch_jacobian``: target and sources share
+        their first (batch) dim, row b of the target depends only on row b of
+        the sources; results have shape [batch] + target.shape[1:] +
+        source.shape[1:]. Handles, no wait."""
+        return self._jacobian(target, sources, unconnected_gradients, batch=True)
+
+    def _jacobian(self, target: Any, sources: Sources, unconnected_gradients: Any, batch: bool) -> Any:
+        self._check_entered("jacobian")
         s = self._session
-        target = s._read_if_variable(target)
-        shape = target.shape
-        dtype = target.dtype
-        n = int(np.prod(shape, dtype=np.int64))
         flat_sources = _flatten(sources)
-        seeds = []
-        for k in range(n):
-            seed = np.zeros(n, dtype=dtype)
-            seed[k] = 1
-            seeds.append(s.constant(seed.reshape(shape)))
-        unconnected = "zero" if _unconnected(unconnected_gradients) == pb.UNCONNECTED_ZERO else "none"
-        rows = []
-        core = s._core
-        seqs = []
-        for k in range(n):
-            command, _, results = self._gradient_command(target, flat_sources, [seeds[k]], unconnected)
-            command.gradient.return_values = True
-            seqs.append(core.enqueue(command))
-            rows.append(results)
-        core.sync()
-        with core._lock:
-            replies = [core._results.pop(seq, None) for seq in seqs]
-        out: List[Optional[np.ndarray]] = []
-        for j, x in enumerate(flat_sources):
-            per_row = []
-            for reply in replies:
-                v = reply.gradient
-                none = j < len(v.is_none) and v.is_none[j]
-                per_row.append(None if none else _dtypes.from_value(v.values[j]))
-            if any(r is None for r in per_row):
-                out.append(None)
-            else:
-                out.append(np.stack(per_row).reshape(tuple(shape) + per_row[0].shape))
-        return _pack_like(sources, out)
+        if not flat_sources:
+            raise ValueError(f"GradientTape.jacobian on tape {self._id}: needs at least one source")
+        target_id = s._input_id(s._read_if_variable(target), "target")
+        source_ids = [s._source_id(x, f"source[{i}]") for i, x in enumerate(flat_sources)]
+        results = []
+        for x in flat_sources:
+            dtype = x.dtype if isinstance(x, Variable) else x._dtype
+            results.append(Tensor(s, s._core.new_id(), dtype))
+        s._core.enqueue(
+            pb.Command(
+                jacobian=pb.Jacobian(
+                    tape_id=self._id,
+                    target_id=target_id,
+                    source_ids=source_ids,
+                    unconnected=_unconnected(unconnected_gradients),
+                    batch=batch,
+                    result_ids=[r.id for r in results],
+                )
+            )
+        )
+        return _pack_like(sources, results)
 
 
 class UnconnectedGradients:
