@@ -7,8 +7,8 @@
 #
 #   bash bench/run_all.sh [--quick]     # --quick: fewer reps (a smoke run)
 #
-# Env: GRADTAPE_NATIVE=ON also builds build-perf-native/ with -march=native
-# and reports its kernels next to the portable build's.
+# Env: GRADTAPE_NATIVE=OFF skips build-perf-native/ (built with
+# -march=native; its kernels are reported next to the portable build's).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -22,7 +22,7 @@ echo "== building $BUILD (Release)"
 cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DGRADTAPE_BUILD_TESTS=OFF >/dev/null
 ninja -C $BUILD recording_bench stream_bench kernel_bench memory_bench mlp_bench \
   gradtape-server gradtape-ghz-sessions >/dev/null
-if [ "${GRADTAPE_NATIVE:-OFF}" = ON ]; then
+if [ "${GRADTAPE_NATIVE:-ON}" = ON ]; then
   cmake -S . -B $BUILD-native -G Ninja -DCMAKE_BUILD_TYPE=Release -DGRADTAPE_BUILD_TESTS=OFF -DGRADTAPE_NATIVE=ON >/dev/null
   ninja -C $BUILD-native kernel_bench >/dev/null
 fi
@@ -44,7 +44,7 @@ run recording $BUILD/bench/recording_bench --benchmark_repetitions=$REPS \
 run stream $BUILD/bench/stream_bench --ops=$OPS --small_batch_ops=$SMALL_OPS --reps=3
 run stream_unwatched $BUILD/bench/stream_bench --ops=$OPS --reps=3 --batch_sizes=1024 --watch=false
 run kernels $BUILD/bench/kernel_bench --reps=$REPS
-if [ "${GRADTAPE_NATIVE:-OFF}" = ON ]; then
+if [ "${GRADTAPE_NATIVE:-ON}" = ON ]; then
   run kernels_native $BUILD-native/bench/kernel_bench --reps=$REPS
 fi
 run numpy .venv/bin/python bench/numpy_bench.py --reps $REPS
