@@ -41,14 +41,10 @@ done
 # ghz, pinned. A failed install fails the run (never skipped).
 # (`go install` builds report version "dev": a stamp file records the pin.)
 if [ ! -x "$GHZ" ] || [ "$(cat "$GHZ.version" 2>/dev/null)" != "$GHZ_VERSION" ]; then
-  if ! command -v go >/dev/null && [ ! -x /usr/local/go/bin/go ]; then
-    echo "== installing Debian's golang-go (to build ghz)"
-    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-    { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
-        --no-install-recommends golang-go >/dev/null; } \
-      || { echo "run_ghz.sh: FAILED: Go is needed to install ghz (go install)" >&2; exit 1; }
-  fi
-  GO="$(command -v go || echo /usr/local/go/bin/go)"
+  # shellcheck source=../../scripts/go_env.sh
+  source "$ROOT/scripts/go_env.sh" \
+    || { echo "run_ghz.sh: FAILED: Go is needed to install ghz (go install)" >&2; exit 1; }
+  GO="$(command -v go)"
   echo "== installing ghz $GHZ_VERSION (go install, Go module proxy) into .tools/bin"
   mkdir -p "$TOOLS"
   GOBIN="$TOOLS" GOFLAGS=-mod=mod "$GO" install \
