@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: install, build, run ctest (C++: core, server,
-# client) and pytest (the protocol from Python). Ends with both runners'
-# own summary lines; exits non-zero if either failed.
+# client), the Go client test, pytest (protocol, Python client, digits) and
+# a short ghz load test. Ends with ctest's and pytest's own summary lines;
+# exits non-zero if anything failed.
 set -uo pipefail
 set -e
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -24,14 +25,13 @@ echo "== ctest"
 ctest --test-dir build --output-on-failure -j2 --timeout 600 2>&1 \
   | tee "$LOGS/ctest" || status=1
 echo "== go client (client/go: stubs generated from proto/; golden values written by ctest)"
-[ -x /usr/local/go/bin/go ] && PATH="$PATH:/usr/local/go/bin"
-if command -v go >/dev/null; then
+if source scripts/go_env.sh; then
   (cd client/go && bash generate.sh \
     && GRADTAPE_SERVER_BIN="$ROOT/build/server/gradtape-server" \
        GRADTAPE_GOLDEN_JSON="$ROOT/build/golden/mlp_golden.json" \
        timeout 600 go test -count=1 ./...) 2>&1 | tee "$LOGS/go" || status=1
 else
-  echo "go: not found (Go >= 1.22 is needed for client/go)" | tee "$LOGS/go"; status=1
+  echo "go: no Go >= 1.22 (needed for client/go and ghz)" | tee "$LOGS/go"; status=1
 fi
 echo "== pytest"
 GRADTAPE_SERVER_BIN="$ROOT/build/server/gradtape-server" \
@@ -39,7 +39,8 @@ GRADTAPE_SERVER_BIN="$ROOT/build/server/gradtape-server" \
 echo "== ghz load test (tests/load, 5 s per scenario; fails on errors only)"
 bash tests/load/run_ghz.sh --duration=5s 2>&1 | tee "$LOGS/ghz" || status=1
 echo "== summary"
+grep -E "^(ok|FAIL|go:)" "$LOGS/go" | tail -2 || echo "go: no summary"
+grep -E "^ghz " "$LOGS/ghz" | tail -2 || true
 grep -E "tests passed|tests failed" "$LOGS/ctest" | tail -1 || echo "ctest: no summary"
 tail -1 "$LOGS/pytest"
-grep -E "^(ok|FAIL|go:)" "$LOGS/go" | tail -2 || echo "go: no summary"
 exit $status
