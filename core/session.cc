@@ -251,10 +251,10 @@ absl::Status Session::Watch(int64_t seq, int64_t tape_id,
   }
   for (size_t i = 0; i < ids.size(); ++i) {
     if (!IsTrainable(tensors[i].dtype())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Watch (command ", seq, "): tensor id ", ids[i], " is ",
-                       tensors[i].DebugString(),
-                       "; only floating, complex and variable-handle tensors can be "
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Watch (command ", seq, "): tensor id ", ids[i], " is ",
+          tensors[i].DebugString(),
+          "; only floating, complex and variable-handle tensors can be "
           "watched"));
     }
   }

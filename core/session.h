@@ -180,8 +180,7 @@ class Session {
   // The variables behind `ids` (all of the session's when empty) for a
   // checkpoint command, or an error naming `what`, seq and the id.
   absl::StatusOr<std::vector<Variable*>> CheckpointVariables(
-      int64_t seq, absl::string_view what,
-      absl::Span<const int64_t> ids) const;
+      int64_t seq, absl::string_view what, absl::Span<const int64_t> ids) const;
 
   std::shared_ptr<MemoryAccount> account_;
   Context ctx_;
