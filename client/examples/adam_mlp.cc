@@ -16,23 +16,6 @@ using client::Variable;
 
 namespace {
 
-HostTensor Values(client::DType dtype, std::vector<int64_t> shape,
-                  const std::vector<double>& values) {
-  if (dtype == client::DType::kFloat64) {
-    return HostTensor::FromVector<double>(std::move(shape), values);
-  }
-  return HostTensor::FromVector<float>(
-      std::move(shape), std::vector<float>(values.begin(), values.end()));
-}
-
-HostTensor HeWeights(client::DType dtype, int64_t rows, int64_t cols,
-                     std::mt19937_64& gen) {
-  std::normal_distribution<double> normal(0.0, std::sqrt(2.0 / rows));
-  std::vector<double> w(rows * cols);
-  for (double& v : w) v = normal(gen);
-  return Values(dtype, {rows, cols}, w);
-}
-
 client::optimizers::AdamOptions AdamFor(const AdamMlpOptions& options) {
   client::optimizers::AdamOptions adam;
   adam.learning_rate = options.learning_rate;
@@ -49,7 +32,7 @@ AdamMlp::AdamMlp(client::Session& session, const Dataset& data,
   const int64_t n = data.num_points;
   const int64_t k = data.num_classes;
   const int64_t h = options.hidden;
-  x_ = session.Put(Values(dtype, {n, 2}, data.features));
+  x_ = session.Put(HostValues(dtype, {n, 2}, data.features));
   y_ = session.Put<int32_t>({n}, data.labels);
   const std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {
       {"w1", {2, h}}, {"b1", {h}}, {"w2", {h, k}}, {"b2", {k}}};

@@ -52,10 +52,8 @@ Dataset MakeBlobs(int points_per_class, int num_classes, double spread,
   return d;
 }
 
-namespace {
-
-HostTensor Values(client::DType dtype, std::vector<int64_t> shape,
-                  const std::vector<double>& values) {
+HostTensor HostValues(client::DType dtype, std::vector<int64_t> shape,
+                      const std::vector<double>& values) {
   if (dtype == client::DType::kFloat64) {
     return HostTensor::FromVector<double>(std::move(shape), values);
   }
@@ -63,16 +61,13 @@ HostTensor Values(client::DType dtype, std::vector<int64_t> shape,
       std::move(shape), std::vector<float>(values.begin(), values.end()));
 }
 
-// He-initialised weights [rows, cols].
-HostTensor RandomWeights(client::DType dtype, int64_t rows, int64_t cols,
-                         std::mt19937_64& gen) {
+HostTensor HeWeights(client::DType dtype, int64_t rows, int64_t cols,
+                     std::mt19937_64& gen) {
   std::normal_distribution<double> normal(0.0, std::sqrt(2.0 / rows));
   std::vector<double> w(rows * cols);
   for (double& v : w) v = normal(gen);
-  return Values(dtype, {rows, cols}, w);
+  return HostValues(dtype, {rows, cols}, w);
 }
-
-}  // namespace
 
 absl::StatusOr<MlpReport> TrainMlp(
     client::Session& session, const Dataset& data, const MlpOptions& options,
@@ -83,14 +78,14 @@ absl::StatusOr<MlpReport> TrainMlp(
   const int64_t h = options.hidden;
   std::mt19937_64 gen(options.seed);
 
-  const Tensor x = session.Put(Values(dtype, {n, 2}, data.features));
+  const Tensor x = session.Put(HostValues(dtype, {n, 2}, data.features));
   const Tensor y = session.Put<int32_t>({n}, data.labels);
   const Tensor lr = session.Scalar(options.learning_rate, dtype);
   // w1, b1, w2, b2.
   std::vector<Tensor> params = {
-      session.Put(RandomWeights(dtype, 2, h, gen)),
+      session.Put(HeWeights(dtype, 2, h, gen)),
       session.Put(HostTensor::Filled(dtype, {h}, 0.0)),
-      session.Put(RandomWeights(dtype, h, k, gen)),
+      session.Put(HeWeights(dtype, h, k, gen)),
       session.Put(HostTensor::Filled(dtype, {k}, 0.0)),
   };
   auto logits_of = [&](const std::vector<Tensor>& p) {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,6 +51,13 @@ struct MlpReport {
   double final_loss = 0;
   double accuracy = 0;  // on the training set, argmax of the final logits
 };
+
+// `values` as a host tensor of `dtype` (float32 or float64).
+client::HostTensor HostValues(client::DType dtype, std::vector<int64_t> shape,
+                              const std::vector<double>& values);
+// He-initialised weights [rows, cols]: normal with stddev sqrt(2 / rows).
+client::HostTensor HeWeights(client::DType dtype, int64_t rows, int64_t cols,
+                             std::mt19937_64& gen);
 
 // Trains on `session`. `on_log(step, loss)` is called for every logged
 // loss. Errors are the session's (see gradtape/client/session.h).
