@@ -53,15 +53,15 @@ int64_t Bytes(const TensorMeta& m) {
 void Report(const char* model, Context& ctx) {
   Tape& tape = **ctx.tapes().Find(1);
   int64_t keep_all = 0;
-  for (const auto& [id, entry] : tape.op_tape()) {
+  tape.ForEachEntry([&](int64_t, const TapeEntry& entry) {
     for (const TensorMeta& m : entry.inputs) keep_all += Bytes(m);
     for (const TensorMeta& m : entry.outputs) keep_all += Bytes(m);
-  }
+  });
   const int64_t elided = tape.SavedBytes();
   std::printf(
       "tape %s: %zu entries, retained with elision %lld bytes, keeping every "
       "input and output %lld bytes, saving %.1f%% (%.2fx less)\n",
-      model, tape.op_tape().size(), static_cast<long long>(elided),
+      model, tape.num_entries(), static_cast<long long>(elided),
       static_cast<long long>(keep_all), 100.0 * (keep_all - elided) / keep_all,
       static_cast<double>(keep_all) / static_cast<double>(elided));
 }

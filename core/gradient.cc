@@ -165,7 +165,6 @@ absl::StatusOr<std::vector<Tensor>> Context::Gradient(
     }
   }
   const auto& tensor_tape = tape.tensor_tape();
-  const auto& op_tape = tape.op_tape();
 
   // 1. Reach.
   absl::flat_hash_set<int64_t> reached;
@@ -179,9 +178,9 @@ absl::StatusOr<std::vector<Tensor>> Context::Gradient(
       continue;
     }
     if (!reached.insert(producer->second).second) continue;
-    auto entry = op_tape.find(producer->second);
-    if (entry == op_tape.end()) continue;
-    for (const TensorMeta& in : entry->second.inputs) stack.push_back(in.id);
+    const TapeEntry* entry = tape.FindEntry(producer->second);
+    if (entry == nullptr) continue;
+    for (const TensorMeta& in : entry->inputs) stack.push_back(in.id);
   }
   std::vector<int64_t> order(reached.begin(), reached.end());
   std::sort(order.begin(), order.end());
@@ -195,9 +194,9 @@ absl::StatusOr<std::vector<Tensor>> Context::Gradient(
   };
   std::vector<int64_t> kept;
   for (int64_t op_id : order) {
-    auto entry = op_tape.find(op_id);
-    if (entry == op_tape.end()) continue;
-    const TapeEntry& e = entry->second;
+    const TapeEntry* entry = tape.FindEntry(op_id);
+    if (entry == nullptr) continue;
+    const TapeEntry& e = *entry;
     bool keep = false;
     for (int i = 0; i < static_cast<int>(e.inputs.size()) && !keep; ++i) {
       keep = needs(*e.op, e.inputs[i], i);
@@ -239,7 +238,7 @@ absl::StatusOr<std::vector<Tensor>> Context::Gradient(
   // 4. Backward walk.
   for (auto op_it = kept.rbegin(); op_it != kept.rend() && status.ok();
        ++op_it) {
-    const TapeEntry& e = op_tape.at(*op_it);
+    const TapeEntry& e = *tape.FindEntry(*op_it);
     Tensors out_grads(e.outputs.size());
     bool any = false;
     for (size_t j = 0; j < e.outputs.size(); ++j) {

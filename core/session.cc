@@ -447,7 +447,7 @@ SessionStats Session::Stats() const {
   stats.bytes_in_use = account_->bytes();
   stats.tapes = ctx_.tapes().num_tapes();
   ctx_.tapes().ForEach([&](const Tape& tape) {
-    stats.tape_entries += tape.op_tape().size();
+    stats.tape_entries += tape.num_entries();
     stats.tape_saved_bytes += tape.SavedBytes();
   });
   return stats;

@@ -1,6 +1,7 @@
 #include "core/tape.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/custom_gradient.h"
@@ -36,8 +37,8 @@ void Tape::RecordOperation(const OpDef& op,
                            absl::Span<const Tensor> inputs,
                            absl::Span<const Tensor> outputs,
                            std::shared_ptr<const GradientProgram> custom) {
-  const int64_t op_id = next_op_id_++;
-  TapeEntry& entry = op_tape_[op_id];
+  const int64_t op_id = entries_.next_id();
+  TapeEntry& entry = entries_.Append();
   entry.op = &op;
   entry.attrs = std::move(attrs);
   const std::vector<bool>& input_saved =
@@ -76,14 +77,14 @@ void Tape::DeleteTrace(int64_t id) {
   const int64_t op_id = producer->second;
   if (op_id == kWatched) return;  // Sources stay watched for the tape's life.
   tensor_tape_.erase(producer);
-  auto entry = op_tape_.find(op_id);
-  if (entry == op_tape_.end()) return;  // Already consumed by a gradient.
-  for (const TensorMeta& out : entry->second.outputs) {
+  TapeEntry* entry = entries_.Find(op_id);
+  if (entry == nullptr) return;  // Already consumed by a gradient.
+  for (const TensorMeta& out : entry->outputs) {
     if (tensor_usage_.contains(out.id)) return;  // Another output is alive.
   }
-  // Move the inputs out before erasing: DeleteTrace recurses into op_tape_.
-  auto inputs = std::move(entry->second.inputs);
-  op_tape_.erase(entry);
+  // Move the inputs out before erasing: DeleteTrace recurses into entries_.
+  auto inputs = std::move(entry->inputs);
+  entries_.Erase(op_id);
   for (const TensorMeta& in : inputs) {
     if (in.id != 0) DeleteTrace(in.id);
   }
@@ -91,22 +92,65 @@ void Tape::DeleteTrace(int64_t id) {
 
 void Tape::MarkUsed() {
   used_ = true;
-  op_tape_.clear();
+  entries_.Clear();
   tensor_tape_.clear();
   tensor_usage_.clear();
 }
 
 int64_t Tape::SavedBytes() const {
   int64_t bytes = 0;
-  for (const auto& [id, entry] : op_tape_) {
+  ForEachEntry([&](int64_t, const TapeEntry& entry) {
     for (const Tensor& t : entry.saved_inputs) {
       if (t.valid()) bytes += t.num_bytes();
     }
     for (const Tensor& t : entry.saved_outputs) {
       if (t.valid()) bytes += t.num_bytes();
     }
-  }
+  });
   return bytes;
+}
+
+TapeEntry& Tape::EntryStore::Append() {
+  if (unused_ == 0) {
+    chunks_.push_back(std::make_unique<Chunk>());
+    unused_ = kChunk;
+  }
+  TapeEntry& e = chunks_.back()->entries[kChunk - unused_];
+  --unused_;
+  ++live_;
+  return e;
+}
+
+const TapeEntry* Tape::EntryStore::Find(int64_t op_id) const {
+  if (op_id < first_id_ || op_id >= next_id()) return nullptr;
+  const int64_t i = op_id - first_id_;
+  const TapeEntry& e = chunks_[i / kChunk]->entries[i % kChunk];
+  return e.op != nullptr ? &e : nullptr;
+}
+
+TapeEntry* Tape::EntryStore::Find(int64_t op_id) {
+  return const_cast<TapeEntry*>(std::as_const(*this).Find(op_id));
+}
+
+void Tape::EntryStore::Erase(int64_t op_id) {
+  TapeEntry* e = Find(op_id);
+  if (e == nullptr) return;
+  *e = TapeEntry();  // frees what the entry kept
+  --live_;
+  const int64_t i = op_id - first_id_;
+  ++chunks_[i / kChunk]->erased;
+  // Free leading chunks whose every entry was appended and erased.
+  while (!chunks_.empty() && chunks_.front()->erased == kChunk) {
+    chunks_.pop_front();
+    first_id_ += kChunk;
+  }
+}
+
+void Tape::EntryStore::Clear() {
+  first_id_ = next_id();
+  chunks_.clear();
+  unused_ = 0;
+  live_ = 0;
 }
 
 void TapeSet::Record(const OpDef& op, const AttrMap& attrs,

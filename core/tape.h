@@ -21,6 +21,7 @@
 #define GRADTAPE_CORE_TAPE_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -93,12 +94,19 @@ class Tape {
   const absl::flat_hash_map<int64_t, int64_t>& tensor_tape() const {
     return tensor_tape_;
   }
-  const absl::flat_hash_map<int64_t, TapeEntry>& op_tape() const {
-    return op_tape_;
+  // The entry of op `op_id`, or null if it was erased (or never recorded).
+  const TapeEntry* FindEntry(int64_t op_id) const {
+    return entries_.Find(op_id);
+  }
+  // Live entries, and fn(op_id, entry) for each in op id order.
+  size_t num_entries() const { return entries_.size(); }
+  template <typename Fn>
+  void ForEachEntry(Fn&& fn) const {
+    entries_.ForEach(fn);
   }
   // Drops the entry's saved tensors (non-persistent tapes, after its backward
   // ran).
-  void ForgetEntry(int64_t op_id) { op_tape_.erase(op_id); }
+  void ForgetEntry(int64_t op_id) { entries_.Erase(op_id); }
   // After a non-persistent tape computed its gradient: drops everything.
   void MarkUsed();
   bool used() const { return used_; }
@@ -109,12 +117,45 @@ class Tape {
   bool persistent_;
   bool watch_accessed_variables_;
   bool used_ = false;
-  int64_t next_op_id_ = 0;
+  // Entries by op id. Op ids are dense and increasing, so they index a
+  // deque of fixed-size chunks: recording appends without rehashing (or
+  // moving) earlier entries; a chunk is freed once all its entries are.
+  class EntryStore {
+   public:
+    int64_t next_id() const { return first_id_ + slots(); }
+    TapeEntry& Append();
+    const TapeEntry* Find(int64_t op_id) const;
+    TapeEntry* Find(int64_t op_id);
+    void Erase(int64_t op_id);
+    void Clear();
+    size_t size() const { return live_; }
+    template <typename Fn>
+    void ForEach(Fn& fn) const {
+      for (int64_t id = first_id_; id < next_id(); ++id) {
+        if (const TapeEntry* e = Find(id)) fn(id, *e);
+      }
+    }
+
+   private:
+    static constexpr int64_t kChunk = 64;
+    struct Chunk {
+      TapeEntry entries[kChunk];  // op == nullptr: erased or not yet used
+      int64_t erased = 0;
+    };
+    int64_t slots() const {
+      return static_cast<int64_t>(chunks_.size()) * kChunk - unused_;
+    }
+    std::deque<std::unique_ptr<Chunk>> chunks_;
+    int64_t first_id_ = 0;  // op id of chunks_.front()->entries[0]
+    int64_t unused_ = 0;    // slots not yet appended in the last chunk
+    size_t live_ = 0;
+  };
+
   // tensor id -> id of the op that produced it, or kWatched.
   absl::flat_hash_map<int64_t, int64_t> tensor_tape_;
   // tensor id -> live handles + recorded consumers.
   absl::flat_hash_map<int64_t, int64_t> tensor_usage_;
-  absl::flat_hash_map<int64_t, TapeEntry> op_tape_;
+  EntryStore entries_;
   std::vector<Tensor> watched_variables_;
 };
 

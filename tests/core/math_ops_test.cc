@@ -136,7 +136,7 @@ class MathOpsTest : public ::testing::Test {
     for (const std::string& m : mentions) {
       EXPECT_TRUE(absl::StrContains(s.message(), m)) << s << " lacks " << m;
     }
-    EXPECT_TRUE(tape->op_tape().empty());
+    EXPECT_TRUE(tape->num_entries() == 0);
     EXPECT_TRUE(out.empty());
     ASSERT_TRUE(ctx_.tapes().Pop(99).ok());
     ASSERT_TRUE(ctx_.tapes().Delete(99).ok());

@@ -51,7 +51,7 @@ class NnOpsTest : public ::testing::Test {
     for (const std::string& m : mentions) {
       EXPECT_TRUE(absl::StrContains(s.message(), m)) << s << " lacks " << m;
     }
-    EXPECT_TRUE(tape->op_tape().empty());
+    EXPECT_TRUE(tape->num_entries() == 0);
     ASSERT_TRUE(ctx_.tapes().Pop(99).ok());
     ASSERT_TRUE(ctx_.tapes().Delete(99).ok());
   }

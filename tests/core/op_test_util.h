@@ -52,7 +52,7 @@ class OpTest : public ::testing::Test {
       EXPECT_TRUE(absl::StrContains(r.status().message(), m))
           << r.status() << " should mention " << m;
     }
-    EXPECT_TRUE(tape->op_tape().empty());
+    EXPECT_TRUE(tape->num_entries() == 0);
     ASSERT_TRUE(ctx_.tapes().Pop(kTape).ok());
     ASSERT_TRUE(ctx_.tapes().Delete(kTape).ok());
   }
