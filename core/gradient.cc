@@ -164,7 +164,6 @@ absl::StatusOr<std::vector<Tensor>> Context::Gradient(
                        " but target ", i, " is ", targets[i].DebugString()));
     }
   }
-  const auto& tensor_tape = tape.tensor_tape();
 
   // 1. Reach.
   absl::flat_hash_set<int64_t> reached;
@@ -173,12 +172,10 @@ absl::StatusOr<std::vector<Tensor>> Context::Gradient(
   while (!stack.empty()) {
     int64_t id = stack.back();
     stack.pop_back();
-    auto producer = tensor_tape.find(id);
-    if (producer == tensor_tape.end() || producer->second == Tape::kWatched) {
-      continue;
-    }
-    if (!reached.insert(producer->second).second) continue;
-    const TapeEntry* entry = tape.FindEntry(producer->second);
+    const int64_t producer = tape.Producer(id);
+    if (producer < 0) continue;  // kWatched or kNotOnTape
+    if (!reached.insert(producer).second) continue;
+    const TapeEntry* entry = tape.FindEntry(producer);
     if (entry == nullptr) continue;
     for (const TensorMeta& in : entry->inputs) stack.push_back(in.id);
   }

@@ -11,7 +11,7 @@ namespace gradtape {
 bool Tape::ShouldRecord(absl::Span<const Tensor> inputs) const {
   for (const Tensor& t : inputs) {
     if (t.id() != 0 && IsTrainable(t.dtype()) &&
-        tensor_tape_.contains(t.id())) {
+        Producer(t.id()) != kNotOnTape) {
       return true;
     }
   }
@@ -20,9 +20,10 @@ bool Tape::ShouldRecord(absl::Span<const Tensor> inputs) const {
 
 void Tape::Watch(const Tensor& tensor) {
   if (tensor.id() == 0) return;
-  auto [it, inserted] = tensor_tape_.try_emplace(tensor.id(), kWatched);
-  if (!inserted) return;
-  tensor_usage_[tensor.id()] += 1;
+  TensorState& state = tensors_[tensor.id()];
+  if (state.producer != kNotOnTape) return;  // already on the tape
+  state.producer = kWatched;
+  state.usage += 1;
   if (tensor.dtype() == DType::kResource) {
     const void* var = tensor.resource<void>();
     for (const Tensor& w : watched_variables_) {
@@ -54,7 +55,7 @@ void Tape::RecordOperation(const OpDef& op,
     const Tensor& t = inputs[i];
     entry.inputs[i] = {t.id(), t.dtype(), t.shape()};
     if (input_saved[i]) entry.saved_inputs[i] = t;
-    if (t.id() != 0) tensor_usage_[t.id()] += 1;
+    if (t.id() != 0) tensors_[t.id()].usage += 1;
   }
   entry.outputs.resize(n_out);
   entry.saved_outputs.resize(n_out);
@@ -62,25 +63,25 @@ void Tape::RecordOperation(const OpDef& op,
     const Tensor& t = outputs[i];
     entry.outputs[i] = {t.id(), t.dtype(), t.shape()};
     if (output_saved[i]) entry.saved_outputs[i] = t;
-    tensor_tape_[t.id()] = op_id;
-    tensor_usage_[t.id()] = 1;
+    tensors_[t.id()] = {op_id, 1};
   }
 }
 
 void Tape::DeleteTrace(int64_t id) {
-  auto usage = tensor_usage_.find(id);
-  if (usage == tensor_usage_.end()) return;
-  if (--usage->second > 0) return;
-  tensor_usage_.erase(usage);
-  auto producer = tensor_tape_.find(id);
-  if (producer == tensor_tape_.end()) return;
-  const int64_t op_id = producer->second;
+  auto it = tensors_.find(id);
+  if (it == tensors_.end() || it->second.usage == 0) return;
+  if (--it->second.usage > 0) return;
+  const int64_t op_id = it->second.producer;
   if (op_id == kWatched) return;  // Sources stay watched for the tape's life.
-  tensor_tape_.erase(producer);
+  tensors_.erase(it);
+  if (op_id == kNotOnTape) return;
   TapeEntry* entry = entries_.Find(op_id);
   if (entry == nullptr) return;  // Already consumed by a gradient.
   for (const TensorMeta& out : entry->outputs) {
-    if (tensor_usage_.contains(out.id)) return;  // Another output is alive.
+    auto out_it = tensors_.find(out.id);
+    if (out_it != tensors_.end() && out_it->second.usage > 0) {
+      return;  // Another output is alive.
+    }
   }
   // Move the inputs out before erasing: DeleteTrace recurses into entries_.
   auto inputs = std::move(entry->inputs);
@@ -93,8 +94,7 @@ void Tape::DeleteTrace(int64_t id) {
 void Tape::MarkUsed() {
   used_ = true;
   entries_.Clear();
-  tensor_tape_.clear();
-  tensor_usage_.clear();
+  tensors_.clear();
 }
 
 int64_t Tape::SavedBytes() const {

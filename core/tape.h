@@ -59,7 +59,9 @@ struct TapeEntry {
 
 class Tape {
  public:
-  static constexpr int64_t kWatched = -1;  // tensor_tape() value for sources
+  // Producer() of a source, and of a tensor that is not on the tape.
+  static constexpr int64_t kWatched = -1;
+  static constexpr int64_t kNotOnTape = -2;
 
   Tape(bool persistent, bool watch_accessed_variables)
       : persistent_(persistent),
@@ -91,8 +93,10 @@ class Tape {
   void DeleteTrace(int64_t id);
 
   // For ComputeGradient and introspection.
-  const absl::flat_hash_map<int64_t, int64_t>& tensor_tape() const {
-    return tensor_tape_;
+  // The op that produced tensor `id` on this tape, kWatched or kNotOnTape.
+  int64_t Producer(int64_t id) const {
+    auto it = tensors_.find(id);
+    return it == tensors_.end() ? kNotOnTape : it->second.producer;
   }
   // The entry of op `op_id`, or null if it was erased (or never recorded).
   const TapeEntry* FindEntry(int64_t op_id) const {
@@ -151,10 +155,15 @@ class Tape {
     size_t live_ = 0;
   };
 
-  // tensor id -> id of the op that produced it, or kWatched.
-  absl::flat_hash_map<int64_t, int64_t> tensor_tape_;
-  // tensor id -> live handles + recorded consumers.
-  absl::flat_hash_map<int64_t, int64_t> tensor_usage_;
+  // Per tensor id, one lookup for both: the op that produced it (kWatched,
+  // or kNotOnTape for a tensor only consumed by recorded ops) and its usage
+  // (live handles + recorded consumers). An id leaves the map when it is
+  // neither on the tape nor used; a source stays for the tape's life.
+  struct TensorState {
+    int64_t producer = kNotOnTape;
+    int64_t usage = 0;
+  };
+  absl::flat_hash_map<int64_t, TensorState> tensors_;
   EntryStore entries_;
   std::vector<Tensor> watched_variables_;
 };
