@@ -1,6 +1,6 @@
 // docs/ELISION.md is generated from the registry (what ListOps serves) and
 // must be current. Regenerate with:
-//   GRADTAPE_UPDATE_DOCS=1 build/tests/core/gradtape_core_test \
+//   GRADTAPE_UPDATE_DOCS=1 build/tests/core/gradtape_core_test
 //       --gtest_filter='ElisionTable.*'
 #include <cstdlib>
 #include <fstream>

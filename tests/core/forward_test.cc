@@ -110,7 +110,9 @@ TEST(JvpCoverage, EveryOpWithARuleAndEveryFallbackOpIsChecked) {
   absl::flat_hash_set<std::string> checked;
   for (const OpSample& s : JvpSamples()) checked.insert(s.op);
   for (const auto& op : DefaultRegistry().ops()) {
-    if (op->jvp) EXPECT_TRUE(checked.contains(op->name)) << op->name;
+    if (op->jvp) {
+      EXPECT_TRUE(checked.contains(op->name)) << op->name;
+    }
   }
   for (const std::string& name : FallbackOps()) {
     EXPECT_TRUE(checked.contains(name)) << name;
