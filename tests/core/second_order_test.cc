@@ -101,7 +101,9 @@ TEST_P(SecondOrder, GradientOfGradientMatchesDifferences) {
                           Unconnected::kZero);
     EXPECT_TRUE(g.ok()) << g.status();
     EXPECT_TRUE(ctx.tapes().Delete(2).ok());
-    if (outer) EXPECT_TRUE(ctx.tapes().Pop(1).ok());
+    if (outer) {
+      EXPECT_TRUE(ctx.tapes().Pop(1).ok());
+    }
     return g.ok() ? *g : std::vector<Tensor>();
   };
 
