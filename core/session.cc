@@ -11,10 +11,15 @@
 namespace gradtape {
 namespace {
 
-// "<what> (command <seq>[, <where>]): <detail>", where a detail that already
-// starts with "<what>: " (kernel messages do) loses that prefix.
-absl::Status Annotate(const absl::Status& s, int64_t seq,
-                      absl::string_view what, absl::string_view where = "") {
+std::string IdList(absl::Span<const int64_t> ids) {
+  return absl::StrCat("[", absl::StrJoin(ids, ","), "]");
+}
+
+}  // namespace
+
+absl::Status Session::Annotate(const absl::Status& s, int64_t seq,
+                               absl::string_view what,
+                               absl::string_view where) {
   absl::string_view detail = s.message();
   std::string prefix = absl::StrCat(what, ": ");
   if (absl::StartsWith(detail, prefix)) detail.remove_prefix(prefix.size());
@@ -22,12 +27,6 @@ absl::Status Annotate(const absl::Status& s, int64_t seq,
       s.code(), absl::StrCat(what, " (command ", seq, where.empty() ? "" : ", ",
                              where, "): ", detail));
 }
-
-std::string IdList(absl::Span<const int64_t> ids) {
-  return absl::StrCat("[", absl::StrJoin(ids, ","), "]");
-}
-
-}  // namespace
 
 Session::Session(const OpRegistry& registry, SessionOptions options)
     : account_(std::make_shared<MemoryAccount>()), ctx_(registry) {

@@ -165,6 +165,11 @@ class Session {
     std::string reason;  // kPoisoned, kNone: why the id holds no tensor
   };
 
+  // "<what> (command <seq>[, <where>]): <detail>", where a detail that
+  // already starts with "<what>: " (kernel messages do) loses that prefix.
+  static absl::Status Annotate(const absl::Status& s, int64_t seq,
+                               absl::string_view what,
+                               absl::string_view where = "");
   // The tensor behind `id`, or an error naming `what` (the op or command),
   // seq and id.
   absl::StatusOr<Tensor> Resolve(int64_t seq, absl::string_view what,

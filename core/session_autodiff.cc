@@ -14,19 +14,6 @@
 #include "core/variable.h"
 
 namespace gradtape {
-namespace {
-
-absl::Status Annotate(const absl::Status& s, int64_t seq,
-                      absl::string_view what, absl::string_view where = "") {
-  absl::string_view detail = s.message();
-  std::string prefix = absl::StrCat(what, ": ");
-  if (absl::StartsWith(detail, prefix)) detail.remove_prefix(prefix.size());
-  return absl::Status(
-      s.code(), absl::StrCat(what, " (command ", seq, where.empty() ? "" : ", ",
-                             where, "): ", detail));
-}
-
-}  // namespace
 
 absl::StatusOr<std::vector<Tensor>> Session::Jacobian(
     int64_t seq, const JacobianRequest& request) {
