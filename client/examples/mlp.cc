@@ -52,6 +52,14 @@ Dataset MakeBlobs(int points_per_class, int num_classes, double spread,
   return d;
 }
 
+absl::StatusOr<Dataset> MakeDataset(absl::string_view name,
+                                    int points_per_class, uint64_t seed) {
+  if (name == "spiral") return MakeSpiral(points_per_class, 3, 0.2, seed);
+  if (name == "blobs") return MakeBlobs(points_per_class, 3, 0.6, seed);
+  return absl::InvalidArgumentError(
+      absl::StrCat("data set must be spiral or blobs, got ", name));
+}
+
 HostTensor HostValues(client::DType dtype, std::vector<int64_t> shape,
                       const std::vector<double>& values) {
   if (dtype == client::DType::kFloat64) {

@@ -52,6 +52,11 @@ struct MlpReport {
   double accuracy = 0;  // on the training set, argmax of the final logits
 };
 
+// The examples' data sets by name: "spiral" (noise 0.2) or "blobs" (spread
+// 0.6), 3 classes; INVALID_ARGUMENT for another name.
+absl::StatusOr<Dataset> MakeDataset(absl::string_view name,
+                                    int points_per_class, uint64_t seed);
+
 // `values` as a host tensor of `dtype` (float32 or float64).
 client::HostTensor HostValues(client::DType dtype, std::vector<int64_t> shape,
                               const std::vector<double>& values);

@@ -32,16 +32,13 @@ int main(int argc, char** argv) {
   const uint64_t seed = absl::GetFlag(FLAGS_seed);
   const int ppc = absl::GetFlag(FLAGS_points_per_class);
   const std::string dataset = absl::GetFlag(FLAGS_dataset);
-  ex::Dataset data;
-  if (dataset == "spiral") {
-    data = ex::MakeSpiral(ppc, 3, 0.2, seed);
-  } else if (dataset == "blobs") {
-    data = ex::MakeBlobs(ppc, 3, 0.6, seed);
-  } else {
-    std::fprintf(stderr, "--dataset must be spiral or blobs, got %s\n",
-                 dataset.c_str());
+  absl::StatusOr<ex::Dataset> made = ex::MakeDataset(dataset, ppc, seed);
+  if (!made.ok()) {
+    std::fprintf(stderr, "--dataset: %s\n",
+                 std::string(made.status().message()).c_str());
     return 2;
   }
+  const ex::Dataset& data = *made;
 
   const std::string address = absl::GetFlag(FLAGS_address);
   gradtape::client::SessionOptions session_options;
