@@ -19,13 +19,9 @@ absl::Status Context::Execute(const OpDef& op, absl::Span<const Tensor> inputs,
     outputs->clear();
     return s;
   }
-  if (memory_limit_ > 0 && account_->bytes() > memory_limit_) {
-    int64_t in_use = account_->bytes();
+  if (absl::Status s = CheckMemoryLimit(op.name); !s.ok()) {
     outputs->clear();
-    return absl::ResourceExhaustedError(
-        absl::StrCat(op.name, ": session memory limit exceeded (", in_use,
-                     " bytes with this op's outputs, limit ", memory_limit_,
-                     "); release tensors or delete tapes"));
+    return s;
   }
   for (Tensor& out : *outputs) {
     if (!out.valid()) {
