@@ -104,44 +104,20 @@ namespace {
 
 using testing::Values;
 
-class MathOpsTest : public ::testing::Test {
+class MathOpsTest : public testing::OpTest {
  protected:
-  absl::StatusOr<Tensor> Run(absl::string_view op, std::vector<Tensor> in,
-                             AttrMap attrs = {}) {
-    Tensors out;
-    absl::Status s = ctx_.Execute(op, in, std::move(attrs), &out);
-    if (!s.ok()) return s;
-    return out[0];
-  }
   static Tensor D(Shape shape, std::vector<double> v) {
     return Tensor::FromVector<double>(shape, v);
   }
   static Tensor B(Shape shape, std::vector<bool> v) {
     return Tensor::FromVector<bool>(shape, v);
   }
-  // Expects `op` to fail with INVALID_ARGUMENT mentioning the op and every
-  // piece of `mentions`, and to record nothing on a tape watching `in`.
+  // ExpectInvalid with the mentions before the attrs (this file's calls).
   void ExpectInvalid(absl::string_view op, std::vector<Tensor> in,
                      std::vector<std::string> mentions, AttrMap attrs = {}) {
-    ASSERT_TRUE(ctx_.tapes().Push(99, false, false).ok());
-    Tape* tape = *ctx_.tapes().Find(99);
-    for (Tensor& t : in) {
-      t = ctx_.Adopt(t);
-      if (IsTrainable(t.dtype())) tape->Watch(t);
-    }
-    Tensors out;
-    absl::Status s = ctx_.Execute(op, in, std::move(attrs), &out);
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-    EXPECT_TRUE(absl::StrContains(s.message(), op)) << s;
-    for (const std::string& m : mentions) {
-      EXPECT_TRUE(absl::StrContains(s.message(), m)) << s << " lacks " << m;
-    }
-    EXPECT_TRUE(tape->num_entries() == 0);
-    EXPECT_TRUE(out.empty());
-    ASSERT_TRUE(ctx_.tapes().Pop(99).ok());
-    ASSERT_TRUE(ctx_.tapes().Delete(99).ok());
+    OpTest::ExpectInvalid(op, std::move(in), std::move(attrs),
+                          std::move(mentions));
   }
-  Context ctx_{DefaultRegistry()};
 };
 
 TEST_F(MathOpsTest, ComparisonsBroadcastToBool) {
@@ -159,7 +135,7 @@ TEST_F(MathOpsTest, ComparisonsBroadcastToBool) {
            {"Less", {1, 0, 1, 0, 0, 1}},
            {"LessEqual", {1, 1, 1, 0, 0, 1}},
        }) {
-    absl::StatusOr<Tensor> z = Run(c.op, {x, y});
+    absl::StatusOr<Tensor> z = Run1(c.op, {x, y});
     ASSERT_TRUE(z.ok()) << z.status();
     EXPECT_EQ(z->dtype(), DType::kBool) << c.op;
     EXPECT_EQ(z->shape(), (Shape{2, 3})) << c.op;
@@ -167,26 +143,26 @@ TEST_F(MathOpsTest, ComparisonsBroadcastToBool) {
   }
   // Outer broadcast, and a scalar on the left.
   absl::StatusOr<Tensor> z =
-      Run("Less", {D({2, 1}, {1, 5}), D({1, 3}, {0, 3, 6})});
+      Run1("Less", {D({2, 1}, {1, 5}), D({1, 3}, {0, 3, 6})});
   ASSERT_TRUE(z.ok()) << z.status();
   EXPECT_EQ(z->shape(), (Shape{2, 3}));
   EXPECT_EQ(Values(*z), (std::vector<double>{0, 1, 1, 0, 0, 1}));
-  z = Run("Greater", {D({}, {2}), D({3}, {1, 2, 3})});
+  z = Run1("Greater", {D({}, {2}), D({3}, {1, 2, 3})});
   ASSERT_TRUE(z.ok());
   EXPECT_EQ(Values(*z), (std::vector<double>{1, 0, 0}));
 }
 
 TEST_F(MathOpsTest, EqualTakesIntsBoolsAndComplex) {
   absl::StatusOr<Tensor> z =
-      Run("Equal", {Tensor::FromVector<int64_t>({3}, {1, 2, 3}),
-                    Tensor::Scalar<int64_t>(2)});
+      Run1("Equal", {Tensor::FromVector<int64_t>({3}, {1, 2, 3}),
+                     Tensor::Scalar<int64_t>(2)});
   ASSERT_TRUE(z.ok()) << z.status();
   EXPECT_EQ(Values(*z), (std::vector<double>{0, 1, 0}));
-  z = Run("NotEqual", {B({2}, {true, false}), B({2}, {true, true})});
+  z = Run1("NotEqual", {B({2}, {true, false}), B({2}, {true, true})});
   ASSERT_TRUE(z.ok()) << z.status();
   EXPECT_EQ(Values(*z), (std::vector<double>{0, 1}));
-  z = Run("Equal", {Tensor::FromVector<complex128>({2}, {{1, 2}, {1, 3}}),
-                    Tensor::FromVector<complex128>({2}, {{1, 2}, {1, -3}})});
+  z = Run1("Equal", {Tensor::FromVector<complex128>({2}, {{1, 2}, {1, 3}}),
+                     Tensor::FromVector<complex128>({2}, {{1, 2}, {1, -3}})});
   ASSERT_TRUE(z.ok()) << z.status();
   EXPECT_EQ(Values(*z), (std::vector<double>{1, 0}));
 }
@@ -208,21 +184,21 @@ TEST_F(MathOpsTest, ComparisonErrors) {
 TEST_F(MathOpsTest, SelectElementwiseScalarAndVectorConditions) {
   Tensor t = D({2, 3}, {1, 2, 3, 4, 5, 6});
   Tensor e = D({2, 3}, {-1, -2, -3, -4, -5, -6});
-  absl::StatusOr<Tensor> z =
-      Run("Select", {B({2, 3}, {true, false, true, false, false, true}), t, e});
+  absl::StatusOr<Tensor> z = Run1(
+      "Select", {B({2, 3}, {true, false, true, false, false, true}), t, e});
   ASSERT_TRUE(z.ok()) << z.status();
   EXPECT_EQ(Values(*z), (std::vector<double>{1, -2, 3, -4, -5, 6}));
-  z = Run("Select", {B({2}, {false, true}), t, e});
+  z = Run1("Select", {B({2}, {false, true}), t, e});
   ASSERT_TRUE(z.ok()) << z.status();
   EXPECT_EQ(z->shape(), (Shape{2, 3}));
   EXPECT_EQ(Values(*z), (std::vector<double>{-1, -2, -3, 4, 5, 6}));
-  z = Run("Select", {Tensor::Scalar<bool>(false), t, e});
+  z = Run1("Select", {Tensor::Scalar<bool>(false), t, e});
   ASSERT_TRUE(z.ok()) << z.status();
   EXPECT_EQ(Values(*z), Values(e));
   // Integers, and a rank-3 t chosen by rows.
-  z = Run("Select", {B({2}, {true, false}),
-                     Tensor::FromVector<int32_t>({2, 1, 2}, {1, 2, 3, 4}),
-                     Tensor::FromVector<int32_t>({2, 1, 2}, {5, 6, 7, 8})});
+  z = Run1("Select", {B({2}, {true, false}),
+                      Tensor::FromVector<int32_t>({2, 1, 2}, {1, 2, 3, 4}),
+                      Tensor::FromVector<int32_t>({2, 1, 2}, {5, 6, 7, 8})});
   ASSERT_TRUE(z.ok()) << z.status();
   EXPECT_EQ(z->dtype(), DType::kInt32);
   EXPECT_EQ(Values(*z), (std::vector<double>{1, 2, 7, 8}));
@@ -278,33 +254,33 @@ TEST_F(MathOpsTest, UnaryFunctionsMatchStd) {
            {"Cos", [](double v) { return std::cos(v); }},
            {"Tan", [](double v) { return std::tan(v); }},
        }) {
-    absl::StatusOr<Tensor> y = Run(c.op, {D({7}, x)});
+    absl::StatusOr<Tensor> y = Run1(c.op, {D({7}, x)});
     ASSERT_TRUE(y.ok()) << y.status();
     for (size_t i = 0; i < x.size(); ++i) {
       EXPECT_DOUBLE_EQ(y->ElementAsDouble(i), c.f(x[i])) << c.op << " " << x[i];
     }
   }
   const std::vector<double> p = {-0.5, -1e-10, 0.0, 0.25, 3.0};
-  absl::StatusOr<Tensor> y = Run("Log1p", {D({5}, p)});
+  absl::StatusOr<Tensor> y = Run1("Log1p", {D({5}, p)});
   ASSERT_TRUE(y.ok()) << y.status();
   for (size_t i = 0; i < p.size(); ++i) {
     EXPECT_DOUBLE_EQ(y->ElementAsDouble(i), std::log1p(p[i]));
   }
   for (const char* op : {"Reciprocal", "Inv"}) {
-    y = Run(op, {D({3}, {-4, 0.5, 8})});
+    y = Run1(op, {D({3}, {-4, 0.5, 8})});
     ASSERT_TRUE(y.ok()) << y.status();
     EXPECT_EQ(Values(*y), (std::vector<double>{-0.25, 2, 0.125}));
   }
   // float32 goes through the same kernels.
-  y = Run("Sin", {Tensor::FromVector<float>({1}, {0.5f})});
+  y = Run1("Sin", {Tensor::FromVector<float>({1}, {0.5f})});
   ASSERT_TRUE(y.ok());
   EXPECT_EQ(y->dtype(), DType::kFloat32);
   EXPECT_FLOAT_EQ(y->data<float>()[0], std::sin(0.5f));
   // Abs and Sign take integers.
-  y = Run("Abs", {Tensor::FromVector<int32_t>({3}, {-3, 0, 2})});
+  y = Run1("Abs", {Tensor::FromVector<int32_t>({3}, {-3, 0, 2})});
   ASSERT_TRUE(y.ok()) << y.status();
   EXPECT_EQ(Values(*y), (std::vector<double>{3, 0, 2}));
-  y = Run("Sign", {Tensor::FromVector<int64_t>({3}, {-3, 0, 2})});
+  y = Run1("Sign", {Tensor::FromVector<int64_t>({3}, {-3, 0, 2})});
   ASSERT_TRUE(y.ok()) << y.status();
   EXPECT_EQ(Values(*y), (std::vector<double>{-1, 0, 1}));
 }
@@ -312,15 +288,15 @@ TEST_F(MathOpsTest, UnaryFunctionsMatchStd) {
 TEST_F(MathOpsTest, ReciprocalTakesComplex) {
   const complex128 z(3, 4);
   absl::StatusOr<Tensor> y =
-      Run("Reciprocal", {Tensor::FromVector<complex128>({1}, {z})});
+      Run1("Reciprocal", {Tensor::FromVector<complex128>({1}, {z})});
   ASSERT_TRUE(y.ok()) << y.status();
   const complex128 r = y->data<complex128>()[0];
   EXPECT_NEAR(r.real(), 0.12, 1e-15);
   EXPECT_NEAR(r.imag(), -0.16, 1e-15);
   // ReciprocalGrad(y, dy) = -dy * conj(y)^2 (TensorFlow's complex convention).
   const complex128 dy(0.5, -2);
-  y = Run("ReciprocalGrad", {Tensor::FromVector<complex128>({1}, {r}),
-                             Tensor::FromVector<complex128>({1}, {dy})});
+  y = Run1("ReciprocalGrad", {Tensor::FromVector<complex128>({1}, {r}),
+                              Tensor::FromVector<complex128>({1}, {dy})});
   ASSERT_TRUE(y.ok()) << y.status();
   const complex128 expected = -dy * std::conj(r) * std::conj(r);
   EXPECT_NEAR(std::abs(y->data<complex128>()[0] - expected), 0, 1e-15);
@@ -328,7 +304,7 @@ TEST_F(MathOpsTest, ReciprocalTakesComplex) {
 
 TEST_F(MathOpsTest, ReciprocalGradOfZeroGradientIsZeroEvenAtInfinity) {
   absl::StatusOr<Tensor> y =
-      Run("ReciprocalGrad", {D({2}, {INFINITY, 2}), D({2}, {0, 1})});
+      Run1("ReciprocalGrad", {D({2}, {INFINITY, 2}), D({2}, {0, 1})});
   ASSERT_TRUE(y.ok()) << y.status();
   EXPECT_EQ(Values(*y), (std::vector<double>{0, -4}));
 }
@@ -349,18 +325,18 @@ TEST_F(MathOpsTest, UnaryErrors) {
 TEST_F(MathOpsTest, MaximumMinimumSquaredDifferenceBroadcast) {
   Tensor x = D({2, 1}, {1, 5});
   Tensor y = D({3}, {0, 3, 6});
-  absl::StatusOr<Tensor> z = Run("Maximum", {x, y});
+  absl::StatusOr<Tensor> z = Run1("Maximum", {x, y});
   ASSERT_TRUE(z.ok()) << z.status();
   EXPECT_EQ(z->shape(), (Shape{2, 3}));
   EXPECT_EQ(Values(*z), (std::vector<double>{1, 3, 6, 5, 5, 6}));
-  z = Run("Minimum", {x, y});
+  z = Run1("Minimum", {x, y});
   ASSERT_TRUE(z.ok());
   EXPECT_EQ(Values(*z), (std::vector<double>{0, 1, 1, 0, 3, 5}));
-  z = Run("SquaredDifference", {x, y});
+  z = Run1("SquaredDifference", {x, y});
   ASSERT_TRUE(z.ok());
   EXPECT_EQ(Values(*z), (std::vector<double>{1, 4, 25, 25, 4, 1}));
-  z = Run("Maximum", {Tensor::FromVector<int32_t>({2}, {-1, 4}),
-                      Tensor::Scalar<int32_t>(0)});
+  z = Run1("Maximum", {Tensor::FromVector<int32_t>({2}, {-1, 4}),
+                       Tensor::Scalar<int32_t>(0)});
   ASSERT_TRUE(z.ok());
   EXPECT_EQ(z->dtype(), DType::kInt32);
   EXPECT_EQ(Values(*z), (std::vector<double>{0, 4}));
@@ -423,27 +399,27 @@ TEST_F(MathOpsGradTest, MaximumTiesGoToX) {
 }
 
 TEST_F(MathOpsTest, L2LossAndProd) {
-  absl::StatusOr<Tensor> y = Run("L2Loss", {D({2, 2}, {1, -2, 3, 0.5})});
+  absl::StatusOr<Tensor> y = Run1("L2Loss", {D({2, 2}, {1, -2, 3, 0.5})});
   ASSERT_TRUE(y.ok()) << y.status();
   EXPECT_EQ(y->shape(), Shape{});
   EXPECT_DOUBLE_EQ(y->ElementAsDouble(0), (1 + 4 + 9 + 0.25) / 2);
   ExpectInvalid("L2Loss", {Tensor::FromVector<int32_t>({1}, {1})}, {"int32"});
 
   Tensor x = D({2, 3, 2}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
-  y = Run("Prod", {x});
+  y = Run1("Prod", {x});
   ASSERT_TRUE(y.ok()) << y.status();
   EXPECT_DOUBLE_EQ(y->ElementAsDouble(0), 479001600.0);  // 12!
-  y = Run("Prod", {x}, {{"axis", std::vector<int64_t>{1}}});
+  y = Run1("Prod", {x}, {{"axis", std::vector<int64_t>{1}}});
   ASSERT_TRUE(y.ok());
   EXPECT_EQ(y->shape(), (Shape{2, 2}));
   EXPECT_EQ(Values(*y), (std::vector<double>{15, 48, 693, 960}));
-  y = Run("Prod", {x},
-          {{"axis", std::vector<int64_t>{0, -1}}, {"keep_dims", true}});
+  y = Run1("Prod", {x},
+           {{"axis", std::vector<int64_t>{0, -1}}, {"keep_dims", true}});
   ASSERT_TRUE(y.ok());
   EXPECT_EQ(y->shape(), (Shape{1, 3, 1}));
   EXPECT_EQ(Values(*y), (std::vector<double>{1 * 2 * 7 * 8, 3 * 4 * 9 * 10,
                                              5 * 6 * 11 * 12}));
-  y = Run("Prod", {Tensor::FromVector<int32_t>({3}, {2, -3, 4})});
+  y = Run1("Prod", {Tensor::FromVector<int32_t>({3}, {2, -3, 4})});
   ASSERT_TRUE(y.ok());
   EXPECT_EQ(Values(*y), (std::vector<double>{-24}));
   ExpectInvalid("Prod", {x}, {"axis 3", "[2,3,2]"},
@@ -528,7 +504,7 @@ TEST_F(MathOpsTest, CumsumCumprodAllCombinations) {
     for (bool exclusive : {false, true}) {
       for (bool reverse : {false, true}) {
         for (int64_t axis : {1, -1}) {
-          absl::StatusOr<Tensor> y = Run(
+          absl::StatusOr<Tensor> y = Run1(
               prod ? "Cumprod" : "Cumsum", {D({2, 4}, x)},
               {{"axis", axis}, {"exclusive", exclusive}, {"reverse", reverse}});
           ASSERT_TRUE(y.ok()) << y.status();
@@ -539,16 +515,16 @@ TEST_F(MathOpsTest, CumsumCumprodAllCombinations) {
     }
   }
   // Axis 0 of a [2, 4] = axis 1 of its transpose.
-  absl::StatusOr<Tensor> y = Run("Cumsum", {D({2, 2}, {1, 2, 3, 4})},
-                                 {{"axis", int64_t{0}}, {"reverse", true}});
+  absl::StatusOr<Tensor> y = Run1("Cumsum", {D({2, 2}, {1, 2, 3, 4})},
+                                  {{"axis", int64_t{0}}, {"reverse", true}});
   ASSERT_TRUE(y.ok());
   EXPECT_EQ(Values(*y), (std::vector<double>{4, 6, 3, 4}));
   // Integers and complex (Cumsum).
-  y = Run("Cumprod", {Tensor::FromVector<int64_t>({3}, {2, 3, 4})},
-          {{"exclusive", true}});
+  y = Run1("Cumprod", {Tensor::FromVector<int64_t>({3}, {2, 3, 4})},
+           {{"exclusive", true}});
   ASSERT_TRUE(y.ok());
   EXPECT_EQ(Values(*y), (std::vector<double>{1, 2, 6}));
-  y = Run("Cumsum", {Tensor::FromVector<complex64>({2}, {{1, 1}, {2, -3}})});
+  y = Run1("Cumsum", {Tensor::FromVector<complex64>({2}, {{1, 1}, {2, -3}})});
   ASSERT_TRUE(y.ok()) << y.status();
   EXPECT_EQ(y->data<complex64>()[1], complex64(3, -2));
 }

@@ -10,6 +10,7 @@
 #include "core/op_registry.h"
 #include "gtest/gtest.h"
 #include "tests/core/op_samples.h"
+#include "tests/core/op_test_util.h"
 
 namespace gradtape {
 namespace testing {
@@ -22,40 +23,17 @@ namespace {
 constexpr double kScale = 1.0507009873554804934193349852946;
 constexpr double kAlpha = 1.6732632423543772848170429916717;
 
-class NnOpsTest : public ::testing::Test {
+class NnOpsTest : public testing::OpTest {
  protected:
-  absl::StatusOr<Tensor> Run(absl::string_view op, std::vector<Tensor> in,
-                             AttrMap attrs = {}) {
-    Tensors out;
-    absl::Status s = ctx_.Execute(op, in, std::move(attrs), &out);
-    if (!s.ok()) return s;
-    return out[0];
-  }
   static Tensor D(Shape shape, std::vector<double> v) {
     return Tensor::FromVector<double>(shape, v);
   }
-  // Expects INVALID_ARGUMENT naming the op and each of `mentions`, with
-  // nothing recorded on a tape watching the inputs.
+  // ExpectInvalid with the mentions before the attrs (this file's calls).
   void ExpectInvalid(absl::string_view op, std::vector<Tensor> in,
                      std::vector<std::string> mentions, AttrMap attrs = {}) {
-    ASSERT_TRUE(ctx_.tapes().Push(99, false, false).ok());
-    Tape* tape = *ctx_.tapes().Find(99);
-    for (Tensor& t : in) {
-      t = ctx_.Adopt(t);
-      if (IsTrainable(t.dtype())) tape->Watch(t);
-    }
-    Tensors out;
-    absl::Status s = ctx_.Execute(op, in, std::move(attrs), &out);
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-    EXPECT_TRUE(absl::StrContains(s.message(), op)) << s;
-    for (const std::string& m : mentions) {
-      EXPECT_TRUE(absl::StrContains(s.message(), m)) << s << " lacks " << m;
-    }
-    EXPECT_TRUE(tape->num_entries() == 0);
-    ASSERT_TRUE(ctx_.tapes().Pop(99).ok());
-    ASSERT_TRUE(ctx_.tapes().Delete(99).ok());
+    OpTest::ExpectInvalid(op, std::move(in), std::move(attrs),
+                          std::move(mentions));
   }
-  Context ctx_{DefaultRegistry()};
 };
 
 const std::vector<double> kX = {-40, -3, -0.5, -1e-8, 0, 0.25, 2, 5.9, 6.5, 40};
@@ -75,7 +53,7 @@ TEST_F(NnOpsTest, ActivationsMatchReferenceFormulas) {
            {"Softplus", [](double x) { return std::log(1 + std::exp(x)); }},
            {"Softsign", [](double x) { return x / (1 + std::abs(x)); }},
        }) {
-    absl::StatusOr<Tensor> y = Run(c.op, {D({10}, kX)});
+    absl::StatusOr<Tensor> y = Run1(c.op, {D({10}, kX)});
     ASSERT_TRUE(y.ok()) << y.status();
     for (size_t i = 0; i < kX.size(); ++i) {
       EXPECT_NEAR(y->ElementAsDouble(i), c.f(kX[i]),
@@ -86,12 +64,12 @@ TEST_F(NnOpsTest, ActivationsMatchReferenceFormulas) {
 }
 
 TEST_F(NnOpsTest, SoftplusIsFiniteForLargeInputs) {
-  absl::StatusOr<Tensor> y = Run("Softplus", {D({3}, {-1000, 1000, 800})});
+  absl::StatusOr<Tensor> y = Run1("Softplus", {D({3}, {-1000, 1000, 800})});
   ASSERT_TRUE(y.ok()) << y.status();
   EXPECT_EQ(y->ElementAsDouble(0), 0);
   EXPECT_EQ(y->ElementAsDouble(1), 1000);
   EXPECT_EQ(y->ElementAsDouble(2), 800);
-  y = Run("Softplus", {Tensor::FromVector<float>({1}, {100.f})});
+  y = Run1("Softplus", {Tensor::FromVector<float>({1}, {100.f})});
   ASSERT_TRUE(y.ok());
   EXPECT_EQ(y->data<float>()[0], 100.f);
 }
@@ -119,7 +97,7 @@ TEST_F(NnOpsTest, GradHelpersMatchReferenceFormulas) {
               return g / ((1 + std::abs(x)) * (1 + std::abs(x)));
             }},
        }) {
-    absl::StatusOr<Tensor> z = Run(c.op, {D({10}, dy), D({10}, kX)});
+    absl::StatusOr<Tensor> z = Run1(c.op, {D({10}, dy), D({10}, kX)});
     ASSERT_TRUE(z.ok()) << z.status();
     for (size_t i = 0; i < kX.size(); ++i) {
       EXPECT_NEAR(z->ElementAsDouble(i), c.f(dy[i], kX[i]), 1e-14)
@@ -148,8 +126,8 @@ TEST_F(NnOpsTest, ActivationErrors) {
 TEST_F(NnOpsTest, BiasAddV1MatchesBiasAdd) {
   Tensor value = D({2, 3}, {1, 2, 3, 4, 5, 6});
   Tensor bias = D({3}, {10, 20, 30});
-  absl::StatusOr<Tensor> a = Run("BiasAddV1", {value, bias});
-  absl::StatusOr<Tensor> b = Run("BiasAdd", {value, bias});
+  absl::StatusOr<Tensor> a = Run1("BiasAddV1", {value, bias});
+  absl::StatusOr<Tensor> b = Run1("BiasAdd", {value, bias});
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(a->shape(), (Shape{2, 3}));

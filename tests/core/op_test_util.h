@@ -31,6 +31,13 @@ class OpTest : public ::testing::Test {
     if (!s.ok()) return s;
     return out;
   }
+  // The first output of `op`.
+  absl::StatusOr<Tensor> Run1(absl::string_view op, std::vector<Tensor> in,
+                              AttrMap attrs = {}) {
+    absl::StatusOr<Tensors> out = Run(op, std::move(in), std::move(attrs));
+    if (!out.ok()) return out.status();
+    return (*out)[0];
+  }
 
   // Expects INVALID_ARGUMENT whose message names the op and each of
   // `mentions`, with nothing recorded on a tape watching every trainable
