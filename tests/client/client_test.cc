@@ -19,6 +19,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/server.h"
+#include "tests/client/core_mlp.h"
 
 namespace gradtape::client {
 namespace {
@@ -191,62 +192,22 @@ TEST_F(ClientTest, MlpLossAndGradientsMatchTheCoreInProcess) {
   }
 
   // In-process, same ops and inputs, with the core's session.
-  gradtape::Session core(DefaultRegistry(), {});
-  int64_t seq = 0;
-  auto put = [&](int64_t id, std::vector<int64_t> shape,
-                 const std::vector<double>& v) {
-    ASSERT_TRUE(core.PutTensor(++seq, id,
-                               gradtape::Tensor::FromVector<double>(shape, v))
-                    .ok());
-  };
-  put(1, {kBatch, kIn}, x);
-  ASSERT_TRUE(
-      core.PutTensor(++seq, 2,
-                     gradtape::Tensor::FromVector<int32_t>({kBatch}, labels))
-          .ok());
-  put(3, {kIn, kHidden}, w1);
-  put(4, {kHidden}, b1);
-  put(5, {kHidden, kClasses}, w2);
-  put(6, {kClasses}, b2);
-  ASSERT_TRUE(core.PushTape(++seq, 1, false, true).ok());
-  ASSERT_TRUE(core.Watch(++seq, 1, {3, 4, 5, 6}).ok());
-  auto run = [&](const char* op, std::vector<int64_t> in,
-                 std::vector<int64_t> out) {
-    absl::Status s = core.ExecuteOp(++seq, op, in, out, {});
-    ASSERT_TRUE(s.ok()) << s;
-  };
-  run("MatMul", {1, 3}, {10});
-  run("BiasAdd", {10, 4}, {11});
-  run("Tanh", {11}, {12});
-  run("MatMul", {12, 5}, {13});
-  run("BiasAdd", {13, 6}, {14});
-  run("SparseSoftmaxCrossEntropyWithLogits", {14, 2}, {15, 16});
-  run("Mean", {15}, {17});
-  ASSERT_TRUE(core.PopTape(++seq, 1).ok());
-  GradientRequest request;
-  request.tape = 1;
-  request.targets = {17};
-  request.sources = {3, 4, 5, 6};
-  request.result_ids = {20, 21, 22, 23};
-  absl::StatusOr<std::vector<gradtape::Tensor>> core_grads =
-      core.Gradient(++seq, request);
-  ASSERT_TRUE(core_grads.ok()) << core_grads.status();
-  absl::StatusOr<gradtape::Tensor> core_loss = core.FetchTensor(++seq, 17);
-  ASSERT_TRUE(core_loss.ok());
+  absl::StatusOr<testing::MlpResult> core = testing::CoreMlp(
+      {kBatch, kIn, kHidden, kClasses, x, w1, b1, w2, b2, labels});
+  ASSERT_TRUE(core.ok()) << core.status();
 
   ASSERT_EQ(client_loss.size(), 1u);
-  EXPECT_NEAR(client_loss[0], core_loss->ElementAsDouble(0), 1e-6);
+  EXPECT_NEAR(client_loss[0], core->loss, 1e-6);
   EXPECT_GT(client_loss[0], 0.0);
-  ASSERT_EQ(client_grads.size(), core_grads->size());
+  ASSERT_EQ(client_grads.size(), core->grads.size());
   for (size_t i = 0; i < client_grads.size(); ++i) {
-    const gradtape::Tensor& g = (*core_grads)[i];
-    ASSERT_EQ(static_cast<int64_t>(client_grads[i].size()), g.num_elements())
-        << "gradient " << i;
+    const std::vector<double>& g = core->grads[i];
+    ASSERT_EQ(client_grads[i].size(), g.size()) << "gradient " << i;
     double norm = 0;
-    for (int64_t j = 0; j < g.num_elements(); ++j) {
-      EXPECT_NEAR(client_grads[i][j], g.ElementAsDouble(j), 1e-6)
+    for (size_t j = 0; j < g.size(); ++j) {
+      EXPECT_NEAR(client_grads[i][j], g[j], 1e-6)
           << "gradient " << i << " element " << j;
-      norm += std::abs(g.ElementAsDouble(j));
+      norm += std::abs(g[j]);
     }
     EXPECT_GT(norm, 0.0) << "gradient " << i << " is all zeros";
   }

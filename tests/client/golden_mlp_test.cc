@@ -22,6 +22,7 @@
 #include "core/op_registry.h"
 #include "core/session.h"
 #include "gtest/gtest.h"
+#include "tests/client/core_mlp.h"
 
 namespace gradtape {
 namespace {
@@ -126,57 +127,20 @@ TEST(GoldenMlpTest, CoreMatchesHandWrittenBackpropAndWritesTheGoldenFile) {
   Golden ref = Inputs();
   Reference(ref);
 
-  gradtape::Session core(DefaultRegistry(), {});
-  int64_t seq = 0;
-  auto put = [&](int64_t id, std::vector<int64_t> shape,
-                 const std::vector<double>& v) {
-    ASSERT_TRUE(
-        core.PutTensor(++seq, id, Tensor::FromVector<double>(shape, v)).ok());
-  };
-  put(1, {kBatch, kIn}, ref.x);
-  ASSERT_TRUE(core.PutTensor(++seq, 2,
-                             Tensor::FromVector<int32_t>({kBatch}, ref.labels))
-                  .ok());
-  put(3, {kIn, kHidden}, ref.w1);
-  put(4, {kHidden}, ref.b1);
-  put(5, {kHidden, kClasses}, ref.w2);
-  put(6, {kClasses}, ref.b2);
-  ASSERT_TRUE(core.PushTape(++seq, 1, false, true).ok());
-  ASSERT_TRUE(core.Watch(++seq, 1, {3, 4, 5, 6}).ok());
-  auto run = [&](const char* op, std::vector<int64_t> in,
-                 std::vector<int64_t> out) {
-    absl::Status s = core.ExecuteOp(++seq, op, in, out, {});
-    ASSERT_TRUE(s.ok()) << s;
-  };
-  run("MatMul", {1, 3}, {10});
-  run("BiasAdd", {10, 4}, {11});
-  run("Tanh", {11}, {12});
-  run("MatMul", {12, 5}, {13});
-  run("BiasAdd", {13, 6}, {14});
-  run("SparseSoftmaxCrossEntropyWithLogits", {14, 2}, {15, 16});
-  run("Mean", {15}, {17});
-  ASSERT_TRUE(core.PopTape(++seq, 1).ok());
-  GradientRequest request;
-  request.tape = 1;
-  request.targets = {17};
-  request.sources = {3, 4, 5, 6};
-  request.result_ids = {20, 21, 22, 23};
-  absl::StatusOr<std::vector<Tensor>> grads = core.Gradient(++seq, request);
-  ASSERT_TRUE(grads.ok()) << grads.status();
-  absl::StatusOr<Tensor> loss = core.FetchTensor(++seq, 17);
-  ASSERT_TRUE(loss.ok()) << loss.status();
+  absl::StatusOr<testing::MlpResult> core =
+      testing::CoreMlp({kBatch, kIn, kHidden, kClasses, ref.x, ref.w1, ref.b1,
+                        ref.w2, ref.b2, ref.labels});
+  ASSERT_TRUE(core.ok()) << core.status();
 
   Golden got = Inputs();
-  got.loss = loss->ElementAsDouble(0);
+  got.loss = core->loss;
   EXPECT_NEAR(got.loss, ref.loss, 1e-12);
-  ASSERT_EQ(grads->size(), 4u);
+  ASSERT_EQ(core->grads.size(), 4u);
   for (size_t k = 0; k < 4; ++k) {
-    const Tensor& g = (*grads)[k];
-    ASSERT_EQ(g.num_elements(), static_cast<int64_t>(ref.grads[k].size()));
-    std::vector<double> values(g.num_elements());
+    const std::vector<double>& values = core->grads[k];
+    ASSERT_EQ(values.size(), ref.grads[k].size());
     double norm = 0;
-    for (int64_t i = 0; i < g.num_elements(); ++i) {
-      values[i] = g.ElementAsDouble(i);
+    for (size_t i = 0; i < values.size(); ++i) {
       EXPECT_NEAR(values[i], ref.grads[k][i], 1e-12)
           << "gradient " << k << " element " << i;
       norm += std::abs(values[i]);
