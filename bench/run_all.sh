@@ -21,7 +21,7 @@ if [ $QUICK = 1 ]; then REPS=3; OPS=50000; SMALL_OPS=10000; STEPS=100; GHZ_DURAT
 echo "== building $BUILD (Release)"
 cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DGRADTAPE_BUILD_TESTS=OFF >/dev/null
 ninja -C $BUILD recording_bench stream_bench kernel_bench memory_bench mlp_bench \
-  gradtape-server gradtape-ghz-sessions >/dev/null
+  gradtape-server gradtape-ghz-sessions unary_load >/dev/null
 if [ "${GRADTAPE_NATIVE:-ON}" = ON ]; then
   cmake -S . -B $BUILD-native -G Ninja -DCMAKE_BUILD_TYPE=Release -DGRADTAPE_BUILD_TESTS=OFF -DGRADTAPE_NATIVE=ON >/dev/null
   ninja -C $BUILD-native kernel_bench >/dev/null
@@ -55,7 +55,7 @@ run numpy_unset env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE \
 run numpy_1thread env OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/numpy_bench.py --reps $REPS
 run memory $BUILD/bench/memory_bench --sessions=1000
 run mlp $BUILD/bench/mlp_bench --steps=$STEPS --reps=$REPS
-GRADTAPE_BUILD_DIR=$ROOT/$BUILD run ghz bash tests/load/run_ghz.sh --duration=$GHZ_DURATION || true
+GRADTAPE_BUILD_DIR=$ROOT/$BUILD run ghz bash tests/load/run_ghz.sh --duration=$GHZ_DURATION --unary-load || true
 
 python3 bench/write_performance.py "$OUT" docs/PERFORMANCE.md
 echo "== wrote docs/PERFORMANCE.md"

@@ -2,7 +2,8 @@
 # Runs ghz load scenarios (this folder's *.json, ghz's own config format)
 # against a gradtape-server it starts on 127.0.0.1, and fails on any error.
 #
-#   tests/load/run_ghz.sh [--duration=10s] [--min-rps=N] [scenario.json ...]
+#   tests/load/run_ghz.sh [--duration=10s] [--min-rps=N] [--unary-load]
+#                         [scenario.json ...]
 #
 # Defaults: every scenario here, 10 s each. Steps: installs ghz (pinned,
 # `go install` through the Go module proxy, into .tools/bin) if missing;
@@ -12,10 +13,13 @@
 # reflection (no .proto files); fails if any call's status was not OK, and
 # afterwards if any session holds a poisoned id (a command that failed inside
 # an OK reply: ghz sees statuses only) or a tape, or if the sessions do not
-# hold exactly one result per call (each call releases everything else). Prints one line per scenario:
+# hold exactly one result per call (each call releases everything else;
+# keepalive.json, the baseline, holds none). Prints one line per scenario:
 # requests, req/s, p50/p99 latency, errors. --min-rps makes low throughput
 # fail too (not used by scripts/test.sh: 2-core CI machines are noisy).
-# The server is always stopped.
+# --unary-load then runs bench's unary_load (a compiled C++ load generator,
+# far cheaper per call than ghz) for KeepAlive and Run against the same
+# server for the same duration. The server is always stopped.
 #
 # Env: GRADTAPE_BUILD_DIR (default build), GHZ_RESULTS_DIR (keeps ghz's
 # JSON reports there).
@@ -27,16 +31,20 @@ GHZ="$TOOLS/ghz"
 BUILD="${GRADTAPE_BUILD_DIR:-$ROOT/build}"
 DURATION=10s
 MIN_RPS=0
+UNARY_LOAD=0
 SCENARIOS=()
 for arg in "$@"; do
   case "$arg" in
     --duration=*) DURATION="${arg#*=}" ;;
     --min-rps=*) MIN_RPS="${arg#*=}" ;;
+    --unary-load) UNARY_LOAD=1 ;;
     -*) echo "run_ghz.sh: unknown flag $arg" >&2; exit 2 ;;
     *) SCENARIOS+=("$arg") ;;
   esac
 done
-[ ${#SCENARIOS[@]} -gt 0 ] || SCENARIOS=("$ROOT"/tests/load/*.json)
+# The baseline first, then the scenarios, so their lines read against it.
+[ ${#SCENARIOS[@]} -gt 0 ] || SCENARIOS=("$ROOT"/tests/load/keepalive.json \
+  "$ROOT"/tests/load/run_unary.json "$ROOT"/tests/load/stream.json)
 
 # ghz, pinned. A failed install fails the run (never skipped).
 # (`go install` builds report version "dev": a stamp file records the pin.)
@@ -55,7 +63,10 @@ fi
 
 SERVER_BIN="$BUILD/server/gradtape-server"
 SESSIONS_BIN="$BUILD/bench/gradtape-ghz-sessions"
-for bin in "$SERVER_BIN" "$SESSIONS_BIN"; do
+LOAD_BIN="$BUILD/bench/unary_load"
+BINS=("$SERVER_BIN" "$SESSIONS_BIN")
+[ $UNARY_LOAD = 0 ] || BINS+=("$LOAD_BIN")
+for bin in "${BINS[@]}"; do
   [ -x "$bin" ] || { echo "run_ghz.sh: FAILED: $bin not built" >&2; exit 1; }
 done
 
@@ -128,7 +139,19 @@ sys.exit(1 if failed else 0)
 PY
   head -n -1 "$WORK/$name.summary"
   calls="$(tail -1 "$WORK/$name.summary")"
+  # Run and Stream calls each leave one result; KeepAlive leaves nothing.
+  grep -q '"call": "gradtape.v1.TapeService.KeepAlive"' "$scenario" && calls=0
   "$SESSIONS_BIN" check --address="$ADDRESS" --sessions_file="$WORK/$name.sessions" \
     --expect_live="${calls:--1}" || status=1
 done
+
+if [ $UNARY_LOAD = 1 ]; then
+  seconds="$(python3 -c "import sys; d = sys.argv[1]; print(float(d[:-1]) * {'s': 1, 'm': 60}[d[-1]])" "$DURATION")"
+  for call in keepalive run; do
+    cpu_before="$(server_cpu)"
+    "$LOAD_BIN" --address="$ADDRESS" --call=$call --duration_s="$seconds" || status=1
+    cpu_used="$(awk -v a="$cpu_before" -v b="$(server_cpu)" 'BEGIN { printf "%.2f", b - a }')"
+    echo "unary_load $call: server busy $(awk -v c="$cpu_used" -v s="$seconds" 'BEGIN { printf "%.2f", c / s }') cores"
+  done
+fi
 exit $status

@@ -1,0 +1,302 @@
+// unary_load: a light C++ load generator for unary calls, the companion of
+// the ghz scenarios (tests/load/). ghz spends far more CPU per call than the
+// server does (it builds every request from JSON templates through
+// reflection), and on a 2-core machine it shares the cores with the server,
+// so ghz's figure is bounded by ghz itself. This driver sends the same
+// requests from compiled protobuf messages, so what it prints is closer to
+// the server's own capacity on the cores that remain.
+//
+//   unary_load --address=127.0.0.1:PORT [--call=run|keepalive]
+//              [--concurrency=50] [--connections=50] [--duration_s=10]
+//
+// --call=run sends run_unary.json's batch (put a float32[4], AddV2, Mul,
+// fetch, release the intermediates) with distinct ids per call;
+// --call=keepalive sends the cheapest authenticated call of the service,
+// the baseline for what gRPC alone costs. It opens --concurrency sessions
+// (call i uses session i mod --concurrency, like the ghz scenarios), keeps
+// one call in flight per worker until --duration_s has passed, and then
+// checks every session with a Stats command: no poisoned id, no tape, and
+// for run one live result per successful call. Prints requests, req/s,
+// p50/p99 latency and errors; exits 1 on any error.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "gradtape/v1/tape_service.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+
+ABSL_FLAG(std::string, address, "127.0.0.1:50051", "server (loopback)");
+ABSL_FLAG(std::string, call, "run", "run | keepalive");
+ABSL_FLAG(int, concurrency, 50, "calls in flight (one per worker)");
+ABSL_FLAG(int, connections, 50, "TCP connections the workers share");
+ABSL_FLAG(double, duration_s, 10, "seconds of load");
+
+namespace v1 = gradtape::v1;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct SessionCredentials {
+  std::string id, token;
+};
+
+// The batch of tests/load/run_unary.json for call number `n`.
+void FillRunBatch(int64_t n, v1::CommandBatch& batch) {
+  static const float kValues[4] = {0.5f, 1.5f, 2.0f, -1.0f};
+  const int64_t base = n * 16;
+  batch.Clear();
+  batch.set_batch_id(n);
+  v1::Command* put = batch.add_commands();
+  put->set_seq(1);
+  put->mutable_put()->set_id(base + 1);
+  v1::TensorValue* value = put->mutable_put()->mutable_value();
+  value->set_dtype(v1::DTYPE_FLOAT32);
+  value->add_shape(4);
+  value->set_data(kValues, sizeof(kValues));
+  auto execute = [&](int64_t seq, const char* op, int64_t a, int64_t b,
+                     int64_t out) {
+    v1::Command* cmd = batch.add_commands();
+    cmd->set_seq(seq);
+    v1::ExecuteOp* e = cmd->mutable_execute();
+    e->set_op(op);
+    e->add_input_ids(a);
+    e->add_input_ids(b);
+    e->add_output_ids(out);
+  };
+  execute(2, "AddV2", base + 1, base + 1, base + 2);
+  execute(3, "Mul", base + 2, base + 1, base + 3);
+  v1::Command* fetch = batch.add_commands();
+  fetch->set_seq(4);
+  fetch->mutable_fetch()->set_id(base + 3);
+  v1::Command* release = batch.add_commands();
+  release->set_seq(5);
+  release->mutable_release()->add_ids(base + 1);
+  release->mutable_release()->add_ids(base + 2);
+}
+
+class Load {
+ public:
+  Load(std::vector<std::unique_ptr<v1::TapeService::Stub>> stubs,
+       std::vector<SessionCredentials> sessions, bool run,
+       Clock::time_point end)
+      : stubs_(std::move(stubs)),
+        sessions_(std::move(sessions)),
+        run_(run),
+        end_(end),
+        workers_(sessions_.size()) {}
+
+  // Starts one call per worker and waits until every worker has stopped.
+  void RunToEnd() {
+    for (size_t w = 0; w < workers_.size(); ++w) Issue(w);
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [&] { return stopped_ == workers_.size(); });
+  }
+
+  std::vector<double> Latencies() const {
+    std::vector<double> all;
+    for (const Worker& w : workers_) {
+      all.insert(all.end(), w.latencies_ms.begin(), w.latencies_ms.end());
+    }
+    return all;
+  }
+  int64_t errors() const { return errors_.load(); }
+  int64_t command_errors() const { return command_errors_.load(); }
+  const std::string& first_error() const { return first_error_; }
+
+ private:
+  struct Worker {
+    std::unique_ptr<grpc::ClientContext> ctx;
+    v1::CommandBatch batch;
+    v1::BatchReply reply;
+    v1::KeepAliveRequest ka_request;
+    v1::KeepAliveResponse ka_response;
+    Clock::time_point sent;
+    std::vector<double> latencies_ms;
+  };
+
+  void Issue(size_t w) {
+    Worker& worker = workers_[w];
+    if (Clock::now() >= end_) {
+      Stop();
+      return;
+    }
+    const int64_t n = next_call_.fetch_add(1);
+    const SessionCredentials& session = sessions_[w];
+    worker.ctx = std::make_unique<grpc::ClientContext>();
+    worker.ctx->AddMetadata("gradtape-session-id", session.id);
+    worker.ctx->AddMetadata("gradtape-session-token", session.token);
+    worker.ctx->set_deadline(std::chrono::system_clock::now() +
+                             std::chrono::seconds(5));
+    v1::TapeService::Stub& stub = *stubs_[w % stubs_.size()];
+    worker.sent = Clock::now();
+    auto done = [this, w](grpc::Status s) { Finished(w, s); };
+    if (run_) {
+      FillRunBatch(n, worker.batch);
+      worker.reply.Clear();
+      stub.async()->Run(worker.ctx.get(), &worker.batch, &worker.reply, done);
+    } else {
+      stub.async()->KeepAlive(worker.ctx.get(), &worker.ka_request,
+                              &worker.ka_response, done);
+    }
+  }
+
+  void Finished(size_t w, const grpc::Status& s) {
+    Worker& worker = workers_[w];
+    worker.latencies_ms.push_back(
+        std::chrono::duration<double, std::milli>(Clock::now() - worker.sent)
+            .count());
+    if (!s.ok()) {
+      // A failed call stops its worker (no storm of instant failures).
+      Error("call failed: " + s.error_message());
+      Stop();
+      return;
+    }
+    if (run_) {
+      for (const v1::CommandResult& r : worker.reply.results()) {
+        if (r.has_error()) {
+          ++command_errors_;
+          Error("command failed: " + r.error().message());
+        }
+      }
+    }
+    Issue(w);
+  }
+
+  void Stop() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (++stopped_ == workers_.size()) done_cv_.notify_all();
+  }
+
+  void Error(const std::string& what) {
+    if (errors_.fetch_add(1) == 0) first_error_ = what;
+  }
+
+  std::vector<std::unique_ptr<v1::TapeService::Stub>> stubs_;
+  std::vector<SessionCredentials> sessions_;
+  const bool run_;
+  const Clock::time_point end_;
+  std::vector<Worker> workers_;
+  std::atomic<int64_t> next_call_{0};
+  std::atomic<int64_t> errors_{0};
+  std::atomic<int64_t> command_errors_{0};
+  std::string first_error_;
+  std::mutex mu_;
+  std::condition_variable done_cv_;
+  size_t stopped_ = 0;
+};
+
+double Percentile(std::vector<double>& v, double p) {
+  if (v.empty()) return 0;
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * v.size()));
+  std::nth_element(v.begin(), v.begin() + i, v.end());
+  return v[i];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const std::string address = absl::GetFlag(FLAGS_address);
+  const std::string call = absl::GetFlag(FLAGS_call);
+  if (address.rfind("127.0.0.1:", 0) != 0 && address.rfind("[::1]:", 0) != 0) {
+    std::fprintf(stderr, "unary_load: loopback addresses only, not %s\n",
+                 address.c_str());
+    return 2;
+  }
+  if (call != "run" && call != "keepalive") {
+    std::fprintf(stderr, "unary_load: --call is run or keepalive\n");
+    return 2;
+  }
+  const int concurrency = std::max(1, absl::GetFlag(FLAGS_concurrency));
+  const int connections =
+      std::clamp(absl::GetFlag(FLAGS_connections), 1, concurrency);
+
+  // One channel per connection; a distinct channel arg keeps gRPC from
+  // sharing one subchannel (one TCP connection) between them.
+  std::vector<std::unique_ptr<v1::TapeService::Stub>> stubs;
+  for (int c = 0; c < connections; ++c) {
+    grpc::ChannelArguments args;
+    args.SetInt("gradtape.unary_load.connection", c);
+    stubs.push_back(v1::TapeService::NewStub(grpc::CreateCustomChannel(
+        address, grpc::InsecureChannelCredentials(), args)));
+  }
+  std::vector<SessionCredentials> sessions;
+  for (int i = 0; i < concurrency; ++i) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(10));
+    v1::CreateSessionRequest req;
+    req.set_keep_alive_seconds(600);
+    v1::CreateSessionResponse resp;
+    const grpc::Status s = stubs[0]->CreateSession(&ctx, req, &resp);
+    if (!s.ok()) {
+      std::fprintf(stderr, "unary_load: CreateSession: %s\n",
+                   s.error_message().c_str());
+      return 1;
+    }
+    sessions.push_back({resp.session_id(), resp.token()});
+  }
+
+  const Clock::time_point start = Clock::now();
+  const auto duration = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(absl::GetFlag(FLAGS_duration_s)));
+  Load load(std::move(stubs), sessions, call == "run", start + duration);
+  load.RunToEnd();
+  const double seconds =
+      std::chrono::duration<double>(Clock::now() - start).count();
+  std::vector<double> latencies = load.Latencies();
+  const int64_t count = static_cast<int64_t>(latencies.size());
+
+  // Afterwards every session must be clean, and for run hold exactly one
+  // result per successful call.
+  auto stub = v1::TapeService::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  int64_t live = 0, unclean = 0;
+  for (const SessionCredentials& session : sessions) {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("gradtape-session-id", session.id);
+    ctx.AddMetadata("gradtape-session-token", session.token);
+    v1::CommandBatch batch;
+    batch.add_commands()->set_seq(1 << 30);
+    batch.mutable_commands(0)->mutable_stats();
+    v1::BatchReply reply;
+    const grpc::Status s = stub->Run(&ctx, batch, &reply);
+    if (!s.ok() || reply.results_size() != 1 || !reply.results(0).has_stats()) {
+      ++unclean;
+      continue;
+    }
+    const v1::SessionStats& stats = reply.results(0).stats();
+    live += stats.live_tensors();
+    if (stats.poisoned_ids() != 0 || stats.tapes() != 0) ++unclean;
+    grpc::ClientContext close_ctx;
+    close_ctx.AddMetadata("gradtape-session-id", session.id);
+    close_ctx.AddMetadata("gradtape-session-token", session.token);
+    v1::CloseSessionRequest close;
+    v1::CloseSessionResponse closed;
+    stub->CloseSession(&close_ctx, close, &closed);
+  }
+  const int64_t errors = load.errors();
+  const int64_t expected_live = call == "run" ? count - errors : 0;
+  std::printf(
+      "unary_load %s: %lld requests in %.1f s, %.0f req/s, p50 %.2f ms, "
+      "p99 %.2f ms, errors %lld; sessions: %lld unclean, %lld results held "
+      "(expected %lld)\n",
+      call.c_str(), static_cast<long long>(count), seconds, count / seconds,
+      Percentile(latencies, 0.50), Percentile(latencies, 0.99),
+      static_cast<long long>(errors), static_cast<long long>(unclean),
+      static_cast<long long>(live), static_cast<long long>(expected_live));
+  if (errors != 0) {
+    std::fprintf(stderr, "unary_load: first error: %s\n",
+                 load.first_error().c_str());
+  }
+  return errors == 0 && unclean == 0 && live == expected_live ? 0 : 1;
+}
