@@ -181,8 +181,9 @@ def ghz(folder, out):
     text = read(folder, "ghz")
     out.append("### 3. ghz load test\n")
     out.append(f"`{cmd(folder, 'ghz')}` (50 concurrent workers over 50 "
-               "connections, 50 sessions; ghz and unary_load run on the same "
-               "2 cores as the server)\n")
+               "connections; ghz spreads them over 10 sessions, unary_load "
+               "over 50; the load generator runs on the same 2 cores as the "
+               "server)\n")
     for line in text.splitlines():
         if line.startswith(("ghz ", "unary_load ")) or \
                 "ghz_sessions check" in line or "FAILED" in line:
