@@ -12,6 +12,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/synchronization/mutex.h"
 #include "server/server.h"
 
 ABSL_FLAG(std::string, address, "127.0.0.1:50051",
@@ -31,6 +32,12 @@ int main(int argc, char** argv) {
       "gradtape-server: a gradient-tape gRPC service for remote eager "
       "clients.\nUsage: gradtape-server [--address=127.0.0.1:50051] ...");
   absl::ParseCommandLine(argc, argv);
+  // Debian's Abseil is built without NDEBUG, so absl::Mutex records every
+  // lock order for deadlock detection (GraphCycles took ~4% of the server's
+  // CPU under unary load: docs/PERFORMANCE.md). Our lock order is fixed by
+  // design (manager, then one session); tests and sanitizer runs keep the
+  // detector on.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 
   // Block the stop signals in every thread (gRPC's threads inherit the mask)
   // and take them synchronously below with sigwait.
