@@ -8,7 +8,7 @@ cd "$ROOT"
 
 PACKAGES=(g++ cmake ninja-build pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libabsl-dev libeigen3-dev libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-venv python3-pip)
 missing=()
 for p in "${PACKAGES[@]}"; do

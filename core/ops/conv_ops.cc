@@ -6,12 +6,13 @@
 // (WindowGeometry), so one traversal (ForEachTap) serves them all:
 //  - Convolution: im2col copies the receptive field of every output position
 //    into a row of a patch matrix P [positions, taps * C]; with the filter
-//    viewed as F [taps * C, O], y = P * F is one Eigen GEMM. Backprop input
-//    is dP = dy * F^T followed by col2im (scatter-add of the rows of dP back
-//    into the image); backprop filter is dF = P^T * dy. Images go in chunks
-//    so that P stays under kPatchBudget elements; a 1x1 filter with stride 1
-//    uses the input itself as P.
-//  - Depthwise: the same P, one GEMM per channel c on strided views:
+//    viewed as F [taps * C, O], y = P * F is one GEMM (core/ops/gemm.h).
+//    Backprop input is dP = dy * F^T followed by col2im (scatter-add of the
+//    rows of dP back into the image); backprop filter is dF = P^T * dy.
+//    Images go in chunks so that P stays under kPatchBudget elements; a 1x1
+//    filter with stride 1 uses the input itself as P.
+//  - Depthwise: the same P, one Eigen GEMM per channel c on strided views
+//    (not plain row-major matrices, so not for BLAS):
 //    y[:, c, :] = P[:, taps, c] * F[taps, c, :].
 //  - Dilation: y = max over taps of (x + filter); the backprops route each
 //    output gradient to the first maximizing tap, as TensorFlow does (see
@@ -34,6 +35,7 @@
 
 #include "Eigen/Core"
 #include "core/gradient.h"
+#include "core/ops/gemm.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
 
@@ -51,10 +53,6 @@ using Dims = std::array<int64_t, kMaxSpatial>;
 template <typename T>
 using Matrix =
     Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <typename T>
-using MatrixMap = Eigen::Map<Matrix<T>>;
-template <typename T>
-using ConstMatrixMap = Eigen::Map<const Matrix<T>>;
 using DynamicStride = Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>;
 template <typename T>
 using StridedMap = Eigen::Map<Matrix<T>, 0, DynamicStride>;
@@ -433,9 +431,8 @@ void ConvForward(const WindowGeometry& g, const T* x, const T* f, T* y,
     const int64_t rows = nb * g.OutPositions();
     T* out = y + b * g.OutImage();
     if (g.kind->layout == FilterLayout::kConv) {
-      MatrixMap<T>(out, rows, g.out_channels).noalias() =
-          ConstMatrixMap<T>(p, rows, g.PatchCols()) *
-          ConstMatrixMap<T>(f, g.PatchCols(), g.out_channels);
+      Gemm<T>(false, false, rows, g.out_channels, g.PatchCols(), p,
+              g.PatchCols(), f, g.out_channels, out, g.out_channels);
       return;
     }
     for (int64_t c = 0; c < g.in_channels; ++c) {
@@ -458,9 +455,8 @@ void ConvBackpropInput(const WindowGeometry& g, const T* f, const T* dy, T* dx,
     // dP = dy * F^T, straight into dx when P is x.
     T* dp = g.PointWise() ? image : scratch;
     if (g.kind->layout == FilterLayout::kConv) {
-      MatrixMap<T>(dp, rows, g.PatchCols()).noalias() =
-          ConstMatrixMap<T>(grad, rows, g.out_channels) *
-          ConstMatrixMap<T>(f, g.PatchCols(), g.out_channels).transpose();
+      Gemm<T>(false, true, rows, g.PatchCols(), g.out_channels, grad,
+              g.out_channels, f, g.out_channels, dp, g.PatchCols());
     } else {
       for (int64_t c = 0; c < g.in_channels; ++c) {
         PatchChannel(g, dp, rows, c).noalias() =
@@ -489,9 +485,8 @@ void ConvBackpropFilter(const WindowGeometry& g, const T* x, const T* dy, T* df,
     const int64_t rows = nb * g.OutPositions();
     const T* grad = dy + b * g.OutImage();
     if (g.kind->layout == FilterLayout::kConv) {
-      MatrixMap<T>(df, g.PatchCols(), g.out_channels).noalias() +=
-          ConstMatrixMap<T>(p, rows, g.PatchCols()).transpose() *
-          ConstMatrixMap<T>(grad, rows, g.out_channels);
+      Gemm<T>(true, false, g.PatchCols(), g.out_channels, rows, p,
+              g.PatchCols(), grad, g.out_channels, df, g.out_channels, T(1));
       return;
     }
     for (int64_t c = 0; c < g.in_channels; ++c) {

@@ -1,39 +1,16 @@
 // Batched and sparse matrix products, cross product.
 //
-// Every product is one Eigen GEMM per matrix: the operands are row-major
-// buffers viewed through Eigen::Map, with transposes (adjoints; the dtypes
-// here are real) folded into the expression, so no copy is made. Batched
-// products walk the batch dims with ForEachStrided, whose strides (in
-// matrices) are 0 along a broadcast dim.
-#include "Eigen/Core"
+// Every product is one Gemm (core/ops/gemm.h) per matrix on the row-major
+// buffers, with transposes (adjoints; the dtypes here are real) passed as
+// flags, so no copy is made. Batched products walk the batch dims with
+// ForEachStrided, whose strides (in matrices) are 0 along a broadcast dim.
 #include "core/gradient.h"
+#include "core/ops/gemm.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
 
 namespace gradtape {
 namespace {
-
-// c = op(a) op(b) for row-major a [a_rows, a_cols], b [b_rows, b_cols] and
-// c [m, n]; op transposes when the flag is set. The caller checked that the
-// inner dimensions agree.
-template <typename T>
-void Gemm(const T* a, int64_t a_rows, int64_t a_cols, bool ta, const T* b,
-          int64_t b_rows, int64_t b_cols, bool tb, T* c) {
-  using Matrix =
-      Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  Eigen::Map<const Matrix> ma(a, a_rows, a_cols);
-  Eigen::Map<const Matrix> mb(b, b_rows, b_cols);
-  Eigen::Map<Matrix> mc(c, ta ? a_cols : a_rows, tb ? b_rows : b_cols);
-  if (mc.size() == 0) return;
-  if ((ta ? a_rows : a_cols) == 0) {  // Empty inner dimension: a sum of none.
-    mc.setZero();
-    return;
-  }
-  if (!ta && !tb) mc.noalias() = ma * mb;
-  if (!ta && tb) mc.noalias() = ma * mb.transpose();
-  if (ta && !tb) mc.noalias() = ma.transpose() * mb;
-  if (ta && tb) mc.noalias() = ma.transpose() * mb.transpose();
-}
 
 // The matrix dims of a product: op(x) is [m, k], op(y) is [k, n].
 struct ProductDims {
@@ -120,8 +97,8 @@ absl::Status BatchMatMulKernel(KernelContext& ctx, bool broadcast) {
     const T* py = y.data<T>();
     T* pz = z.mutable_data<T>();
     ForEachStrided(batch, sx, sy, [&](int64_t o, int64_t i, int64_t j) {
-      Gemm(px + i * x_size, xr, xc, adj_x, py + j * y_size, yr, yc, adj_y,
-           pz + o * z_size);
+      Gemm<T>(adj_x, adj_y, d->m, d->n, d->k, px + i * x_size, xc,
+              py + j * y_size, yc, pz + o * z_size, d->n);
     });
   });
   ctx.set_output(0, std::move(z));
@@ -162,8 +139,8 @@ absl::Status SparseMatMulKernel(KernelContext& ctx) {
   Tensor c = Tensor::Empty(a.dtype(), {d->m, d->n});
   DispatchFloat(a.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    Gemm(a.data<T>(), a.dim(0), a.dim(1), ta, b.data<T>(), b.dim(0), b.dim(1),
-         tb, c.mutable_data<T>());
+    Gemm<T>(ta, tb, d->m, d->n, d->k, a.data<T>(), a.dim(1), b.data<T>(),
+            b.dim(1), c.mutable_data<T>(), d->n);
   });
   ctx.set_output(0, std::move(c));
   return absl::OkStatus();

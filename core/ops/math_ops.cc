@@ -9,6 +9,7 @@
 #include "Eigen/Core"
 #include "core/forward.h"
 #include "core/gradient.h"
+#include "core/ops/gemm.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
 
@@ -67,15 +68,8 @@ absl::Status MatMulKernel(KernelContext& ctx) {
   Tensor c = Tensor::Empty(a.dtype(), {m, n});
   DispatchFloat(a.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    using Matrix =
-        Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-    Eigen::Map<const Matrix> ma(a.data<T>(), a.dim(0), a.dim(1));
-    Eigen::Map<const Matrix> mb(b.data<T>(), b.dim(0), b.dim(1));
-    Eigen::Map<Matrix> mc(c.mutable_data<T>(), m, n);
-    if (!ta && !tb) mc.noalias() = ma * mb;
-    if (!ta && tb) mc.noalias() = ma * mb.transpose();
-    if (ta && !tb) mc.noalias() = ma.transpose() * mb;
-    if (ta && tb) mc.noalias() = ma.transpose() * mb.transpose();
+    Gemm<T>(ta, tb, m, n, k, a.data<T>(), a.dim(1), b.data<T>(), b.dim(1),
+            c.mutable_data<T>(), n);
   });
   ctx.set_output(0, std::move(c));
   return absl::OkStatus();

@@ -1,0 +1,38 @@
+// Row-major matrix products for the float kernels (MatMul, BatchMatMul, the
+// convolution GEMMs): one entry point in front of OpenBLAS.
+#ifndef GRADTAPE_CORE_OPS_GEMM_H_
+#define GRADTAPE_CORE_OPS_GEMM_H_
+
+#include <cstdint>
+
+namespace gradtape {
+
+// c = op(a) * op(b) + beta * c, T float or double, every matrix row-major:
+// op(a) is [m, k] (a is [k, m] in memory when trans_a), op(b) is [k, n] (b is
+// [n, k] when trans_b), c is [m, n]; lda, ldb, ldc are the distances in
+// elements between consecutive rows in memory. With beta == 0, c is only
+// written (it may hold anything, NaN included). k == 0 gives beta * c.
+//
+// Products go to OpenBLAS's cblas_?gemm (kernels picked for the CPU at run
+// time, multithreaded for large products); tiny products and matrix-vector
+// ones stay on Eigen (see kBlasMinWork in gemm.cc). Thread-safe: several
+// threads may call it at once (tests/core/gemm_test.cc).
+template <typename T>
+void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+          const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc,
+          T beta = T(0));
+
+extern template void Gemm<float>(bool, bool, int64_t, int64_t, int64_t,
+                                 const float*, int64_t, const float*, int64_t,
+                                 float*, int64_t, float);
+extern template void Gemm<double>(bool, bool, int64_t, int64_t, int64_t,
+                                  const double*, int64_t, const double*,
+                                  int64_t, double*, int64_t, double);
+
+// OpenBLAS's name for the kernels it chose ("SkylakeX", "Haswell", ...), for
+// benchmark reports.
+const char* BlasCoreName();
+
+}  // namespace gradtape
+
+#endif  // GRADTAPE_CORE_OPS_GEMM_H_
