@@ -12,6 +12,7 @@
 #include "core/ops/gemm.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
+#include "core/ops/vector_math.h"
 
 namespace gradtape {
 namespace {
@@ -72,6 +73,23 @@ absl::Status MatMulKernel(KernelContext& ctx) {
             c.mutable_data<T>(), n);
   });
   ctx.set_output(0, std::move(c));
+  return absl::OkStatus();
+}
+
+// y = f(x) for floating x, with f an array function of vector_math.h
+// (f(const T* x, T* y, int64_t n)).
+template <typename F>
+absl::Status ArrayFloatKernel(KernelContext& ctx, F f) {
+  if (absl::Status s = RequireDTypes(ctx, 0, DTypes::kFloating); !s.ok()) {
+    return s;
+  }
+  const Tensor& x = ctx.input(0);
+  Tensor y = Tensor::Empty(x.dtype(), x.shape());
+  DispatchFloat(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    f(x.data<T>(), y.mutable_data<T>(), x.num_elements());
+  });
+  ctx.set_output(0, std::move(y));
   return absl::OkStatus();
 }
 
@@ -812,8 +830,8 @@ void RegisterMathOps(OpRegistry& r) {
             .Summary("z = 0.5 * dy / y (the gradient of Sqrt)"));
   r.Add(Unary("Exp")
             .Forward([](KernelContext& ctx) {
-              return UnaryFloatKernel(ctx,
-                                      [](const auto& x) { return x.exp(); });
+              return ArrayFloatKernel(ctx, [](const auto* x, auto* y,
+                                              int64_t n) { VecExp(x, y, n); });
             })
             // dx = dy * y
             .Backward([](GradContext& g) {
@@ -874,10 +892,10 @@ void RegisterMathOps(OpRegistry& r) {
             .Summary("z = dy * (1 - y^2) (the gradient of Tanh)"));
   r.Add(Unary("Sigmoid")
             .Forward([](KernelContext& ctx) {
-              return UnaryFloatKernel(ctx, [](const auto& x) {
-                using T = typename std::decay_t<decltype(x)>::Scalar;
-                return (T(1) + (-x).exp()).inverse();
-              });
+              return ArrayFloatKernel(ctx,
+                                      [](const auto* x, auto* y, int64_t n) {
+                                        VecSigmoid(x, y, n);
+                                      });
             })
             // dx = dy * y * (1 - y)
             .Backward([](GradContext& g) {

@@ -1,0 +1,245 @@
+// How it works. e^x = 2^n * e^r with n = round(x / ln 2) and
+// r = x - n ln 2 in [-ln2/2, ln2/2] (Cody-Waite: ln 2 split in a high part
+// whose product with n is exact and a low part). e^r is a polynomial; 2^n is
+// built in the exponent bits. n is found without a float-to-int conversion:
+// adding 1.5 * 2^mantissa_bits rounds x / ln 2 to an integer that then sits
+// in the low bits of the sum. The scale is applied as 2^n1 * 2^n2 with
+// n1 = round(n / 2), so that both factors stay normal from the overflow
+// threshold down to results in the subnormal range (which are then rounded
+// once, by the last multiplication). Inputs are clamped so that n stays in
+// range: above the clamp the result is +inf, below it 0; NaN is restored at
+// the end.
+//
+// Each loop is written once (always_inline templates) and instantiated in
+// functions compiled for AVX-512, AVX2 + FMA and the baseline; GCC
+// vectorizes it for each. The polynomial uses fused multiply-adds where the
+// ISA has them, so results may differ by an ulp between CPUs.
+#include "core/ops/vector_math.h"
+
+#include <cstdint>
+#include <type_traits>
+
+namespace gradtape {
+namespace {
+
+#define GRADTAPE_INLINE inline __attribute__((always_inline))
+
+// a * b + c, fused (one rounding) where the ISA has FMA.
+template <bool kFma, typename T>
+GRADTAPE_INLINE T MulAdd(T a, T b, T c) {
+  if constexpr (!kFma) {
+    return a * b + c;
+  } else if constexpr (std::is_same_v<T, float>) {
+    return __builtin_fmaf(a, b, c);
+  } else {
+    return __builtin_fma(a, b, c);
+  }
+}
+
+template <typename T>
+struct ExpConstants;
+
+template <>
+struct ExpConstants<float> {
+  using Bits = uint32_t;
+  static constexpr int kMantissaBits = 23;
+  static constexpr Bits kBias = 127;
+  // e^89 overflows; e^-104 is below half the smallest subnormal.
+  static constexpr float kHi = 89.0f, kLo = -104.0f;
+  static constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
+  static constexpr float kLog2e = 1.44269504088896341f;
+  static constexpr float kLn2Hi = 0.693359375f;  // 9 bits: n * kLn2Hi exact
+  static constexpr float kLn2Lo = -2.12194440e-4f;
+};
+
+template <>
+struct ExpConstants<double> {
+  using Bits = uint64_t;
+  static constexpr int kMantissaBits = 52;
+  static constexpr Bits kBias = 1023;
+  static constexpr double kHi = 710.0, kLo = -746.0;
+  static constexpr double kMagic = 6755399441055744.0;  // 1.5 * 2^52
+  static constexpr double kLog2e = 1.4426950408889634074;
+  static constexpr double kLn2Hi = 6.93147180369123816490e-01;  // fdlibm
+  static constexpr double kLn2Lo = 1.90821492927058770002e-10;
+};
+
+// e^r for |r| <= ln2/2 (a little beyond is fine).
+template <bool kFma>
+GRADTAPE_INLINE float ExpReduced(float r) {
+  // Cephes expf: relative error below 1 ulp on the interval.
+  float p = 1.9875691500e-4f;
+  p = MulAdd<kFma>(p, r, 1.3981999507e-3f);
+  p = MulAdd<kFma>(p, r, 8.3334519073e-3f);
+  p = MulAdd<kFma>(p, r, 4.1665795894e-2f);
+  p = MulAdd<kFma>(p, r, 1.6666665459e-1f);
+  p = MulAdd<kFma>(p, r, 5.0000001201e-1f);
+  return MulAdd<kFma>(p, r * r, r) + 1.0f;
+}
+template <bool kFma>
+GRADTAPE_INLINE double ExpReduced(double r) {
+  // Taylor series to r^13: the truncation error is below 1e-17 relative.
+  double p = 1.0 / 6227020800.0;              // 1/13!
+  p = MulAdd<kFma>(p, r, 1.0 / 479001600.0);  // 1/12!
+  p = MulAdd<kFma>(p, r, 1.0 / 39916800.0);   // 1/11!
+  p = MulAdd<kFma>(p, r, 1.0 / 3628800.0);    // 1/10!
+  p = MulAdd<kFma>(p, r, 1.0 / 362880.0);     // 1/9!
+  p = MulAdd<kFma>(p, r, 1.0 / 40320.0);      // 1/8!
+  p = MulAdd<kFma>(p, r, 1.0 / 5040.0);       // 1/7!
+  p = MulAdd<kFma>(p, r, 1.0 / 720.0);        // 1/6!
+  p = MulAdd<kFma>(p, r, 1.0 / 120.0);        // 1/5!
+  p = MulAdd<kFma>(p, r, 1.0 / 24.0);         // 1/4!
+  p = MulAdd<kFma>(p, r, 1.0 / 6.0);          // 1/3!
+  p = MulAdd<kFma>(p, r, 0.5);
+  return MulAdd<kFma>(p, r * r, r) + 1.0;
+}
+
+// 2^k for an integer k in the normal exponent range, given as the bits of
+// k + C::kMagic.
+template <typename T>
+GRADTAPE_INLINE T Pow2FromMagic(T k_plus_magic) {
+  using C = ExpConstants<T>;
+  using Bits = typename C::Bits;
+  const Bits k = __builtin_bit_cast(Bits, k_plus_magic) -
+                 __builtin_bit_cast(Bits, C::kMagic);
+  return __builtin_bit_cast(T, (k + C::kBias) << C::kMantissaBits);
+}
+
+template <bool kFma, typename T>
+GRADTAPE_INLINE T Exp(T x) {
+  using C = ExpConstants<T>;
+  T xc = x < C::kHi ? x : C::kHi;  // NaN -> kHi; fixed below
+  xc = xc > C::kLo ? xc : C::kLo;
+  const T t = MulAdd<kFma>(xc, C::kLog2e, C::kMagic);
+  const T n = t - C::kMagic;  // round(x / ln 2)
+  T r = MulAdd<kFma>(n, -C::kLn2Hi, xc);
+  r = MulAdd<kFma>(n, -C::kLn2Lo, r);
+  const T n1_magic = MulAdd<kFma>(n, T(0.5), C::kMagic);
+  const T n1 = n1_magic - C::kMagic;
+  const T n2_magic = (n - n1) + C::kMagic;
+  const T y =
+      ExpReduced<kFma>(r) * Pow2FromMagic(n1_magic) * Pow2FromMagic(n2_magic);
+  return x == x ? y : x;
+}
+
+template <bool kFma, typename T>
+GRADTAPE_INLINE void ExpLoop(const T* __restrict x, T* __restrict y,
+                             int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = Exp<kFma>(x[i]);
+}
+
+// 1 / (1 + e^-x) for x >= 0, e^x / (1 + e^x) below: e^-|x| never
+// overflows, so results down to the subnormals keep their precision.
+template <bool kFma, typename T>
+GRADTAPE_INLINE void SigmoidLoop(const T* __restrict x, T* __restrict y,
+                                 int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T v = x[i];
+    const T e = Exp<kFma>(v < T(0) ? v : -v);  // NaN stays NaN
+    y[i] = (v < T(0) ? e : T(1)) / (T(1) + e);
+  }
+}
+
+// One set of entry points per ISA.
+#define GRADTAPE_VECTOR_MATH_VARIANTS(Suffix, kFma, Attr)            \
+  Attr void Exp##Suffix(const float* x, float* y, int64_t n) {       \
+    ExpLoop<kFma>(x, y, n);                                          \
+  }                                                                  \
+  Attr void Exp##Suffix(const double* x, double* y, int64_t n) {     \
+    ExpLoop<kFma>(x, y, n);                                          \
+  }                                                                  \
+  Attr void Sigmoid##Suffix(const float* x, float* y, int64_t n) {   \
+    SigmoidLoop<kFma>(x, y, n);                                      \
+  }                                                                  \
+  Attr void Sigmoid##Suffix(const double* x, double* y, int64_t n) { \
+    SigmoidLoop<kFma>(x, y, n);                                      \
+  }
+
+GRADTAPE_VECTOR_MATH_VARIANTS(Baseline, false, )
+#if defined(__x86_64__)
+#define GRADTAPE_X86_DISPATCH 1
+GRADTAPE_VECTOR_MATH_VARIANTS(Avx2Fma, true,
+                              __attribute__((target("avx2,fma"))))
+GRADTAPE_VECTOR_MATH_VARIANTS(
+    Avx512, true,
+    __attribute__((target("avx512f,avx2,fma,prefer-vector-width=512"))))
+#endif
+#undef GRADTAPE_VECTOR_MATH_VARIANTS
+
+}  // namespace
+
+namespace vector_math_internal {
+
+bool CpuSupports(Isa isa) {
+#ifdef GRADTAPE_X86_DISPATCH
+  __builtin_cpu_init();
+  const bool avx2_fma =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  switch (isa) {
+    case Isa::kBaseline:
+      return true;
+    case Isa::kAvx2Fma:
+      return avx2_fma;
+    case Isa::kAvx512:
+      return avx2_fma && __builtin_cpu_supports("avx512f");
+  }
+  return false;
+#else
+  return isa == Isa::kBaseline;
+#endif
+}
+
+Isa SelectedIsa() {
+  static const Isa isa = CpuSupports(Isa::kAvx512)    ? Isa::kAvx512
+                         : CpuSupports(Isa::kAvx2Fma) ? Isa::kAvx2Fma
+                                                      : Isa::kBaseline;
+  return isa;
+}
+
+#ifdef GRADTAPE_X86_DISPATCH
+#define GRADTAPE_DISPATCH(Fn)      \
+  switch (isa) {                   \
+    case Isa::kAvx512:             \
+      return Fn##Avx512(x, y, n);  \
+    case Isa::kAvx2Fma:            \
+      return Fn##Avx2Fma(x, y, n); \
+    case Isa::kBaseline:           \
+      break;                       \
+  }                                \
+  return Fn##Baseline(x, y, n)
+#else
+#define GRADTAPE_DISPATCH(Fn) return Fn##Baseline(x, y, n)
+#endif
+
+void VecExpFor(Isa isa, const float* x, float* y, int64_t n) {
+  GRADTAPE_DISPATCH(Exp);
+}
+void VecExpFor(Isa isa, const double* x, double* y, int64_t n) {
+  GRADTAPE_DISPATCH(Exp);
+}
+void VecSigmoidFor(Isa isa, const float* x, float* y, int64_t n) {
+  GRADTAPE_DISPATCH(Sigmoid);
+}
+void VecSigmoidFor(Isa isa, const double* x, double* y, int64_t n) {
+  GRADTAPE_DISPATCH(Sigmoid);
+}
+#undef GRADTAPE_DISPATCH
+
+}  // namespace vector_math_internal
+
+using vector_math_internal::SelectedIsa;
+
+void VecExp(const float* x, float* y, int64_t n) {
+  vector_math_internal::VecExpFor(SelectedIsa(), x, y, n);
+}
+void VecExp(const double* x, double* y, int64_t n) {
+  vector_math_internal::VecExpFor(SelectedIsa(), x, y, n);
+}
+void VecSigmoid(const float* x, float* y, int64_t n) {
+  vector_math_internal::VecSigmoidFor(SelectedIsa(), x, y, n);
+}
+void VecSigmoid(const double* x, double* y, int64_t n) {
+  vector_math_internal::VecSigmoidFor(SelectedIsa(), x, y, n);
+}
+
+}  // namespace gradtape

@@ -1,0 +1,47 @@
+// Elementwise transcendental functions over float arrays, compiled for
+// several instruction sets and picked at run time from the CPU (AVX-512,
+// AVX2 + FMA, or the portable SSE2 baseline), so a portable binary still
+// uses the wide units of the machine it runs on.
+//
+// The functions are plain loops with no Eigen, compiled per ISA through
+// function target attributes; no template code is instantiated under a
+// wider ISA than the translation unit's, so nothing with vague linkage can
+// leak AVX-512 code to older CPUs.
+#ifndef GRADTAPE_CORE_OPS_VECTOR_MATH_H_
+#define GRADTAPE_CORE_OPS_VECTOR_MATH_H_
+
+#include <cstdint>
+
+namespace gradtape {
+
+// y[i] = e^x[i] for i in [0, n); x and y must not overlap. Within 2 ulp of the
+// exact result for float (the range reduction of Cephes' expf and a degree-7
+// polynomial) and double (degree-13 polynomial); overflow gives +inf, underflow
+// 0 through correctly scaled subnormals, -inf gives 0 and NaN stays NaN.
+void VecExp(const float* x, float* y, int64_t n);
+void VecExp(const double* x, double* y, int64_t n);
+
+// y[i] = 1 / (1 + e^-x[i]) (the logistic sigmoid) with VecExp's exp, as
+// e^x / (1 + e^x) for negative x (no overflow: tiny results stay accurate).
+void VecSigmoid(const float* x, float* y, int64_t n);
+void VecSigmoid(const double* x, double* y, int64_t n);
+
+namespace vector_math_internal {
+
+// The instruction sets the functions above are compiled for.
+enum class Isa { kBaseline, kAvx2Fma, kAvx512 };
+// The one VecExp and VecSigmoid use on this CPU.
+Isa SelectedIsa();
+// Whether this CPU (and OS) can run `isa`.
+bool CpuSupports(Isa isa);
+// The variant for `isa`, for tests that check each one; only call it if
+// CpuSupports(isa).
+void VecExpFor(Isa isa, const float* x, float* y, int64_t n);
+void VecExpFor(Isa isa, const double* x, double* y, int64_t n);
+void VecSigmoidFor(Isa isa, const float* x, float* y, int64_t n);
+void VecSigmoidFor(Isa isa, const double* x, double* y, int64_t n);
+
+}  // namespace vector_math_internal
+}  // namespace gradtape
+
+#endif  // GRADTAPE_CORE_OPS_VECTOR_MATH_H_
