@@ -6,6 +6,8 @@
 // steps for both, and remote / in-process.
 //
 // Run: build-perf/bench/mlp_bench [--steps=300] [--reps=5]
+//      [--mode=both|remote|local] [--client_batch_size=512]
+// --mode=remote or local runs only one side (for profiling one of them).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -22,6 +24,8 @@
 ABSL_FLAG(int, steps, 300, "training steps per run");
 ABSL_FLAG(int, reps, 5, "runs; medians are printed");
 ABSL_FLAG(int, client_batch_size, 512, "client commands per batch");
+ABSL_FLAG(std::string, mode, "both",
+          "both: remote and in-process; remote or local: only that one");
 
 namespace gradtape {
 namespace {
@@ -159,17 +163,32 @@ int main(int argc, char** argv) {
   // 3 classes; 22 + 21 + 21 points would not be equal arms: 64 = 2 x 32.
   const examples::Dataset data = examples::MakeSpiral(32, 2, 0.2, 1);
   const int steps = absl::GetFlag(FLAGS_steps);
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  if (mode != "both" && mode != "remote" && mode != "local") {
+    Die("--mode must be both, remote or local, got " + mode);
+  }
   std::vector<double> remote, local;
   for (int r = 0; r < absl::GetFlag(FLAGS_reps); ++r) {
-    remote.push_back(RemoteSeconds((*server)->address(), data, steps) / steps);
-    local.push_back(InProcessSeconds(data, steps) / steps);
+    if (mode != "local") {
+      remote.push_back(RemoteSeconds((*server)->address(), data, steps) /
+                       steps);
+    }
+    if (mode != "remote")
+      local.push_back(InProcessSeconds(data, steps) / steps);
   }
-  const double rm = Median(remote), lm = Median(local);
-  std::printf(
-      "mlp step (batch %lld, 2-%d-%d, float32): remote %.1f us/step, "
-      "in-process %.1f us/step, remote/in-process %.2f\n",
-      static_cast<long long>(data.num_points), kHidden, data.num_classes,
-      rm * 1e6, lm * 1e6, rm / lm);
+  std::printf("mlp step (batch %lld, 2-%d-%d, float32):",
+              static_cast<long long>(data.num_points), kHidden,
+              data.num_classes);
+  if (!remote.empty())
+    std::printf(" remote %.1f us/step", Median(remote) * 1e6);
+  if (!local.empty()) {
+    std::printf("%s in-process %.1f us/step", remote.empty() ? "" : ",",
+                Median(local) * 1e6);
+  }
+  if (!remote.empty() && !local.empty()) {
+    std::printf(", remote/in-process %.2f", Median(remote) / Median(local));
+  }
+  std::printf("\n");
   (*server)->Shutdown();
   return 0;
 }
