@@ -69,7 +69,7 @@ absl::StatusOr<std::vector<Tensor>> JacobianCommand(
     jac->add_result_ids(id);
     results.push_back(core.MakeTensor(id));
   }
-  core.Enqueue(std::move(command));
+  core.Enqueue(command);
   return results;
 }
 
@@ -107,7 +107,7 @@ ForwardAccumulator::ForwardAccumulator(Session& session)
     : core_(session.core()), id_(core_->NewTapeId()) {
   v1::Command command;
   command.mutable_push_accumulator()->set_accumulator_id(id_);
-  core_->Enqueue(std::move(command));
+  core_->Enqueue(command);
   active_ = true;
 }
 
@@ -115,7 +115,7 @@ ForwardAccumulator::~ForwardAccumulator() {
   Stop();
   v1::Command command;
   command.mutable_delete_accumulator()->set_accumulator_id(id_);
-  core_->Enqueue(std::move(command));
+  core_->Enqueue(command);
 }
 
 void ForwardAccumulator::Watch(const Tensor& t, const Tensor& tangent) {
@@ -125,7 +125,7 @@ void ForwardAccumulator::Watch(const Tensor& t, const Tensor& tangent) {
   std::string problem;
   watch->add_ids(core_->IdFor(t, "the tensor", &problem));
   watch->add_tangent_ids(core_->IdFor(tangent, "the tangent", &problem));
-  core_->Enqueue(std::move(command), "AccumulatorWatch", problem);
+  core_->Enqueue(command, "AccumulatorWatch", problem);
 }
 
 void ForwardAccumulator::Stop() {
@@ -133,7 +133,7 @@ void ForwardAccumulator::Stop() {
   active_ = false;
   v1::Command command;
   command.mutable_pop_accumulator()->set_accumulator_id(id_);
-  core_->Enqueue(std::move(command));
+  core_->Enqueue(command);
 }
 
 Tensor ForwardAccumulator::Jvp(const Tensor& t, Unconnected unconnected) {
@@ -147,7 +147,7 @@ Tensor ForwardAccumulator::Jvp(const Tensor& t, Unconnected unconnected) {
   const int64_t id = core_->NewTensorId();
   fetch->set_result_id(id);
   Tensor result = core_->MakeTensor(id);
-  core_->Enqueue(std::move(command), "FetchJvp", problem);
+  core_->Enqueue(command, "FetchJvp", problem);
   return result;
 }
 
@@ -266,7 +266,7 @@ std::vector<Tensor> ExecuteWithGradient(absl::string_view op,
       ref_to_proto(*gradient.input_gradients_[i], g->mutable_ref());
     }
   }
-  core->Enqueue(std::move(command), op, problem);
+  core->Enqueue(command, op, problem);
   return outputs;
 }
 

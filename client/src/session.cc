@@ -4,6 +4,7 @@
 #include <random>
 #include <utility>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -61,9 +62,45 @@ void ToProto(const AttrValue& attr, v1::AttrValue* out) {
   std::visit(Visitor{out}, attr.value());
 }
 
+google::protobuf::ArenaOptions BufferArenaOptions() {
+  google::protobuf::ArenaOptions options;
+  options.start_block_size = 4096;
+  options.max_block_size = 64 << 10;
+  return options;
+}
+
+// Roughly the serialized size of `command` (what max_batch_bytes counts),
+// without ByteSizeLong's walk over every field for the common kinds: what
+// matters is that large Puts fill a batch.
+int64_t ApproxBytes(const v1::Command& command) {
+  switch (command.kind_case()) {
+    case v1::Command::kPut:
+      return 32 + 10 * command.put().value().shape_size() +
+             static_cast<int64_t>(command.put().value().data().size());
+    case v1::Command::kExecute: {
+      const v1::ExecuteOp& e = command.execute();
+      return 32 + static_cast<int64_t>(e.op().size()) +
+             10 * (e.input_ids_size() + e.output_ids_size()) +
+             32 * static_cast<int64_t>(e.attrs_size());
+    }
+    default:
+      return static_cast<int64_t>(command.ByteSizeLong());
+  }
+}
+
 }  // namespace
 
 TensorRef::~TensorRef() { core->Release(id); }
+
+CommandBuffer::CommandBuffer()
+    : arena_(BufferArenaOptions()),
+      batch_(
+          google::protobuf::Arena::CreateMessage<v1::CommandBatch>(&arena_)) {}
+
+void CommandBuffer::Clear() {
+  arena_.Reset();
+  batch_ = google::protobuf::Arena::CreateMessage<v1::CommandBatch>(&arena_);
+}
 
 SessionCore::SessionCore(SessionOptions options)
     : options_(std::move(options)) {}
@@ -140,24 +177,40 @@ int64_t SessionCore::IdFor(const Tensor& t, absl::string_view role,
   return t.ref_->id;
 }
 
-int64_t SessionCore::Enqueue(v1::Command command, absl::string_view what,
+int64_t SessionCore::IdFor(const Tensor& t, absl::string_view role,
+                           size_t index, std::string* problem) {
+  if (!t.is_null() && t.ref_->core.get() == this) return t.ref_->id;
+  return IdFor(t, absl::StrCat(role, " ", index), problem);
+}
+
+int64_t SessionCore::Enqueue(const v1::Command& command, absl::string_view what,
+                             absl::string_view local_error) {
+  return Enqueue([&](v1::Command& c) { c = command; }, what, local_error);
+}
+
+int64_t SessionCore::Enqueue(CommandFill fill, absl::string_view what,
                              absl::string_view local_error) {
   int64_t seq;
   bool full;
   {
     absl::MutexLock lock(&mu_);
     if (closed_) return 0;
+    // Handles dropped since the last command are released before it, as an
+    // in-process caller would: the server frees their tensors now instead
+    // of holding them until the batch ends.
+    AppendReleasesLocked();
     seq = ++next_seq_;
+    v1::Command& command = *pending_->batch().add_commands();
+    fill(command);
     command.set_seq(seq);
-    pending_bytes_ += static_cast<int64_t>(command.ByteSizeLong());
-    *pending_.add_commands() = std::move(command);
+    pending_bytes_ += ApproxBytes(command);
     if (!local_error.empty()) {
       errors_.push_back(
           {seq, absl::InvalidArgumentError(absl::StrCat(what, " (command ", seq,
                                                         "): ", local_error))});
       local_failures_.insert(seq);
     }
-    full = pending_.commands_size() >= options_.batch_size ||
+    full = pending_->batch().commands_size() >= options_.batch_size ||
            pending_bytes_ >= options_.max_batch_bytes;
   }
   if (full) Flush();
@@ -167,24 +220,30 @@ int64_t SessionCore::Enqueue(v1::Command command, absl::string_view what,
 std::vector<Tensor> SessionCore::Execute(absl::string_view op,
                                          absl::Span<const Tensor> inputs,
                                          const Attrs& attrs, int num_outputs) {
-  v1::Command command;
-  v1::ExecuteOp* execute = command.mutable_execute();
-  execute->set_op(std::string(op));
   std::string problem;
+  absl::InlinedVector<int64_t, 4> input_ids(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
-    execute->add_input_ids(
-        IdFor(inputs[i], absl::StrCat("input ", i), &problem));
+    input_ids[i] = IdFor(inputs[i], "input", i, &problem);
   }
   std::vector<Tensor> outputs;
   outputs.reserve(std::max(num_outputs, 0));
   for (int i = 0; i < num_outputs; ++i) {
-    const int64_t id = NewTensorId();
-    execute->add_output_ids(id);
-    outputs.push_back(MakeTensor(id));
+    outputs.push_back(MakeTensor(NewTensorId()));
   }
-  auto* attr_map = execute->mutable_attrs();
-  for (const auto& [name, value] : attrs) ToProto(value, &(*attr_map)[name]);
-  Enqueue(std::move(command), op, problem);
+  Enqueue(
+      [&](v1::Command& command) {
+        v1::ExecuteOp* execute = command.mutable_execute();
+        execute->set_op(op.data(), op.size());
+        execute->mutable_input_ids()->Add(input_ids.begin(), input_ids.end());
+        execute->mutable_output_ids()->Reserve(
+            static_cast<int>(outputs.size()));
+        for (const Tensor& t : outputs) execute->add_output_ids(t.ref_->id);
+        auto* attr_map = execute->mutable_attrs();
+        for (const auto& [name, value] : attrs) {
+          ToProto(value, &(*attr_map)[name]);
+        }
+      },
+      op, problem);
   return outputs;
 }
 
@@ -195,7 +254,7 @@ void SessionCore::Release(int64_t id) {
 
 void SessionCore::AppendReleasesLocked() {
   if (closed_ || pending_releases_.empty()) return;
-  v1::Command* release = pending_.add_commands();
+  v1::Command* release = pending_->batch().add_commands();
   release->set_seq(++next_seq_);
   release->mutable_release()->mutable_ids()->Add(pending_releases_.begin(),
                                                  pending_releases_.end());
@@ -208,26 +267,34 @@ void SessionCore::Flush() {
   FlushLocked();
 }
 
+void SessionCore::ClearPendingLocked() {
+  pending_->Clear();
+  pending_bytes_ = 0;
+  pending_releases_.clear();
+}
+
 void SessionCore::FlushLocked() {
-  v1::CommandBatch batch;
   {
     absl::MutexLock lock(&mu_);
     if (closed_ || stream_done_) {
       // Nobody will answer: drop the commands (the wait reports the loss).
-      pending_.Clear();
-      pending_bytes_ = 0;
-      pending_releases_.clear();
+      ClearPendingLocked();
       return;
     }
     AppendReleasesLocked();
-    if (pending_.commands_size() == 0) return;
-    batch.Swap(&pending_);
+    if (pending_->batch().commands_size() == 0) return;
+    // sending_ is empty: the commands go out from it while new ones fill
+    // the other buffer.
+    std::swap(pending_, sending_);
     pending_bytes_ = 0;
+    v1::CommandBatch& batch = sending_->batch();
     batch.set_batch_id(++last_batch_id_);
     counters_.commands_sent += batch.commands_size();
     ++counters_.batches_sent;
   }
-  if (!stream_->Write(batch)) {
+  const bool written = stream_->Write(sending_->batch());
+  sending_->Clear();
+  if (!written) {
     // The stream is broken; Read fails too and the reader marks it done.
     absl::MutexLock lock(&mu_);
     cv_.SignalAll();
@@ -305,7 +372,7 @@ absl::StatusOr<v1::CommandResult> SessionCore::Call(v1::Command command) {
     absl::MutexLock lock(&mu_);
     AppendReleasesLocked();
   }
-  const int64_t seq = Enqueue(std::move(command));
+  const int64_t seq = Enqueue(command);
   if (seq == 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("gradtape session ", session_id_, " is closed"));
@@ -373,9 +440,7 @@ absl::Status SessionCore::Close() {
     {
       absl::MutexLock lock(&mu_);
       closed_ = true;
-      pending_.Clear();
-      pending_bytes_ = 0;
-      pending_releases_.clear();
+      ClearPendingLocked();
     }
     if (!stream_finished_) {
       stream_->WritesDone();
@@ -442,12 +507,12 @@ int64_t Session::keep_alive_seconds() const {
 
 Tensor Session::Put(const HostTensor& value) {
   const int64_t id = core_->NewTensorId();
-  v1::Command command;
-  v1::PutTensor* put = command.mutable_put();
-  put->set_id(id);
-  internal::ToProto(value, put->mutable_value());
   Tensor handle = core_->MakeTensor(id);
-  core_->Enqueue(std::move(command));
+  core_->Enqueue([&](v1::Command& command) {
+    v1::PutTensor* put = command.mutable_put();
+    put->set_id(id);
+    internal::ToProto(value, put->mutable_value());
+  });
   return handle;
 }
 
@@ -482,13 +547,13 @@ absl::StatusOr<HostTensor> Session::Fetch(const Tensor& tensor) {
 void Session::StopRecording() {
   v1::Command command;
   command.mutable_stop_recording();
-  core_->Enqueue(std::move(command));
+  core_->Enqueue(command);
 }
 
 void Session::StartRecording() {
   v1::Command command;
   command.mutable_start_recording();
-  core_->Enqueue(std::move(command));
+  core_->Enqueue(command);
 }
 
 absl::Status Session::Sync() { return core_->Sync(); }
@@ -525,33 +590,33 @@ absl::Status Session::Close() { return core_->Close(); }
 RecordingPause::RecordingPause(Session& session) : core_(session.core()) {
   v1::Command command;
   command.mutable_stop_recording();
-  core_->Enqueue(std::move(command));
+  core_->Enqueue(command);
 }
 
 RecordingPause::~RecordingPause() {
   v1::Command command;
   command.mutable_start_recording();
-  core_->Enqueue(std::move(command));
+  core_->Enqueue(command);
 }
 
 // ---------------------------------------------------------------------------
 
 GradientTape::GradientTape(Session& session, TapeOptions options)
     : core_(session.core()), options_(options), id_(core_->NewTapeId()) {
-  v1::Command command;
-  v1::PushTape* push = command.mutable_push_tape();
-  push->set_tape_id(id_);
-  push->set_persistent(options_.persistent);
-  push->set_watch_accessed_variables(options_.watch_accessed_variables);
-  core_->Enqueue(std::move(command));
+  core_->Enqueue([&](v1::Command& command) {
+    v1::PushTape* push = command.mutable_push_tape();
+    push->set_tape_id(id_);
+    push->set_persistent(options_.persistent);
+    push->set_watch_accessed_variables(options_.watch_accessed_variables);
+  });
   recording_ = true;
 }
 
 GradientTape::~GradientTape() {
   Stop();
-  v1::Command command;
-  command.mutable_delete_tape()->set_tape_id(id_);
-  core_->Enqueue(std::move(command));
+  core_->Enqueue([&](v1::Command& command) {
+    command.mutable_delete_tape()->set_tape_id(id_);
+  });
 }
 
 void GradientTape::Watch(const Tensor& t) {
@@ -559,23 +624,27 @@ void GradientTape::Watch(const Tensor& t) {
 }
 
 void GradientTape::Watch(absl::Span<const Tensor> ts) {
-  v1::Command command;
-  v1::Watch* watch = command.mutable_watch();
-  watch->set_tape_id(id_);
   std::string problem;
+  absl::InlinedVector<int64_t, 8> ids(ts.size());
   for (size_t i = 0; i < ts.size(); ++i) {
     // A bad handle goes out as id 0: the server fails the whole Watch.
-    watch->add_ids(core_->IdFor(ts[i], absl::StrCat("tensor ", i), &problem));
+    ids[i] = core_->IdFor(ts[i], "tensor", i, &problem);
   }
-  core_->Enqueue(std::move(command), "Watch", problem);
+  core_->Enqueue(
+      [&](v1::Command& command) {
+        v1::Watch* watch = command.mutable_watch();
+        watch->set_tape_id(id_);
+        watch->mutable_ids()->Add(ids.begin(), ids.end());
+      },
+      "Watch", problem);
 }
 
 void GradientTape::Stop() {
   if (!recording_) return;
   recording_ = false;
-  v1::Command command;
-  command.mutable_pop_tape()->set_tape_id(id_);
-  core_->Enqueue(std::move(command));
+  core_->Enqueue([&](v1::Command& command) {
+    command.mutable_pop_tape()->set_tape_id(id_);
+  });
 }
 
 namespace {
@@ -648,7 +717,7 @@ absl::StatusOr<std::vector<Tensor>> GradientTape::Gradient(
     gradient->add_result_ids(id);
     results.push_back(core_->MakeTensor(id));
   }
-  core_->Enqueue(std::move(command));
+  core_->Enqueue(command);
   return results;
 }
 

@@ -6,6 +6,9 @@
 // everything else and is never held across a blocking gRPC call. Lock order:
 // write_mu_, then mu_. The reader thread takes only mu_. No Tensor is ever
 // destroyed while either lock is held (a handle's destructor takes mu_).
+//
+// Commands are built in place in the buffer's protobuf arena (see
+// CommandBuffer): a buffered op costs no heap allocation for its proto.
 #ifndef GRADTAPE_CLIENT_SRC_SESSION_CORE_H_
 #define GRADTAPE_CLIENT_SRC_SESSION_CORE_H_
 
@@ -19,10 +22,12 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "google/protobuf/arena.h"
 #include "gradtape/client/session.h"
 #include "gradtape/v1/tape_service.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
@@ -37,6 +42,23 @@ struct TensorRef {
   ~TensorRef();
   std::shared_ptr<SessionCore> core;
   int64_t id;
+};
+
+// A CommandBatch in its own arena: commands are allocated and filled in the
+// arena, and Clear() frees them all at once (the arena keeps no block
+// between batches, so an idle session holds no buffer memory).
+class CommandBuffer {
+ public:
+  CommandBuffer();
+  CommandBuffer(const CommandBuffer&) = delete;
+  CommandBuffer& operator=(const CommandBuffer&) = delete;
+
+  v1::CommandBatch& batch() { return *batch_; }
+  void Clear();
+
+ private:
+  google::protobuf::Arena arena_;
+  v1::CommandBatch* batch_;
 };
 
 class SessionCore : public std::enable_shared_from_this<SessionCore> {
@@ -64,18 +86,30 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   // The id of `t` for a command of this session, or 0 with a description of
   // the problem appended to `*problem` (null handle, other session).
   int64_t IdFor(const Tensor& t, absl::string_view role, std::string* problem);
+  // The same, with the role "<role> <index>" (formatted only on a problem).
+  int64_t IdFor(const Tensor& t, absl::string_view role, size_t index,
+                std::string* problem);
 
-  // Appends `command` to the buffer with the next sequence number (returned;
+  // Appends a command to the buffer with the next sequence number (returned;
   // 0 if the session is closed and the command was dropped) and sends the
-  // buffer if it is full. A non-empty `local_error` is recorded as that
-  // command's INVALID_ARGUMENT error (the command is still sent, so the
-  // server poisons its outputs; its own error for it is then not reported).
-  int64_t Enqueue(v1::Command command, absl::string_view what = "",
+  // buffer if it is full. `fill` sets the command's kind in place (in the
+  // buffer's arena, under the session lock: it must not block, call back
+  // into the session or destroy a Tensor). A non-empty `local_error` is
+  // recorded as that command's INVALID_ARGUMENT error (the command is still
+  // sent, so the server poisons its outputs; its own error for it is then
+  // not reported).
+  using CommandFill = absl::FunctionRef<void(v1::Command&)>;
+  int64_t Enqueue(CommandFill fill, absl::string_view what = "",
+                  absl::string_view local_error = "");
+  // The same for a command built by the caller (copied into the buffer).
+  int64_t Enqueue(const v1::Command& command, absl::string_view what = "",
                   absl::string_view local_error = "");
   std::vector<Tensor> Execute(absl::string_view op,
                               absl::Span<const Tensor> inputs,
                               const Attrs& attrs, int num_outputs);
-  // Buffers the release of `id` (sent with the next batch).
+  // Buffers the release of `id`: one ReleaseTensors for every id released
+  // since the last command goes into the buffer before the next command (or
+  // at the next flush).
   void Release(int64_t id);
 
   void Flush();
@@ -100,6 +134,8 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   void AppendReleasesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends the buffer (plus pending releases) as one batch.
   void FlushLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // Drops the buffered commands and releases.
+  void ClearPendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Flushes and returns the id of the last batch sent.
   int64_t FlushForWait();
   // Waits for the reply to `batch_id`, then reports errors: the stream's
@@ -127,6 +163,9 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   std::unique_ptr<grpc::ClientReaderWriter<v1::CommandBatch, v1::BatchReply>>
       stream_;
   std::thread reader_;
+  // The batch being written; swapped with pending_ by FlushLocked.
+  std::unique_ptr<CommandBuffer> sending_ ABSL_GUARDED_BY(write_mu_) =
+      std::make_unique<CommandBuffer>();
   bool stream_finished_ ABSL_GUARDED_BY(write_mu_) = false;
   absl::Status stream_status_ ABSL_GUARDED_BY(write_mu_);
 
@@ -134,7 +173,8 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   absl::CondVar cv_;  // signalled on every reply and when the stream ends
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   bool stream_done_ ABSL_GUARDED_BY(mu_) = false;  // no more replies
-  v1::CommandBatch pending_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<CommandBuffer> pending_ ABSL_GUARDED_BY(mu_) =
+      std::make_unique<CommandBuffer>();
   int64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // serialized, roughly
   std::vector<int64_t> pending_releases_ ABSL_GUARDED_BY(mu_);
   int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
