@@ -1,9 +1,23 @@
 // Gemm: OpenBLAS for every product but the tiny ones, which stay on Eigen.
+//
+// OpenBLAS is opened with dlopen on the first product that needs it, not
+// linked: its pthread build starts its worker threads when it is loaded, and
+// each worker busy-waits (sched_yield) for 2^OPENBLAS_THREAD_TIMEOUT cycles,
+// default 2^28 (~0.1 s), after start and after every multithreaded call
+// before it sleeps. Measured here, a 512^3 product (1.7 ms) cost 0.1 s of a
+// second core afterwards, and the mere loading of the library made
+// bench/mlp_bench's remote step (client and server threads on the 2 cores,
+// all within that first 0.1 s) 30% slower. The library reads the variable
+// once, when it is loaded; so before main, while the process has one thread,
+// kThreadTimeoutSet puts 20 (~0.4 ms of spinning) into the environment
+// unless it is already set, and the library is loaded only later.
 #include "core/ops/gemm.h"
 
-#include <cblas.h>
+#include <cblas.h>  // declarations only: the library is opened at run time
+#include <dlfcn.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 
 #include "Eigen/Core"
@@ -72,19 +86,55 @@ bool FitsBlasInt(std::initializer_list<int64_t> values) {
   return true;
 }
 
-void BlasGemm(bool ta, bool tb, blasint m, blasint n, blasint k, const float* a,
+// Before main: OpenBLAS's workers spin for 2^20 cycles, not 2^28 (see the
+// top of the file), unless the environment says otherwise.
+const bool kThreadTimeoutSet =
+    setenv("OPENBLAS_THREAD_TIMEOUT", "20", /*overwrite=*/0) == 0;
+
+// The OpenBLAS entry points Gemm uses; null if the library is missing (then
+// every product runs on Eigen).
+struct Blas {
+  decltype(&cblas_sgemm) sgemm = nullptr;
+  decltype(&cblas_dgemm) dgemm = nullptr;
+  decltype(&openblas_get_corename) corename = nullptr;
+};
+
+Blas LoadBlas() {
+  Blas b;
+  void* lib = dlopen(GRADTAPE_OPENBLAS_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) return b;
+  b.sgemm = reinterpret_cast<decltype(&cblas_sgemm)>(dlsym(lib, "cblas_sgemm"));
+  b.dgemm = reinterpret_cast<decltype(&cblas_dgemm)>(dlsym(lib, "cblas_dgemm"));
+  b.corename = reinterpret_cast<decltype(&openblas_get_corename)>(
+      dlsym(lib, "openblas_get_corename"));
+  if (b.sgemm == nullptr || b.dgemm == nullptr) return Blas();
+  return b;
+}
+
+// Thread-safe (a function-local static); trivially destructible.
+const Blas& GetBlas() {
+  static const Blas blas = LoadBlas();
+  return blas;
+}
+
+// false if OpenBLAS is not available.
+bool BlasGemm(bool ta, bool tb, blasint m, blasint n, blasint k, const float* a,
               blasint lda, const float* b, blasint ldb, float* c, blasint ldc,
               float beta) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
-              tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a, lda, b, ldb,
-              beta, c, ldc);
+  if (GetBlas().sgemm == nullptr) return false;
+  GetBlas().sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+                  tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a, lda, b, ldb,
+                  beta, c, ldc);
+  return true;
 }
-void BlasGemm(bool ta, bool tb, blasint m, blasint n, blasint k,
+bool BlasGemm(bool ta, bool tb, blasint m, blasint n, blasint k,
               const double* a, blasint lda, const double* b, blasint ldb,
               double* c, blasint ldc, double beta) {
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
-              tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0, a, lda, b, ldb,
-              beta, c, ldc);
+  if (GetBlas().dgemm == nullptr) return false;
+  GetBlas().dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+                  tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0, a, lda, b, ldb,
+                  beta, c, ldc);
+  return true;
 }
 
 }  // namespace
@@ -105,14 +155,15 @@ void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
     }
     return;
   }
-  if (static_cast<double>(m) * n * k < kBlasMinWork || m == 1 || n == 1 ||
-      !FitsBlasInt({m, n, k, lda, ldb, ldc})) {
-    EigenGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, beta);
+  if (static_cast<double>(m) * n * k >= kBlasMinWork && m > 1 && n > 1 &&
+      FitsBlasInt({m, n, k, lda, ldb, ldc}) &&
+      BlasGemm(trans_a, trans_b, static_cast<blasint>(m),
+               static_cast<blasint>(n), static_cast<blasint>(k), a,
+               static_cast<blasint>(lda), b, static_cast<blasint>(ldb), c,
+               static_cast<blasint>(ldc), beta)) {
     return;
   }
-  BlasGemm(trans_a, trans_b, static_cast<blasint>(m), static_cast<blasint>(n),
-           static_cast<blasint>(k), a, static_cast<blasint>(lda), b,
-           static_cast<blasint>(ldb), c, static_cast<blasint>(ldc), beta);
+  EigenGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, beta);
 }
 
 template void Gemm<float>(bool, bool, int64_t, int64_t, int64_t, const float*,
@@ -122,6 +173,10 @@ template void Gemm<double>(bool, bool, int64_t, int64_t, int64_t, const double*,
                            int64_t, const double*, int64_t, double*, int64_t,
                            double);
 
-const char* BlasCoreName() { return openblas_get_corename(); }
+const char* BlasCoreName() {
+  const Blas& blas = GetBlas();
+  if (blas.sgemm == nullptr) return "none (OpenBLAS not found; Eigen)";
+  return blas.corename != nullptr ? blas.corename() : "unknown";
+}
 
 }  // namespace gradtape

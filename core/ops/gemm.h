@@ -14,9 +14,10 @@ namespace gradtape {
 // written (it may hold anything, NaN included). k == 0 gives beta * c.
 //
 // Products go to OpenBLAS's cblas_?gemm (kernels picked for the CPU at run
-// time, multithreaded for large products); tiny products and matrix-vector
-// ones stay on Eigen (see kBlasMinWork in gemm.cc). Thread-safe: several
-// threads may call it at once (tests/core/gemm_test.cc).
+// time, multithreaded for large products; the library is opened on first use,
+// see gemm.cc); tiny products and matrix-vector ones stay on Eigen (see
+// kBlasMinWork in gemm.cc), as does everything if OpenBLAS is missing.
+// Thread-safe: several threads may call it at once (tests/core/gemm_test.cc).
 template <typename T>
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
           const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc,
@@ -30,7 +31,8 @@ extern template void Gemm<double>(bool, bool, int64_t, int64_t, int64_t,
                                   int64_t, double*, int64_t, double);
 
 // OpenBLAS's name for the kernels it chose ("SkylakeX", "Haswell", ...), for
-// benchmark reports.
+// benchmark reports; says so if the library could not be opened (every
+// product then runs on Eigen). Loads the library.
 const char* BlasCoreName();
 
 }  // namespace gradtape
