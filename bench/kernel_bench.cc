@@ -3,6 +3,8 @@
 // line per case, median of --reps runs:
 //   matmul n=<n> <gflops> GFLOP/s
 //   elementwise op=<op> elems=<n> <gbs> GB/s   (bytes read + written)
+// after a "# gradtape: ..." line naming the OpenBLAS kernels and the vector
+// instruction set chosen for this CPU.
 // bench/numpy_bench.py prints the same lines for numpy; bench/run_all.sh
 // puts them side by side.
 //
@@ -17,6 +19,8 @@
 #include "absl/flags/parse.h"
 #include "core/context.h"
 #include "core/op_registry.h"
+#include "core/ops/gemm.h"
+#include "core/ops/vector_math.h"
 
 ABSL_FLAG(int, reps, 5, "runs per case; the median is printed");
 ABSL_FLAG(int64_t, elems, int64_t{1} << 24, "elements of elementwise inputs");
@@ -55,6 +59,8 @@ int main(int argc, char** argv) {
   const int reps = absl::GetFlag(FLAGS_reps);
   Context ctx(DefaultRegistry());
   Tensors out;
+  std::printf("# gradtape: OpenBLAS kernels %s, vector math %s\n",
+              BlasCoreName(), VectorMathIsa());
   for (int64_t n : {256, 512, 1024}) {
     Tensor a = Tensor::Filled(DType::kFloat32, {n, n}, 0.5);
     Tensor b = Tensor::Filled(DType::kFloat32, {n, n}, 0.25);

@@ -845,8 +845,8 @@ void RegisterMathOps(OpRegistry& r) {
             .Summary("y = e^x"));
   r.Add(Unary("Log")
             .Forward([](KernelContext& ctx) {
-              return UnaryFloatKernel(ctx,
-                                      [](const auto& x) { return x.log(); });
+              return ArrayFloatKernel(ctx, [](const auto* x, auto* y,
+                                              int64_t n) { VecLog(x, y, n); });
             })
             // dx = dy / x
             .Backward([](GradContext& g) {

@@ -17,6 +17,7 @@
 #include "core/ops/vector_math.h"
 
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 namespace gradtape {
@@ -122,6 +123,101 @@ GRADTAPE_INLINE T Exp(T x) {
   return x == x ? y : x;
 }
 
+// ln x = e ln 2 + ln m with x = m 2^e, m in [sqrt(1/2), sqrt(2)): ln m =
+// f - f^2/2 + f^3 R(f) for f = m - 1 (Cephes logf's polynomial, log's
+// rational function for double), e ln 2 added in two parts as for exp.
+// Subnormal inputs are scaled into the normal range first.
+template <typename T>
+struct LogConstants;
+
+template <>
+struct LogConstants<float> {
+  using Bits = uint32_t;
+  static constexpr Bits kMantissaMask = 0x007fffff;
+  static constexpr Bits kHalfExponent = 0x3f000000;    // bits of 0.5
+  static constexpr Bits kTwoPowMantissa = 0x4b000000;  // bits of 2^23
+  static constexpr int kMantissaBits = 23;
+  static constexpr float kBias = 126;  // exponent of m in [0.5, 1)
+  static constexpr float kSubnormalScale = 8388608.0f;  // 2^23
+};
+
+template <>
+struct LogConstants<double> {
+  using Bits = uint64_t;
+  static constexpr Bits kMantissaMask = 0x000fffffffffffff;
+  static constexpr Bits kHalfExponent = 0x3fe0000000000000;
+  static constexpr Bits kTwoPowMantissa = 0x4330000000000000;
+  static constexpr int kMantissaBits = 52;
+  static constexpr double kBias = 1022;
+  static constexpr double kSubnormalScale = 4503599627370496.0;  // 2^52
+};
+
+// f^3 R(f): ln(1 + f) = f - f^2 / 2 + LogTail(f, f^2).
+template <bool kFma>
+GRADTAPE_INLINE float LogTail(float f, float z) {
+  float p = 7.0376836292e-2f;
+  p = MulAdd<kFma>(p, f, -1.1514610310e-1f);
+  p = MulAdd<kFma>(p, f, 1.1676998740e-1f);
+  p = MulAdd<kFma>(p, f, -1.2420140846e-1f);
+  p = MulAdd<kFma>(p, f, 1.4249322787e-1f);
+  p = MulAdd<kFma>(p, f, -1.6668057665e-1f);
+  p = MulAdd<kFma>(p, f, 2.0000714765e-1f);
+  p = MulAdd<kFma>(p, f, -2.4999993993e-1f);
+  p = MulAdd<kFma>(p, f, 3.3333331174e-1f);
+  return p * f * z;
+}
+template <bool kFma>
+GRADTAPE_INLINE double LogTail(double f, double z) {
+  double p = 1.01875663804580931796e-4;
+  p = MulAdd<kFma>(p, f, 4.97494994976747001425e-1);
+  p = MulAdd<kFma>(p, f, 4.70579119878881725854e0);
+  p = MulAdd<kFma>(p, f, 1.44989225341610930846e1);
+  p = MulAdd<kFma>(p, f, 1.79368678507819816313e1);
+  p = MulAdd<kFma>(p, f, 7.70838733755885391666e0);
+  double q = f + 1.12873587189167450590e1;
+  q = MulAdd<kFma>(q, f, 4.52279145837532221105e1);
+  q = MulAdd<kFma>(q, f, 8.29875266912776603211e1);
+  q = MulAdd<kFma>(q, f, 7.11544750618563894466e1);
+  q = MulAdd<kFma>(q, f, 2.31251620126765340583e1);
+  return f * (z * p / q);
+}
+
+template <bool kFma, typename T>
+GRADTAPE_INLINE T Log(T x) {
+  using C = LogConstants<T>;
+  const bool subnormal = x < std::numeric_limits<T>::min();
+  const T xs = subnormal ? x * C::kSubnormalScale : x;
+  const typename C::Bits bits = __builtin_bit_cast(typename C::Bits, xs);
+  // The biased exponent as a T without an int-to-float conversion (there is
+  // no vector one for 64-bit ints before AVX-512DQ): the bits of
+  // 2^mantissa_bits + k are those of 2^mantissa_bits with k in the mantissa.
+  const T two_p = __builtin_bit_cast(T, C::kTwoPowMantissa);
+  const T biased =
+      __builtin_bit_cast(T, C::kTwoPowMantissa | (bits >> C::kMantissaBits)) -
+      two_p;
+  // m in [0.5, 1); below sqrt(1/2) take 2m and e - 1.
+  const T m =
+      __builtin_bit_cast(T, (bits & C::kMantissaMask) | C::kHalfExponent);
+  const bool low = m < T(0.707106781186547524);
+  const T f = (low ? m + m : m) - T(1);
+  const T fe =
+      biased - (C::kBias + (subnormal ? C::kMantissaBits : 0) + (low ? 1 : 0));
+  const T z = f * f;
+  T y = MulAdd<kFma>(fe, T(-2.121944400546905827679e-4), LogTail<kFma>(f, z));
+  y = MulAdd<kFma>(T(-0.5), z, y);
+  T r = MulAdd<kFma>(fe, T(0.693359375), f + y);
+  const T inf = std::numeric_limits<T>::infinity();
+  r = x == inf ? inf : r;
+  r = x > T(0) ? r : (x == T(0) ? -inf : std::numeric_limits<T>::quiet_NaN());
+  return r;
+}
+
+template <bool kFma, typename T>
+GRADTAPE_INLINE void LogLoop(const T* __restrict x, T* __restrict y,
+                             int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = Log<kFma>(x[i]);
+}
+
 template <bool kFma, typename T>
 GRADTAPE_INLINE void ExpLoop(const T* __restrict x, T* __restrict y,
                              int64_t n) {
@@ -153,6 +249,12 @@ GRADTAPE_INLINE void SigmoidLoop(const T* __restrict x, T* __restrict y,
   }                                                                  \
   Attr void Sigmoid##Suffix(const double* x, double* y, int64_t n) { \
     SigmoidLoop<kFma>(x, y, n);                                      \
+  }                                                                  \
+  Attr void Log##Suffix(const float* x, float* y, int64_t n) {       \
+    LogLoop<kFma>(x, y, n);                                          \
+  }                                                                  \
+  Attr void Log##Suffix(const double* x, double* y, int64_t n) {     \
+    LogLoop<kFma>(x, y, n);                                          \
   }
 
 GRADTAPE_VECTOR_MATH_VARIANTS(Baseline, false, )
@@ -223,6 +325,12 @@ void VecSigmoidFor(Isa isa, const float* x, float* y, int64_t n) {
 void VecSigmoidFor(Isa isa, const double* x, double* y, int64_t n) {
   GRADTAPE_DISPATCH(Sigmoid);
 }
+void VecLogFor(Isa isa, const float* x, float* y, int64_t n) {
+  GRADTAPE_DISPATCH(Log);
+}
+void VecLogFor(Isa isa, const double* x, double* y, int64_t n) {
+  GRADTAPE_DISPATCH(Log);
+}
 #undef GRADTAPE_DISPATCH
 
 }  // namespace vector_math_internal
@@ -240,6 +348,24 @@ void VecSigmoid(const float* x, float* y, int64_t n) {
 }
 void VecSigmoid(const double* x, double* y, int64_t n) {
   vector_math_internal::VecSigmoidFor(SelectedIsa(), x, y, n);
+}
+void VecLog(const float* x, float* y, int64_t n) {
+  vector_math_internal::VecLogFor(SelectedIsa(), x, y, n);
+}
+void VecLog(const double* x, double* y, int64_t n) {
+  vector_math_internal::VecLogFor(SelectedIsa(), x, y, n);
+}
+
+const char* VectorMathIsa() {
+  switch (SelectedIsa()) {
+    case vector_math_internal::Isa::kAvx512:
+      return "avx512";
+    case vector_math_internal::Isa::kAvx2Fma:
+      return "avx2+fma";
+    case vector_math_internal::Isa::kBaseline:
+      break;
+  }
+  return "baseline";
 }
 
 }  // namespace gradtape

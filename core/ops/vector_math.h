@@ -26,11 +26,20 @@ void VecExp(const double* x, double* y, int64_t n);
 void VecSigmoid(const float* x, float* y, int64_t n);
 void VecSigmoid(const double* x, double* y, int64_t n);
 
+// y[i] = ln x[i]: within 2 ulp (Cephes' logf polynomial and log's rational
+// function); ln 0 = -inf, ln of a negative number NaN, ln inf = inf.
+void VecLog(const float* x, float* y, int64_t n);
+void VecLog(const double* x, double* y, int64_t n);
+
+// The instruction set the functions above run with on this CPU: "avx512",
+// "avx2+fma" or "baseline" (SSE2 on x86-64), for benchmark reports.
+const char* VectorMathIsa();
+
 namespace vector_math_internal {
 
 // The instruction sets the functions above are compiled for.
 enum class Isa { kBaseline, kAvx2Fma, kAvx512 };
-// The one VecExp and VecSigmoid use on this CPU.
+// The one the functions above use on this CPU.
 Isa SelectedIsa();
 // Whether this CPU (and OS) can run `isa`.
 bool CpuSupports(Isa isa);
@@ -40,6 +49,8 @@ void VecExpFor(Isa isa, const float* x, float* y, int64_t n);
 void VecExpFor(Isa isa, const double* x, double* y, int64_t n);
 void VecSigmoidFor(Isa isa, const float* x, float* y, int64_t n);
 void VecSigmoidFor(Isa isa, const double* x, double* y, int64_t n);
+void VecLogFor(Isa isa, const float* x, float* y, int64_t n);
+void VecLogFor(Isa isa, const double* x, double* y, int64_t n);
 
 }  // namespace vector_math_internal
 }  // namespace gradtape

@@ -1,7 +1,7 @@
-// VecExp and VecSigmoid (core/ops/vector_math.h) for every ISA variant this
-// CPU runs: ulp error against libm over a dense sweep, exact results at the
-// edges (overflow, underflow, infinities, NaN), subnormal results, and the
-// Exp and Sigmoid ops on top of them.
+// VecExp, VecSigmoid and VecLog (core/ops/vector_math.h) for every ISA
+// variant this CPU runs: ulp error against libm over a dense sweep, exact
+// results at the edges (overflow, underflow, infinities, zeros, NaN),
+// subnormals, and the Exp, Sigmoid and Log ops on top of them.
 #include "core/ops/vector_math.h"
 
 #include <cmath>
@@ -204,8 +204,100 @@ void CheckSigmoid() {
 TEST(VectorMathTest, SigmoidFloat) { CheckSigmoid<float>(); }
 TEST(VectorMathTest, SigmoidDouble) { CheckSigmoid<double>(); }
 
+// Every 97th positive float32 bit pattern (subnormals included) and random
+// doubles over all positive exponents plus [0.5, 2], within 2 ulp; exact
+// special values.
+TEST(VectorMathTest, LogFloatSweep) {
+  std::vector<float> x;
+  for (uint32_t bits = 1; bits < 0x7f800000u; bits += 97) {
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    x.push_back(f);
+  }
+  for (Isa isa : SupportedIsas()) {
+    SCOPED_TRACE(Name(isa));
+    std::vector<float> y(x.size());
+    vector_math_internal::VecLogFor(isa, x.data(), y.data(),
+                                    static_cast<int64_t>(x.size()));
+    double worst = 0;
+    float at = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double e = UlpError(y[i], std::log(static_cast<double>(x[i])));
+      if (e > worst) {
+        worst = e;
+        at = x[i];
+      }
+    }
+    EXPECT_LE(worst, 2.0) << "at x = " << at;
+    std::printf("%s: log f32 max error %.3f ulp (%zu inputs)\n", Name(isa),
+                worst, x.size());
+  }
+}
+
+TEST(VectorMathTest, LogDoubleSweep) {
+  std::mt19937_64 gen(7);
+  std::uniform_real_distribution<double> near_one(0.5, 2);
+  std::vector<double> x;
+  for (int i = 0; i < 1000000; ++i) {
+    const uint64_t bits = gen() & 0x7fefffffffffffffull;  // positive, finite
+    double d;
+    std::memcpy(&d, &bits, sizeof(d));
+    x.push_back(d);
+  }
+  for (int i = 0; i < 500000; ++i) x.push_back(near_one(gen));
+  for (Isa isa : SupportedIsas()) {
+    SCOPED_TRACE(Name(isa));
+    std::vector<double> y(x.size());
+    vector_math_internal::VecLogFor(isa, x.data(), y.data(),
+                                    static_cast<int64_t>(x.size()));
+    double worst = 0;
+    double at = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double e = UlpError(y[i], std::log(static_cast<long double>(x[i])));
+      if (e > worst) {
+        worst = e;
+        at = x[i];
+      }
+    }
+    EXPECT_LE(worst, 2.0) << "at x = " << at;
+    std::printf("%s: log f64 max error %.3f ulp\n", Name(isa), worst);
+  }
+}
+
+template <typename T>
+void CheckLogEdges() {
+  using L = std::numeric_limits<T>;
+  const T x[] = {0,
+                 -T(0),
+                 1,
+                 -1,
+                 L::infinity(),
+                 -L::infinity(),
+                 L::denorm_min(),
+                 L::min(),
+                 L::max(),
+                 L::quiet_NaN()};
+  constexpr int n = sizeof(x) / sizeof(x[0]);
+  for (Isa isa : SupportedIsas()) {
+    SCOPED_TRACE(Name(isa));
+    T y[n];
+    vector_math_internal::VecLogFor(isa, x, y, n);
+    for (int i = 0; i < n; ++i) {
+      const T want = std::log(x[i]);
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(y[i])) << "log(" << x[i] << ") = " << y[i];
+      } else {
+        EXPECT_EQ(y[i], want) << "log(" << x[i] << ")";
+      }
+    }
+  }
+}
+
+TEST(VectorMathTest, LogEdgesFloat) { CheckLogEdges<float>(); }
+TEST(VectorMathTest, LogEdgesDouble) { CheckLogEdges<double>(); }
+
 // The ops run the dispatched functions (lengths that leave vector tails).
-TEST(VectorMathTest, ExpAndSigmoidOps) {
+TEST(VectorMathTest, ExpSigmoidAndLogOps) {
   Context ctx(DefaultRegistry());
   for (int64_t n : {1, 7, 33, 1000}) {
     std::vector<float> xf(n);
@@ -216,13 +308,15 @@ TEST(VectorMathTest, ExpAndSigmoidOps) {
     }
     for (const Tensor& x : {Tensor::FromVector<float>({n}, xf),
                             Tensor::FromVector<double>({n}, xd)}) {
-      Tensors exp, sig;
+      Tensors exp, sig, log;
       ASSERT_TRUE(ctx.Execute("Exp", {x}, AttrMap(), &exp).ok());
       ASSERT_TRUE(ctx.Execute("Sigmoid", {x}, AttrMap(), &sig).ok());
+      ASSERT_TRUE(ctx.Execute("Log", {exp[0]}, AttrMap(), &log).ok());
       for (int64_t i = 0; i < n; ++i) {
         const double v = x.ElementAsDouble(i);
         EXPECT_NEAR(exp[0].ElementAsDouble(i), std::exp(v), 2e-7 * std::exp(v));
         EXPECT_NEAR(sig[0].ElementAsDouble(i), 1 / (1 + std::exp(-v)), 2e-7);
+        EXPECT_NEAR(log[0].ElementAsDouble(i), v, 1e-5);
       }
     }
   }
