@@ -1,7 +1,7 @@
-// Elementwise transcendental functions over float arrays, compiled for
-// several instruction sets and picked at run time from the CPU (AVX-512,
-// AVX2 + FMA, or the portable SSE2 baseline), so a portable binary still
-// uses the wide units of the machine it runs on.
+// Elementwise transcendental functions over float32 and float64 arrays,
+// compiled for several instruction sets and picked at run time from the CPU
+// (AVX-512, AVX2 + FMA, or the portable SSE2 baseline), so a portable binary
+// still uses the wide units of the machine it runs on.
 //
 // The functions are plain loops with no Eigen, compiled per ISA through
 // function target attributes; no template code is instantiated under a
