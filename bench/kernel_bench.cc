@@ -21,6 +21,7 @@
 #include "core/op_registry.h"
 #include "core/ops/gemm.h"
 #include "core/ops/vector_math.h"
+#include "core/parallel.h"
 
 ABSL_FLAG(int, reps, 5, "runs per case; the median is printed");
 ABSL_FLAG(int64_t, elems, int64_t{1} << 24, "elements of elementwise inputs");
@@ -59,8 +60,9 @@ int main(int argc, char** argv) {
   const int reps = absl::GetFlag(FLAGS_reps);
   Context ctx(DefaultRegistry());
   Tensors out;
-  std::printf("# gradtape: OpenBLAS kernels %s, vector math %s\n",
-              BlasCoreName(), VectorMathIsa());
+  std::printf(
+      "# gradtape: OpenBLAS kernels %s, vector math %s, GEMM threads %d\n",
+      BlasCoreName(), VectorMathIsa(), ParallelismDegree());
   for (int64_t n : {256, 512, 1024}) {
     Tensor a = Tensor::Filled(DType::kFloat32, {n, n}, 0.5);
     Tensor b = Tensor::Filled(DType::kFloat32, {n, n}, 0.25);

@@ -1,16 +1,22 @@
-// Gemm: OpenBLAS for every product but the tiny ones, which stay on Eigen.
+// Gemm: OpenBLAS for every product but the tiny ones, which stay on Eigen;
+// large products are split in two (or more) blocks run at once by
+// ParallelFor (core/parallel.h), each a single-threaded OpenBLAS call.
 //
-// OpenBLAS is opened with dlopen on the first product that needs it, not
-// linked: its pthread build starts its worker threads when it is loaded, and
-// each worker busy-waits (sched_yield) for 2^OPENBLAS_THREAD_TIMEOUT cycles,
-// default 2^28 (~0.1 s), after start and after every multithreaded call
-// before it sleeps. Measured here, a 512^3 product (1.7 ms) cost 0.1 s of a
-// second core afterwards, and the mere loading of the library made
-// bench/mlp_bench's remote step (client and server threads on the 2 cores,
-// all within that first 0.1 s) 30% slower. The library reads the variable
-// once, when it is loaded; so before main, while the process has one thread,
-// kThreadTimeoutSet puts 20 (~0.4 ms of spinning) into the environment
-// unless it is already set, and the library is loaded only later.
+// Why our own split rather than OpenBLAS's threads: Debian 12's OpenBLAS
+// (0.3.21) scales poorly from one thread to two at these sizes (at 256^3 often
+// worse than one thread; one thread matches numpy's newer OpenBLAS, see
+// docs/PERFORMANCE.md), its pthread build starts workers when it is loaded
+// that busy-wait ~0.1 s after every multithreaded call (measured: 0.1 s of a
+// second core burnt after one 1.7 ms 512^3 product, and bench/mlp_bench's
+// remote step 30% slower for it), and in a server several sessions calling
+// it at once would each start their own threads. Split here, a product uses
+// the cores that are free: if other sessions keep the pool busy, the caller
+// simply runs every block itself.
+//
+// So OpenBLAS must run single-threaded: before main, while the process has
+// one thread, kSingleThreaded sets OPENBLAS_NUM_THREADS=1 (the library reads
+// it when loaded, and then starts no workers), and the library is opened
+// with dlopen on the first product that needs it, not linked.
 #include "core/ops/gemm.h"
 
 #include <cblas.h>  // declarations only: the library is opened at run time
@@ -21,6 +27,7 @@
 #include <limits>
 
 #include "Eigen/Core"
+#include "core/parallel.h"
 
 namespace gradtape {
 namespace {
@@ -86,10 +93,10 @@ bool FitsBlasInt(std::initializer_list<int64_t> values) {
   return true;
 }
 
-// Before main: OpenBLAS's workers spin for 2^20 cycles, not 2^28 (see the
-// top of the file), unless the environment says otherwise.
-const bool kThreadTimeoutSet =
-    setenv("OPENBLAS_THREAD_TIMEOUT", "20", /*overwrite=*/0) == 0;
+// Before main (see the top of the file). Overwrites a user's setting: Gemm
+// does the threading, and OpenBLAS threads under it would oversubscribe.
+const bool kSingleThreaded =
+    setenv("OPENBLAS_NUM_THREADS", "1", /*overwrite=*/1) == 0;
 
 // The OpenBLAS entry points Gemm uses; null if the library is missing (then
 // every product runs on Eigen).
@@ -99,6 +106,10 @@ struct Blas {
   decltype(&openblas_get_corename) corename = nullptr;
 };
 
+// Products of at least kParallelMinWork multiply-adds are split between
+// threads (see ParallelGemm).
+constexpr double kParallelMinWork = 1 << 20;
+
 Blas LoadBlas() {
   Blas b;
   void* lib = dlopen(GRADTAPE_OPENBLAS_LIBRARY, RTLD_NOW | RTLD_LOCAL);
@@ -107,6 +118,11 @@ Blas LoadBlas() {
   b.dgemm = reinterpret_cast<decltype(&cblas_dgemm)>(dlsym(lib, "cblas_dgemm"));
   b.corename = reinterpret_cast<decltype(&openblas_get_corename)>(
       dlsym(lib, "openblas_get_corename"));
+  // In case the library was loaded before main (kSingleThreaded) after all.
+  if (auto set_threads = reinterpret_cast<decltype(&openblas_set_num_threads)>(
+          dlsym(lib, "openblas_set_num_threads"))) {
+    set_threads(1);
+  }
   if (b.sgemm == nullptr || b.dgemm == nullptr) return Blas();
   return b;
 }
@@ -137,6 +153,35 @@ bool BlasGemm(bool ta, bool tb, blasint m, blasint n, blasint k,
   return true;
 }
 
+// One BLAS product split into row blocks of c (m >= n) or column blocks,
+// run by ParallelFor. Blocks are whole multiples of 32 rows or columns (the
+// register blocking of the kernels divides 32). OpenBLAS must be available.
+template <typename T>
+void ParallelBlasGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                      const T* a, int64_t lda, const T* b, int64_t ldb, T* c,
+                      int64_t ldc, T beta) {
+  const bool split_rows = m >= n;
+  const int64_t extent = split_rows ? m : n;
+  const int64_t parts = std::min<int64_t>(ParallelismDegree(), extent / 32);
+  const int64_t block = (extent / parts + 31) / 32 * 32;
+  ParallelFor(static_cast<int>(parts), [&](int part) {
+    const int64_t begin = part * block;
+    const int64_t size = std::min(block, extent - begin);
+    if (size <= 0) return;
+    if (split_rows) {  // rows [begin, begin + size) of op(a) and c
+      BlasGemm(ta, tb, static_cast<blasint>(size), static_cast<blasint>(n),
+               static_cast<blasint>(k), ta ? a + begin : a + begin * lda,
+               static_cast<blasint>(lda), b, static_cast<blasint>(ldb),
+               c + begin * ldc, static_cast<blasint>(ldc), beta);
+    } else {  // columns [begin, begin + size) of op(b) and c
+      BlasGemm(ta, tb, static_cast<blasint>(m), static_cast<blasint>(size),
+               static_cast<blasint>(k), a, static_cast<blasint>(lda),
+               tb ? b + begin * ldb : b + begin, static_cast<blasint>(ldb),
+               c + begin, static_cast<blasint>(ldc), beta);
+    }
+  });
+}
+
 }  // namespace
 
 template <typename T>
@@ -155,12 +200,18 @@ void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
     }
     return;
   }
-  if (static_cast<double>(m) * n * k >= kBlasMinWork && m > 1 && n > 1 &&
-      FitsBlasInt({m, n, k, lda, ldb, ldc}) &&
-      BlasGemm(trans_a, trans_b, static_cast<blasint>(m),
-               static_cast<blasint>(n), static_cast<blasint>(k), a,
-               static_cast<blasint>(lda), b, static_cast<blasint>(ldb), c,
-               static_cast<blasint>(ldc), beta)) {
+  const double work = static_cast<double>(m) * n * k;
+  const bool blas = work >= kBlasMinWork && m > 1 && n > 1 &&
+                    FitsBlasInt({m, n, k, lda, ldb, ldc});
+  if (blas && work >= kParallelMinWork && std::max(m, n) >= 64 &&
+      ParallelismDegree() > 1 && GetBlas().sgemm != nullptr) {
+    ParallelBlasGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, beta);
+    return;
+  }
+  if (blas && BlasGemm(trans_a, trans_b, static_cast<blasint>(m),
+                       static_cast<blasint>(n), static_cast<blasint>(k), a,
+                       static_cast<blasint>(lda), b, static_cast<blasint>(ldb),
+                       c, static_cast<blasint>(ldc), beta)) {
     return;
   }
   EigenGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, beta);

@@ -14,9 +14,10 @@ namespace gradtape {
 // written (it may hold anything, NaN included). k == 0 gives beta * c.
 //
 // Products go to OpenBLAS's cblas_?gemm (kernels picked for the CPU at run
-// time, multithreaded for large products; the library is opened on first use,
-// see gemm.cc); tiny products and matrix-vector ones stay on Eigen (see
-// kBlasMinWork in gemm.cc), as does everything if OpenBLAS is missing.
+// time; the library is opened on first use and runs single-threaded, see
+// gemm.cc); large products are split into blocks run at once on the threads
+// of core/parallel.h; tiny products and matrix-vector ones stay on Eigen
+// (see kBlasMinWork in gemm.cc), as does everything if OpenBLAS is missing.
 // Thread-safe: several threads may call it at once (tests/core/gemm_test.cc).
 template <typename T>
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,

@@ -74,10 +74,11 @@ void CheckGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T beta,
 template <typename T>
 void CheckAllShapes() {
   // Below the OpenBLAS threshold, at it, matrix-vector, the MLP's shapes,
-  // and larger than OpenBLAS's multithreading threshold.
-  const int64_t shapes[][3] = {{2, 3, 4},   {8, 8, 8},    {1, 64, 64},
-                               {64, 1, 64}, {64, 64, 2},  {64, 3, 64},
-                               {33, 17, 9}, {96, 80, 112}};
+  // and above the threshold where Gemm splits the product between threads:
+  // by rows (m >= n) and by columns, in blocks that do not divide evenly.
+  const int64_t shapes[][3] = {
+      {2, 3, 4},   {8, 8, 8},   {1, 64, 64},   {64, 1, 64},    {64, 64, 2},
+      {64, 3, 64}, {33, 17, 9}, {96, 80, 112}, {130, 70, 129}, {70, 200, 100}};
   for (const auto& s : shapes) {
     for (bool ta : {false, true}) {
       for (bool tb : {false, true}) {

@@ -1,0 +1,132 @@
+#include "core/parallel.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace gradtape {
+namespace {
+
+// One ParallelFor call: items are claimed through `next`; the last thread to
+// finish an item wakes the caller.
+struct Job {
+  const std::function<void(int)>* fn;
+  int n;
+  std::atomic<int> next{0};
+  std::atomic<int> finished{0};
+  std::mutex mu;
+  std::condition_variable all_done;
+
+  // Runs items until none is left to claim.
+  void Work() {
+    for (int i = next.fetch_add(1); i < n; i = next.fetch_add(1)) {
+      (*fn)(i);
+      if (finished.fetch_add(1) + 1 == n) {
+        std::lock_guard<std::mutex> lock(mu);
+        all_done.notify_all();
+      }
+    }
+  }
+};
+
+class Pool {
+ public:
+  explicit Pool(int workers) {
+    for (int i = 0; i < workers; ++i) {
+      threads_.emplace_back([this] { Loop(); });
+    }
+  }
+  // Never destroyed (see Instance): workers wait for jobs until the process
+  // exits.
+
+  int workers() const { return static_cast<int>(threads_.size()); }
+
+  // Offers the job to up to `helpers` workers.
+  void Offer(const std::shared_ptr<Job>& job, int helpers) {
+    bool wake;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (int i = 0; i < helpers; ++i) queue_.push_back(job);
+      queued_.fetch_add(helpers, std::memory_order_release);
+      wake = sleeping_ > 0;
+    }
+    if (!wake) return;  // the workers are spinning or busy
+    if (helpers == 1) {
+      cv_.notify_one();
+    } else {
+      cv_.notify_all();
+    }
+  }
+
+  static Pool& Instance() {
+    static Pool* const pool =
+        new Pool(std::max(1u, std::thread::hardware_concurrency()) - 1);
+    return *pool;
+  }
+
+ private:
+  // Waits for queued work: first spinning for kSpin (a kernel that splits
+  // one product often splits the next one right after, and waking a
+  // sleeping thread takes longer than a block of a 256^3 product), then
+  // asleep on the condition variable.
+  void Loop() {
+    constexpr auto kSpin = std::chrono::microseconds(50);
+    for (;;) {
+      const auto spin_end = std::chrono::steady_clock::now() + kSpin;
+      while (queued_.load(std::memory_order_acquire) == 0 &&
+             std::chrono::steady_clock::now() < spin_end) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+      }
+      std::shared_ptr<Job> job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        ++sleeping_;
+        cv_.wait(lock, [&] { return !queue_.empty(); });
+        --sleeping_;
+        job = std::move(queue_.front());
+        queue_.pop_front();
+        queued_.fetch_sub(1, std::memory_order_relaxed);
+      }
+      // A job whose items are all claimed already returns at once.
+      job->Work();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> queue_;  // guarded by mu_
+  std::atomic<int> queued_{0};              // queue_.size(), read unlocked
+  int sleeping_ = 0;                        // guarded by mu_
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace
+
+int ParallelismDegree() { return Pool::Instance().workers() + 1; }
+
+void ParallelFor(int n, const std::function<void(int)>& fn) {
+  if (n <= 0) return;
+  Pool& pool = Pool::Instance();
+  const int helpers = std::min(n - 1, pool.workers());
+  if (helpers == 0) {
+    for (int i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  auto job = std::make_shared<Job>();
+  job->fn = &fn;
+  job->n = n;
+  pool.Offer(job, helpers);
+  job->Work();
+  std::unique_lock<std::mutex> lock(job->mu);
+  job->all_done.wait(lock, [&] { return job->finished.load() == n; });
+}
+
+}  // namespace gradtape
