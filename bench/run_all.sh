@@ -6,9 +6,6 @@
 # baselines measured in the same run, and each target met or NOT met.
 #
 #   bash bench/run_all.sh [--quick]     # --quick: fewer reps (a smoke run)
-#
-# Env: GRADTAPE_NATIVE=OFF skips build-perf-native/ (built with
-# -march=native; its kernels are reported next to the portable build's).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -22,10 +19,6 @@ echo "== building $BUILD (Release)"
 cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DGRADTAPE_BUILD_TESTS=OFF >/dev/null
 ninja -C $BUILD recording_bench stream_bench kernel_bench memory_bench mlp_bench \
   gradtape-server gradtape-ghz-sessions unary_load >/dev/null
-if [ "${GRADTAPE_NATIVE:-ON}" = ON ]; then
-  cmake -S . -B $BUILD-native -G Ninja -DCMAKE_BUILD_TYPE=Release -DGRADTAPE_BUILD_TESTS=OFF -DGRADTAPE_NATIVE=ON >/dev/null
-  ninja -C $BUILD-native kernel_bench >/dev/null
-fi
 if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import numpy" 2>/dev/null; then
   python3 -m venv .venv
   .venv/bin/pip install -q --disable-pip-version-check -r tests/python/requirements.txt
@@ -43,15 +36,15 @@ run recording $BUILD/bench/recording_bench --benchmark_repetitions=$REPS \
   --benchmark_report_aggregates_only=true
 run stream $BUILD/bench/stream_bench --ops=$OPS --small_batch_ops=$SMALL_OPS --reps=3
 run stream_unwatched $BUILD/bench/stream_bench --ops=$OPS --reps=3 --batch_sizes=1024 --watch=false
+# Each side by side with numpy in the same environment: as the machine is
+# set up, and with its OpenBLAS settings unset (see docs/PERFORMANCE.md).
 run kernels $BUILD/bench/kernel_bench --reps=$REPS
-if [ "${GRADTAPE_NATIVE:-ON}" = ON ]; then
-  run kernels_native $BUILD-native/bench/kernel_bench --reps=$REPS
-fi
 run numpy .venv/bin/python bench/numpy_bench.py --reps $REPS
-# numpy with the machine's OpenBLAS settings unset (see docs/PERFORMANCE.md).
+run kernels_unset env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE \
+  $BUILD/bench/kernel_bench --reps=$REPS
 run numpy_unset env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE \
   .venv/bin/python bench/numpy_bench.py --reps $REPS
-# Like for like with gradtape's single-threaded MatMul.
+# numpy on one thread, for reference.
 run numpy_1thread env OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/numpy_bench.py --reps $REPS
 run memory $BUILD/bench/memory_bench --sessions=1000
 run mlp $BUILD/bench/mlp_bench --steps=$STEPS --reps=$REPS
