@@ -17,6 +17,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/synchronization/mutex.h"
 #include "client/examples/mlp.h"
 #include "core/session.h"
 #include "server/server.h"
@@ -24,6 +25,10 @@
 ABSL_FLAG(int, steps, 300, "training steps per run");
 ABSL_FLAG(int, reps, 5, "runs; medians are printed");
 ABSL_FLAG(int, client_batch_size, 512, "client commands per batch");
+ABSL_FLAG(bool, mutex_deadlock_detection, false,
+          "keep absl::Mutex deadlock detection on (Debian's Abseil is built "
+          "without NDEBUG, so it is on unless turned off); gradtape-server "
+          "turns it off in main(), and so does this benchmark by default");
 ABSL_FLAG(std::string, mode, "both",
           "both: remote and in-process; remote or local: only that one");
 
@@ -156,6 +161,11 @@ double RemoteSeconds(const std::string& address, const examples::Dataset& data,
 int main(int argc, char** argv) {
   using namespace gradtape;
   absl::ParseCommandLine(argc, argv);
+  // As server/main.cc: the in-process server (and the client, which shares
+  // the process) run without the lock-order recording of a debug Abseil.
+  if (!absl::GetFlag(FLAGS_mutex_deadlock_detection)) {
+    absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  }
   server::ServerOptions options;
   options.address = "127.0.0.1:0";
   auto server = server::Server::Start(options);
