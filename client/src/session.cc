@@ -32,10 +32,11 @@ std::string RandomSessionId() {
   return absl::StrFormat("%016x%016x", gen(), gen());
 }
 
-void ToProto(const HostTensor& t, v1::TensorValue* out) {
+// Moves `bytes` in (no copy, also into an arena message).
+void ToProto(const HostTensor& t, std::string bytes, v1::TensorValue* out) {
   out->set_dtype(static_cast<v1::DType>(t.dtype));
   for (int64_t d : t.shape) out->add_shape(d);
-  out->set_data(t.bytes);
+  out->set_data(std::move(bytes));
 }
 
 HostTensor FromProto(v1::TensorValue* value) {
@@ -508,10 +509,12 @@ int64_t Session::keep_alive_seconds() const {
 Tensor Session::Put(const HostTensor& value) {
   const int64_t id = core_->NewTensorId();
   Tensor handle = core_->MakeTensor(id);
+  // The one copy of the bytes is made here, outside the session lock.
+  std::string bytes = value.bytes;
   core_->Enqueue([&](v1::Command& command) {
     v1::PutTensor* put = command.mutable_put();
     put->set_id(id);
-    internal::ToProto(value, put->mutable_value());
+    internal::ToProto(value, std::move(bytes), put->mutable_value());
   });
   return handle;
 }
