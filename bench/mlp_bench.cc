@@ -1,5 +1,5 @@
 // Thin-client training step: the C++ example MLP (client/examples/mlp.h,
-// TrainMlp: 2-64-3 on a 3-arm spiral, float32, plain SGD) at batch 64,
+// TrainMlp: 2-64-2 on a 2-arm spiral, float32, plain SGD) at batch 64,
 // stepped through a gradtape server on 127.0.0.1 versus the same ops, in the
 // same order, executed in-process on a core gradtape::Session (no gRPC, no
 // protobuf). Prints the median time per step over --reps runs of --steps
@@ -94,7 +94,10 @@ double InProcessSeconds(const examples::Dataset& data, int steps) {
       put({k}, std::vector<float>(k, 0.0f))};
   const AttrMap matmul = {{"transpose_a", false}, {"transpose_b", false}};
   const AttrMap mean = {{"axis", std::vector<int64_t>{}}, {"keep_dims", false}};
-  for (int step = 0; step < steps; ++step) {
+  // Steps 0..steps-1 train; like TrainMlp, a last pass computes the loss of
+  // the final parameters on a tape and fetches it (TrainMlp logs the last
+  // step), then the logits below.
+  for (int step = 0; step <= steps; ++step) {
     const int64_t tape = ++next_tape;
     Check(session.PushTape(++seq, tape, false, true));
     Check(session.Watch(++seq, tape, params));
@@ -108,6 +111,12 @@ double InProcessSeconds(const examples::Dataset& data, int steps) {
     const int64_t loss = run("Mean", {ce[0]}, mean)[0];
     Check(session.ReleaseTensors(++seq, {h1, h2, h3, l1, l2, ce[0], ce[1]}));
     Check(session.PopTape(++seq, tape));
+    if (step == steps) {
+      Check(session.FetchTensor(++seq, loss).status());
+      Check(session.ReleaseTensors(++seq, {loss}));
+      Check(session.DeleteTape(++seq, tape));
+      break;
+    }
     GradientRequest request;
     request.tape = tape;
     request.targets = {loss};
@@ -170,7 +179,7 @@ int main(int argc, char** argv) {
   options.address = "127.0.0.1:0";
   auto server = server::Server::Start(options);
   if (!server.ok()) Die(server.status().ToString());
-  // 3 classes; 22 + 21 + 21 points would not be equal arms: 64 = 2 x 32.
+  // 2 classes of 32 points: batch 64 (3 arms would not divide 64 evenly).
   const examples::Dataset data = examples::MakeSpiral(32, 2, 0.2, 1);
   const int steps = absl::GetFlag(FLAGS_steps);
   const std::string mode = absl::GetFlag(FLAGS_mode);
