@@ -8,6 +8,7 @@ import datetime
 import os
 import platform
 import re
+import statistics
 import subprocess
 import sys
 
@@ -103,14 +104,21 @@ def stream(folder, out):
 
 def kernels(folder, out):
     def parse(name):
-        text = read(folder, name)
-        mm = {int(n): float(v) for n, v in
-              re.findall(r"^matmul n=(\d+) ([\d.]+)", text, re.M)}
-        ew = {op: float(v) for op, v in
-              re.findall(r"^elementwise op=(\w+) elems=\d+ ([\d.]+)", text,
-                         re.M)}
-        info = re.search(r"^# (?:numpy|gradtape:) (.*)$", text, re.M)
-        return mm, ew, info.group(1) if info else ""
+        """Medians over the rounds NAME.1, NAME.2, ... (or NAME alone)."""
+        rounds = sorted(f[:-4] for f in os.listdir(folder)
+                        if re.fullmatch(re.escape(name) + r"(\.\d+)?\.out", f))
+        mm, ew, info = {}, {}, ""
+        for r in rounds:
+            text = read(folder, r)
+            for n, v in re.findall(r"^matmul n=(\d+) ([\d.]+)", text, re.M):
+                mm.setdefault(int(n), []).append(float(v))
+            for op, v in re.findall(
+                    r"^elementwise op=(\w+) elems=\d+ ([\d.]+)", text, re.M):
+                ew.setdefault(op, []).append(float(v))
+            m = re.search(r"^# (?:numpy|gradtape:) (.*)$", text, re.M)
+            info = m.group(1) if m else info
+        med = lambda d: {k: statistics.median(v) for k, v in d.items()}
+        return med(mm), med(ew), info
     ours, ours_ew, info = parse("kernels")
     ours_u, ours_u_ew, info_u = parse("kernels_unset")
     npy, npy_ew, blas = parse("numpy")
@@ -122,11 +130,11 @@ def kernels(folder, out):
                "Haswell and OPENBLAS_L2_SIZE, which both OpenBLAS builds "
                "obey), and with those two variables unset (OpenBLAS picks its "
                "AVX-512 kernels).\n")
-    out.append(f"- gradtape: `{cmd(folder, 'kernels')}`; {info}")
-    out.append(f"- numpy: `{cmd(folder, 'numpy')}`; {blas}")
-    out.append(f"- gradtape, unset: `{cmd(folder, 'kernels_unset')}`; "
+    out.append(f"- gradtape: `{cmd(folder, 'kernels.1')}`; {info}")
+    out.append(f"- numpy: `{cmd(folder, 'numpy.1')}`; {blas}")
+    out.append(f"- gradtape, unset: `{cmd(folder, 'kernels_unset.1')}`; "
                f"{info_u}")
-    out.append(f"- numpy, unset: `{cmd(folder, 'numpy_unset')}`; {blas_u}")
+    out.append(f"- numpy, unset: `{cmd(folder, 'numpy_unset.1')}`; {blas_u}")
     out.append(f"- numpy on one thread (reference): "
                f"`{cmd(folder, 'numpy_1thread')}`; {blas_1}\n")
     head = ("| case | gradtape | numpy | ratio | gradtape (unset) | "
@@ -147,8 +155,10 @@ def kernels(folder, out):
     for op in ours_ew:
         row(f"{op} 16M f32, GB/s", ours_ew[op], npy_ew.get(op, 0),
             ours_u_ew.get(op, 0), npu_ew.get(op, 0), np1_ew.get(op, 0), 0.5)
-    out.append("\nA case is met when the ratio is at or above the target in "
-               "both environments.\n")
+    out.append("\nEach figure is the median of three alternating rounds (each "
+               "round's figure is itself a median of its repetitions); a case "
+               "is met when the ratio is at or above the target in both "
+               "environments.\n")
 
 
 def memory(folder, out):

@@ -10,8 +10,10 @@
 
 namespace gradtape {
 
-// Threads that can run items at once: the pool's workers plus the caller
-// (std::thread::hardware_concurrency(), at least 1).
+// Threads that can run items at once: the pool's workers plus the caller.
+// The environment variable GRADTAPE_INTRA_OP_THREADS sets it (read once, when
+// the pool starts; 1 runs every kernel on its caller's thread); by default
+// std::thread::hardware_concurrency(), at least 1.
 int ParallelismDegree();
 
 // Runs fn(0), ..., fn(n - 1), each exactly once, possibly at the same time
