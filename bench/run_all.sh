@@ -12,8 +12,8 @@ cd "$ROOT"
 QUICK=0
 [ "${1:-}" = "--quick" ] && QUICK=1
 BUILD=build-perf
-REPS=5; OPS=200000; SMALL_OPS=40000; STEPS=300; GHZ_DURATION=30s
-if [ $QUICK = 1 ]; then REPS=3; OPS=50000; SMALL_OPS=10000; STEPS=100; GHZ_DURATION=5s; fi
+REPS=5; OPS=200000; SMALL_OPS=40000; STEPS=300; LONG_STEPS=2000; GHZ_DURATION=30s
+if [ $QUICK = 1 ]; then REPS=3; OPS=50000; SMALL_OPS=10000; STEPS=100; LONG_STEPS=500; GHZ_DURATION=5s; fi
 
 echo "== building $BUILD (Release)"
 cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DGRADTAPE_BUILD_TESTS=OFF >/dev/null
@@ -51,6 +51,7 @@ done
 run numpy_1thread env OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/numpy_bench.py --reps $REPS
 run memory $BUILD/bench/memory_bench --sessions=1000
 run mlp $BUILD/bench/mlp_bench --steps=$STEPS --reps=$((2 * REPS + 1))
+run mlp_long $BUILD/bench/mlp_bench --steps=$LONG_STEPS --reps=$REPS
 GRADTAPE_BUILD_DIR=$ROOT/$BUILD run ghz bash tests/load/run_ghz.sh --duration=$GHZ_DURATION --unary-load || true
 
 python3 bench/write_performance.py "$OUT" docs/PERFORMANCE.md

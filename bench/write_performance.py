@@ -176,14 +176,20 @@ def memory(folder, out):
 
 
 def mlp(folder, out):
-    text = read(folder, "mlp")
     out.append("### 4. Thin-client training step\n")
-    out.append(f"`{cmd(folder, 'mlp')}`\n")
-    m = re.search(r"^mlp step.*remote/in-process ([\d.]+)$", text, re.M)
-    if m:
-        out.append(f"- {m.group(0)}\n")
-        out.append(f"Target remote/in-process <= 1.3: {m.group(1)}: "
-                   f"{verdict(float(m.group(1)) <= 1.3)}.\n")
+    out.append("Two session lengths: 300 steps, and 2000 steps (what "
+               "`gradtape-mlp-demo` runs). A session pays fixed costs the "
+               "in-process loop does not (the client fills its first batch "
+               "before the server has work; the last loss and the logits are "
+               "two round trips), so the ratio falls as sessions get longer.\n")
+    for name in ("mlp", "mlp_long"):
+        text = read(folder, name)
+        m = re.search(r"^mlp step.*remote/in-process ([\d.]+)$", text, re.M)
+        if m:
+            out.append(f"- `{cmd(folder, name)}`: {m.group(0)}; target "
+                       f"remote/in-process <= 1.3: "
+                       f"{verdict(float(m.group(1)) <= 1.3)}")
+    out.append("")
 
 
 def ghz(folder, out):
