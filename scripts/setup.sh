@@ -9,7 +9,7 @@ cd "$ROOT"
 PACKAGES=(g++ cmake ninja-build pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libeigen3-dev libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
-  python3 python3-venv python3-pip)
+  python3 python3-venv python3-pip nginx-light)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
@@ -21,6 +21,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
     "${missing[@]}" >/dev/null
+  # nginx is only a program for tests/python/test_deploy_proxy.py (which runs
+  # its own on loopback); on a machine with systemd, the package starts a
+  # system nginx on port 80: stop and disable that one.
+  if [[ " ${missing[*]} " == *" nginx-light "* ]] && [ -d /run/systemd/system ]; then
+    $SUDO systemctl disable --now nginx >/dev/null 2>&1 || true
+  fi
 fi
 
 echo "== building (build/)"

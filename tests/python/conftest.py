@@ -8,6 +8,7 @@ build/server/gradtape-server under the repository root). Run:
   GRADTAPE_SERVER_BIN=build/server/gradtape-server .venv/bin/python -m pytest tests/python
 """
 
+import contextlib
 import importlib
 import os
 import pathlib
@@ -68,12 +69,12 @@ def _server_binary():
     return path
 
 
-@pytest.fixture(scope="session")
-def server_address():
+@contextlib.contextmanager
+def running_server(*extra_args):
     """Starts gradtape-server on 127.0.0.1 (port 0: the server picks a free
-    one and prints it) and always stops it at the end."""
+    one and prints it), yields its address and always stops it."""
     proc = subprocess.Popen(
-        [str(_server_binary()), "--address=127.0.0.1:0", "--keep_alive_seconds=60"],
+        [str(_server_binary()), "--address=127.0.0.1:0", *extra_args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -108,6 +109,13 @@ def server_address():
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+@pytest.fixture(scope="session")
+def server_address():
+    """One gradtape-server for the whole test session."""
+    with running_server("--keep_alive_seconds=60") as address:
+        yield address
 
 
 @pytest.fixture
