@@ -54,6 +54,14 @@ namespace {
 // cross in either setting.
 constexpr int64_t kBlasMinWork = 512;
 
+// Products of at least kParallelMinWork multiply-adds (and 64 rows or
+// columns) are split between threads (ParallelBlasGemm). Median us per f32
+// product, GRADTAPE_INTRA_OP_THREADS=1 vs 2, two runs, Haswell kernels:
+// 96x96x96 (0.9M, not split) 14.8-15.0 vs 14.8; 64x64x256 (1.05M) 17.8-18.5
+// vs 15.7-19.8; 128x128x64 (1.05M) 17.3-17.8 vs 14.9-15.4; 128x128x128
+// 34.9-35.4 vs 24.6-26.0. 2^20 is about where splitting starts to pay.
+constexpr double kParallelMinWork = 1 << 20;
+
 template <typename T>
 using Matrix =
     Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -106,10 +114,6 @@ struct Blas {
   decltype(&openblas_get_corename) corename = nullptr;
 };
 
-// Products of at least kParallelMinWork multiply-adds are split between
-// threads (see ParallelGemm).
-constexpr double kParallelMinWork = 1 << 20;
-
 Blas LoadBlas() {
   Blas b;
   void* lib = dlopen(GRADTAPE_OPENBLAS_LIBRARY, RTLD_NOW | RTLD_LOCAL);
@@ -133,29 +137,32 @@ const Blas& GetBlas() {
   return blas;
 }
 
-// false if OpenBLAS is not available.
-bool BlasGemm(bool ta, bool tb, blasint m, blasint n, blasint k, const float* a,
-              blasint lda, const float* b, blasint ldb, float* c, blasint ldc,
+bool BlasAvailable() { return GetBlas().sgemm != nullptr; }
+
+// cblas_?gemm on row-major matrices; OpenBLAS must be available and every
+// size must fit blasint (FitsBlasInt).
+void BlasGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
+              int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
               float beta) {
-  if (GetBlas().sgemm == nullptr) return false;
   GetBlas().sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
-                  tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a, lda, b, ldb,
-                  beta, c, ldc);
-  return true;
+                  tb ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
+                  static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, a,
+                  static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta,
+                  c, static_cast<blasint>(ldc));
 }
-bool BlasGemm(bool ta, bool tb, blasint m, blasint n, blasint k,
-              const double* a, blasint lda, const double* b, blasint ldb,
-              double* c, blasint ldc, double beta) {
-  if (GetBlas().dgemm == nullptr) return false;
+void BlasGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+              const double* a, int64_t lda, const double* b, int64_t ldb,
+              double* c, int64_t ldc, double beta) {
   GetBlas().dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
-                  tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0, a, lda, b, ldb,
-                  beta, c, ldc);
-  return true;
+                  tb ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
+                  static_cast<blasint>(n), static_cast<blasint>(k), 1.0, a,
+                  static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta,
+                  c, static_cast<blasint>(ldc));
 }
 
 // One BLAS product split into row blocks of c (m >= n) or column blocks,
 // run by ParallelFor. Blocks are whole multiples of 32 rows or columns (the
-// register blocking of the kernels divides 32). OpenBLAS must be available.
+// register blocking of the kernels divides 32).
 template <typename T>
 void ParallelBlasGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                       const T* a, int64_t lda, const T* b, int64_t ldb, T* c,
@@ -169,15 +176,11 @@ void ParallelBlasGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
     const int64_t size = std::min(block, extent - begin);
     if (size <= 0) return;
     if (split_rows) {  // rows [begin, begin + size) of op(a) and c
-      BlasGemm(ta, tb, static_cast<blasint>(size), static_cast<blasint>(n),
-               static_cast<blasint>(k), ta ? a + begin : a + begin * lda,
-               static_cast<blasint>(lda), b, static_cast<blasint>(ldb),
-               c + begin * ldc, static_cast<blasint>(ldc), beta);
+      BlasGemm(ta, tb, size, n, k, ta ? a + begin : a + begin * lda, lda, b,
+               ldb, c + begin * ldc, ldc, beta);
     } else {  // columns [begin, begin + size) of op(b) and c
-      BlasGemm(ta, tb, static_cast<blasint>(m), static_cast<blasint>(size),
-               static_cast<blasint>(k), a, static_cast<blasint>(lda),
-               tb ? b + begin * ldb : b + begin, static_cast<blasint>(ldb),
-               c + begin, static_cast<blasint>(ldc), beta);
+      BlasGemm(ta, tb, m, size, k, a, lda, tb ? b + begin * ldb : b + begin,
+               ldb, c + begin, ldc, beta);
     }
   });
 }
@@ -201,17 +204,14 @@ void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
     return;
   }
   const double work = static_cast<double>(m) * n * k;
-  const bool blas = work >= kBlasMinWork && m > 1 && n > 1 &&
-                    FitsBlasInt({m, n, k, lda, ldb, ldc});
-  if (blas && work >= kParallelMinWork && std::max(m, n) >= 64 &&
-      ParallelismDegree() > 1 && GetBlas().sgemm != nullptr) {
-    ParallelBlasGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, beta);
-    return;
-  }
-  if (blas && BlasGemm(trans_a, trans_b, static_cast<blasint>(m),
-                       static_cast<blasint>(n), static_cast<blasint>(k), a,
-                       static_cast<blasint>(lda), b, static_cast<blasint>(ldb),
-                       c, static_cast<blasint>(ldc), beta)) {
+  if (work >= kBlasMinWork && m > 1 && n > 1 &&
+      FitsBlasInt({m, n, k, lda, ldb, ldc}) && BlasAvailable()) {
+    if (work >= kParallelMinWork && std::max(m, n) >= 64 &&
+        ParallelismDegree() > 1) {
+      ParallelBlasGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, beta);
+    } else {
+      BlasGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, beta);
+    }
     return;
   }
   EigenGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, beta);
@@ -225,9 +225,8 @@ template void Gemm<double>(bool, bool, int64_t, int64_t, int64_t, const double*,
                            double);
 
 const char* BlasCoreName() {
-  const Blas& blas = GetBlas();
-  if (blas.sgemm == nullptr) return "none (OpenBLAS not found; Eigen)";
-  return blas.corename != nullptr ? blas.corename() : "unknown";
+  if (!BlasAvailable()) return "none (OpenBLAS not found; Eigen)";
+  return GetBlas().corename != nullptr ? GetBlas().corename() : "unknown";
 }
 
 }  // namespace gradtape
