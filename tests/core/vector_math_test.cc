@@ -57,6 +57,48 @@ double UlpError(T got, long double want) {
   return static_cast<double>(std::fabs(got - want) / ulp);
 }
 
+// The largest ulp error of vec(isa, x, y, n) against reference(x[i]) (a
+// wider type), separately for normal and subnormal results, and the input
+// with the largest normal error.
+struct UlpErrors {
+  double normal = 0;
+  double subnormal = 0;
+  long double worst_at = 0;
+  double max() const { return std::max(normal, subnormal); }
+};
+
+template <typename T, typename Vec, typename Reference>
+UlpErrors MeasureUlp(Isa isa, const std::vector<T>& x, Vec vec,
+                     Reference reference) {
+  std::vector<T> y(x.size());
+  vec(isa, x.data(), y.data(), static_cast<int64_t>(x.size()));
+  UlpErrors errors;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const long double want = reference(x[i]);
+    const double e = UlpError(y[i], want);
+    if (std::fabs(want) < std::numeric_limits<T>::min()) {
+      errors.subnormal = std::max(errors.subnormal, e);
+    } else if (e > errors.normal) {
+      errors.normal = e;
+      errors.worst_at = x[i];
+    }
+  }
+  return errors;
+}
+
+template <typename T>
+void VecExp(Isa isa, const T* x, T* y, int64_t n) {
+  VecExpFor(isa, x, y, n);
+}
+template <typename T>
+void VecLog(Isa isa, const T* x, T* y, int64_t n) {
+  vector_math_internal::VecLogFor(isa, x, y, n);
+}
+template <typename T>
+void VecSigmoid(Isa isa, const T* x, T* y, int64_t n) {
+  VecSigmoidFor(isa, x, y, n);
+}
+
 TEST(VectorMathTest, SelectsTheWidestSupportedIsa) {
   const std::vector<Isa> isas = SupportedIsas();
   EXPECT_EQ(vector_math_internal::SelectedIsa(), isas.back());
@@ -75,24 +117,13 @@ TEST(VectorMathTest, ExpFloatSweep) {
   }
   for (Isa isa : SupportedIsas()) {
     SCOPED_TRACE(Name(isa));
-    std::vector<float> y(x.size());
-    VecExpFor(isa, x.data(), y.data(), static_cast<int64_t>(x.size()));
-    double normal = 0, subnormal = 0;
-    float worst = 0;
-    for (size_t i = 0; i < x.size(); ++i) {
-      const long double want = std::exp(static_cast<double>(x[i]));
-      const double e = UlpError(y[i], want);
-      if (want < std::numeric_limits<float>::min()) {
-        subnormal = std::max(subnormal, e);
-      } else if (e > normal) {
-        normal = e;
-        worst = x[i];
-      }
-    }
-    EXPECT_LE(normal, 2.0) << "at x = " << worst;
-    EXPECT_LE(subnormal, 1.0);
+    const UlpErrors e = MeasureUlp(isa, x, VecExp<float>, [](float v) {
+      return std::exp(static_cast<double>(v));
+    });
+    EXPECT_LE(e.normal, 2.0) << "at x = " << e.worst_at;
+    EXPECT_LE(e.subnormal, 1.0);
     std::printf("%s: exp f32 max error %.3f ulp (%zu inputs), subnormal %.3f\n",
-                Name(isa), normal, x.size(), subnormal);
+                Name(isa), e.normal, x.size(), e.subnormal);
   }
 }
 
@@ -106,24 +137,13 @@ TEST(VectorMathTest, ExpDoubleSweep) {
   for (int i = 0; i < 500000; ++i) x.push_back(narrow(gen));
   for (Isa isa : SupportedIsas()) {
     SCOPED_TRACE(Name(isa));
-    std::vector<double> y(x.size());
-    VecExpFor(isa, x.data(), y.data(), static_cast<int64_t>(x.size()));
-    double normal = 0, subnormal = 0;
-    double worst = 0;
-    for (size_t i = 0; i < x.size(); ++i) {
-      const long double want = std::exp(static_cast<long double>(x[i]));
-      const double e = UlpError(y[i], want);
-      if (want < std::numeric_limits<double>::min()) {
-        subnormal = std::max(subnormal, e);
-      } else if (e > normal) {
-        normal = e;
-        worst = x[i];
-      }
-    }
-    EXPECT_LE(normal, 2.0) << "at x = " << worst;
-    EXPECT_LE(subnormal, 1.0);
+    const UlpErrors e = MeasureUlp(isa, x, VecExp<double>, [](double v) {
+      return std::exp(static_cast<long double>(v));
+    });
+    EXPECT_LE(e.normal, 2.0) << "at x = " << e.worst_at;
+    EXPECT_LE(e.subnormal, 1.0);
     std::printf("%s: exp f64 max error %.3f ulp, subnormal %.3f\n", Name(isa),
-                normal, subnormal);
+                e.normal, e.subnormal);
   }
 }
 
@@ -185,15 +205,10 @@ void CheckSigmoid() {
   x.insert(x.end(), {T(-120), T(-800), T(60), T(800), inf, -inf});
   for (Isa isa : SupportedIsas()) {
     SCOPED_TRACE(Name(isa));
-    std::vector<T> y(x.size());
-    VecSigmoidFor(isa, x.data(), y.data(), static_cast<int64_t>(x.size()));
-    double worst = 0;
-    for (size_t i = 0; i < x.size(); ++i) {
-      const long double want =
-          1.0L / (1.0L + std::exp(-static_cast<long double>(x[i])));
-      worst = std::max(worst, UlpError(y[i], want));
-    }
-    EXPECT_LE(worst, 3.0);
+    const UlpErrors e = MeasureUlp(isa, x, VecSigmoid<T>, [](T v) {
+      return 1.0L / (1.0L + std::exp(-static_cast<long double>(v)));
+    });
+    EXPECT_LE(e.max(), 3.0);
     const T nan = std::numeric_limits<T>::quiet_NaN();
     T out;
     VecSigmoidFor(isa, &nan, &out, 1);
@@ -216,21 +231,12 @@ TEST(VectorMathTest, LogFloatSweep) {
   }
   for (Isa isa : SupportedIsas()) {
     SCOPED_TRACE(Name(isa));
-    std::vector<float> y(x.size());
-    vector_math_internal::VecLogFor(isa, x.data(), y.data(),
-                                    static_cast<int64_t>(x.size()));
-    double worst = 0;
-    float at = 0;
-    for (size_t i = 0; i < x.size(); ++i) {
-      const double e = UlpError(y[i], std::log(static_cast<double>(x[i])));
-      if (e > worst) {
-        worst = e;
-        at = x[i];
-      }
-    }
-    EXPECT_LE(worst, 2.0) << "at x = " << at;
+    const UlpErrors e = MeasureUlp(isa, x, VecLog<float>, [](float v) {
+      return std::log(static_cast<double>(v));
+    });
+    EXPECT_LE(e.max(), 2.0) << "at x = " << e.worst_at;
     std::printf("%s: log f32 max error %.3f ulp (%zu inputs)\n", Name(isa),
-                worst, x.size());
+                e.max(), x.size());
   }
 }
 
@@ -247,20 +253,11 @@ TEST(VectorMathTest, LogDoubleSweep) {
   for (int i = 0; i < 500000; ++i) x.push_back(near_one(gen));
   for (Isa isa : SupportedIsas()) {
     SCOPED_TRACE(Name(isa));
-    std::vector<double> y(x.size());
-    vector_math_internal::VecLogFor(isa, x.data(), y.data(),
-                                    static_cast<int64_t>(x.size()));
-    double worst = 0;
-    double at = 0;
-    for (size_t i = 0; i < x.size(); ++i) {
-      const double e = UlpError(y[i], std::log(static_cast<long double>(x[i])));
-      if (e > worst) {
-        worst = e;
-        at = x[i];
-      }
-    }
-    EXPECT_LE(worst, 2.0) << "at x = " << at;
-    std::printf("%s: log f64 max error %.3f ulp\n", Name(isa), worst);
+    const UlpErrors e = MeasureUlp(isa, x, VecLog<double>, [](double v) {
+      return std::log(static_cast<long double>(v));
+    });
+    EXPECT_LE(e.max(), 2.0) << "at x = " << e.worst_at;
+    std::printf("%s: log f64 max error %.3f ulp\n", Name(isa), e.max());
   }
 }
 
