@@ -21,6 +21,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "bench/load_sessions.h"
 #include "gradtape/v1/tape_service.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 
@@ -33,27 +34,24 @@ ABSL_FLAG(int64_t, expect_live, -1,
           "check: live tensors expected over all sessions (-1: any)");
 
 namespace v1 = gradtape::v1;
+namespace bench = gradtape::bench;
 
 namespace {
 
 int Create(v1::TapeService::Stub& stub) {
+  std::vector<bench::SessionCredentials> created;
+  std::string error;
+  if (!bench::CreateSessions(stub, absl::GetFlag(FLAGS_count), 3600, &created,
+                             &error)) {
+    std::fprintf(stderr, "%s\n", error.c_str());
+    return 1;
+  }
   std::vector<std::string> ids, tokens;
   std::ofstream sessions(absl::GetFlag(FLAGS_sessions_out));
-  for (int i = 0; i < absl::GetFlag(FLAGS_count); ++i) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::seconds(10));
-    v1::CreateSessionRequest req;
-    req.set_keep_alive_seconds(3600);
-    v1::CreateSessionResponse resp;
-    grpc::Status s = stub.CreateSession(&ctx, req, &resp);
-    if (!s.ok()) {
-      std::fprintf(stderr, "CreateSession: %s\n", s.error_message().c_str());
-      return 1;
-    }
-    ids.push_back(absl::StrCat("`", resp.session_id(), "`"));
-    tokens.push_back(absl::StrCat("`", resp.token(), "`"));
-    sessions << resp.session_id() << " " << resp.token() << "\n";
+  for (const bench::SessionCredentials& c : created) {
+    ids.push_back(absl::StrCat("`", c.id, "`"));
+    tokens.push_back(absl::StrCat("`", c.token, "`"));
+    sessions << c.id << " " << c.token << "\n";
   }
   const int n = static_cast<int>(ids.size());
   auto pick = [n](const std::vector<std::string>& values) {
@@ -68,45 +66,18 @@ int Create(v1::TapeService::Stub& stub) {
 
 int Check(v1::TapeService::Stub& stub) {
   std::ifstream in(absl::GetFlag(FLAGS_sessions_file));
+  std::vector<bench::SessionCredentials> sessions;
   std::string id, token;
-  int sessions = 0, bad = 0;
-  int64_t live = 0;
-  while (in >> id >> token) {
-    ++sessions;
-    grpc::ClientContext ctx;
-    ctx.AddMetadata("gradtape-session-id", id);
-    ctx.AddMetadata("gradtape-session-token", token);
-    v1::CommandBatch batch;
-    v1::Command* cmd = batch.add_commands();
-    cmd->set_seq(1 << 30);
-    cmd->mutable_stats();
-    v1::BatchReply reply;
-    grpc::Status s = stub.Run(&ctx, batch, &reply);
-    if (!s.ok() || reply.results_size() != 1 || !reply.results(0).has_stats()) {
-      std::fprintf(stderr, "session %s: Stats failed: %s\n", id.c_str(),
-                   s.error_message().c_str());
-      ++bad;
-      continue;
-    }
-    const v1::SessionStats& stats = reply.results(0).stats();
-    live += stats.live_tensors();
-    if (stats.poisoned_ids() != 0 || stats.tapes() != 0) {
-      std::fprintf(stderr,
-                   "session %s: %lld poisoned ids, %lld tapes after the load "
-                   "(expected none)\n",
-                   id.c_str(), static_cast<long long>(stats.poisoned_ids()),
-                   static_cast<long long>(stats.tapes()));
-      ++bad;
-    }
-  }
+  while (in >> id >> token) sessions.push_back({id, token});
+  const bench::SessionsCheck check = bench::CheckSessions(stub, sessions);
   const int64_t expected = absl::GetFlag(FLAGS_expect_live);
-  const bool live_ok = expected < 0 || live == expected;
+  const bool live_ok = expected < 0 || check.live_tensors == expected;
   std::printf(
       "ghz_sessions check: %d sessions, %d with failed commands or tapes "
       "left, %lld results held (expected %lld)\n",
-      sessions, bad, static_cast<long long>(live),
+      check.sessions, check.unclean, static_cast<long long>(check.live_tensors),
       static_cast<long long>(expected));
-  return sessions > 0 && bad == 0 && live_ok ? 0 : 1;
+  return check.sessions > 0 && check.unclean == 0 && live_ok ? 0 : 1;
 }
 
 }  // namespace

@@ -30,6 +30,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "bench/load_sessions.h"
 #include "gradtape/v1/tape_service.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 
@@ -44,10 +45,7 @@ namespace v1 = gradtape::v1;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-struct SessionCredentials {
-  std::string id, token;
-};
+using gradtape::bench::SessionCredentials;
 
 // The batch of tests/load/run_unary.json for call number `n`.
 void FillRunBatch(int64_t n, v1::CommandBatch& batch) {
@@ -230,20 +228,11 @@ int main(int argc, char** argv) {
         address, grpc::InsecureChannelCredentials(), args)));
   }
   std::vector<SessionCredentials> sessions;
-  for (int i = 0; i < concurrency; ++i) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::seconds(10));
-    v1::CreateSessionRequest req;
-    req.set_keep_alive_seconds(600);
-    v1::CreateSessionResponse resp;
-    const grpc::Status s = stubs[0]->CreateSession(&ctx, req, &resp);
-    if (!s.ok()) {
-      std::fprintf(stderr, "unary_load: CreateSession: %s\n",
-                   s.error_message().c_str());
-      return 1;
-    }
-    sessions.push_back({resp.session_id(), resp.token()});
+  std::string error;
+  if (!gradtape::bench::CreateSessions(*stubs[0], concurrency, 600, &sessions,
+                                       &error)) {
+    std::fprintf(stderr, "unary_load: %s\n", error.c_str());
+    return 1;
   }
 
   const Clock::time_point start = Clock::now();
@@ -260,29 +249,14 @@ int main(int argc, char** argv) {
   // result per successful call.
   auto stub = v1::TapeService::NewStub(
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-  int64_t live = 0, unclean = 0;
+  const gradtape::bench::SessionsCheck check =
+      gradtape::bench::CheckSessions(*stub, sessions);
   for (const SessionCredentials& session : sessions) {
     grpc::ClientContext ctx;
     ctx.AddMetadata("gradtape-session-id", session.id);
     ctx.AddMetadata("gradtape-session-token", session.token);
-    v1::CommandBatch batch;
-    batch.add_commands()->set_seq(1 << 30);
-    batch.mutable_commands(0)->mutable_stats();
-    v1::BatchReply reply;
-    const grpc::Status s = stub->Run(&ctx, batch, &reply);
-    if (!s.ok() || reply.results_size() != 1 || !reply.results(0).has_stats()) {
-      ++unclean;
-      continue;
-    }
-    const v1::SessionStats& stats = reply.results(0).stats();
-    live += stats.live_tensors();
-    if (stats.poisoned_ids() != 0 || stats.tapes() != 0) ++unclean;
-    grpc::ClientContext close_ctx;
-    close_ctx.AddMetadata("gradtape-session-id", session.id);
-    close_ctx.AddMetadata("gradtape-session-token", session.token);
-    v1::CloseSessionRequest close;
     v1::CloseSessionResponse closed;
-    stub->CloseSession(&close_ctx, close, &closed);
+    stub->CloseSession(&ctx, v1::CloseSessionRequest(), &closed);
   }
   const int64_t errors = load.errors();
   const int64_t expected_live = call == "run" ? count - errors : 0;
@@ -292,11 +266,15 @@ int main(int argc, char** argv) {
       "(expected %lld)\n",
       call.c_str(), static_cast<long long>(count), seconds, count / seconds,
       Percentile(latencies, 0.50), Percentile(latencies, 0.99),
-      static_cast<long long>(errors), static_cast<long long>(unclean),
-      static_cast<long long>(live), static_cast<long long>(expected_live));
+      static_cast<long long>(errors), static_cast<long long>(check.unclean),
+      static_cast<long long>(check.live_tensors),
+      static_cast<long long>(expected_live));
   if (errors != 0) {
     std::fprintf(stderr, "unary_load: first error: %s\n",
                  load.first_error().c_str());
   }
-  return errors == 0 && unclean == 0 && live == expected_live ? 0 : 1;
+  return errors == 0 && check.unclean == 0 &&
+                 check.live_tensors == expected_live
+             ? 0
+             : 1;
 }
