@@ -80,8 +80,8 @@ int main(int argc, char** argv) {
     const char* op;
     int arity;
   };
-  for (const Case& c :
-       {Case{"AddV2", 2}, Case{"Mul", 2}, Case{"Exp", 1}, Case{"Relu", 1}}) {
+  for (const Case& c : {Case{"AddV2", 2}, Case{"Mul", 2}, Case{"Exp", 1},
+                        Case{"Log", 1}, Case{"Sigmoid", 1}, Case{"Relu", 1}}) {
     const Tensor in[] = {x, y};
     double s = MedianSeconds(reps, [&] {
       out.clear();  // free the previous output before the next allocation

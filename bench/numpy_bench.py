@@ -55,6 +55,9 @@ def main():
     cases = [("AddV2", 2, lambda: np.add(x, y)),
              ("Mul", 2, lambda: np.multiply(x, y)),
              ("Exp", 1, lambda: np.exp(x)),
+             ("Log", 1, lambda: np.log(x)),
+             # numpy has no sigmoid: its usual spelling, three passes.
+             ("Sigmoid", 1, lambda: 1 / (1 + np.exp(-x))),
              ("Relu", 1, lambda: np.maximum(x, 0))]
     for op, arity, fn in cases:
         s = median_seconds(args.reps, fn)
