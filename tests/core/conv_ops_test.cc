@@ -174,20 +174,8 @@ std::string Describe(const ConvCase& c) {
                       " dilations ", ShapeString(c.dilations));
 }
 
-class ConvOpsTest : public ::testing::Test {
+class ConvOpsTest : public testing::OpTest {
  protected:
-  absl::StatusOr<Tensor> Run(absl::string_view op, std::vector<Tensor> in,
-                             AttrMap attrs) {
-    Tensors out;
-    absl::Status s = ctx_.Execute(op, in, std::move(attrs), &out);
-    if (!s.ok()) return s;
-    return out[0];
-  }
-  Tensor MustRun(absl::string_view op, std::vector<Tensor> in, AttrMap attrs) {
-    absl::StatusOr<Tensor> t = Run(op, std::move(in), std::move(attrs));
-    EXPECT_TRUE(t.ok()) << op << ": " << t.status();
-    return t.ok() ? *t : Tensor();
-  }
   static void ExpectNear(const Tensor& got, const Tensor& want, double tol,
                          const std::string& what) {
     ASSERT_TRUE(got.valid()) << what;
@@ -217,8 +205,6 @@ class ConvOpsTest : public ::testing::Test {
     EXPECT_NEAR(Dot(x, dx), ydy, tol) << conv << " " << Describe(c);
     EXPECT_NEAR(Dot(f, df), ydy, tol) << conv << " " << Describe(c);
   }
-
-  Context ctx_{DefaultRegistry()};
 };
 
 const std::vector<ConvCase>& Conv2DCases() {

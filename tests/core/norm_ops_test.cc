@@ -26,39 +26,9 @@ AttrMap BnAttrs(double eps, bool scale) {
   return {{"variance_epsilon", eps}, {"scale_after_normalization", scale}};
 }
 
-class NormOpsTest : public ::testing::Test {
+class NormOpsTest : public testing::OpTest {
  public:
-  absl::StatusOr<Tensors> Run(absl::string_view op, std::vector<Tensor> in,
-                              AttrMap attrs) {
-    Tensors out;
-    absl::Status s = ctx_.Execute(op, in, std::move(attrs), &out);
-    if (!s.ok()) return s;
-    return out;
-  }
-  // INVALID_ARGUMENT naming the op and each of `mentions`; nothing recorded
-  // on an active tape watching the inputs.
-  void ExpectInvalid(absl::string_view op, std::vector<Tensor> in,
-                     AttrMap attrs, std::vector<std::string> mentions) {
-    ASSERT_TRUE(ctx_.tapes().Push(3, false, false).ok());
-    Tape* tape = *ctx_.tapes().Find(3);
-    for (Tensor& t : in) {
-      t = ctx_.Adopt(t);
-      if (IsFloating(t.dtype())) tape->Watch(t);
-    }
-    absl::StatusOr<Tensors> r = Run(op, in, std::move(attrs));
-    EXPECT_TRUE(tape->num_entries() == 0) << op;
-    ASSERT_TRUE(ctx_.tapes().Delete(3).ok());
-    ASSERT_FALSE(r.ok()) << op << " accepted bad input";
-    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument)
-        << r.status();
-    EXPECT_TRUE(absl::StrContains(r.status().message(), absl::StrCat(op, ":")))
-        << r.status();
-    for (const std::string& m : mentions) {
-      EXPECT_TRUE(absl::StrContains(r.status().message(), m))
-          << r.status() << " does not mention " << m;
-    }
-  }
-  Context ctx_{DefaultRegistry()};
+  using OpTest::Run;  // for the CheckForward helpers below
 };
 
 // x: [2, 1, 2, 3] (4 rows of 3 channels).

@@ -39,7 +39,16 @@ class OpTest : public ::testing::Test {
     return (*out)[0];
   }
 
-  // Expects INVALID_ARGUMENT whose message names the op and each of
+  // The first output of `op`, which must succeed (a failure is reported and
+  // an invalid Tensor returned).
+  Tensor MustRun(absl::string_view op, std::vector<Tensor> in,
+                 AttrMap attrs = {}) {
+    absl::StatusOr<Tensor> r = Run1(op, std::move(in), std::move(attrs));
+    EXPECT_TRUE(r.ok()) << op << ": " << r.status();
+    return r.ok() ? *r : Tensor();
+  }
+
+  // Expects INVALID_ARGUMENT whose message names the op ("Op: ...") and each of
   // `mentions`, with nothing recorded on a tape watching every trainable
   // input.
   void ExpectInvalid(absl::string_view op, std::vector<Tensor> in,
@@ -54,7 +63,8 @@ class OpTest : public ::testing::Test {
     ASSERT_FALSE(r.ok()) << op;
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument)
         << r.status();
-    EXPECT_TRUE(absl::StrContains(r.status().message(), op)) << r.status();
+    EXPECT_TRUE(absl::StrContains(r.status().message(), absl::StrCat(op, ":")))
+        << r.status();
     for (const std::string& m : mentions) {
       EXPECT_TRUE(absl::StrContains(r.status().message(), m))
           << r.status() << " should mention " << m;

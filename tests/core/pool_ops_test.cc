@@ -141,48 +141,11 @@ Tensor Make(const Shape& shape, const std::vector<double>& v) {
   return Tensor::FromVector<T>(shape, std::vector<T>(v.begin(), v.end()));
 }
 
-class PoolOpsTest : public ::testing::Test {
+class PoolOpsTest : public testing::OpTest {
  protected:
-  absl::StatusOr<Tensors> Run(absl::string_view op, std::vector<Tensor> in,
-                              AttrMap attrs = {}) {
-    Tensors out;
-    absl::Status s = ctx_.Execute(op, in, std::move(attrs), &out);
-    if (!s.ok()) return s;
-    return out;
-  }
-  Tensor Run1(absl::string_view op, std::vector<Tensor> in, AttrMap attrs) {
-    absl::StatusOr<Tensors> r = Run(op, std::move(in), std::move(attrs));
-    EXPECT_TRUE(r.ok()) << op << ": " << r.status();
-    return r.ok() ? (*r)[0] : Tensor();
-  }
-  // Runs `op` on an active tape watching the float inputs and expects
-  // INVALID_ARGUMENT naming the op and every string in `mentions`, with
-  // nothing recorded.
-  void ExpectInvalid(absl::string_view op, std::vector<Tensor> in,
-                     AttrMap attrs, std::vector<std::string> mentions) {
-    ASSERT_TRUE(ctx_.tapes().Push(7, false, false).ok());
-    Tape* tape = *ctx_.tapes().Find(7);
-    for (Tensor& t : in) {
-      t = ctx_.Adopt(t);
-      if (IsFloating(t.dtype())) tape->Watch(t);
-    }
-    absl::StatusOr<Tensors> r = Run(op, in, std::move(attrs));
-    EXPECT_TRUE(tape->num_entries() == 0) << op;
-    ASSERT_TRUE(ctx_.tapes().Delete(7).ok());
-    ASSERT_FALSE(r.ok()) << op << " accepted bad input";
-    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument)
-        << r.status();
-    EXPECT_TRUE(absl::StrContains(r.status().message(), absl::StrCat(op, ":")))
-        << r.status();
-    for (const std::string& m : mentions) {
-      EXPECT_TRUE(absl::StrContains(r.status().message(), m))
-          << r.status() << " does not mention " << m;
-    }
-  }
   Tensor D(Shape shape, std::vector<double> v) {
     return Tensor::FromVector<double>(shape, v);
   }
-  Context ctx_{DefaultRegistry()};
 };
 
 const PoolCase kCases[] = {
@@ -249,7 +212,9 @@ void CheckAgainstReference(const PoolCase& c, double tolerance, RunFn run) {
 
 TEST_F(PoolOpsTest, AllOpsMatchTheNaiveReference) {
   auto run = [this](absl::string_view op, std::vector<Tensor> in,
-                    AttrMap attrs) { return Run1(op, std::move(in), attrs); };
+                    AttrMap attrs) {
+    return MustRun(op, std::move(in), attrs);
+  };
   for (const PoolCase& c : kCases) {
     CheckAgainstReference<double>(c, 1e-12, run);
     CheckAgainstReference<float>(c, 1e-4, run);
@@ -260,17 +225,17 @@ TEST_F(PoolOpsTest, SameAveragesOverValidCellsOnly) {
   // 3x3 input, 2x2 window, stride 2, SAME: one padding row and column after.
   Tensor x = D({1, 3, 3, 1}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
   AttrMap attrs = PoolCase{{1, 3, 3, 1}, {2, 2}, {2, 2}, "SAME"}.Attrs();
-  Tensor y = Run1("AvgPool", {x}, attrs);
+  Tensor y = MustRun("AvgPool", {x}, attrs);
   EXPECT_EQ(y.shape(), (Shape{1, 2, 2, 1}));
   EXPECT_EQ(Values(y), (std::vector<double>{3, 4.5, 7.5, 9}));
   // The gradient spreads each dy over the cells its window averaged.
   attrs.Set("orig_input_shape", std::vector<int64_t>{1, 3, 3, 1});
-  Tensor dx = Run1("AvgPoolGrad", {D({1, 2, 2, 1}, {4, 2, 2, 1})}, attrs);
+  Tensor dx = MustRun("AvgPoolGrad", {D({1, 2, 2, 1}, {4, 2, 2, 1})}, attrs);
   EXPECT_EQ(Values(dx), (std::vector<double>{1, 1, 1, 1, 1, 1, 1, 1, 1}));
   // 3x3 window, stride 1, SAME on a 2x2 input: every window sees all 4 cells.
   Tensor small = D({1, 2, 2, 1}, {1, 2, 3, 6});
-  y = Run1("AvgPool", {small},
-           PoolCase{{1, 2, 2, 1}, {3, 3}, {1, 1}, "SAME"}.Attrs());
+  y = MustRun("AvgPool", {small},
+              PoolCase{{1, 2, 2, 1}, {3, 3}, {1, 1}, "SAME"}.Attrs());
   EXPECT_EQ(Values(y), (std::vector<double>{3, 3, 3, 3}));
 }
 
@@ -278,40 +243,41 @@ TEST_F(PoolOpsTest, MaxPoolGradRoutesToTheFirstMaximum) {
   // Ties: all equal, the whole gradient goes to the first cell of the window.
   Tensor x = D({1, 2, 2, 1}, {5, 5, 5, 5});
   AttrMap attrs = PoolCase{{1, 2, 2, 1}, {2, 2}, {1, 1}, "VALID"}.Attrs();
-  Tensor y = Run1("MaxPool", {x}, attrs);
-  Tensor dx = Run1("MaxPoolGrad", {x, y, D({1, 1, 1, 1}, {3})}, attrs);
+  Tensor y = MustRun("MaxPool", {x}, attrs);
+  Tensor dx = MustRun("MaxPoolGrad", {x, y, D({1, 1, 1, 1}, {3})}, attrs);
   EXPECT_EQ(Values(dx), (std::vector<double>{3, 0, 0, 0}));
   // A tie after the first cell: the earlier (row-major) maximum wins.
   x = D({1, 2, 2, 1}, {1, 7, 7, 2});
-  dx = Run1("MaxPoolGrad",
-            {x, Run1("MaxPool", {x}, attrs), D({1, 1, 1, 1}, {3})}, attrs);
+  dx =
+      MustRun("MaxPoolGrad",
+              {x, MustRun("MaxPool", {x}, attrs), D({1, 1, 1, 1}, {3})}, attrs);
   EXPECT_EQ(Values(dx), (std::vector<double>{0, 3, 0, 0}));
   // Overlapping windows (2x2, stride 1) sharing a maximum add up there;
   // channels route independently.
   x = D({1, 3, 3, 2}, {1, 9, 2, 8, 3, 7,  //
                        4, 6, 9, 5, 5, 4,  //
                        6, 3, 7, 2, 8, 1});
-  y = Run1("MaxPool", {x}, attrs);
+  y = MustRun("MaxPool", {x}, attrs);
   EXPECT_EQ(Values(y), (std::vector<double>{9, 9, 9, 8, 9, 6, 9, 5}));
-  dx = Run1("MaxPoolGrad",
-            {x, y, D({1, 2, 2, 2}, {1, 10, 2, 20, 3, 30, 4, 40})}, attrs);
+  dx = MustRun("MaxPoolGrad",
+               {x, y, D({1, 2, 2, 2}, {1, 10, 2, 20, 3, 30, 4, 40})}, attrs);
   EXPECT_EQ(Values(dx), (std::vector<double>{0, 10, 0, 20, 0, 0,   //
                                              0, 30, 10, 40, 0, 0,  //
                                              0, 0, 0, 0, 0, 0}));
   // The max is found where orig_input equals orig_output: a window without
   // such a cell (orig_output is not the pool of orig_input) routes nothing.
   Tensor off = D({1, 2, 2, 2}, {9, 9, 9, 8, 9, 6, 4, 5});
-  dx = Run1("MaxPoolGrad",
-            {x, off, D({1, 2, 2, 2}, {1, 10, 2, 20, 3, 30, 4, 40})}, attrs);
+  dx = MustRun("MaxPoolGrad",
+               {x, off, D({1, 2, 2, 2}, {1, 10, 2, 20, 3, 30, 4, 40})}, attrs);
   EXPECT_EQ(Values(dx), (std::vector<double>{0, 10, 0, 20, 0, 0,  //
                                              0, 30, 6, 40, 0, 0,  //
                                              0, 0, 0, 0, 0, 0}));
   // MaxPoolGradGrad picks grad at the same cells.
-  Tensor gg = Run1("MaxPoolGradGrad",
-                   {x, y,
-                    D({1, 3, 3, 2}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
-                                     13, 14, 15, 16, 17})},
-                   attrs);
+  Tensor gg = MustRun("MaxPoolGradGrad",
+                      {x, y,
+                       D({1, 3, 3, 2}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
+                                        12, 13, 14, 15, 16, 17})},
+                      attrs);
   EXPECT_EQ(Values(gg), (std::vector<double>{8, 1, 8, 3, 8, 7, 8, 9}));
 }
 
@@ -330,7 +296,7 @@ TEST_F(PoolOpsTest, SecondOrderThroughTheTape) {
     ASSERT_TRUE(ctx_.tapes().Push(2, false, false).ok());
     Tape* inner = *ctx_.tapes().Find(2);
     inner->Watch(x);
-    Tensor y = Run1(op, {x}, attrs);
+    Tensor y = MustRun(op, {x}, attrs);
     ASSERT_TRUE(ctx_.tapes().Pop(2).ok());
     auto dx = ctx_.Gradient(*inner, {y}, {x}, {dy}, Unconnected::kZero);
     ASSERT_TRUE(dx.ok()) << dx.status();
@@ -343,7 +309,7 @@ TEST_F(PoolOpsTest, SecondOrderThroughTheTape) {
       // Maxima of x at cells 1, 1, 4, 5 (0-based): w there is 2, 2, 5, 6.
       EXPECT_EQ(Values((*ddy)[0]), (std::vector<double>{2, 2, 5, 6}));
     } else {
-      EXPECT_EQ(Values((*ddy)[0]), Values(Run1("AvgPool", {w}, attrs)));
+      EXPECT_EQ(Values((*ddy)[0]), Values(MustRun("AvgPool", {w}, attrs)));
     }
     ASSERT_TRUE(ctx_.tapes().Delete(1).ok());
     ASSERT_TRUE(ctx_.tapes().Delete(2).ok());
@@ -354,15 +320,15 @@ TEST_F(PoolOpsTest, EmptyBatchAndChannels) {
   for (Shape shape : {Shape{0, 4, 4, 2}, Shape{2, 4, 4, 0}}) {
     Tensor x = Tensor::Zeros(DType::kFloat64, shape);
     AttrMap attrs = PoolCase{shape, {2, 2}, {2, 2}, "VALID"}.Attrs();
-    Tensor y = Run1("MaxPool", {x}, attrs);
+    Tensor y = MustRun("MaxPool", {x}, attrs);
     EXPECT_EQ(y.shape(), (Shape{shape[0], 2, 2, shape[3]}));
-    EXPECT_EQ(Run1("MaxPoolGrad", {x, y, y}, attrs).shape(), shape);
-    EXPECT_EQ(Run1("AvgPool", {x}, attrs).shape(), y.shape());
+    EXPECT_EQ(MustRun("MaxPoolGrad", {x, y, y}, attrs).shape(), shape);
+    EXPECT_EQ(MustRun("AvgPool", {x}, attrs).shape(), y.shape());
   }
   // SAME on an empty spatial dim gives an empty output.
   Tensor x = Tensor::Zeros(DType::kFloat64, {1, 0, 3, 1});
-  EXPECT_EQ(Run1("AvgPool", {x},
-                 PoolCase{{1, 0, 3, 1}, {2, 2}, {1, 1}, "SAME"}.Attrs())
+  EXPECT_EQ(MustRun("AvgPool", {x},
+                    PoolCase{{1, 0, 3, 1}, {2, 2}, {1, 1}, "SAME"}.Attrs())
                 .shape(),
             (Shape{1, 0, 3, 1}));
 }
@@ -480,7 +446,7 @@ TEST_F(PoolOpsTest, CnnSizedPoolingIsFast) {
   AttrMap grad_attrs = attrs;
   grad_attrs.Set("orig_input_shape",
                  std::vector<int64_t>(c.input.begin(), c.input.end()));
-  Tensor y = Run1("MaxPool", {x}, attrs);
+  Tensor y = MustRun("MaxPool", {x}, attrs);
   struct Timed {
     const char* op;
     std::vector<Tensor> in;
@@ -493,7 +459,7 @@ TEST_F(PoolOpsTest, CnnSizedPoolingIsFast) {
   for (const Timed& t : ops) {
     constexpr int kReps = 20;
     auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < kReps; ++i) Run1(t.op, t.in, *t.attrs);
+    for (int i = 0; i < kReps; ++i) MustRun(t.op, t.in, *t.attrs);
     const double ms = std::chrono::duration<double, std::milli>(
                           std::chrono::steady_clock::now() - start)
                           .count() /
