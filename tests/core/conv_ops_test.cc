@@ -224,6 +224,62 @@ const std::vector<ConvCase>& Conv2DCases() {
   return *cases;
 }
 
+// Depthwise filters are [h, w, C, multiplier]; the direct and the adjoint
+// tests share these.
+const std::vector<ConvCase>& DepthwiseCases() {
+  static const auto* cases = new std::vector<ConvCase>{
+      {{1, 5, 5, 3}, {3, 3, 3, 2}, {1, 1, 1, 1}, "SAME", {1, 1, 1, 1}},
+      {{2, 6, 5, 2}, {2, 3, 2, 1}, {1, 2, 2, 1}, "VALID", {1, 1, 1, 1}},
+      {{1, 7, 7, 2}, {3, 2, 2, 3}, {1, 2, 1, 1}, "SAME", {1, 2, 2, 1}},
+      {{2, 3, 3, 4}, {1, 1, 4, 2}, {1, 1, 1, 1}, "VALID", {1, 1, 1, 1}},
+      {{2, 7, 6, 2}, {2, 3, 2, 2}, {1, 2, 2, 1}, "VALID", {1, 1, 1, 1}},
+      {{1, 6, 7, 2}, {3, 2, 2, 1}, {1, 2, 3, 1}, "SAME", {1, 2, 1, 1}},
+      {{2, 3, 3, 3}, {1, 1, 3, 2}, {1, 1, 1, 1}, "VALID", {1, 1, 1, 1}},
+  };
+  return *cases;
+}
+
+const std::vector<ConvCase>& Conv3DCases() {
+  static const auto* cases = new std::vector<ConvCase>{
+      {{1, 3, 4, 5, 2},
+       {2, 2, 2, 2, 3},
+       {1, 1, 1, 1, 1},
+       "SAME",
+       {1, 1, 1, 1, 1}},
+      {{2, 5, 4, 5, 1},
+       {3, 2, 3, 1, 2},
+       {1, 2, 1, 2, 1},
+       "VALID",
+       {1, 1, 1, 1, 1}},
+      {{1, 5, 5, 6, 2},
+       {2, 3, 2, 2, 2},
+       {1, 2, 2, 2, 1},
+       "SAME",
+       {1, 1, 1, 1, 1}},
+      {{1, 6, 5, 5, 1},
+       {2, 2, 2, 1, 2},
+       {1, 1, 2, 1, 1},
+       "VALID",
+       {1, 2, 1, 2, 1}},
+      {{1, 4, 4, 4, 2},
+       {2, 2, 2, 2, 1},
+       {1, 1, 1, 1, 1},
+       "SAME",
+       {1, 2, 2, 2, 1}},
+      {{1, 6, 5, 5, 2},
+       {2, 2, 2, 2, 2},
+       {1, 2, 2, 1, 1},
+       "SAME",
+       {1, 1, 2, 2, 1}},
+      {{1, 2, 3, 3, 2},
+       {1, 1, 1, 2, 2},
+       {1, 1, 1, 1, 1},
+       "VALID",
+       {1, 1, 1, 1, 1}},
+  };
+  return *cases;
+}
+
 TEST_F(ConvOpsTest, Conv2DMatchesDirectConvolution) {
   uint32_t seed = 1000;
   for (const ConvCase& c : Conv2DCases()) {
@@ -251,35 +307,8 @@ TEST_F(ConvOpsTest, Conv2DFloat32) {
 }
 
 TEST_F(ConvOpsTest, Conv3DMatchesDirectConvolution) {
-  const std::vector<ConvCase> cases = {
-      {{1, 3, 4, 5, 2},
-       {2, 2, 2, 2, 3},
-       {1, 1, 1, 1, 1},
-       "SAME",
-       {1, 1, 1, 1, 1}},
-      {{2, 5, 4, 5, 1},
-       {3, 2, 3, 1, 2},
-       {1, 2, 1, 2, 1},
-       "VALID",
-       {1, 1, 1, 1, 1}},
-      {{1, 5, 5, 6, 2},
-       {2, 3, 2, 2, 2},
-       {1, 2, 2, 2, 1},
-       "SAME",
-       {1, 1, 1, 1, 1}},
-      {{1, 6, 5, 5, 1},
-       {2, 2, 2, 1, 2},
-       {1, 1, 2, 1, 1},
-       "VALID",
-       {1, 2, 1, 2, 1}},
-      {{1, 4, 4, 4, 2},
-       {2, 2, 2, 2, 1},
-       {1, 1, 1, 1, 1},
-       "SAME",
-       {1, 2, 2, 2, 1}},
-  };
   uint32_t seed = 2000;
-  for (const ConvCase& c : cases) {
+  for (const ConvCase& c : Conv3DCases()) {
     Tensor x = Random(c.x, ++seed), f = Random(c.f, ++seed);
     Tensor y =
         MustRun("Conv3D", {x, f}, Window(c.strides, c.padding, c.dilations));
@@ -290,14 +319,8 @@ TEST_F(ConvOpsTest, Conv3DMatchesDirectConvolution) {
 }
 
 TEST_F(ConvOpsTest, DepthwiseMatchesDirectConvolution) {
-  const std::vector<ConvCase> cases = {
-      {{1, 5, 5, 3}, {3, 3, 3, 2}, {1, 1, 1, 1}, "SAME", {1, 1, 1, 1}},
-      {{2, 6, 5, 2}, {2, 3, 2, 1}, {1, 2, 2, 1}, "VALID", {1, 1, 1, 1}},
-      {{1, 7, 7, 2}, {3, 2, 2, 3}, {1, 2, 1, 1}, "SAME", {1, 2, 2, 1}},
-      {{2, 3, 3, 4}, {1, 1, 4, 2}, {1, 1, 1, 1}, "VALID", {1, 1, 1, 1}},
-  };
   uint32_t seed = 3000;
-  for (const ConvCase& c : cases) {
+  for (const ConvCase& c : DepthwiseCases()) {
     Tensor x = Random(c.x, ++seed), f = Random(c.f, ++seed);
     Tensor y = MustRun("DepthwiseConv2dNative", {x, f},
                        Window(c.strides, c.padding, c.dilations));
@@ -383,39 +406,11 @@ TEST_F(ConvOpsTest, BackpropOpsAreAdjointsOfTheConvolutions) {
     ExpectAdjoint("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", c,
                   seed += 3);
   }
-  const std::vector<ConvCase> depthwise = {
-      {{1, 5, 5, 3}, {3, 3, 3, 2}, {1, 1, 1, 1}, "SAME", {1, 1, 1, 1}},
-      {{2, 7, 6, 2}, {2, 3, 2, 2}, {1, 2, 2, 1}, "VALID", {1, 1, 1, 1}},
-      {{1, 6, 7, 2}, {3, 2, 2, 1}, {1, 2, 3, 1}, "SAME", {1, 2, 1, 1}},
-      {{2, 3, 3, 3}, {1, 1, 3, 2}, {1, 1, 1, 1}, "VALID", {1, 1, 1, 1}},
-  };
-  for (const ConvCase& c : depthwise) {
+  for (const ConvCase& c : DepthwiseCases()) {
     ExpectAdjoint("DepthwiseConv2dNative", "DepthwiseConv2dNativeBackpropInput",
                   "DepthwiseConv2dNativeBackpropFilter", c, seed += 3);
   }
-  const std::vector<ConvCase> conv3d = {
-      {{1, 3, 4, 5, 2},
-       {2, 2, 2, 2, 3},
-       {1, 1, 1, 1, 1},
-       "SAME",
-       {1, 1, 1, 1, 1}},
-      {{2, 5, 4, 5, 1},
-       {3, 2, 3, 1, 2},
-       {1, 2, 1, 2, 1},
-       "VALID",
-       {1, 1, 1, 1, 1}},
-      {{1, 6, 5, 5, 2},
-       {2, 2, 2, 2, 2},
-       {1, 2, 2, 1, 1},
-       "SAME",
-       {1, 1, 2, 2, 1}},
-      {{1, 2, 3, 3, 2},
-       {1, 1, 1, 2, 2},
-       {1, 1, 1, 1, 1},
-       "VALID",
-       {1, 1, 1, 1, 1}},
-  };
-  for (const ConvCase& c : conv3d) {
+  for (const ConvCase& c : Conv3DCases()) {
     ExpectAdjoint("Conv3D", "Conv3DBackpropInputV2", "Conv3DBackpropFilterV2",
                   c, seed += 3);
   }
