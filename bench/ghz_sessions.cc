@@ -5,6 +5,8 @@
 //     --metadata_out: ghz metadata (a JSON object) whose templates pick
 //       session (RequestNumber mod count) for each call, id and token alike
 //       (Go raw strings in backquotes, so the file is JSON after templating);
+//       with --count=1, plain values and no template, which ghz reads once
+//       instead of executing a template on every call;
 //     --sessions_out: "id token" lines, for `check`.
 //   check: runs a Stats command on every session of --sessions_file and
 //     fails (exit 1) unless the load left them as expected: no poisoned id
@@ -49,14 +51,14 @@ int Create(v1::TapeService::Stub& stub) {
   std::vector<std::string> ids, tokens;
   std::ofstream sessions(absl::GetFlag(FLAGS_sessions_out));
   for (const bench::SessionCredentials& c : created) {
-    ids.push_back(absl::StrCat("`", c.id, "`"));
-    tokens.push_back(absl::StrCat("`", c.token, "`"));
+    ids.push_back(c.id);
+    tokens.push_back(c.token);
     sessions << c.id << " " << c.token << "\n";
   }
-  const int n = static_cast<int>(ids.size());
-  auto pick = [n](const std::vector<std::string>& values) {
-    return absl::StrCat("{{index (list ", absl::StrJoin(values, " "),
-                        ") (mod .RequestNumber ", n, ")}}");
+  auto pick = [](const std::vector<std::string>& values) {
+    if (values.size() == 1) return values[0];
+    return absl::StrCat("{{index (list `", absl::StrJoin(values, "` `"),
+                        "`) (mod .RequestNumber ", values.size(), ")}}");
   };
   std::ofstream md(absl::GetFlag(FLAGS_metadata_out));
   md << "{\"gradtape-session-id\": \"" << pick(ids)

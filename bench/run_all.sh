@@ -52,7 +52,13 @@ run numpy_1thread env OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/numpy_bench.
 run memory $BUILD/bench/memory_bench --sessions=1000
 run mlp $BUILD/bench/mlp_bench --steps=$STEPS --reps=$((2 * REPS + 1))
 run mlp_long $BUILD/bench/mlp_bench --steps=$LONG_STEPS --reps=$REPS
-GRADTAPE_BUILD_DIR=$ROOT/$BUILD run ghz bash tests/load/run_ghz.sh --duration=$GHZ_DURATION --unary-load || true
+# ghz: the baseline and the target scenario three times each, alternating
+# with the templated ones (ghz's rate varies by 10-20% from run to run).
+L=tests/load
+GRADTAPE_BUILD_DIR=$ROOT/$BUILD run ghz bash $L/run_ghz.sh --duration=$GHZ_DURATION --unary-load \
+  $L/keepalive.json $L/run_unary_fixed.json $L/run_unary.json \
+  $L/keepalive.json $L/run_unary_fixed.json $L/stream.json \
+  $L/keepalive.json $L/run_unary_fixed.json || true
 
 python3 bench/write_performance.py "$OUT" docs/PERFORMANCE.md
 echo "== wrote docs/PERFORMANCE.md"

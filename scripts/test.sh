@@ -36,11 +36,12 @@ fi
 echo "== pytest"
 GRADTAPE_SERVER_BIN="$ROOT/build/server/gradtape-server" \
   timeout 900 .venv/bin/pytest -q tests/python 2>&1 | tee "$LOGS/pytest" || status=1
-echo "== ghz load test (tests/load, 5 s per scenario; fails on errors only)"
-bash tests/load/run_ghz.sh --duration=5s tests/load/run_unary.json tests/load/stream.json 2>&1 | tee "$LOGS/ghz" || status=1
+echo "== ghz load test (tests/load: Run fixed ids 4 s, Run templated ids 3 s, Stream 3 s; fails on errors only)"
+bash tests/load/run_ghz.sh --duration=4s tests/load/run_unary_fixed.json 2>&1 | tee "$LOGS/ghz" || status=1
+bash tests/load/run_ghz.sh --duration=3s tests/load/run_unary.json tests/load/stream.json 2>&1 | tee -a "$LOGS/ghz" || status=1
 echo "== summary"
 grep -E "^(ok|FAIL|go:)" "$LOGS/go" | tail -2 || echo "go: no summary"
-grep -E "^ghz " "$LOGS/ghz" | tail -2 || true
+grep -E "^ghz " "$LOGS/ghz" | tail -3 || true
 grep -E "tests passed|tests failed" "$LOGS/ctest" | tail -1 || echo "ctest: no summary"
 tail -1 "$LOGS/pytest"
 exit $status
