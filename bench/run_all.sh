@@ -38,10 +38,11 @@ run stream $BUILD/bench/stream_bench --ops=$OPS --small_batch_ops=$SMALL_OPS --r
 run stream_unwatched $BUILD/bench/stream_bench --ops=$OPS --reps=3 --batch_sizes=1024 --watch=false
 # Each side by side with numpy in the same environment: as the machine is
 # set up, and with its OpenBLAS settings unset (see docs/PERFORMANCE.md).
-# Three alternating rounds: on this VM a process's MatMul speed varies from
-# one process to the next, so the report takes the median over the rounds.
+# Five alternating rounds: on this VM a process's MatMul speed varies from
+# one process to the next (at 256^3, 130-410 GFLOP/s over 16 processes of
+# the same build), so the report takes the median over the rounds.
 UNSET=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
-for round in 1 2 3; do
+for round in 1 2 3 4 5; do
   run kernels.$round $BUILD/bench/kernel_bench --reps=$REPS
   run numpy.$round .venv/bin/python bench/numpy_bench.py --reps $REPS
   run kernels_unset.$round "${UNSET[@]}" $BUILD/bench/kernel_bench --reps=$REPS

@@ -159,7 +159,9 @@ def kernels(folder, out):
     for op in ours_ew:
         row(f"{op} 16M f32, GB/s", ours_ew[op], npy_ew.get(op, 0),
             ours_u_ew.get(op, 0), npu_ew.get(op, 0), np1_ew.get(op, 0), 0.5)
-    out.append("\nEach figure is the median of three alternating rounds (each "
+    rounds = len([f for f in os.listdir(folder)
+                  if re.fullmatch(r"kernels\.\d+\.out", f)])
+    out.append(f"\nEach figure is the median of {rounds} alternating rounds (each "
                "round's figure is itself a median of its repetitions); a case "
                "is met when the ratio is at or above the target in both "
                "environments.\n")
