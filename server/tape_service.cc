@@ -50,7 +50,8 @@ absl::Status RunBatch(SessionEntry& entry, const v1::CommandBatch& batch,
 
 // The Stream call. Lifecycle, the only one in the server:
 //  * one read outstanding at a time; each batch is applied as it arrives and
-//    its reply queued, so replies keep the batches' order;
+//    its reply queued, so replies keep the batches' order (a reply_optional
+//    batch without results gets none: the next reply acknowledges it);
 //  * one write outstanding at a time, from the front of the queue; while
 //    kMaxQueuedReplies replies wait, no new read starts;
 //  * reading stops on the client's half-close, a broken or cancelled call
@@ -79,10 +80,16 @@ class StreamReactor final
     }
     v1::BatchReply reply;
     absl::Status status = RunBatch(*entry_, *batch_, &reply);
+    const bool reply_optional = batch_->reply_optional();
     arena_.Reset();
     batch_ = NewBatch();
     if (!status.ok()) {
       StopReadingAndMaybeFinish(status);
+      return;
+    }
+    if (reply_optional && reply.results().empty()) {
+      // Acknowledged by the next reply (replies are cumulative).
+      StartRead(batch_);
       return;
     }
     absl::MutexLock lock(&mu_);

@@ -265,7 +265,7 @@ void SessionCore::AppendReleasesLocked() {
 
 void SessionCore::Flush() {
   absl::MutexLock write_lock(&write_mu_);
-  FlushLocked();
+  FlushLocked(/*reply_wanted=*/false);
 }
 
 void SessionCore::ClearPendingLocked() {
@@ -274,7 +274,7 @@ void SessionCore::ClearPendingLocked() {
   pending_releases_.clear();
 }
 
-void SessionCore::FlushLocked() {
+void SessionCore::FlushLocked(bool reply_wanted) {
   {
     absl::MutexLock lock(&mu_);
     if (closed_ || stream_done_) {
@@ -283,13 +283,23 @@ void SessionCore::FlushLocked() {
       return;
     }
     AppendReleasesLocked();
-    if (pending_->batch().commands_size() == 0) return;
+    if (pending_->batch().commands_size() == 0) {
+      // Nothing new, but a wait needs a reply to the last batch: if that
+      // one went out reply_optional and may stay unanswered, an empty batch
+      // asks for the reply that acknowledges it.
+      if (!reply_wanted || !last_reply_optional_ ||
+          last_answered_id_ >= last_batch_id_) {
+        return;
+      }
+    }
     // sending_ is empty: the commands go out from it while new ones fill
     // the other buffer.
     std::swap(pending_, sending_);
     pending_bytes_ = 0;
     v1::CommandBatch& batch = sending_->batch();
     batch.set_batch_id(++last_batch_id_);
+    batch.set_reply_optional(!reply_wanted);
+    last_reply_optional_ = !reply_wanted;
     counters_.commands_sent += batch.commands_size();
     ++counters_.batches_sent;
   }
@@ -304,7 +314,7 @@ void SessionCore::FlushLocked() {
 
 int64_t SessionCore::FlushForWait() {
   absl::MutexLock write_lock(&write_mu_);
-  FlushLocked();
+  FlushLocked(/*reply_wanted=*/true);
   absl::MutexLock lock(&mu_);
   return last_batch_id_;
 }

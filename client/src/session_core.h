@@ -132,8 +132,10 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   void AddSessionMetadata(grpc::ClientContext* context) const;
   // Moves the buffered releases into the buffer as one ReleaseTensors.
   void AppendReleasesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sends the buffer (plus pending releases) as one batch.
-  void FlushLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // Sends the buffer (plus pending releases) as one batch. Unless
+  // `reply_wanted` (a wait point follows), the batch goes out
+  // reply_optional: the server answers it only if it has results.
+  void FlushLocked(bool reply_wanted) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   // Drops the buffered commands and releases.
   void ClearPendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Flushes and returns the id of the last batch sent.
@@ -179,7 +181,9 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   std::vector<int64_t> pending_releases_ ABSL_GUARDED_BY(mu_);
   int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t last_batch_id_ ABSL_GUARDED_BY(mu_) = 0;     // sent
-  int64_t last_answered_id_ ABSL_GUARDED_BY(mu_) = 0;  // replied
+  int64_t last_answered_id_ ABSL_GUARDED_BY(mu_) = 0;  // acknowledged
+  // Whether batch last_batch_id_ went out reply_optional.
+  bool last_reply_optional_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<CommandError> errors_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<int64_t> local_failures_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int64_t, v1::CommandResult> results_ ABSL_GUARDED_BY(mu_);

@@ -123,6 +123,10 @@ class Batch {
     Add(seq);
     return *this;
   }
+  Batch& ReplyOptional() {
+    batch_.set_reply_optional(true);
+    return *this;
+  }
   const v1::CommandBatch& proto() const { return batch_; }
 
  private:
@@ -734,6 +738,57 @@ TEST_F(ServerTest, ManyPipelinedBatchesKeepOrder) {
     ASSERT_THAT(replies[i].results(), SizeIs(1));
     EXPECT_EQ(AsDoubles(replies[i].results(0).tensor())[0], i);
   }
+}
+
+TEST_F(ServerTest, ReplyOptionalBatchesAreAnsweredOnlyWithResults) {
+  SessionCreds creds = NewSession();
+  std::vector<Batch> batches;
+  // 1: reply_optional, no result: no reply.
+  batches.push_back(
+      std::move(Batch(1).Put(1, 1, Doubles({}, {2})).ReplyOptional()));
+  // 2: reply_optional with a fetched value: answered.
+  batches.push_back(std::move(
+      Batch(2).Exec(2, "AddV2", {1, 1}, {2}).Fetch(3, 2).ReplyOptional()));
+  // 3: reply_optional, no result: no reply.
+  batches.push_back(
+      std::move(Batch(3).Exec(4, "Mul", {2, 2}, {3}).ReplyOptional()));
+  // 4: reply_optional with an error (input 99 does not exist): answered.
+  batches.push_back(
+      std::move(Batch(4).Exec(5, "Neg", {99}, {4}).ReplyOptional()));
+  // 5, 6: reply_optional, no result, then an ordinary empty batch:
+  // the reply to 6 acknowledges 5.
+  batches.push_back(std::move(Batch(5).Release(6, {1}).ReplyOptional()));
+  batches.emplace_back(6);
+  grpc::Status status;
+  std::vector<v1::BatchReply> replies = StreamBatches(creds, batches, &status);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  ASSERT_THAT(replies, SizeIs(3));
+  EXPECT_EQ(replies[0].batch_id(), 2);
+  ASSERT_THAT(replies[0].results(), SizeIs(1));
+  EXPECT_EQ(AsDoubles(replies[0].results(0).tensor())[0], 4);
+  EXPECT_EQ(replies[1].batch_id(), 4);
+  ASSERT_THAT(replies[1].results(), SizeIs(1));
+  EXPECT_EQ(replies[1].results(0).seq(), 5);
+  EXPECT_TRUE(replies[1].results(0).has_error());
+  EXPECT_EQ(replies[2].batch_id(), 6);
+  EXPECT_EQ(replies[2].last_seq(), 6);
+  EXPECT_THAT(replies[2].results(), SizeIs(0));
+  // Every unanswered batch was applied: 3 = 4 * 4 lives, 1 was released.
+  Batch check;
+  check.Fetch(7, 3).Stats(8);
+  v1::BatchReply reply = Run(creds, check);
+  ASSERT_THAT(reply.results(), SizeIs(2));
+  EXPECT_EQ(AsDoubles(reply.results(0).tensor())[0], 16);
+  EXPECT_EQ(reply.results(1).stats().live_tensors(), 2);
+}
+
+TEST_F(ServerTest, RunAnswersReplyOptionalBatches) {
+  SessionCreds creds = NewSession();
+  v1::BatchReply reply = Run(
+      creds, std::move(Batch(7).Put(1, 1, Doubles({}, {2})).ReplyOptional()));
+  EXPECT_EQ(reply.batch_id(), 7);
+  EXPECT_EQ(reply.last_seq(), 1);
+  EXPECT_THAT(reply.results(), SizeIs(0));
 }
 
 TEST_F(ServerTest, ConcurrentRunsOnOneSessionAreSerialized) {

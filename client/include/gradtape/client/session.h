@@ -148,6 +148,9 @@ struct SessionStats {
 struct ClientCounters {
   int64_t commands_sent = 0;
   int64_t batches_sent = 0;
+  // Replies received. Batches sent because the buffer filled are answered
+  // only if they have results (CommandBatch.reply_optional); a reply
+  // acknowledges every earlier batch too.
   int64_t batches_answered = 0;
 };
 
