@@ -36,6 +36,8 @@ run recording $BUILD/bench/recording_bench --benchmark_repetitions=$REPS \
   --benchmark_report_aggregates_only=true
 run stream $BUILD/bench/stream_bench --ops=$OPS --small_batch_ops=$SMALL_OPS --reps=3
 run stream_unwatched $BUILD/bench/stream_bench --ops=$OPS --reps=3 --batch_sizes=1024 --watch=false
+run stream_every_reply $BUILD/bench/stream_bench --ops=$OPS --small_batch_ops=$SMALL_OPS --reps=3 \
+  --reply_optional=false --gradient=false
 # Each side by side with numpy in the same environment: as the machine is
 # set up, and with its OpenBLAS settings unset (see docs/PERFORMANCE.md).
 # Five alternating rounds: on this VM a process's MatMul speed varies from

@@ -70,19 +70,29 @@ def recording(folder, out):
 
 
 def stream(folder, out):
-    text = read(folder, "stream")
-    rows = [l.split() for l in text.splitlines()
-            if re.match(r"^\s*\d+\s+\d+\s+\d+\s+[\d.]+\s*$", l)]
+    def table(name):
+        return [l.split() for l in read(folder, name).splitlines()
+                if re.match(r"^\s*\d+\s+\d+\s+\d+\s+[\d.]+\s*$", l)]
+
+    rows = table("stream")
+    every = {r[0]: float(r[2]) for r in table("stream_every_reply")}
     out.append("### 2. Op stream throughput over `Stream`\n")
     out.append(f"`{cmd(folder, 'stream')}`\n")
     out.append("Chain of float32[4] AddV2/Mul on a watched tape; proto-level "
                "client (writer + reader thread), in-process server; median of "
-               "3 runs per batch size.\n")
+               "3 runs per batch size. Every batch but the last goes out "
+               "`reply_optional`, as the C++ client sends the batches it does "
+               "not wait for; the last column is the same stream with every "
+               "batch answered, in the same run (`"
+               f"{cmd(folder, 'stream_every_reply')}`).\n")
     out.append("| ExecuteOps per batch | ops in chain | recorded ops/s | "
-               "gradient of the chain, s per 1M ops |")
-    out.append("|---|---|---|---|")
+               "gradient of the chain, s per 1M ops | every batch answered: "
+               "ops/s (ratio) |")
+    out.append("|---|---|---|---|---|")
     for batch, ops, rate, grad in rows:
-        out.append(f"| {batch} | {ops} | {float(rate):,.0f} | {grad} |")
+        base = every.get(batch)
+        col = f"{base:,.0f} ({float(rate) / base:.2f}x)" if base else "-"
+        out.append(f"| {batch} | {ops} | {float(rate):,.0f} | {grad} | {col} |")
     if rows:
         best = max(rows, key=lambda r: float(r[2]))
         grad = min(float(r[3]) for r in rows if int(r[0]) >= 64)
@@ -90,8 +100,7 @@ def stream(folder, out):
             f"\nTarget >= 1,000,000 recorded ops/s: best {float(best[2]):,.0f} "
             f"at batch {best[0]}: {verdict(float(best[2]) >= 1e6)}. Target "
             f"gradient < 1 s per 1M ops: {grad:.3f} s: {verdict(grad < 1)}.\n")
-    base = [l.split() for l in read(folder, "stream_unwatched").splitlines()
-            if re.match(r"^\s*\d+\s+\d+\s+\d+\s+[\d.]+\s*$", l)]
+    base = table("stream_unwatched")
     rec = [r for r in rows if r[0] == "1024"]
     if base and rec:
         ratio = float(base[0][2]) / float(rec[0][2])
