@@ -25,15 +25,26 @@
 
 ABSL_FLAG(int, reps, 5, "runs per case; the median is printed");
 ABSL_FLAG(int64_t, elems, int64_t{1} << 24, "elements of elementwise inputs");
+ABSL_FLAG(double, warmup_s, 0.2,
+          "seconds each case runs before it is timed (at least one call)");
 
 namespace gradtape {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Warm-up: calls fn for at least --warmup_s first, so that a case starts
+// with the pool's worker awake and placed (on this VM a process's first
+// milliseconds of two-thread work are often much slower than the rest).
 template <typename Fn>
 double MedianSeconds(int reps, Fn fn) {
-  fn();  // warm-up
+  const Clock::time_point warm_until =
+      Clock::now() +
+      std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double>(absl::GetFlag(FLAGS_warmup_s)));
+  do {
+    fn();
+  } while (Clock::now() < warm_until);
   std::vector<double> t;
   for (int r = 0; r < reps; ++r) {
     const Clock::time_point start = Clock::now();

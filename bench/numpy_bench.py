@@ -9,8 +9,13 @@ import time
 import numpy as np
 
 
-def median_seconds(reps, fn):
+def median_seconds(reps, fn, warmup_s):
+    """Median of `reps` timed calls, after calling fn for at least warmup_s
+    (as kernel_bench's --warmup_s)."""
+    warm_until = time.perf_counter() + warmup_s
     fn()
+    while time.perf_counter() < warm_until:
+        fn()
     times = []
     for _ in range(reps):
         start = time.perf_counter()
@@ -42,13 +47,15 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--elems", type=int, default=1 << 24)
+    parser.add_argument("--warmup-s", type=float, default=0.2,
+                        help="seconds each case runs before it is timed")
     args = parser.parse_args()
     print(f"# numpy {np.__version__}, BLAS: {blas_info()}")
     for n in (256, 512, 1024):
         a = np.full((n, n), 0.5, dtype=np.float32)
         b = np.full((n, n), 0.25, dtype=np.float32)
         reps = args.reps * 4 if n <= 256 else args.reps
-        s = median_seconds(reps, lambda: np.matmul(a, b))
+        s = median_seconds(reps, lambda: np.matmul(a, b), args.warmup_s)
         print(f"matmul n={n} {2.0 * n ** 3 / s / 1e9:.2f} GFLOP/s")
     x = np.full(args.elems, 0.5, dtype=np.float32)
     y = np.full(args.elems, 0.25, dtype=np.float32)
@@ -60,7 +67,7 @@ def main():
              ("Sigmoid", 1, lambda: 1 / (1 + np.exp(-x))),
              ("Relu", 1, lambda: np.maximum(x, 0))]
     for op, arity, fn in cases:
-        s = median_seconds(args.reps, fn)
+        s = median_seconds(args.reps, fn, args.warmup_s)
         gbs = 4.0 * args.elems * (arity + 1) / s / 1e9
         print(f"elementwise op={op} elems={args.elems} {gbs:.2f} GB/s")
 
