@@ -24,7 +24,7 @@
 #
 # Env: GRADTAPE_BUILD_DIR (default build), GHZ_RESULTS_DIR (keeps ghz's
 # JSON reports there), GOGC (ghz's Go garbage collector; default 400 here,
-# see scenario_settings).
+# see below).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 GHZ_VERSION=v0.120.0
