@@ -348,7 +348,17 @@ absl::StatusOr<std::vector<Tensor>> Session::Gradient(
 // --- Training: checkpoints --------------------------------------------------
 
 absl::StatusOr<std::vector<Variable*>> Session::CheckpointVariables(
-    int64_t seq, absl::string_view what, absl::Span<const int64_t> ids) const {
+    int64_t seq, absl::string_view what, absl::string_view name,
+    absl::Span<const int64_t> ids) const {
+  if (checkpoint_dir_.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, " (command ", seq,
+        "): checkpoints are disabled on this server; start gradtape-server "
+        "with --checkpoint_dir=DIR"));
+  }
+  if (absl::Status s = ValidateCheckpointName(name); !s.ok()) {
+    return Annotate(s, seq, what);
+  }
   std::vector<Variable*> vars;
   absl::flat_hash_set<Variable*> seen;
   if (ids.empty()) {
@@ -360,6 +370,11 @@ absl::StatusOr<std::vector<Variable*>> Session::CheckpointVariables(
     std::sort(
         vars.begin(), vars.end(),
         [](const Variable* a, const Variable* b) { return a->name < b->name; });
+    if (vars.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, " (command ", seq, ", checkpoint '", name,
+                       "'): the session holds no variable handle"));
+    }
     return vars;
   }
   for (int64_t id : ids) {
@@ -380,28 +395,14 @@ absl::StatusOr<CheckpointSummary> Session::SaveCheckpoint(
     int64_t seq, absl::string_view name,
     absl::Span<const int64_t> variable_ids) {
   last_seq_ = seq;
-  const std::string where = absl::StrCat("checkpoint '", name, "'");
-  if (checkpoint_dir_.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "SaveCheckpoint (command ", seq,
-        "): checkpoints are disabled on this server; start gradtape-server "
-        "with --checkpoint_dir=DIR"));
-  }
-  if (absl::Status s = ValidateCheckpointName(name); !s.ok()) {
-    return Annotate(s, seq, "SaveCheckpoint");
-  }
   absl::StatusOr<std::vector<Variable*>> vars =
-      CheckpointVariables(seq, "SaveCheckpoint", variable_ids);
+      CheckpointVariables(seq, "SaveCheckpoint", name, variable_ids);
   if (!vars.ok()) return vars.status();
-  if (vars->empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("SaveCheckpoint (command ", seq, ", ", where,
-                     "): the session holds no variable handle to save"));
-  }
   absl::StatusOr<CheckpointSummary> summary =
       SaveVariables(checkpoint_dir_, name, *vars);
   if (!summary.ok()) {
-    return Annotate(summary.status(), seq, "SaveCheckpoint", where);
+    return Annotate(summary.status(), seq, "SaveCheckpoint",
+                    absl::StrCat("checkpoint '", name, "'"));
   }
   return summary;
 }
@@ -411,28 +412,14 @@ absl::StatusOr<CheckpointSummary> Session::RestoreCheckpoint(
     absl::Span<const int64_t> variable_ids) {
   last_seq_ = seq;
   ScopedMemoryAccount scope(account_);
-  const std::string where = absl::StrCat("checkpoint '", name, "'");
-  if (checkpoint_dir_.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "RestoreCheckpoint (command ", seq,
-        "): checkpoints are disabled on this server; start gradtape-server "
-        "with --checkpoint_dir=DIR"));
-  }
-  if (absl::Status s = ValidateCheckpointName(name); !s.ok()) {
-    return Annotate(s, seq, "RestoreCheckpoint");
-  }
   absl::StatusOr<std::vector<Variable*>> vars =
-      CheckpointVariables(seq, "RestoreCheckpoint", variable_ids);
+      CheckpointVariables(seq, "RestoreCheckpoint", name, variable_ids);
   if (!vars.ok()) return vars.status();
-  if (vars->empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("RestoreCheckpoint (command ", seq, ", ", where,
-                     "): the session holds no variable handle to restore"));
-  }
   absl::StatusOr<CheckpointSummary> summary =
       RestoreVariables(checkpoint_dir_, name, *vars);
   if (!summary.ok()) {
-    return Annotate(summary.status(), seq, "RestoreCheckpoint", where);
+    return Annotate(summary.status(), seq, "RestoreCheckpoint",
+                    absl::StrCat("checkpoint '", name, "'"));
   }
   return summary;
 }

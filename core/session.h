@@ -182,10 +182,13 @@ class Session {
   void Poison(absl::Span<const int64_t> ids, const absl::Status& failure);
   void Store(int64_t id, Tensor t);
   void Drop(int64_t id);
-  // The variables behind `ids` (all of the session's when empty) for a
-  // checkpoint command, or an error naming `what`, seq and the id.
+  // For checkpoint command `what` on checkpoint `name`: the variables
+  // behind `ids` (all of the session's, by name, when empty), after checking
+  // that checkpoints are enabled and the name is valid; or an error naming
+  // `what`, seq and the offending id or name.
   absl::StatusOr<std::vector<Variable*>> CheckpointVariables(
-      int64_t seq, absl::string_view what, absl::Span<const int64_t> ids) const;
+      int64_t seq, absl::string_view what, absl::string_view name,
+      absl::Span<const int64_t> ids) const;
 
   std::shared_ptr<MemoryAccount> account_;
   Context ctx_;
