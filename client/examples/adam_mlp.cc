@@ -96,21 +96,7 @@ absl::StatusOr<double> AdamMlp::Loss() {
 absl::StatusOr<double> AdamMlp::Accuracy() {
   absl::StatusOr<client::HostTensor> logits = session_.Fetch(Logits());
   if (!logits.ok()) return logits.status();
-  const int64_t n = data_.num_points, k = data_.num_classes;
-  if (logits->num_elements() != n * k) {
-    return absl::InternalError(absl::StrCat(
-        "logits are ", logits->DebugString(), ", expected [", n, ",", k, "]"));
-  }
-  const std::vector<double> z = logits->ToDoubles();
-  int64_t correct = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t best = 0;
-    for (int64_t c = 1; c < k; ++c) {
-      if (z[i * k + c] > z[i * k + best]) best = c;
-    }
-    correct += best == data_.labels[i];
-  }
-  return static_cast<double>(correct) / static_cast<double>(n);
+  return ClassificationAccuracy(*logits, data_.labels, data_.num_classes);
 }
 
 std::vector<Variable> AdamMlp::variables() const {

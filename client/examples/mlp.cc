@@ -129,21 +129,31 @@ absl::StatusOr<MlpReport> TrainMlp(
 
   absl::StatusOr<HostTensor> logits = session.Fetch(logits_of(params));
   if (!logits.ok()) return logits.status();
-  if (logits->num_elements() != n * k) {
-    return absl::InternalError(absl::StrCat(
-        "logits are ", logits->DebugString(), ", expected [", n, ",", k, "]"));
+  absl::StatusOr<double> accuracy =
+      ClassificationAccuracy(*logits, data.labels, data.num_classes);
+  if (!accuracy.ok()) return accuracy.status();
+  report.accuracy = *accuracy;
+  return report;
+}
+
+absl::StatusOr<double> ClassificationAccuracy(
+    const HostTensor& logits, const std::vector<int32_t>& labels,
+    int num_classes) {
+  const int64_t n = static_cast<int64_t>(labels.size()), k = num_classes;
+  if (n == 0 || logits.num_elements() != n * k) {
+    return absl::InternalError(absl::StrCat("logits are ", logits.DebugString(),
+                                            ", expected [", n, ",", k, "]"));
   }
-  const std::vector<double> z = logits->ToDoubles();
+  const std::vector<double> z = logits.ToDoubles();
   int64_t correct = 0;
   for (int64_t i = 0; i < n; ++i) {
     int64_t best = 0;
     for (int64_t c = 1; c < k; ++c) {
       if (z[i * k + c] > z[i * k + best]) best = c;
     }
-    correct += best == data.labels[i];
+    correct += best == labels[i];
   }
-  report.accuracy = static_cast<double>(correct) / static_cast<double>(n);
-  return report;
+  return static_cast<double>(correct) / static_cast<double>(n);
 }
 
 }  // namespace gradtape::examples

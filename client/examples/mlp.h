@@ -63,6 +63,11 @@ client::HostTensor HostValues(client::DType dtype, std::vector<int64_t> shape,
 // He-initialised weights [rows, cols]: normal with stddev sqrt(2 / rows).
 client::HostTensor HeWeights(client::DType dtype, int64_t rows, int64_t cols,
                              std::mt19937_64& gen);
+// The share of rows of `logits` ([labels.size(), num_classes]) whose argmax
+// is the label; INTERNAL if the logits have another number of elements.
+absl::StatusOr<double> ClassificationAccuracy(
+    const client::HostTensor& logits, const std::vector<int32_t>& labels,
+    int num_classes);
 
 // Trains on `session`. `on_log(step, loss)` is called for every logged
 // loss. Errors are the session's (see gradtape/client/session.h).

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/examples/mlp.h"
 #include "gradtape/client/client.h"
 #include "gtest/gtest.h"
 #include "server/server.h"
@@ -112,20 +113,13 @@ TEST(CnnTraining, LossFallsThroughTheServer) {
   ASSERT_TRUE(final_loss.ok()) << final_loss.status();
   auto values = s.Fetch(logits);
   ASSERT_TRUE(values.ok());
-  std::vector<double> v = values->ToDoubles();
-  int correct = 0;
-  for (int i = 0; i < kBatch; ++i) {
-    int best = 0;
-    for (int k = 1; k < kClasses; ++k) {
-      if (v[i * kClasses + k] > v[i * kClasses + best]) best = k;
-    }
-    correct += best == data.labels[i];
-  }
-  const double accuracy = static_cast<double>(correct) / kBatch;
+  absl::StatusOr<double> accuracy =
+      examples::ClassificationAccuracy(*values, data.labels, kClasses);
+  ASSERT_TRUE(accuracy.ok()) << accuracy.status();
   const double last = final_loss->ToDoubles()[0];
   ASSERT_FALSE(losses.empty());
   EXPECT_LT(last, 0.5 * losses[0]) << "first loss " << losses[0];
-  EXPECT_GE(accuracy, 0.9);
+  EXPECT_GE(*accuracy, 0.9);
   ASSERT_TRUE(s.Close().ok());
 }
 
