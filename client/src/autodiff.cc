@@ -12,34 +12,6 @@
 namespace gradtape::client {
 namespace {
 
-// As in session.cc (kept private there).
-void AttrToProto(const AttrValue& attr, v1::AttrValue* out) {
-  struct Visitor {
-    v1::AttrValue* out;
-    void operator()(bool b) { out->set_b(b); }
-    void operator()(int64_t i) { out->set_i(i); }
-    void operator()(double f) { out->set_f(f); }
-    void operator()(const std::string& s) { out->set_s(s); }
-    void operator()(DType t) { out->set_type(static_cast<v1::DType>(t)); }
-    void operator()(const std::vector<int64_t>& ints) {
-      for (int64_t i : ints) out->mutable_ints()->add_values(i);
-    }
-  };
-  std::visit(Visitor{out}, attr.value());
-}
-
-HostTensor FromProto(v1::TensorValue* value) {
-  HostTensor t;
-  t.dtype = static_cast<DType>(value->dtype());
-  t.shape.assign(value->shape().begin(), value->shape().end());
-  t.bytes = std::move(*value->mutable_data());
-  return t;
-}
-
-v1::UnconnectedGradients ToProto(Unconnected u) {
-  return u == Unconnected::kZero ? v1::UNCONNECTED_ZERO : v1::UNCONNECTED_NONE;
-}
-
 absl::StatusOr<std::vector<Tensor>> JacobianCommand(
     internal::SessionCore& core, int64_t tape, const Tensor& target,
     absl::Span<const Tensor> sources, Unconnected unconnected, bool batch) {
@@ -61,7 +33,7 @@ absl::StatusOr<std::vector<Tensor>> JacobianCommand(
     return absl::InvalidArgumentError(
         absl::StrCat(what, " on tape ", tape, ": ", problem));
   }
-  jac->set_unconnected(ToProto(unconnected));
+  jac->set_unconnected(internal::ToProto(unconnected));
   jac->set_batch(batch);
   std::vector<Tensor> results;
   for (size_t i = 0; i < sources.size(); ++i) {
@@ -143,7 +115,7 @@ Tensor ForwardAccumulator::Jvp(const Tensor& t, Unconnected unconnected) {
   fetch->set_accumulator_id(id_);
   std::string problem;
   fetch->set_id(core_->IdFor(t, "the tensor", &problem));
-  fetch->set_unconnected(ToProto(unconnected));
+  fetch->set_unconnected(internal::ToProto(unconnected));
   const int64_t id = core_->NewTensorId();
   fetch->set_result_id(id);
   Tensor result = core_->MakeTensor(id);
@@ -162,7 +134,7 @@ absl::StatusOr<std::optional<HostTensor>> ForwardAccumulator::JvpValue(
   v1::FetchJvp* fetch = command.mutable_fetch_jvp();
   fetch->set_accumulator_id(id_);
   fetch->set_id(tensor_id);
-  fetch->set_unconnected(ToProto(unconnected));
+  fetch->set_unconnected(internal::ToProto(unconnected));
   fetch->set_return_value(true);
   // The result still gets an id (released when this handle goes).
   const int64_t id = core_->NewTensorId();
@@ -177,7 +149,7 @@ absl::StatusOr<std::optional<HostTensor>> ForwardAccumulator::JvpValue(
                      result->seq(), " holds no value"));
   }
   if (values->is_none_size() > 0 && values->is_none(0)) return std::nullopt;
-  return FromProto(values->mutable_values(0));
+  return internal::FromProto(values->mutable_values(0));
 }
 
 Tensor StopGradient(const Tensor& x) {
@@ -225,7 +197,7 @@ std::vector<Tensor> ExecuteWithGradient(absl::string_view op,
     outputs.push_back(core->MakeTensor(id));
   }
   for (const auto& [name, value] : attrs) {
-    AttrToProto(value, &(*execute->mutable_attrs())[name]);
+    internal::ToProto(value, &(*execute->mutable_attrs())[name]);
   }
   auto ref_to_proto = [&](const GradientProgram::Ref& ref,
                           v1::GradientRef* out) {
@@ -256,7 +228,7 @@ std::vector<Tensor> ExecuteWithGradient(absl::string_view op,
       ref_to_proto(ref, s->add_inputs());
     }
     for (const auto& [name, value] : step.attrs) {
-      AttrToProto(value, &(*s->mutable_attrs())[name]);
+      internal::ToProto(value, &(*s->mutable_attrs())[name]);
     }
   }
   for (size_t i = 0; i < inputs.size(); ++i) {

@@ -32,7 +32,34 @@ std::string RandomSessionId() {
   return absl::StrFormat("%016x%016x", gen(), gen());
 }
 
-// Moves `bytes` in (no copy, also into an arena message).
+google::protobuf::ArenaOptions BufferArenaOptions() {
+  google::protobuf::ArenaOptions options;
+  options.start_block_size = 4096;
+  options.max_block_size = 64 << 10;
+  return options;
+}
+
+// Roughly the serialized size of `command` (what max_batch_bytes counts),
+// without ByteSizeLong's walk over every field for the common kinds: what
+// matters is that large Puts fill a batch.
+int64_t ApproxBytes(const v1::Command& command) {
+  switch (command.kind_case()) {
+    case v1::Command::kPut:
+      return 32 + 10 * command.put().value().shape_size() +
+             static_cast<int64_t>(command.put().value().data().size());
+    case v1::Command::kExecute: {
+      const v1::ExecuteOp& e = command.execute();
+      return 32 + static_cast<int64_t>(e.op().size()) +
+             10 * (e.input_ids_size() + e.output_ids_size()) +
+             32 * static_cast<int64_t>(e.attrs_size());
+    }
+    default:
+      return static_cast<int64_t>(command.ByteSizeLong());
+  }
+}
+
+}  // namespace
+
 void ToProto(const HostTensor& t, std::string bytes, v1::TensorValue* out) {
   out->set_dtype(static_cast<v1::DType>(t.dtype));
   for (int64_t d : t.shape) out->add_shape(d);
@@ -63,33 +90,9 @@ void ToProto(const AttrValue& attr, v1::AttrValue* out) {
   std::visit(Visitor{out}, attr.value());
 }
 
-google::protobuf::ArenaOptions BufferArenaOptions() {
-  google::protobuf::ArenaOptions options;
-  options.start_block_size = 4096;
-  options.max_block_size = 64 << 10;
-  return options;
+v1::UnconnectedGradients ToProto(Unconnected u) {
+  return u == Unconnected::kZero ? v1::UNCONNECTED_ZERO : v1::UNCONNECTED_NONE;
 }
-
-// Roughly the serialized size of `command` (what max_batch_bytes counts),
-// without ByteSizeLong's walk over every field for the common kinds: what
-// matters is that large Puts fill a batch.
-int64_t ApproxBytes(const v1::Command& command) {
-  switch (command.kind_case()) {
-    case v1::Command::kPut:
-      return 32 + 10 * command.put().value().shape_size() +
-             static_cast<int64_t>(command.put().value().data().size());
-    case v1::Command::kExecute: {
-      const v1::ExecuteOp& e = command.execute();
-      return 32 + static_cast<int64_t>(e.op().size()) +
-             10 * (e.input_ids_size() + e.output_ids_size()) +
-             32 * static_cast<int64_t>(e.attrs_size());
-    }
-    default:
-      return static_cast<int64_t>(command.ByteSizeLong());
-  }
-}
-
-}  // namespace
 
 TensorRef::~TensorRef() { core->Release(id); }
 
@@ -705,9 +708,7 @@ absl::Status BuildGradient(internal::SessionCore& core, int64_t tape_id,
     return absl::InvalidArgumentError(
         absl::StrCat("Gradient on tape ", tape_id, ": ", problem));
   }
-  gradient->set_unconnected(options.unconnected == Unconnected::kZero
-                                ? v1::UNCONNECTED_ZERO
-                                : v1::UNCONNECTED_NONE);
+  gradient->set_unconnected(internal::ToProto(options.unconnected));
   return absl::OkStatus();
 }
 

@@ -34,6 +34,15 @@
 
 namespace gradtape::client::internal {
 
+// Proto conversions shared by session.cc and autodiff.cc.
+// `t`'s dtype and shape with `bytes` moved in (no copy, also into an arena
+// message).
+void ToProto(const HostTensor& t, std::string bytes, v1::TensorValue* out);
+// The tensor in `value`, its bytes moved out.
+HostTensor FromProto(v1::TensorValue* value);
+void ToProto(const AttrValue& attr, v1::AttrValue* out);
+v1::UnconnectedGradients ToProto(Unconnected u);
+
 // What a Tensor handle shares: the id and its session. The destructor
 // buffers the id's release.
 struct TensorRef {
