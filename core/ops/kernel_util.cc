@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/ops/gemm.h"
 
 namespace gradtape {
 
@@ -98,6 +99,47 @@ absl::StatusOr<std::vector<bool>> AxesMask(const KernelContext& ctx,
     mask[axis < 0 ? axis + rank : axis] = true;
   }
   return mask;
+}
+
+absl::StatusOr<ProductDims> MatrixDims(const KernelContext& ctx, bool tx,
+                                       bool ty, const char* tx_name,
+                                       const char* ty_name) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& y = ctx.input(1);
+  const int64_t xr = x.dim(x.rank() - 2), xc = x.dim(x.rank() - 1);
+  const int64_t yr = y.dim(y.rank() - 2), yc = y.dim(y.rank() - 1);
+  ProductDims d{tx ? xc : xr, tx ? xr : xc, ty ? yr : yc};
+  const int64_t ky = ty ? yc : yr;
+  if (d.k != ky) {
+    return ctx.InvalidArgument(
+        "inner dimensions do not match: ", ctx.op().input_names[0], " is ",
+        ShapeString(x.shape()), tx ? absl::StrCat(" (", tx_name, ")") : "",
+        ", ", ctx.op().input_names[1], " is ", ShapeString(y.shape()),
+        ty ? absl::StrCat(" (", ty_name, ")") : "", "; ", d.k, " != ", ky);
+  }
+  return d;
+}
+
+absl::Status MatMulKernel(KernelContext& ctx) {
+  if (absl::Status s = ctx.RequireFloat(0); !s.ok()) return s;
+  if (absl::Status s = ctx.RequireSameDType(0, 1); !s.ok()) return s;
+  if (absl::Status s = ctx.RequireRank(0, 2); !s.ok()) return s;
+  if (absl::Status s = ctx.RequireRank(1, 2); !s.ok()) return s;
+  const Tensor& a = ctx.input(0);
+  const Tensor& b = ctx.input(1);
+  const bool ta = ctx.attrs().Bool("transpose_a");
+  const bool tb = ctx.attrs().Bool("transpose_b");
+  absl::StatusOr<ProductDims> d =
+      MatrixDims(ctx, ta, tb, "transpose_a", "transpose_b");
+  if (!d.ok()) return d.status();
+  Tensor c = Tensor::Empty(a.dtype(), {d->m, d->n});
+  DispatchFloat(a.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    Gemm<T>(ta, tb, d->m, d->n, d->k, a.data<T>(), a.dim(1), b.data<T>(),
+            b.dim(1), c.mutable_data<T>(), d->n);
+  });
+  ctx.set_output(0, std::move(c));
+  return absl::OkStatus();
 }
 
 }  // namespace gradtape

@@ -95,6 +95,22 @@ absl::StatusOr<std::vector<bool>> AxesMask(const KernelContext& ctx,
                                            absl::Span<const int64_t> axes,
                                            absl::Span<const int64_t> shape);
 
+// The matrix dims of a product: op(x) is [m, k], op(y) is [k, n].
+struct ProductDims {
+  int64_t m, k, n;
+};
+
+// Checks that op(x) op(y) is defined for the trailing two dims of inputs 0
+// and 1 (transposed per tx, ty, attrs named tx_name, ty_name) and returns
+// its dims; INVALID_ARGUMENT naming both inputs and shapes otherwise.
+absl::StatusOr<ProductDims> MatrixDims(const KernelContext& ctx, bool tx,
+                                       bool ty, const char* tx_name,
+                                       const char* ty_name);
+
+// product = op(a) @ op(b) for 2-D floating a, b of one dtype, per the bool
+// attrs transpose_a and transpose_b: MatMul's and SparseMatMul's forward.
+absl::Status MatMulKernel(KernelContext& ctx);
+
 // y = f(x) elementwise (f is a generic lambda on Eigen arrays:
 // [](const auto& x) { return x.exp(); }), for inputs of the dtypes `kinds`.
 template <DTypes kKinds, typename F>

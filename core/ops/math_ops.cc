@@ -9,7 +9,6 @@
 #include "Eigen/Core"
 #include "core/forward.h"
 #include "core/gradient.h"
-#include "core/ops/gemm.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
 #include "core/ops/vector_math.h"
@@ -44,36 +43,6 @@ template <typename F>
 absl::Status GradHelperKernel(KernelContext& ctx, F f) {
   if (absl::Status s = SameShapeBinary(ctx); !s.ok()) return s;
   return BinaryKernel<DTypes::kFloating>(ctx, f);
-}
-
-absl::Status MatMulKernel(KernelContext& ctx) {
-  if (absl::Status s = ctx.RequireFloat(0); !s.ok()) return s;
-  if (absl::Status s = ctx.RequireSameDType(0, 1); !s.ok()) return s;
-  if (absl::Status s = ctx.RequireRank(0, 2); !s.ok()) return s;
-  if (absl::Status s = ctx.RequireRank(1, 2); !s.ok()) return s;
-  const Tensor& a = ctx.input(0);
-  const Tensor& b = ctx.input(1);
-  const bool ta = ctx.attrs().Bool("transpose_a");
-  const bool tb = ctx.attrs().Bool("transpose_b");
-  const int64_t m = ta ? a.dim(1) : a.dim(0);
-  const int64_t k = ta ? a.dim(0) : a.dim(1);
-  const int64_t kb = tb ? b.dim(1) : b.dim(0);
-  const int64_t n = tb ? b.dim(0) : b.dim(1);
-  if (k != kb) {
-    return ctx.InvalidArgument(
-        "inner dimensions do not match: a is ", ShapeString(a.shape()),
-        ta ? " (transposed)" : "", ", b is ", ShapeString(b.shape()),
-        tb ? " (transposed)" : "", "; a's ", ta ? "rows" : "columns", " (", k,
-        ") must equal b's ", tb ? "columns" : "rows", " (", kb, ")");
-  }
-  Tensor c = Tensor::Empty(a.dtype(), {m, n});
-  DispatchFloat(a.dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    Gemm<T>(ta, tb, m, n, k, a.data<T>(), a.dim(1), b.data<T>(), b.dim(1),
-            c.mutable_data<T>(), n);
-  });
-  ctx.set_output(0, std::move(c));
-  return absl::OkStatus();
 }
 
 // y = f(x) for floating x, with f an array function of vector_math.h
