@@ -13,7 +13,7 @@ namespace gradtape {
 JvpContext::JvpContext(Context& ctx, const OpDef& op, const AttrMap& attrs,
                        absl::Span<const Tensor> inputs,
                        absl::Span<const Tensor> outputs, Tensors input_tangents)
-    : ctx_(ctx),
+    : RuleContext(ctx, "the forward-mode rule of", op.name),
       op_(op),
       attrs_(attrs),
       inputs_(inputs),
@@ -31,29 +31,6 @@ Tensor JvpContext::Tangent(int i) {
 void JvpContext::SetTangent(int o, Tensor tangent) {
   if (!ok()) return;
   output_tangents_[o] = std::move(tangent);
-}
-
-Tensors JvpContext::OpN(absl::string_view name,
-                        std::initializer_list<Tensor> inputs, AttrMap attrs) {
-  Tensors outputs;
-  if (!ok()) return outputs;
-  absl::Status s = ctx_.Execute(name, inputs, std::move(attrs), &outputs);
-  if (!s.ok()) {
-    Fail(absl::Status(s.code(), absl::StrCat("in the forward-mode rule of ",
-                                             op_.name, ": ", s.message())));
-    outputs.clear();
-  }
-  return outputs;
-}
-
-Tensor JvpContext::Op(absl::string_view name,
-                      std::initializer_list<Tensor> inputs, AttrMap attrs) {
-  Tensors outputs = OpN(name, inputs, std::move(attrs));
-  return outputs.empty() ? Tensor() : outputs[0];
-}
-
-void JvpContext::Fail(absl::Status status) {
-  if (status_.ok()) status_ = std::move(status);
 }
 
 void LinearUnaryJvp(JvpContext& j) {

@@ -40,6 +40,7 @@
 #include "absl/status/statusor.h"
 #include "core/attrs.h"
 #include "core/op_registry.h"
+#include "core/rule_context.h"
 #include "core/tensor.h"
 
 namespace gradtape {
@@ -49,7 +50,7 @@ class Context;
 // What a forward rule (OpDef::jvp) sees: the op's inputs and outputs (all of
 // them: nothing is elided in forward mode), the input tangents, and the
 // executor. Errors are sticky, as in GradContext.
-class JvpContext {
+class JvpContext : public RuleContext {
  public:
   JvpContext(Context& ctx, const OpDef& op, const AttrMap& attrs,
              absl::Span<const Tensor> inputs, absl::Span<const Tensor> outputs,
@@ -64,35 +65,15 @@ class JvpContext {
   Tensor Tangent(int i);
   void SetTangent(int o, Tensor tangent);
 
-  // Runs a registered op (through Context::Execute); output 0 / all outputs.
-  Tensor Op(absl::string_view name, std::initializer_list<Tensor> inputs,
-            AttrMap attrs = {});
-  Tensors OpN(absl::string_view name, std::initializer_list<Tensor> inputs,
-              AttrMap attrs = {});
-  // A scalar constant (on no tape).
-  Tensor Const(double value, DType dtype) {
-    return Tensor::Filled(dtype, {}, value);
-  }
-  Tensor Add(Tensor a, Tensor b) { return Op("AddV2", {a, b}); }
-  Tensor Sub(Tensor a, Tensor b) { return Op("Sub", {a, b}); }
-  Tensor Mul(Tensor a, Tensor b) { return Op("Mul", {a, b}); }
-  Tensor Div(Tensor a, Tensor b) { return Op("RealDiv", {a, b}); }
-  Tensor Neg(Tensor a) { return Op("Neg", {a}); }
-
-  void Fail(absl::Status status);
-  bool ok() const { return status_.ok(); }
-  const absl::Status& status() const { return status_; }
   Tensors& output_tangents() { return output_tangents_; }
 
  private:
-  Context& ctx_;
   const OpDef& op_;
   const AttrMap& attrs_;
   absl::Span<const Tensor> inputs_;
   absl::Span<const Tensor> outputs_;
   Tensors tangents_;
   Tensors output_tangents_;
-  absl::Status status_;
 };
 
 // Common forward rules.

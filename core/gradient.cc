@@ -42,7 +42,7 @@ const AttrMap& EmptyAttrs() {
 
 GradContext::GradContext(Context& ctx, const TapeEntry& entry,
                          Tensors output_grads, std::vector<bool> needs_grad)
-    : ctx_(ctx),
+    : RuleContext(ctx, "the backward of", entry.op->name),
       entry_(entry),
       output_grads_(std::move(output_grads)),
       needs_grad_(std::move(needs_grad)),
@@ -86,35 +86,6 @@ void GradContext::SetGrad(int i, Tensor grad) {
   input_grads_[i] = std::move(grad);
 }
 
-Tensors GradContext::OpN(absl::string_view name,
-                         std::initializer_list<Tensor> inputs, AttrMap attrs) {
-  return RunOp(name, absl::Span<const Tensor>(inputs.begin(), inputs.size()),
-               std::move(attrs));
-}
-
-Tensors GradContext::RunOp(absl::string_view name,
-                           absl::Span<const Tensor> inputs, AttrMap attrs) {
-  Tensors outputs;
-  if (!ok()) return outputs;
-  absl::Status s = ctx_.Execute(name, inputs, std::move(attrs), &outputs);
-  if (!s.ok()) {
-    Fail(absl::Status(s.code(), absl::StrCat("in the backward of ", op().name,
-                                             ": ", s.message())));
-    outputs.clear();
-  }
-  return outputs;
-}
-
-Tensor GradContext::Op(absl::string_view name,
-                       std::initializer_list<Tensor> inputs, AttrMap attrs) {
-  Tensors outputs = OpN(name, inputs, std::move(attrs));
-  return outputs.empty() ? Tensor() : outputs[0];
-}
-
-Tensor GradContext::Const(double value, DType dtype) {
-  return Tensor::Filled(dtype, {}, value);
-}
-
 Tensor GradContext::Reshape(Tensor a, const Shape& shape) {
   if (ok() && a.shape() == shape) return a;
   return Op("Reshape", {a},
@@ -134,10 +105,6 @@ Tensor GradContext::SumToShape(Tensor grad, const Shape& shape) {
           ? grad
           : Op("Sum", {grad}, {{"axis", std::move(axes)}, {"keep_dims", true}});
   return Reshape(summed, shape);
-}
-
-void GradContext::Fail(absl::Status status) {
-  if (status_.ok()) status_ = std::move(status);
 }
 
 absl::StatusOr<std::vector<Tensor>> Context::Gradient(

@@ -18,11 +18,12 @@
 
 #include "absl/status/status.h"
 #include "core/context.h"
+#include "core/rule_context.h"
 #include "core/tape.h"
 
 namespace gradtape {
 
-class GradContext {
+class GradContext : public RuleContext {
  public:
   GradContext(Context& ctx, const TapeEntry& entry, Tensors output_grads,
               std::vector<bool> needs_grad);
@@ -46,21 +47,6 @@ class GradContext {
   bool NeedsGrad(int i) const { return needs_grad_[i]; }
   void SetGrad(int i, Tensor grad);
 
-  // Runs a registered op; returns output 0 (Op) or all outputs (OpN).
-  Tensor Op(absl::string_view name, std::initializer_list<Tensor> inputs,
-            AttrMap attrs = {});
-  Tensors OpN(absl::string_view name, std::initializer_list<Tensor> inputs,
-              AttrMap attrs = {});
-  Tensors RunOp(absl::string_view name, absl::Span<const Tensor> inputs,
-                AttrMap attrs = {});
-  // A scalar constant (not on any tape).
-  Tensor Const(double value, DType dtype);
-
-  Tensor Add(Tensor a, Tensor b) { return Op("AddV2", {a, b}); }
-  Tensor Sub(Tensor a, Tensor b) { return Op("Sub", {a, b}); }
-  Tensor Mul(Tensor a, Tensor b) { return Op("Mul", {a, b}); }
-  Tensor Div(Tensor a, Tensor b) { return Op("RealDiv", {a, b}); }
-  Tensor Neg(Tensor a) { return Op("Neg", {a}); }
   // conj(a) for complex a; a itself otherwise (TensorFlow's math_ops.conj).
   Tensor Conj(Tensor a) {
     return ok() && IsComplex(a.dtype()) ? Op("Conj", {a}) : a;
@@ -70,18 +56,13 @@ class GradContext {
   // the gradient of numpy broadcasting.
   Tensor SumToShape(Tensor grad, const Shape& shape);
 
-  void Fail(absl::Status status);
-  bool ok() const { return status_.ok(); }
-  const absl::Status& status() const { return status_; }
   Tensors& input_grads() { return input_grads_; }
 
  private:
-  Context& ctx_;
   const TapeEntry& entry_;
   Tensors output_grads_;
   std::vector<bool> needs_grad_;
   Tensors input_grads_;
-  absl::Status status_;
 };
 
 }  // namespace gradtape

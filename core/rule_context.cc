@@ -1,0 +1,39 @@
+#include "core/rule_context.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/context.h"
+
+namespace gradtape {
+
+Tensors RuleContext::RunOp(absl::string_view name,
+                           absl::Span<const Tensor> inputs, AttrMap attrs) {
+  Tensors outputs;
+  if (!ok()) return outputs;
+  absl::Status s = ctx_.Execute(name, inputs, std::move(attrs), &outputs);
+  if (!s.ok()) {
+    Fail(absl::Status(s.code(), absl::StrCat("in ", kind_, " ", op_name_, ": ",
+                                             s.message())));
+    outputs.clear();
+  }
+  return outputs;
+}
+
+Tensors RuleContext::OpN(absl::string_view name,
+                         std::initializer_list<Tensor> inputs, AttrMap attrs) {
+  return RunOp(name, absl::Span<const Tensor>(inputs.begin(), inputs.size()),
+               std::move(attrs));
+}
+
+Tensor RuleContext::Op(absl::string_view name,
+                       std::initializer_list<Tensor> inputs, AttrMap attrs) {
+  Tensors outputs = OpN(name, inputs, std::move(attrs));
+  return outputs.empty() ? Tensor() : outputs[0];
+}
+
+void RuleContext::Fail(absl::Status status) {
+  if (status_.ok()) status_ = std::move(status);
+}
+
+}  // namespace gradtape
