@@ -665,12 +665,12 @@ void GradientTape::Stop() {
 
 namespace {
 
-// Fills `gradient` (except result ids) or returns a local misuse error.
-absl::Status BuildGradient(internal::SessionCore& core, int64_t tape_id,
-                           absl::Span<const Tensor> targets,
-                           absl::Span<const Tensor> sources,
-                           const GradientOptions& options,
-                           v1::Gradient* gradient) {
+// Fills `gradient`, with a new result id per source, and returns the
+// handles of those results; or returns a local misuse error.
+absl::StatusOr<std::vector<Tensor>> BuildGradient(
+    internal::SessionCore& core, int64_t tape_id,
+    absl::Span<const Tensor> targets, absl::Span<const Tensor> sources,
+    const GradientOptions& options, v1::Gradient* gradient) {
   if (targets.empty() || sources.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("Gradient on tape ", tape_id,
@@ -709,7 +709,14 @@ absl::Status BuildGradient(internal::SessionCore& core, int64_t tape_id,
         absl::StrCat("Gradient on tape ", tape_id, ": ", problem));
   }
   gradient->set_unconnected(internal::ToProto(options.unconnected));
-  return absl::OkStatus();
+  std::vector<Tensor> results;
+  results.reserve(sources.size());
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const int64_t id = core.NewTensorId();
+    gradient->add_result_ids(id);
+    results.push_back(core.MakeTensor(id));
+  }
+  return results;
 }
 
 }  // namespace
@@ -718,20 +725,9 @@ absl::StatusOr<std::vector<Tensor>> GradientTape::Gradient(
     absl::Span<const Tensor> targets, absl::Span<const Tensor> sources,
     const GradientOptions& options) {
   v1::Command command;
-  v1::Gradient* gradient = command.mutable_gradient();
-  if (absl::Status s =
-          BuildGradient(*core_, id_, targets, sources, options, gradient);
-      !s.ok()) {
-    return s;
-  }
-  std::vector<Tensor> results;
-  results.reserve(sources.size());
-  for (size_t i = 0; i < sources.size(); ++i) {
-    const int64_t id = core_->NewTensorId();
-    gradient->add_result_ids(id);
-    results.push_back(core_->MakeTensor(id));
-  }
-  core_->Enqueue(command);
+  absl::StatusOr<std::vector<Tensor>> results = BuildGradient(
+      *core_, id_, targets, sources, options, command.mutable_gradient());
+  if (results.ok()) core_->Enqueue(command);
   return results;
 }
 
@@ -741,20 +737,12 @@ GradientTape::GradientValues(absl::Span<const Tensor> targets,
                              const GradientOptions& options) {
   v1::Command command;
   v1::Gradient* gradient = command.mutable_gradient();
-  if (absl::Status s =
-          BuildGradient(*core_, id_, targets, sources, options, gradient);
-      !s.ok()) {
-    return s;
-  }
+  // The results still get ids (released when `handles` goes, after this
+  // call).
+  absl::StatusOr<std::vector<Tensor>> handles =
+      BuildGradient(*core_, id_, targets, sources, options, gradient);
+  if (!handles.ok()) return handles.status();
   gradient->set_return_values(true);
-  // The results still get ids (released right after this call).
-  std::vector<Tensor> handles;
-  handles.reserve(sources.size());
-  for (size_t i = 0; i < sources.size(); ++i) {
-    const int64_t id = core_->NewTensorId();
-    gradient->add_result_ids(id);
-    handles.push_back(core_->MakeTensor(id));
-  }
   absl::StatusOr<v1::CommandResult> result = core_->Call(std::move(command));
   if (!result.ok()) return result.status();
   v1::GradientValues* values = result->mutable_gradient();
