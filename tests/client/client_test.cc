@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "server/server.h"
 #include "tests/client/core_mlp.h"
+#include "tests/client/loopback_session_test.h"
 
 namespace gradtape::client {
 namespace {
@@ -27,50 +28,7 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-class ClientTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    server::ServerOptions options;
-    options.address = "127.0.0.1:0";
-    absl::StatusOr<std::unique_ptr<server::Server>> s =
-        server::Server::Start(options);
-    ASSERT_TRUE(s.ok()) << s.status();
-    server_ = s->release();
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-
-  static std::string Address() {
-    return absl::StrCat("127.0.0.1:", server_->port());
-  }
-
-  void SetUp() override {
-    ASSERT_NE(server_, nullptr);
-    session_ = Connect();
-    ASSERT_NE(session_, nullptr);
-  }
-
-  static std::unique_ptr<Session> Connect(SessionOptions options = {}) {
-    options.rpc_timeout = absl::Seconds(5);
-    absl::StatusOr<std::unique_ptr<Session>> s =
-        Session::Connect(Address(), options);
-    EXPECT_TRUE(s.ok()) << s.status();
-    return s.ok() ? *std::move(s) : nullptr;
-  }
-
-  std::vector<double> FetchValues(const Tensor& t) {
-    absl::StatusOr<HostTensor> v = session_->Fetch(t);
-    EXPECT_TRUE(v.ok()) << v.status();
-    return v.ok() ? v->ToDoubles() : std::vector<double>{};
-  }
-
-  static server::Server* server_;
-  std::unique_ptr<Session> session_;
-};
-
-server::Server* ClientTest::server_ = nullptr;
+using ClientTest = LoopbackSessionTest;
 
 TapeOptions Persistent() {
   TapeOptions options;

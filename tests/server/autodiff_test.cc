@@ -15,52 +15,23 @@
 #include "gradtape/client/client.h"
 #include "gtest/gtest.h"
 #include "server/server.h"
+#include "tests/client/loopback_session_test.h"
 
 namespace gradtape::client {
 namespace {
 
 using ::testing::HasSubstr;
 
-class AutodiffServerTest : public ::testing::Test {
+class AutodiffServerTest : public LoopbackSessionTest {
  protected:
-  static void SetUpTestSuite() {
-    server::ServerOptions options;
-    options.address = "127.0.0.1:0";
-    absl::StatusOr<std::unique_ptr<server::Server>> s =
-        server::Server::Start(options);
-    ASSERT_TRUE(s.ok()) << s.status();
-    server_ = s->release();
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-  void SetUp() override {
-    ASSERT_NE(server_, nullptr);
-    SessionOptions options;
-    options.rpc_timeout = absl::Seconds(5);
-    absl::StatusOr<std::unique_ptr<Session>> s =
-        Session::Connect(absl::StrCat("127.0.0.1:", server_->port()), options);
-    ASSERT_TRUE(s.ok()) << s.status();
-    session_ = *std::move(s);
-  }
   Tensor Put(std::vector<int64_t> shape, std::vector<double> values) {
     return session_->Put<double>(std::move(shape), values);
-  }
-  std::vector<double> Values(const Tensor& t) {
-    absl::StatusOr<HostTensor> v = session_->Fetch(t);
-    EXPECT_TRUE(v.ok()) << v.status();
-    return v.ok() ? v->ToDoubles() : std::vector<double>{};
   }
   std::vector<int64_t> ShapeOf(const Tensor& t) {
     absl::StatusOr<HostTensor> v = session_->Fetch(t);
     return v.ok() ? v->shape : std::vector<int64_t>{-1};
   }
-
-  static server::Server* server_;
-  std::unique_ptr<Session> session_;
 };
-server::Server* AutodiffServerTest::server_ = nullptr;
 
 std::vector<double> Wave(int n, int salt) {
   std::vector<double> v(n);
@@ -91,8 +62,9 @@ TEST_F(AutodiffServerTest, JacobiansEqualStackedRowGradients) {
   EXPECT_EQ(ShapeOf((*jac)[0]), (std::vector<int64_t>{3, 2, 3, 4}));
   EXPECT_EQ(ShapeOf((*jac)[1]), (std::vector<int64_t>{3, 2, 4, 2}));
   EXPECT_EQ(ShapeOf((*batch)[0]), (std::vector<int64_t>{3, 2, 4}));
-  const std::vector<double> jx = Values((*jac)[0]), jw = Values((*jac)[1]),
-                            bx = Values((*batch)[0]);
+  const std::vector<double> jx = FetchValues((*jac)[0]),
+                            jw = FetchValues((*jac)[1]),
+                            bx = FetchValues((*batch)[0]);
   for (int r = 0; r < 6; ++r) {
     std::vector<double> seed(6, 0.0);
     seed[r] = 1.0;
@@ -116,7 +88,7 @@ TEST_F(AutodiffServerTest, JacobiansEqualStackedRowGradients) {
   absl::Status status = session_->Sync();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(status.message()), HasSubstr("BatchJacobian"));
-  EXPECT_EQ(Values(Sum(y)).size(), 1u);
+  EXPECT_EQ(FetchValues(Sum(y)).size(), 1u);
 }
 
 // Forward mode over the wire: JVP = J v, and H v by forward-over-reverse.
@@ -146,7 +118,7 @@ TEST_F(AutodiffServerTest, ForwardAccumulatorGivesJvpAndHvp) {
     auto hv = acc.JvpValue((*g)[0]);
     ASSERT_TRUE(hv.ok()) << hv.status();
     hvp = *hv;
-    jac = Values((*j)[0]);
+    jac = FetchValues((*j)[0]);
     // No tangent: None, or zeros on request.
     Tensor unrelated = Exp(w);
     auto none = acc.JvpValue(unrelated);
@@ -265,7 +237,7 @@ TEST_F(AutodiffServerTest, CustomGradientClipsAndPreventGradientFails) {
   absl::Status status = session_->Sync();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(status.message()), HasSubstr("step 3"));
-  EXPECT_EQ(Values(Sum(x)), std::vector<double>{10});
+  EXPECT_EQ(FetchValues(Sum(x)), std::vector<double>{10});
 }
 
 // Prints what one Jacobian command saves over one GradientValues round trip
@@ -284,7 +256,7 @@ TEST_F(AutodiffServerTest, JacobianCommandVersusRowRoundTrips) {
   const absl::Time t0 = absl::Now();
   auto jac = tape.Jacobian(y, {x});
   ASSERT_TRUE(jac.ok());
-  const std::vector<double> j = Values((*jac)[0]);
+  const std::vector<double> j = FetchValues((*jac)[0]);
   const absl::Duration one_command = absl::Now() - t0;
 
   std::vector<Tensor> seeds;
