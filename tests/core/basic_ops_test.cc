@@ -13,19 +13,11 @@ namespace {
 
 using testing::Values;
 
-class OpsTest : public ::testing::Test {
+class OpsTest : public testing::OpTest {
  protected:
-  absl::StatusOr<Tensors> Run(absl::string_view op, std::vector<Tensor> in,
-                              AttrMap attrs = {}) {
-    Tensors out;
-    absl::Status s = ctx_.Execute(op, in, std::move(attrs), &out);
-    if (!s.ok()) return s;
-    return out;
-  }
   Tensor D(Shape shape, std::vector<double> v) {
     return Tensor::FromVector<double>(shape, v);
   }
-  Context ctx_{DefaultRegistry()};
 };
 
 TEST_F(OpsTest, BroadcastingArithmetic) {
