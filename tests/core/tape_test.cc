@@ -3,14 +3,15 @@
 #include "core/op_registry.h"
 #include "core/session.h"
 #include "gtest/gtest.h"
+#include "tests/core/autodiff_fixture.h"
 
 namespace gradtape {
 namespace {
 
-class TapeTest : public ::testing::Test {
+// AutodiffTest's session and helpers, with values first in Put: a list of
+// several values is a vector, one value a scalar, unless a shape is given.
+class TapeTest : public testing::AutodiffTest {
  protected:
-  TapeTest() : session_(DefaultRegistry(), SessionOptions{}) {}
-
   void Put(int64_t id, std::vector<double> values, Shape shape = {}) {
     if (shape.empty() && values.size() != 1) {
       shape = {static_cast<int64_t>(values.size())};
@@ -20,37 +21,6 @@ class TapeTest : public ::testing::Test {
             .PutTensor(++seq_, id, Tensor::FromVector<double>(shape, values))
             .ok());
   }
-  void Exec(absl::string_view op, std::vector<int64_t> in,
-            std::vector<int64_t> out, AttrMap attrs = {}) {
-    absl::Status s = session_.ExecuteOp(++seq_, op, in, out, attrs);
-    ASSERT_TRUE(s.ok()) << s;
-  }
-  std::vector<double> Values(int64_t id) {
-    absl::StatusOr<Tensor> t = session_.FetchTensor(++seq_, id);
-    EXPECT_TRUE(t.ok()) << t.status();
-    std::vector<double> v;
-    if (!t.ok()) return v;
-    for (int64_t i = 0; i < t->num_elements(); ++i) {
-      v.push_back(t->ElementAsDouble(i));
-    }
-    return v;
-  }
-  absl::StatusOr<std::vector<Tensor>> Grad(
-      int64_t tape, std::vector<int64_t> targets, std::vector<int64_t> sources,
-      std::vector<int64_t> results, Unconnected u = Unconnected::kNone,
-      std::vector<int64_t> output_grads = {}) {
-    GradientRequest r;
-    r.tape = tape;
-    r.targets = targets;
-    r.sources = sources;
-    r.result_ids = results;
-    r.unconnected = u;
-    r.output_gradients = output_grads;
-    return session_.Gradient(++seq_, r);
-  }
-
-  Session session_;
-  int64_t seq_ = 0;
 };
 
 TEST_F(TapeTest, SquareGradient) {
