@@ -80,8 +80,26 @@ class AutodiffTest : public ::testing::Test {
     return session_.Jacobian(++seq_, r);
   }
 
+  // The gradient of sum(tanh(W x)) at `x` (a column), W at id 1, by a
+  // fresh tape on fresh ids (from 1000 up): the first-order gradient the
+  // Hessian tests difference.
+  std::vector<double> GradientAt(const std::vector<double>& x) {
+    const int64_t base = next_id_;
+    next_id_ += 10;
+    Put(base, {static_cast<int64_t>(x.size()), 1}, x);
+    EXPECT_TRUE(Push(base).ok());
+    EXPECT_TRUE(Watch(base, {base}).ok());
+    Exec("MatMul", {1, base}, {base + 1});
+    Exec("Tanh", {base + 1}, {base + 2});
+    Exec("Sum", {base + 2}, {base + 3});
+    EXPECT_TRUE(Pop(base).ok());
+    EXPECT_TRUE(Grad(base, {base + 3}, {base}, {base + 4}).ok());
+    return Values(base + 4);
+  }
+
   Session session_;
   int64_t seq_ = 0;
+  int64_t next_id_ = 1000;  // GradientAt's ids
 };
 
 // Deterministic values in [-1, 1].

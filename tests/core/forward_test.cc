@@ -139,21 +139,6 @@ class ForwardTest : public AutodiffTest {
                              Unconnected u = Unconnected::kNone) {
     return session_.FetchJvp(++seq_, acc, id, result, u);
   }
-  // The gradient of sum(tanh(W x)) at x (W at id 1), by a fresh tape.
-  std::vector<double> GradientAt(const std::vector<double>& x) {
-    const int64_t base = next_id_;
-    next_id_ += 10;
-    Put(base, {3, 1}, x);
-    EXPECT_TRUE(Push(base).ok());
-    EXPECT_TRUE(Watch(base, {base}).ok());
-    Exec("MatMul", {1, base}, {base + 1});
-    Exec("Tanh", {base + 1}, {base + 2});
-    Exec("Sum", {base + 2}, {base + 3});
-    EXPECT_TRUE(Pop(base).ok());
-    EXPECT_TRUE(Grad(base, {base + 3}, {base}, {base + 4}).ok());
-    return Values(base + 4);
-  }
-  int64_t next_id_ = 1000;
 };
 
 // H v by forward-over-reverse: the accumulator sees the gradient's

@@ -12,21 +12,6 @@ using ::absl::StatusCode;
 class HigherOrderTest : public AutodiffTest {
  protected:
   static constexpr int kN = 3;
-  // The gradient of f(x) = sum(tanh(W x)) at `x` (fresh tape), W at id 1.
-  std::vector<double> GradientAt(const std::vector<double>& x) {
-    const int64_t base = next_id_;
-    next_id_ += 10;
-    Put(base, {kN, 1}, x);
-    EXPECT_TRUE(Push(base).ok());
-    EXPECT_TRUE(Watch(base, {base}).ok());
-    Exec("MatMul", {1, base}, {base + 1});
-    Exec("Tanh", {base + 1}, {base + 2});
-    Exec("Sum", {base + 2}, {base + 3});
-    EXPECT_TRUE(Pop(base).ok());
-    EXPECT_TRUE(Grad(base, {base + 3}, {base}, {base + 4}).ok());
-    return Values(base + 4);
-  }
-  int64_t next_id_ = 1000;
 };
 
 // H = d/dx (d/dx sum(tanh(W x))) through two tapes, compared with central
