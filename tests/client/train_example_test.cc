@@ -5,10 +5,6 @@
 // optimizer's slots and step count were restored). Plus the client pieces:
 // Variable, each optimizer wrapper against a host computation, checkpoint
 // errors as statuses.
-#include <dirent.h>
-#include <stdlib.h>
-#include <unistd.h>
-
 #include <cmath>
 #include <memory>
 #include <string>
@@ -20,6 +16,7 @@
 #include "gradtape/client/client.h"
 #include "gtest/gtest.h"
 #include "server/server.h"
+#include "tests/temp_dir.h"
 
 namespace gradtape::client {
 namespace {
@@ -27,34 +24,22 @@ namespace {
 class TrainingClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string tmpl = "/tmp/gradtape-client-ckpt-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
+    ASSERT_FALSE(dir_.path().empty());
     server::ServerOptions options;
     options.address = "127.0.0.1:0";
-    options.checkpoint_dir = dir_;
+    options.checkpoint_dir = dir_.path();
     auto server = server::Server::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
   }
-  void TearDown() override {
-    server_.reset();
-    if (DIR* d = ::opendir(dir_.c_str())) {
-      while (dirent* e = ::readdir(d)) {
-        const std::string name = e->d_name;
-        if (name != "." && name != "..") ::unlink((dir_ + "/" + name).c_str());
-      }
-      ::closedir(d);
-    }
-    ::rmdir(dir_.c_str());
-  }
+  void TearDown() override { server_.reset(); }
   std::unique_ptr<Session> Connect() {
     auto s = Session::Connect(server_->address());
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? *std::move(s) : nullptr;
   }
 
-  std::string dir_;
+  testing::TempDir dir_;  // outlives server_ (declared first)
   std::unique_ptr<server::Server> server_;
 };
 

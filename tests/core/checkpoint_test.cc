@@ -4,10 +4,6 @@
 // unchanged, name validation, all-or-nothing restore, atomic writes.
 #include "core/checkpoint.h"
 
-#include <dirent.h>
-#include <stdlib.h>
-#include <unistd.h>
-
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -20,41 +16,14 @@
 #include "core/op_registry.h"
 #include "core/session.h"
 #include "gtest/gtest.h"
+#include "tests/temp_dir.h"
 
 namespace gradtape {
 namespace {
 
 using ::absl::StatusCode;
 
-// A fresh directory under $TMPDIR (or /tmp), removed with its files.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl =
-        absl::StrCat(base ? base : "/tmp", "/gradtape-ckpt-XXXXXX");
-    path_ = mkdtemp(tmpl.data()) ? tmpl : "";
-  }
-  ~TempDir() {
-    for (const std::string& f : Files()) ::unlink((path_ + "/" + f).c_str());
-    ::rmdir(path_.c_str());
-  }
-  const std::string& path() const { return path_; }
-  std::vector<std::string> Files() const {
-    std::vector<std::string> out;
-    DIR* d = ::opendir(path_.c_str());
-    if (d == nullptr) return out;
-    while (dirent* e = ::readdir(d)) {
-      std::string name = e->d_name;
-      if (name != "." && name != "..") out.push_back(name);
-    }
-    ::closedir(d);
-    return out;
-  }
-
- private:
-  std::string path_;
-};
+using ::gradtape::testing::TempDir;
 
 std::string ReadFileBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

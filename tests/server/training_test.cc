@@ -2,10 +2,6 @@
 // RestoreCheckpoint commands between two sessions, their errors as
 // per-command results (the session stays usable), and a server without a
 // checkpoint directory. An in-process Server on 127.0.0.1 (a free port).
-#include <dirent.h>
-#include <stdlib.h>
-#include <unistd.h>
-
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -20,6 +16,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "server/server.h"
+#include "tests/temp_dir.h"
 
 namespace gradtape::server {
 namespace {
@@ -155,22 +152,12 @@ const v1::CommandResult* Find(const v1::BatchReply& reply, int64_t seq) {
 class TrainingServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string tmpl = "/tmp/gradtape-server-ckpt-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-    Start(dir_);
+    ASSERT_FALSE(dir_.path().empty());
+    Start(dir_.path());
   }
   void TearDown() override {
     stub_.reset();
     server_.reset();  // stops the server
-    if (DIR* d = ::opendir(dir_.c_str())) {
-      while (dirent* e = ::readdir(d)) {
-        const std::string name = e->d_name;
-        if (name != "." && name != "..") ::unlink((dir_ + "/" + name).c_str());
-      }
-      ::closedir(d);
-    }
-    ::rmdir(dir_.c_str());
   }
   void Start(const std::string& checkpoint_dir) {
     stub_.reset();
@@ -185,7 +172,7 @@ class TrainingServerTest : public ::testing::Test {
         server_->address(), grpc::InsecureChannelCredentials()));
   }
 
-  std::string dir_;
+  testing::TempDir dir_;  // outlives server_ (declared first)
   std::unique_ptr<Server> server_;
   std::unique_ptr<v1::TapeService::Stub> stub_;
 };
@@ -291,7 +278,7 @@ TEST_F(TrainingServerTest, ErrorsArePerCommandAndTheSessionStaysUsable) {
 
   // A corrupted file: DATA_LOSS, the variable keeps its value.
   {
-    std::fstream f(dir_ + "/model",
+    std::fstream f(dir_.path() + "/model",
                    std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(30);
     f.put('\x7f');
