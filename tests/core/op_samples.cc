@@ -1,6 +1,9 @@
 #include "tests/core/op_samples.h"
 
+#include <memory>
 #include <random>
+
+#include "core/variable.h"
 
 namespace gradtape::testing {
 
@@ -47,6 +50,15 @@ const std::vector<OpSample>& AllOpSamples() {
     return new std::vector<OpSample>(list.Take());
   }();
   return *samples;
+}
+
+Tensor VariableHandle(Tensor value) {
+  auto var = std::make_shared<Variable>();
+  var->dtype = value.dtype();
+  var->shape = value.shape();
+  var->name = "sample";
+  var->value = std::move(value);
+  return Tensor::Resource(std::move(var), 1);
 }
 
 }  // namespace gradtape::testing

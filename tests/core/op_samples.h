@@ -64,6 +64,9 @@ inline Tensor Positive(Shape shape, uint32_t seed) {
   return RandomTensor(shape, 0.5, 2.0, seed);
 }
 inline std::vector<int64_t> L(std::initializer_list<int64_t> v) { return v; }
+// A resource handle (id 1) to a fresh variable named "sample" that holds
+// `value`, as VarHandleOp's output would be.
+Tensor VariableHandle(Tensor value);
 
 }  // namespace gradtape::testing
 
