@@ -75,8 +75,8 @@ int main(int argc, char** argv) {
       "# gradtape: OpenBLAS kernels %s, vector math %s, GEMM threads %d\n",
       BlasCoreName(), VectorMathIsa(), ParallelismDegree());
   for (int64_t n : {256, 512, 1024}) {
-    Tensor a = Tensor::Filled(DType::kFloat32, {n, n}, 0.5);
-    Tensor b = Tensor::Filled(DType::kFloat32, {n, n}, 0.25);
+    Tensor a = Tensor::Filled(DType::kFloat32, {n, n}, 0.5).value();
+    Tensor b = Tensor::Filled(DType::kFloat32, {n, n}, 0.25).value();
     const Tensor in[] = {a, b};
     const int r = n <= 256 ? reps * 4 : reps;
     double s = MedianSeconds(
@@ -85,8 +85,8 @@ int main(int argc, char** argv) {
                 2.0 * n * n * n / s / 1e9);
   }
   const int64_t elems = absl::GetFlag(FLAGS_elems);
-  Tensor x = Tensor::Filled(DType::kFloat32, {elems}, 0.5);
-  Tensor y = Tensor::Filled(DType::kFloat32, {elems}, 0.25);
+  Tensor x = Tensor::Filled(DType::kFloat32, {elems}, 0.5).value();
+  Tensor y = Tensor::Filled(DType::kFloat32, {elems}, 0.25).value();
   struct Case {
     const char* op;
     int arity;

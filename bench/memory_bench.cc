@@ -67,7 +67,7 @@ void Report(const char* model, Context& ctx) {
 }
 
 Tensor Param(Context& ctx, std::vector<int64_t> shape) {
-  Tensor t = ctx.Adopt(Tensor::Filled(DType::kFloat32, shape, 0.01));
+  Tensor t = ctx.Adopt(Tensor::Filled(DType::kFloat32, shape, 0.01).value());
   (*ctx.tapes().Find(1))->Watch(t);
   return t;
 }
@@ -75,8 +75,8 @@ Tensor Param(Context& ctx, std::vector<int64_t> shape) {
 void Mlp() {
   Context ctx(DefaultRegistry());
   (void)ctx.tapes().Push(1, /*persistent=*/false, false);
-  Tensor x = ctx.Adopt(Tensor::Filled(DType::kFloat32, {64, 784}, 0.5));
-  Tensor y = ctx.Adopt(Tensor::Filled(DType::kInt32, {64}, 3));
+  Tensor x = ctx.Adopt(Tensor::Filled(DType::kFloat32, {64, 784}, 0.5).value());
+  Tensor y = ctx.Adopt(Tensor::Filled(DType::kInt32, {64}, 3).value());
   Tensor w1 = Param(ctx, {784, 256}), b1 = Param(ctx, {256});
   Tensor w2 = Param(ctx, {256, 10}), b2 = Param(ctx, {10});
   Tensor h = Run(ctx, "Relu",
@@ -92,8 +92,9 @@ void Mlp() {
 void Cnn() {
   Context ctx(DefaultRegistry());
   (void)ctx.tapes().Push(1, /*persistent=*/false, false);
-  Tensor x = ctx.Adopt(Tensor::Filled(DType::kFloat32, {16, 28, 28, 1}, 0.5));
-  Tensor y = ctx.Adopt(Tensor::Filled(DType::kInt32, {16}, 3));
+  Tensor x =
+      ctx.Adopt(Tensor::Filled(DType::kFloat32, {16, 28, 28, 1}, 0.5).value());
+  Tensor y = ctx.Adopt(Tensor::Filled(DType::kInt32, {16}, 3).value());
   Tensor k1 = Param(ctx, {3, 3, 1, 16}), c1 = Param(ctx, {16});
   Tensor k2 = Param(ctx, {3, 3, 16, 32}), c2 = Param(ctx, {32});
   Tensor w = Param(ctx, {7 * 7 * 32, 10}), b = Param(ctx, {10});

@@ -29,9 +29,9 @@ void BM_RecordHook(benchmark::State& state) {
   const Mode mode = static_cast<Mode>(state.range(0));
   Context ctx(DefaultRegistry());
   const OpDef& op = *DefaultRegistry().Find("MatMul");
-  Tensor a = ctx.Adopt(Tensor::Filled(DType::kFloat32, {2, 2}, 1.0));
-  Tensor b = ctx.Adopt(Tensor::Filled(DType::kFloat32, {2, 2}, 1.0));
-  Tensor out = Tensor::Filled(DType::kFloat32, {2, 2}, 2.0);
+  Tensor a = ctx.Adopt(Tensor::Filled(DType::kFloat32, {2, 2}, 1.0).value());
+  Tensor b = ctx.Adopt(Tensor::Filled(DType::kFloat32, {2, 2}, 1.0).value());
+  Tensor out = Tensor::Filled(DType::kFloat32, {2, 2}, 2.0).value();
   SetUp(ctx, mode, a);
   const Tensor inputs[] = {a, b};
   AttrMap attrs;
@@ -55,7 +55,7 @@ void BM_Execute(benchmark::State& state) {
   const Mode mode = static_cast<Mode>(state.range(0));
   Context ctx(DefaultRegistry());
   const OpDef& op = *DefaultRegistry().Find("Identity");
-  Tensor x = ctx.Adopt(Tensor::Filled(DType::kFloat32, {4}, 1.0));
+  Tensor x = ctx.Adopt(Tensor::Filled(DType::kFloat32, {4}, 1.0).value());
   SetUp(ctx, mode, x);
   Tensors out;
   for (auto _ : state) {

@@ -12,6 +12,7 @@ absl::Status Context::Execute(const OpDef& op, absl::Span<const Tensor> inputs,
         op.name, ": takes ", op.num_inputs(), " inputs, got ", inputs.size()));
   }
   if (absl::Status s = op.ResolveAttrs(&attrs); !s.ok()) return s;
+  if (absl::Status s = op.CheckInputKinds(inputs); !s.ok()) return s;
   outputs->clear();
   outputs->resize(op.num_outputs());
   KernelContext kernel(op, inputs, attrs, outputs);

@@ -23,7 +23,7 @@ JvpContext::JvpContext(Context& ctx, const OpDef& op, const AttrMap& attrs,
 
 Tensor JvpContext::Tangent(int i) {
   if (!tangents_[i].valid()) {
-    tangents_[i] = Tensor::Zeros(inputs_[i].dtype(), inputs_[i].shape());
+    tangents_[i] = Filled(inputs_[i].dtype(), inputs_[i].shape(), 0.0);
   }
   return tangents_[i];
 }
@@ -171,7 +171,13 @@ absl::Status DoubleVjp(Context& ctx, const OpDef& op, const AttrMap& attrs,
   std::vector<Tensor> dummies;
   for (size_t o = 0; o < outputs.size(); ++o) {
     if (!HasTangentDType(outputs[o].dtype())) continue;
-    u[o] = ctx.Adopt(Tensor::Zeros(outputs[o].dtype(), outputs[o].shape()));
+    absl::StatusOr<Tensor> zeros =
+        Tensor::Zeros(outputs[o].dtype(), outputs[o].shape());
+    if (!zeros.ok()) {
+      for (const Tensor& d : dummies) ctx.Forget(d.id());
+      return zeros.status();
+    }
+    u[o] = ctx.Adopt(*std::move(zeros));
     tape.Watch(u[o]);
     dummies.push_back(u[o]);
   }

@@ -55,7 +55,7 @@ const AttrMap& GradContext::attrs() const {
 Tensor GradContext::Grad(int i) {
   if (!output_grads_[i].valid()) {
     const TensorMeta& meta = entry_.outputs[i];
-    output_grads_[i] = Tensor::Zeros(meta.dtype, meta.shape);
+    output_grads_[i] = Filled(meta.dtype, meta.shape, 0.0);
   }
   return output_grads_[i];
 }
@@ -189,12 +189,20 @@ absl::StatusOr<std::vector<Tensor>> Context::Gradient(
     }
     it->second = out[0];
   };
-  for (size_t i = 0; i < targets.size(); ++i) {
+  for (size_t i = 0; i < targets.size() && status.ok(); ++i) {
     const Tensor& t = targets[i];
-    Tensor seed = i < output_gradients.size() && output_gradients[i].valid()
-                      ? output_gradients[i]
-                      : Tensor::Filled(t.dtype(), t.shape(), 1.0);
-    accumulate(t.id(), std::move(seed));
+    if (i < output_gradients.size() && output_gradients[i].valid()) {
+      accumulate(t.id(), output_gradients[i]);
+      continue;
+    }
+    absl::StatusOr<Tensor> ones = Tensor::Filled(t.dtype(), t.shape(), 1.0);
+    if (!ones.ok()) {
+      status = absl::Status(ones.status().code(),
+                            absl::StrCat("the seed (ones) of target ", i, ": ",
+                                         ones.status().message()));
+      break;
+    }
+    accumulate(t.id(), *std::move(ones));
   }
   absl::flat_hash_set<int64_t> source_ids;
   for (const Tensor& s : sources) source_ids.insert(s.id());
@@ -235,10 +243,17 @@ absl::StatusOr<std::vector<Tensor>> Context::Gradient(
       // A variable handle's gradient has the variable's dtype and shape.
       if (in.dtype != DType::kResource &&
           (grad.shape() != in.shape || grad.dtype() != in.dtype)) {
-        status = absl::InternalError(
-            absl::StrCat("backward of ", e.op->name, " produced ",
-                         grad.DebugString(), " for input ", i, " which is ",
-                         DTypeName(in.dtype), ShapeString(in.shape)));
+        // A registered backward that does this is a bug of gradtape's; a
+        // custom gradient is the client's program.
+        const std::string what =
+            e.custom != nullptr
+                ? absl::StrCat("the custom gradient of ", e.op->name)
+                : absl::StrCat("backward of ", e.op->name);
+        const std::string message = absl::StrCat(
+            what, " produced ", grad.DebugString(), " for input ", i,
+            " which is ", DTypeName(in.dtype), ShapeString(in.shape));
+        status = e.custom != nullptr ? absl::InvalidArgumentError(message)
+                                     : absl::InternalError(message);
         break;
       }
       accumulate(in.id, std::move(grad));
@@ -262,12 +277,22 @@ absl::StatusOr<std::vector<Tensor>> Context::Gradient(
         if (!created_set.contains(r.id())) r = Adopt(r);
       } else if (unconnected == Unconnected::kZero) {
         const Variable* var = VariableOf(s);
-        r = Adopt(var != nullptr ? Tensor::Zeros(var->dtype, var->shape)
-                                 : Tensor::Zeros(s.dtype(), s.shape()));
+        absl::StatusOr<Tensor> zeros =
+            var != nullptr ? Tensor::Zeros(var->dtype, var->shape)
+                           : Tensor::Zeros(s.dtype(), s.shape());
+        if (!zeros.ok()) {
+          status = absl::Status(
+              zeros.status().code(),
+              absl::StrCat("the ZERO gradient of source ", results.size(), ": ",
+                           zeros.status().message()));
+          break;
+        }
+        r = Adopt(*std::move(zeros));
       }
       results.push_back(std::move(r));
     }
   }
+  if (!status.ok()) results.clear();
   absl::flat_hash_set<int64_t> result_ids;
   for (const Tensor& r : results) result_ids.insert(r.id());
   for (int64_t id : created) {

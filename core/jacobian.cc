@@ -103,14 +103,14 @@ absl::StatusOr<std::vector<Tensor>> Compute(Context& ctx, Tape& tape,
       shape = target.shape();
       shape.insert(shape.end(), src.begin(), src.end());
     }
-    results[s] = Tensor::Zeros(ValueDType(sources[s]), shape);
-    if (!results[s].valid()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": the result for source ", s, " would have shape ",
-          ShapeString(shape), ", which is too large"));
+    absl::StatusOr<Tensor> zeros = Tensor::Zeros(ValueDType(sources[s]), shape);
+    if (!zeros.ok()) {
+      return absl::Status(zeros.status().code(),
+                          absl::StrCat(what, ": the result for source ", s,
+                                       ": ", zeros.status().message()));
     }
+    results[s] = *std::move(zeros);
   }
-  if (absl::Status s = ctx.CheckMemoryLimit(what); !s.ok()) return s;
 
   const bool persistent = tape.persistent();
   tape.set_persistent(true);
@@ -118,7 +118,13 @@ absl::StatusOr<std::vector<Tensor>> Compute(Context& ctx, Tape& tape,
   {
     TapeSet::ScopedStop stop(ctx.tapes());
     for (int64_t r = 0; r < rows && status.ok(); ++r) {
-      Tensor seed = Tensor::Zeros(target.dtype(), target.shape());
+      absl::StatusOr<Tensor> zeros =
+          Tensor::Zeros(target.dtype(), target.shape());
+      if (!zeros.ok()) {
+        status = zeros.status();
+        break;
+      }
+      Tensor seed = *std::move(zeros);
       for (int64_t b = 0; b < batch_size; ++b) SetOne(seed, b * rows + r);
       absl::StatusOr<std::vector<Tensor>> grads =
           ctx.Gradient(tape, {target}, sources, {seed}, Unconnected::kNone);

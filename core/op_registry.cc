@@ -82,6 +82,13 @@ absl::Status OpDef::ResolveAttrs(AttrMap* given) const {
           name, ": attr '", attr_name, "' must be ", AttrTypeName(spec->type),
           ", got ", AttrTypeName(TypeOf(value)), " ", AttrValueString(value)));
     }
+    if (const DType* dtype = std::get_if<DType>(&value);
+        dtype != nullptr && *dtype == DType::kResource) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": attr '", attr_name,
+          "' cannot be resource: variable handles are made by VarHandleOp "
+          "and read with ReadVariableOp"));
+    }
   }
   if (given->size() == attrs.size()) return absl::OkStatus();
   for (const AttrSpec& spec : attrs) {
@@ -92,6 +99,24 @@ absl::Status OpDef::ResolveAttrs(AttrMap* given) const {
                        AttrTypeName(spec.type), ") is missing"));
     }
     given->Set(spec.name, *spec.default_value);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status OpDef::CheckInputKinds(absl::Span<const Tensor> inputs) const {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const bool handle = inputs[i].dtype() == DType::kResource;
+    const InputKind kind = input_kinds[i];
+    if (kind == InputKind::kAny || handle == (kind == InputKind::kHandle)) {
+      continue;
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": input ", i, " (", input_names[i], ") ",
+        handle ? "is a variable handle; read its value with ReadVariableOp "
+                 "first"
+               : absl::StrCat("must be a variable handle (VarHandleOp's "
+                              "output), got ",
+                              inputs[i].DebugString())));
   }
   return absl::OkStatus();
 }
@@ -142,6 +167,16 @@ Op& Op::SavesOutputs(std::vector<int> indices) {
 
 Op& Op::NonDifferentiableInputs(std::vector<int> indices) {
   non_differentiable_inputs_ = std::move(indices);
+  return *this;
+}
+
+Op& Op::ResourceInputs(std::vector<int> indices) {
+  resource_inputs_ = std::move(indices);
+  return *this;
+}
+
+Op& Op::AnyKindInputs(std::vector<int> indices) {
+  any_kind_inputs_ = std::move(indices);
   return *this;
 }
 
@@ -226,6 +261,19 @@ void OpRegistry::Add(Op op) {
     }
     def->input_differentiable[i] = false;
   }
+  def->input_kinds.assign(def->num_inputs(), OpDef::InputKind::kValue);
+  auto mark_kind = [&](const std::vector<int>& indices, OpDef::InputKind kind) {
+    for (int i : indices) {
+      if (i < 0 || i >= def->num_inputs() ||
+          def->input_kinds[i] != OpDef::InputKind::kValue) {
+        RegistrationError(name, absl::StrCat("input kind of input ", i,
+                                             " out of range or given twice"));
+      }
+      def->input_kinds[i] = kind;
+    }
+  };
+  mark_kind(op.resource_inputs_, OpDef::InputKind::kHandle);
+  mark_kind(op.any_kind_inputs_, OpDef::InputKind::kAny);
   def->index = static_cast<int>(ops_.size());
   by_name_[name] = def.get();
   ops_.push_back(std::move(def));

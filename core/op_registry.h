@@ -107,6 +107,12 @@ struct OpDef {
   std::vector<bool> output_saved;
   // Inputs that never get a gradient (labels, indices).
   std::vector<bool> input_differentiable;
+  // Per input: whether it is a variable handle (kResource), a value, or
+  // either (Identity). The executor refuses the other kind, and a dtype
+  // attr never takes kResource, so no kernel sees a handle it would treat
+  // as 8 bytes of data.
+  enum class InputKind { kValue, kHandle, kAny };
+  std::vector<InputKind> input_kinds;
   std::string summary;  // one line, shown by ListOps
   int index = -1;       // position in the registry
 
@@ -122,6 +128,9 @@ struct OpDef {
   // Checks `given` against the declared attrs and returns it with defaults
   // filled in. INVALID_ARGUMENT names the op and the attr.
   absl::Status ResolveAttrs(AttrMap* given) const;
+  // Checks that exactly the declared inputs are variable handles.
+  // INVALID_ARGUMENT names the op, the input and its dtype.
+  absl::Status CheckInputKinds(absl::Span<const Tensor> inputs) const;
 };
 
 // One builder expression per op.
@@ -138,6 +147,11 @@ class Op {
   Op& SavesInputs(std::vector<int> indices);
   Op& SavesOutputs(std::vector<int> indices);
   Op& NonDifferentiableInputs(std::vector<int> indices);
+  // The inputs that are variable handles (VarHandleOp's output).
+  Op& ResourceInputs(std::vector<int> indices);
+  // The inputs that may be a handle or a value (ops that only pass a tensor
+  // on, such as Identity).
+  Op& AnyKindInputs(std::vector<int> indices);
   // Declares that the op has no gradient (every op says one or the other).
   // Its outputs carry no gradient: the op is not recorded, so a gradient
   // through it is None (or zeros). For comparisons, shapes, indices, ...
@@ -159,6 +173,8 @@ class Op {
   bool declared_not_differentiable_ = false;
   bool declared_backward_ = false;
   std::vector<int> non_differentiable_inputs_;
+  std::vector<int> resource_inputs_;
+  std::vector<int> any_kind_inputs_;
 };
 
 class OpRegistry {

@@ -32,6 +32,19 @@ Tensor RuleContext::Op(absl::string_view name,
   return outputs.empty() ? Tensor() : outputs[0];
 }
 
+Tensor RuleContext::Filled(DType dtype, absl::Span<const int64_t> shape,
+                           double value) {
+  if (!ok()) return Tensor();
+  absl::StatusOr<Tensor> t = Tensor::Filled(dtype, shape, value);
+  if (!t.ok()) {
+    Fail(absl::Status(
+        t.status().code(),
+        absl::StrCat("in ", kind_, " ", op_name_, ": ", t.status().message())));
+    return Tensor();
+  }
+  return *std::move(t);
+}
+
 void RuleContext::Fail(absl::Status status) {
   if (status_.ok()) status_ = std::move(status);
 }

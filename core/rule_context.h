@@ -33,9 +33,10 @@ class RuleContext {
   Tensors RunOp(absl::string_view name, absl::Span<const Tensor> inputs,
                 AttrMap attrs = {});
   // A scalar constant (on no tape).
-  Tensor Const(double value, DType dtype) {
-    return Tensor::Filled(dtype, {}, value);
-  }
+  Tensor Const(double value, DType dtype) { return Filled(dtype, {}, value); }
+  // A constant of `shape` (on no tape); empty (and the context failed) if
+  // it cannot be allocated.
+  Tensor Filled(DType dtype, absl::Span<const int64_t> shape, double value);
   Tensor Add(Tensor a, Tensor b) { return Op("AddV2", {a, b}); }
   Tensor Sub(Tensor a, Tensor b) { return Op("Sub", {a, b}); }
   Tensor Mul(Tensor a, Tensor b) { return Op("Mul", {a, b}); }

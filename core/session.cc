@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -11,8 +12,38 @@
 namespace gradtape {
 namespace {
 
+// "[1,2,3]", or the first kShown ids and the count, so a message stays
+// short whatever a command sends.
 std::string IdList(absl::Span<const int64_t> ids) {
-  return absl::StrCat("[", absl::StrJoin(ids, ","), "]");
+  constexpr size_t kShown = 8;
+  if (ids.size() <= kShown) {
+    return absl::StrCat("[", absl::StrJoin(ids, ","), "]");
+  }
+  return absl::StrCat("[", absl::StrJoin(ids.subspan(0, kShown), ","), ",... (",
+                      ids.size(), " ids)]");
+}
+
+// A name the client sent, for a message: escaped (so any bytes stay
+// printable ASCII) and cut to 64 bytes.
+std::string QuoteName(absl::string_view name) {
+  constexpr size_t kMax = 64;
+  std::string quoted =
+      absl::StrCat("'", absl::CHexEscape(name.substr(0, kMax)), "'");
+  if (name.size() > kMax)
+    absl::StrAppend(&quoted, "... (", name.size(), " bytes)");
+  return quoted;
+}
+
+// `text` cut to at most `max` bytes, at a UTF-8 character boundary.
+std::string CutUtf8(std::string text, size_t max) {
+  if (text.size() <= max) return text;
+  size_t end = max;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) {
+    --end;
+  }
+  text.resize(end);
+  text += "...";
+  return text;
 }
 
 }  // namespace
@@ -37,7 +68,26 @@ Session::Session(const OpRegistry& registry, SessionOptions options)
 Session::~Session() {
   // Tapes hold tensors too; drop everything while the account is current.
   ScopedMemoryAccount scope(account_);
+  account_->Add(-kSlotBytes * static_cast<int64_t>(slots_.size()));
   slots_.clear();
+}
+
+Session::Slot& Session::SlotFor(int64_t id) {
+  auto [it, inserted] = slots_.try_emplace(id);
+  if (inserted) account_->Add(kSlotBytes);
+  return it->second;
+}
+
+std::shared_ptr<const std::string> Session::MakeReason(std::string text) const {
+  text = CutUtf8(std::move(text), kMaxReasonBytes);
+  const int64_t bytes = static_cast<int64_t>(text.capacity()) + 32;
+  account_->Add(bytes);
+  std::shared_ptr<MemoryAccount> account = account_;
+  return std::shared_ptr<const std::string>(
+      new std::string(std::move(text)), [account, bytes](const std::string* p) {
+        account->Add(-bytes);
+        delete p;
+      });
 }
 
 absl::StatusOr<Tensor> Session::Resolve(int64_t seq, absl::string_view what,
@@ -50,8 +100,17 @@ absl::StatusOr<Tensor> Session::Resolve(int64_t seq, absl::string_view what,
   }
   const Slot& slot = it->second;
   if (slot.kind == Slot::kTensor) return slot.tensor;
+  if (slot.kind == Slot::kNone) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, " (command ", seq, "): tensor id ", id, " ", *slot.reason));
+  }
+  poisoned_read_seq_ = seq;
+  poisoned_read_reason_ = slot.reason;
   return absl::FailedPreconditionError(absl::StrCat(
-      what, " (command ", seq, "): tensor id ", id, " ", slot.reason));
+      what, " (command ", seq, "): tensor id ", id, " is poisoned: command ",
+      slot.poisoned_by,
+      ", which should have produced it, failed; the first failure was: ",
+      *slot.reason));
 }
 
 absl::Status Session::ResolveAll(int64_t seq, absl::string_view what,
@@ -69,6 +128,8 @@ absl::Status Session::ResolveAll(int64_t seq, absl::string_view what,
 
 absl::Status Session::CheckFreeOutputs(int64_t seq, absl::string_view what,
                                        absl::Span<const int64_t> ids) const {
+  absl::flat_hash_set<int64_t> seen;
+  seen.reserve(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
     int64_t id = ids[i];
     if (id == 0) {
@@ -77,12 +138,10 @@ absl::Status Session::CheckFreeOutputs(int64_t seq, absl::string_view what,
                        "): output id 0 is reserved; ids are "
                        "nonzero"));
     }
-    for (size_t j = 0; j < i; ++j) {
-      if (ids[j] == id) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(what, " (command ", seq, "): output id ", id,
-                         " appears twice in ", IdList(ids)));
-      }
+    if (!seen.insert(id).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " (command ", seq, "): output id ", id,
+                       " appears twice in ", IdList(ids)));
     }
     auto it = slots_.find(id);
     if (it != slots_.end() && it->second.kind == Slot::kTensor) {
@@ -95,28 +154,35 @@ absl::Status Session::CheckFreeOutputs(int64_t seq, absl::string_view what,
   return absl::OkStatus();
 }
 
-void Session::Poison(absl::Span<const int64_t> ids,
+void Session::Poison(int64_t seq, absl::Span<const int64_t> ids,
                      const absl::Status& failure) {
-  std::string reason = absl::StrCat(
-      "is poisoned: the command that should have produced it "
-      "failed: ",
-      failure.message());
+  std::shared_ptr<const std::string> reason;
+  if (poisoned_read_seq_ == seq) reason = poisoned_read_reason_.lock();
+  poisoned_read_reason_.reset();
   for (int64_t id : ids) {
     if (id == 0) continue;
-    auto [it, inserted] = slots_.try_emplace(id);
-    if (!inserted && it->second.kind == Slot::kTensor) continue;  // live
-    it->second = Slot{Slot::kPoisoned, Tensor(), reason};
+    auto it = slots_.find(id);
+    if (it != slots_.end() && it->second.kind == Slot::kTensor) continue;
+    if (reason == nullptr) {
+      reason = MakeReason(absl::StrCat(absl::StatusCodeToString(failure.code()),
+                                       ": ", failure.message()));
+    }
+    SlotFor(id) = Slot{Slot::kPoisoned, Tensor(), reason, seq};
   }
 }
 
 void Session::Fail(int64_t seq, absl::Span<const int64_t> outputs,
                    const absl::Status& failure) {
   last_seq_ = seq;
-  Poison(outputs, failure);
+  Poison(seq, outputs, failure);
 }
 
 void Session::Store(int64_t id, Tensor t) {
-  slots_[id] = Slot{Slot::kTensor, std::move(t), ""};
+  SlotFor(id) = Slot{Slot::kTensor, std::move(t), nullptr, 0};
+}
+
+void Session::StoreNone(int64_t id, std::string reason) {
+  SlotFor(id) = Slot{Slot::kNone, Tensor(), MakeReason(std::move(reason)), 0};
 }
 
 void Session::Drop(int64_t id) {
@@ -124,6 +190,7 @@ void Session::Drop(int64_t id) {
   if (it == slots_.end()) return;
   int64_t tensor_id = it->second.tensor.id();
   slots_.erase(it);
+  account_->Add(-kSlotBytes);
   if (tensor_id != 0) ctx_.Forget(tensor_id);
 }
 
@@ -137,8 +204,8 @@ absl::Status Session::ExecuteOp(int64_t seq, absl::string_view op_name,
     const OpDef* op = ctx_.registry().Find(op_name);
     if (op == nullptr) {
       return absl::NotFoundError(
-          absl::StrCat("command ", seq, ": unknown op '", op_name,
-                       "' (ListOps returns the registered ops)"));
+          absl::StrCat("command ", seq, ": unknown op ", QuoteName(op_name),
+                       " (ListOps returns the registered ops)"));
     }
     if (static_cast<int>(outputs.size()) != op->num_outputs()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -166,7 +233,7 @@ absl::Status Session::ExecuteOp(int64_t seq, absl::string_view op_name,
     for (size_t i = 0; i < outputs.size(); ++i) Store(outputs[i], out[i]);
     return absl::OkStatus();
   }();
-  if (!status.ok()) Poison(outputs, status);
+  if (!status.ok()) Poison(seq, outputs, status);
   return status;
 }
 
@@ -179,16 +246,13 @@ absl::Status Session::PutTensor(int64_t seq, int64_t id, DType dtype,
   absl::Status status = CheckFreeOutputs(seq, "PutTensor", ids);
   if (status.ok()) {
     absl::StatusOr<Tensor> t = Tensor::FromBytes(dtype, shape, bytes);
-    if (t.ok()) status = ctx_.CheckMemoryLimit("PutTensor");
     if (!t.ok()) {
       status = Annotate(t.status(), seq, "PutTensor", absl::StrCat("id ", id));
-    } else if (!status.ok()) {
-      status = Annotate(status, seq, "PutTensor", absl::StrCat("id ", id));
     } else {
       Store(id, ctx_.Adopt(*std::move(t)));
     }
   }
-  if (!status.ok()) Poison(ids, status);
+  if (!status.ok()) Poison(seq, ids, status);
   return status;
 }
 
@@ -323,13 +387,12 @@ absl::StatusOr<std::vector<Tensor>> Session::Gradient(
     for (size_t i = 0; i < results.size(); ++i) {
       Tensor& r = results[i];
       if (!r.valid()) {
-        slots_[request.result_ids[i]] =
-            Slot{Slot::kNone, Tensor(),
-                 absl::StrCat(
-                     "is a None gradient: source id ", request.sources[i],
-                     " is not connected to the targets on tape ", request.tape,
-                     " (ask for unconnected_gradients=ZERO to get "
-                     "zeros)")};
+        StoreNone(request.result_ids[i],
+                  absl::StrCat(
+                      "is a None gradient: source id ", request.sources[i],
+                      " is not connected to the targets on tape ", request.tape,
+                      " (ask for unconnected_gradients=ZERO to get "
+                      "zeros)"));
         continue;
       }
       // One id, one handle: a repeated source gets its own copy of the id.
@@ -339,7 +402,7 @@ absl::StatusOr<std::vector<Tensor>> Session::Gradient(
     return absl::OkStatus();
   }();
   if (!status.ok()) {
-    Poison(request.result_ids, status);
+    Poison(seq, request.result_ids, status);
     return status;
   }
   return results;

@@ -101,6 +101,8 @@ class Session {
 
   // Records a command that failed before reaching the session (e.g. it
   // could not be decoded): poisons its free output ids, advances last_seq.
+  // The ids share one copy of the failure (bounded length), charged to the
+  // session's memory account like every slot.
   void Fail(int64_t seq, absl::Span<const int64_t> outputs,
             const absl::Status& failure);
 
@@ -148,6 +150,11 @@ class Session {
                                      absl::Span<const int64_t> outputs,
                                      AttrMap attrs, GradientProgram program);
 
+  // What one id's slot costs the account besides its tensor (the map entry).
+  static constexpr int64_t kSlotBytes = 64;
+  // Longest failure text kept for poisoned ids (longer ones are cut).
+  static constexpr size_t kMaxReasonBytes = 1024;
+
   SessionStats Stats() const;
   // Stats as a command of the log (advances last_seq).
   SessionStats Stats(int64_t seq) {
@@ -162,7 +169,10 @@ class Session {
   struct Slot {
     enum Kind { kTensor, kPoisoned, kNone } kind = kTensor;
     Tensor tensor;
-    std::string reason;  // kPoisoned, kNone: why the id holds no tensor
+    // kPoisoned: the first failure of the chain that poisoned the id, shared
+    // by every id it poisoned; kNone: why the id holds no tensor.
+    std::shared_ptr<const std::string> reason;
+    int64_t poisoned_by = 0;  // kPoisoned: seq of the command that failed
   };
 
   // "<what> (command <seq>[, <where>]): <detail>", where a detail that
@@ -179,9 +189,19 @@ class Session {
   // OK if every id is nonzero, distinct and free (unused or poisoned/None).
   absl::Status CheckFreeOutputs(int64_t seq, absl::string_view what,
                                 absl::Span<const int64_t> ids) const;
-  void Poison(absl::Span<const int64_t> ids, const absl::Status& failure);
+  // Poisons the free ids among `ids` for command `seq`'s failure. When the
+  // command failed because it read a poisoned id, its ids inherit that
+  // id's first failure instead of nesting the message.
+  void Poison(int64_t seq, absl::Span<const int64_t> ids,
+              const absl::Status& failure);
   void Store(int64_t id, Tensor t);
+  // Marks `id` as a None result (a gradient, Jacobian or JVP) for `reason`.
+  void StoreNone(int64_t id, std::string reason);
   void Drop(int64_t id);
+  // The slot of `id`, inserted (and charged) if new.
+  Slot& SlotFor(int64_t id);
+  // `text`, cut to kMaxReasonBytes, charged to the account while it lives.
+  std::shared_ptr<const std::string> MakeReason(std::string text) const;
   // For checkpoint command `what` on checkpoint `name`: the variables
   // behind `ids` (all of the session's, by name, when empty), after checking
   // that checkpoints are enabled and the name is valid; or an error naming
@@ -193,6 +213,10 @@ class Session {
   std::shared_ptr<MemoryAccount> account_;
   Context ctx_;
   absl::flat_hash_map<int64_t, Slot> slots_;
+  // The first failure behind the last poisoned id that Resolve refused, and
+  // the command that read it: Poison lets that command's outputs inherit it.
+  mutable int64_t poisoned_read_seq_ = 0;
+  mutable std::weak_ptr<const std::string> poisoned_read_reason_;
   int64_t last_seq_ = 0;
   std::string checkpoint_dir_;
 };

@@ -53,13 +53,13 @@ absl::StatusOr<std::vector<Tensor>> Session::Jacobian(
     results = *std::move(jac);
     for (size_t i = 0; i < results.size(); ++i) {
       if (!results[i].valid()) {
-        slots_[request.result_ids[i]] = Slot{
-            Slot::kNone, Tensor(),
+        StoreNone(
+            request.result_ids[i],
             absl::StrCat("is a None Jacobian: source id ", request.sources[i],
                          " is not connected to target id ", request.target,
                          " on tape ", request.tape,
                          " (ask for unconnected_gradients=ZERO to get "
-                         "zeros)")};
+                         "zeros)"));
         continue;
       }
       Store(request.result_ids[i], results[i]);
@@ -67,7 +67,7 @@ absl::StatusOr<std::vector<Tensor>> Session::Jacobian(
     return absl::OkStatus();
   }();
   if (!status.ok()) {
-    Poison(request.result_ids, status);
+    Poison(seq, request.result_ids, status);
     return status;
   }
   return results;
@@ -191,21 +191,24 @@ absl::StatusOr<Tensor> Session::FetchJvp(int64_t seq, int64_t accumulator,
     } else if (unconnected == Unconnected::kZero &&
                IsTrainable(primal->dtype()) &&
                primal->dtype() != DType::kResource) {
-      result = ctx_.Adopt(Tensor::Zeros(primal->dtype(), primal->shape()));
+      absl::StatusOr<Tensor> zeros =
+          Tensor::Zeros(primal->dtype(), primal->shape());
+      if (!zeros.ok()) return Annotate(zeros.status(), seq, kWhat);
+      result = ctx_.Adopt(*std::move(zeros));
     }
     if (!result.valid()) {
-      slots_[result_id] = Slot{
-          Slot::kNone, Tensor(),
-          absl::StrCat("is a None JVP: tensor id ", id,
-                       " has no tangent in accumulator ", accumulator,
-                       " (ask for unconnected_gradients=ZERO to get zeros)")};
+      StoreNone(result_id,
+                absl::StrCat("is a None JVP: tensor id ", id,
+                             " has no tangent in accumulator ", accumulator,
+                             " (ask for unconnected_gradients=ZERO to get "
+                             "zeros)"));
       return absl::OkStatus();
     }
     Store(result_id, result);
     return absl::OkStatus();
   }();
   if (!status.ok()) {
-    Poison(result_ids, status);
+    Poison(seq, result_ids, status);
     return status;
   }
   return result;
@@ -270,7 +273,7 @@ absl::Status Session::ExecuteOpWithGradient(
     for (size_t i = 0; i < outputs.size(); ++i) Store(outputs[i], out[i]);
     return absl::OkStatus();
   }();
-  if (!status.ok()) Poison(outputs, status);
+  if (!status.ok()) Poison(seq, outputs, status);
   return status;
 }
 

@@ -178,6 +178,10 @@ void TapeSet::DeleteTrace(int64_t id) {
 
 absl::Status TapeSet::Push(int64_t tape_id, bool persistent,
                            bool watch_accessed_variables) {
+  if (tape_id == 0) {
+    return absl::InvalidArgumentError(
+        "tape id 0 is reserved; tape ids are nonzero");
+  }
   auto [it, inserted] = tapes_.try_emplace(tape_id);
   if (!inserted) {
     return absl::AlreadyExistsError(

@@ -1,5 +1,7 @@
 #include "core/tensor.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -95,6 +97,93 @@ int64_t NumElements(absl::Span<const int64_t> shape) {
   return n;
 }
 
+namespace {
+std::atomic<int> g_max_rank{TensorLimits().max_rank};
+std::atomic<int64_t> g_max_elements{TensorLimits().max_elements};
+std::atomic<int64_t> g_max_bytes{TensorLimits().max_bytes};
+}  // namespace
+
+void SetTensorLimits(const TensorLimits& limits) {
+  g_max_rank.store(limits.max_rank);
+  g_max_elements.store(limits.max_elements);
+  g_max_bytes.store(limits.max_bytes);
+}
+
+TensorLimits GetTensorLimits() {
+  TensorLimits limits;
+  limits.max_rank = g_max_rank.load();
+  limits.max_elements = g_max_elements.load();
+  limits.max_bytes = g_max_bytes.load();
+  return limits;
+}
+
+absl::StatusOr<TensorSize> CheckedTensorSize(DType dtype,
+                                             absl::Span<const int64_t> shape) {
+  if (!IsValidDType(static_cast<int>(dtype))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid dtype ", static_cast<int>(dtype)));
+  }
+  const TensorLimits limits = GetTensorLimits();
+  if (static_cast<int64_t>(shape.size()) > limits.max_rank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(DTypeName(dtype), " tensor of rank ", shape.size(),
+                     ": the server allows rank <= ", limits.max_rank));
+  }
+  // `nonzero` is the product of the nonzero dims; each step is checked
+  // against the cap before it is taken, so it stays <= max_elements.
+  int64_t nonzero = 1;
+  bool empty = false;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const int64_t d = shape[i];
+    if (d < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(DTypeName(dtype), ShapeString(shape), ": dimension ", i,
+                       " is negative (", d, ")"));
+    }
+    if (d == 0) {
+      empty = true;
+      continue;
+    }
+    if (nonzero > limits.max_elements / d) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          DTypeName(dtype), ShapeString(shape), ": more than ",
+          limits.max_elements,
+          " elements (the server's cap per tensor, counting nonzero dims)"));
+    }
+    nonzero *= d;
+  }
+  TensorSize size;
+  size.elements = empty ? 0 : nonzero;
+  const int64_t width = static_cast<int64_t>(DTypeSize(dtype));
+  if (size.elements > limits.max_bytes / width) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(DTypeName(dtype), ShapeString(shape), ": more than ",
+                     limits.max_bytes, " bytes (the server's cap per tensor)"));
+  }
+  size.bytes = size.elements * width;
+  return size;
+}
+
+bool MemoryAccount::TryCharge(int64_t bytes) {
+  const int64_t limit = this->limit();
+  if (limit <= 0) {
+    Add(bytes);
+    return true;
+  }
+  int64_t current = bytes_.load(std::memory_order_relaxed);
+  do {
+    if (bytes > limit - current) return false;
+  } while (!bytes_.compare_exchange_weak(current, current + bytes,
+                                         std::memory_order_relaxed));
+  return true;
+}
+
+int64_t MemoryAccount::remaining() const {
+  const int64_t limit = this->limit();
+  if (limit <= 0) return std::numeric_limits<int64_t>::max();
+  return std::max<int64_t>(0, limit - bytes());
+}
+
 ScopedMemoryAccount::ScopedMemoryAccount(std::shared_ptr<MemoryAccount> account)
     : previous_(std::move(t_account)) {
   t_account = std::move(account);
@@ -104,114 +193,134 @@ ScopedMemoryAccount::~ScopedMemoryAccount() {
   t_account = std::move(previous_);
 }
 
+MemoryAccount* CurrentMemoryAccount() { return t_account.get(); }
+
 int64_t LiveTensorBytes() { return g_live_bytes.load(); }
 
-// Large buffers come straight from mmap (glibc's threshold), so every one
-// of their 4 KiB pages faults on first touch and is unmapped again on free:
-// for a 64 MiB elementwise op that cost more than the arithmetic. Buffers of
-// at least 8 MiB are 2 MiB-aligned and asked to use transparent huge pages
-// (numpy does the same), which cuts the faults by 512x; rounding up to whole
-// huge pages costs at most 25% more memory from 8 MiB up. `size` is a
-// multiple of kAlignment.
+// Every buffer is zero-filled when it is handed out (the allocator's
+// guarantee that no stale heap byte reaches a reply). Large buffers come
+// straight from mmap: the kernel zeroes their pages, so they need no
+// memset, and they are 2 MiB-aligned and asked to use transparent huge
+// pages (numpy does the same), which cuts page faults by 512x against 4 KiB
+// pages. Small ones come from the heap and are cleared with memset.
 namespace {
-void* AllocateBuffer(size_t size) {
+
+constexpr size_t kHugePage = size_t{2} << 20;
+constexpr size_t kMmapMinBytes = 4 * kHugePage;
+
+struct Allocation {
+  void* data = nullptr;
+  void* mapping = nullptr;  // non-null: munmap(mapping, mapped) frees it
+  size_t mapped = 0;
+};
+
+// `size` > 0. data == nullptr on failure.
+Allocation AllocateZeroed(size_t size) {
+  Allocation a;
 #ifdef __linux__
-  constexpr size_t kHugePage = size_t{2} << 20;
-  if (size >= 4 * kHugePage) {
-    const size_t huge = (size + kHugePage - 1) / kHugePage * kHugePage;
-    void* data = std::aligned_alloc(kHugePage, huge);
-    if (data != nullptr) madvise(data, huge, MADV_HUGEPAGE);
-    return data;
+  if (size >= kMmapMinBytes) {
+    const size_t rounded = (size + kHugePage - 1) / kHugePage * kHugePage;
+    // One extra huge page lets the data start on a 2 MiB boundary; untouched
+    // pages cost no memory.
+    const size_t mapped = rounded + kHugePage;
+    void* base = mmap(nullptr, mapped, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base == MAP_FAILED) return a;
+    const uintptr_t start = reinterpret_cast<uintptr_t>(base);
+    const uintptr_t aligned = (start + kHugePage - 1) / kHugePage * kHugePage;
+    a.data = reinterpret_cast<void*>(aligned);
+    a.mapping = base;
+    a.mapped = mapped;
+    madvise(a.data, rounded, MADV_HUGEPAGE);
+    return a;
   }
 #endif
-  return std::aligned_alloc(kAlignment, size);
+  // aligned_alloc needs a size that is a multiple of the alignment.
+  const size_t rounded = (size + kAlignment - 1) / kAlignment * kAlignment;
+  a.data = std::aligned_alloc(kAlignment, rounded);
+  if (a.data != nullptr) std::memset(a.data, 0, rounded);
+  return a;
 }
+
+void Free(const Allocation& a) {
+#ifdef __linux__
+  if (a.mapping != nullptr) {
+    munmap(a.mapping, a.mapped);
+    return;
+  }
+#endif
+  std::free(a.data);
+}
+
 }  // namespace
 
+// Owns one allocation and the charge for it.
 struct Tensor::Buffer {
-  Buffer(size_t n, std::shared_ptr<MemoryAccount> acct)
-      : bytes(n), account(std::move(acct)) {
-    // aligned_alloc needs a size that is a multiple of the alignment.
-    size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-    data = rounded == 0 ? nullptr : AllocateBuffer(rounded);
+  Buffer(Allocation a, int64_t n, std::shared_ptr<MemoryAccount> acct)
+      : allocation(a), bytes(n), account(std::move(acct)) {
     g_live_bytes.fetch_add(bytes, std::memory_order_relaxed);
-    if (account) account->Add(bytes);
   }
   ~Buffer() {
-    std::free(data);
+    Free(allocation);
     g_live_bytes.fetch_sub(bytes, std::memory_order_relaxed);
-    if (account) account->Add(-static_cast<int64_t>(bytes));
+    if (account) account->Add(-bytes);
   }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
 
-  void* data = nullptr;
-  size_t bytes;
+  Allocation allocation;
+  int64_t bytes;
   std::shared_ptr<MemoryAccount> account;
   std::shared_ptr<void> resource;  // kResource only
 };
 
-Tensor Tensor::Empty(DType dtype, absl::Span<const int64_t> shape) {
+absl::StatusOr<Tensor> Tensor::Empty(DType dtype,
+                                     absl::Span<const int64_t> shape) {
+  absl::StatusOr<TensorSize> size = CheckedTensorSize(dtype, shape);
+  if (!size.ok()) return size.status();
+  const std::shared_ptr<MemoryAccount>& account = t_account;
+  if (account != nullptr && !account->TryCharge(size->bytes)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "session memory limit exceeded: ", DTypeName(dtype), ShapeString(shape),
+        " needs ", size->bytes, " bytes, ", account->bytes(), " in use, limit ",
+        account->limit(), "; release tensors or delete tapes"));
+  }
+  Allocation allocation;
+  if (size->bytes > 0) {
+    allocation = AllocateZeroed(static_cast<size_t>(size->bytes));
+    if (allocation.data == nullptr) {
+      if (account != nullptr) account->Add(-size->bytes);
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot allocate ", DTypeName(dtype), ShapeString(shape),
+                       ": out of memory for ", size->bytes, " bytes"));
+    }
+  }
   Tensor t;
-  int64_t n = NumElements(shape);
-  if (n < 0 || dtype == DType::kInvalid) return t;
-  if (n > kMaxTensorBytes / static_cast<int64_t>(DTypeSize(dtype))) return t;
   t.dtype_ = dtype;
   t.shape_.assign(shape.begin(), shape.end());
-  t.num_elements_ = n;
-  t.buffer_ = std::make_shared<Buffer>(n * DTypeSize(dtype), t_account);
+  t.num_elements_ = size->elements;
+  t.buffer_ = std::make_shared<Buffer>(allocation, size->bytes, account);
   return t;
 }
 
-absl::StatusOr<Tensor> Tensor::TryEmpty(DType dtype,
-                                        absl::Span<const int64_t> shape) {
-  const int64_t n = NumElements(shape);
-  const int64_t size = static_cast<int64_t>(DTypeSize(dtype));
-  auto refuse = [&](absl::string_view why) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "cannot allocate ", DTypeName(dtype), ShapeString(shape), ": ", why));
-  };
-  if (n < 0 || (size > 0 && n > kMaxTensorBytes / size)) {
-    return refuse(absl::StrCat("more than ", kMaxTensorBytes, " bytes"));
-  }
-  const int64_t bytes = n * size;
-  if (t_account != nullptr && t_account->limit() > 0 &&
-      t_account->bytes() + bytes > t_account->limit()) {
-    return refuse(absl::StrCat(bytes,
-                               " bytes would exceed the session's "
-                               "memory limit of ",
-                               t_account->limit()));
-  }
-  Tensor t = Empty(dtype, shape);
-  if (!t.valid() || (bytes > 0 && t.raw_data() == nullptr)) {
-    return refuse(absl::StrCat("out of memory for ", bytes, " bytes"));
-  }
-  return t;
-}
-
-Tensor Tensor::Zeros(DType dtype, absl::Span<const int64_t> shape) {
-  Tensor t = Empty(dtype, shape);
-  if (t.valid() && t.num_bytes() > 0) {
-    std::memset(t.raw_mutable_data(), 0, t.num_bytes());
-  }
-  return t;
-}
-
-Tensor Tensor::Filled(DType dtype, absl::Span<const int64_t> shape,
-                      double value) {
-  Tensor t = Empty(dtype, shape);
-  if (!t.valid()) return t;
+absl::StatusOr<Tensor> Tensor::Filled(DType dtype,
+                                      absl::Span<const int64_t> shape,
+                                      double value) {
+  absl::StatusOr<Tensor> t = Empty(dtype, shape);
+  if (!t.ok() || value == 0) return t;
   DispatchAny(dtype, [&](auto zero) {
     using T = decltype(zero);
-    t.flat<T>().setConstant(static_cast<T>(value));
+    t->flat<T>().setConstant(static_cast<T>(value));
   });
   return t;
 }
 
-Tensor Tensor::Resource(std::shared_ptr<void> object, int64_t handle) {
-  Tensor t = Empty(DType::kResource, {});
-  *t.mutable_data<int64_t>() = handle;
-  t.buffer_->resource = std::move(object);
+absl::StatusOr<Tensor> Tensor::Resource(std::shared_ptr<void> object,
+                                        int64_t handle) {
+  absl::StatusOr<Tensor> t = Empty(DType::kResource, {});
+  if (!t.ok()) return t;
+  *t->mutable_data<int64_t>() = handle;
+  t->buffer_->resource = std::move(object);
   return t;
 }
 
@@ -229,32 +338,31 @@ absl::StatusOr<Tensor> Tensor::FromBytes(DType dtype,
     return absl::InvalidArgumentError(
         "resource tensors are made by ops (VarHandleOp), not sent");
   }
-  int64_t n = NumElements(shape);
-  if (n < 0) {
+  absl::StatusOr<TensorSize> size = CheckedTensorSize(dtype, shape);
+  if (!size.ok()) return size.status();
+  if (static_cast<int64_t>(bytes.size()) != size->bytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat("invalid shape ", ShapeString(shape)));
+        absl::StrCat(DTypeName(dtype), ShapeString(shape), " needs ",
+                     size->bytes, " bytes of data, got ", bytes.size()));
   }
-  size_t expected = n * DTypeSize(dtype);
-  if (bytes.size() != expected) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(DTypeName(dtype), ShapeString(shape), " needs ", expected,
-                     " bytes of data, got ", bytes.size()));
-  }
-  Tensor t = Empty(dtype, shape);
+  absl::StatusOr<Tensor> t = Empty(dtype, shape);
+  if (!t.ok()) return t;
   if (dtype == DType::kBool) {  // Any nonzero byte is true.
-    bool* out = t.mutable_data<bool>();
-    for (int64_t i = 0; i < n; ++i) out[i] = bytes[i] != 0;
-  } else if (expected > 0) {
-    std::memcpy(t.raw_mutable_data(), bytes.data(), expected);
+    bool* out = t->mutable_data<bool>();
+    for (int64_t i = 0; i < size->elements; ++i) out[i] = bytes[i] != 0;
+  } else if (size->bytes > 0) {
+    std::memcpy(t->raw_mutable_data(), bytes.data(), size->bytes);
   }
   return t;
 }
 
 const void* Tensor::raw_data() const {
-  return buffer_ ? buffer_->data : nullptr;
+  return buffer_ ? buffer_->allocation.data : nullptr;
 }
 
-void* Tensor::raw_mutable_data() { return buffer_ ? buffer_->data : nullptr; }
+void* Tensor::raw_mutable_data() {
+  return buffer_ ? buffer_->allocation.data : nullptr;
+}
 
 Tensor Tensor::Reshaped(absl::Span<const int64_t> shape) const {
   Tensor t = *this;

@@ -91,18 +91,52 @@ struct DTypeOf<complex128> {
 using Shape = absl::InlinedVector<int64_t, 4>;
 std::string ShapeString(absl::Span<const int64_t> shape);
 // Product of dims; -1 if a dim is negative or the product overflows int64.
+// For shapes of tensors that exist (their size was checked when they were
+// made); a size derived from a client's numbers goes through
+// CheckedTensorSize.
 int64_t NumElements(absl::Span<const int64_t> shape);
+
+// Server-wide caps on one tensor, set once at start-up (gradtape-server's
+// --max_tensor_bytes); every tensor the process makes is within them.
+struct TensorLimits {
+  int max_rank = 64;
+  // Caps the product of the nonzero dims, so a zero-size tensor cannot
+  // carry dims that a kernel would loop over for hours.
+  int64_t max_elements = int64_t{1} << 32;
+  int64_t max_bytes = int64_t{16} << 30;
+};
+void SetTensorLimits(const TensorLimits& limits);
+TensorLimits GetTensorLimits();
+
+struct TensorSize {
+  int64_t elements = 0;
+  int64_t bytes = 0;
+};
+// The one place sizes are derived from a dtype and a shape. INVALID_ARGUMENT
+// for an invalid dtype, a negative dim or a rank past the cap;
+// RESOURCE_EXHAUSTED when the elements or bytes exceed the caps (no
+// arithmetic here can overflow: every product is checked against the cap
+// before it is formed). Messages name the dtype and the shape.
+absl::StatusOr<TensorSize> CheckedTensorSize(DType dtype,
+                                             absl::Span<const int64_t> shape);
 
 // Bytes charged to one owner (a session). Thread-safe.
 class MemoryAccount {
  public:
   int64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
+  // Charges `bytes` unless that would take the account past its limit;
+  // false (nothing charged) then.
+  bool TryCharge(int64_t bytes);
+  // Charges without a limit check (bookkeeping that must not fail) or, with
+  // a negative delta, refunds.
   void Add(int64_t delta) {
     bytes_.fetch_add(delta, std::memory_order_relaxed);
   }
-  // 0: unlimited. Tensor::TryEmpty refuses to allocate past it.
+  // 0: unlimited.
   int64_t limit() const { return limit_.load(std::memory_order_relaxed); }
   void set_limit(int64_t limit) { limit_.store(limit); }
+  // Bytes left before the limit (int64 max when unlimited, 0 when over).
+  int64_t remaining() const;
 
  private:
   std::atomic<int64_t> bytes_{0};
@@ -120,6 +154,8 @@ class ScopedMemoryAccount {
  private:
   std::shared_ptr<MemoryAccount> previous_;
 };
+// The account current on this thread (null: none).
+MemoryAccount* CurrentMemoryAccount();
 
 // Bytes held by all live tensor buffers in the process.
 int64_t LiveTensorBytes();
@@ -128,20 +164,22 @@ class Tensor {
  public:
   Tensor() = default;
 
-  // Uninitialized contents. Returns an invalid tensor if the shape is bad;
-  // callers validate shapes first. For sizes that come from a client (attrs),
-  // use TryEmpty.
-  static Tensor Empty(DType dtype, absl::Span<const int64_t> shape);
-  // Like Empty, but RESOURCE_EXHAUSTED instead of allocating when the size
-  // overflows, exceeds kMaxTensorBytes or the current account's limit, or
-  // the allocation fails.
-  static absl::StatusOr<Tensor> TryEmpty(DType dtype,
-                                         absl::Span<const int64_t> shape);
-  static constexpr int64_t kMaxTensorBytes = int64_t{1} << 40;
-  static Tensor Zeros(DType dtype, absl::Span<const int64_t> shape);
+  // Allocation. The size is checked (CheckedTensorSize) and charged to the
+  // current MemoryAccount before any memory is taken; RESOURCE_EXHAUSTED
+  // names the dtype, the shape and the limit that refused it. Every byte of
+  // a new buffer is zero, so no byte a kernel leaves unwritten can carry old
+  // heap contents into a reply.
+  static absl::StatusOr<Tensor> Empty(DType dtype,
+                                      absl::Span<const int64_t> shape);
+  static absl::StatusOr<Tensor> Zeros(DType dtype,
+                                      absl::Span<const int64_t> shape) {
+    return Empty(dtype, shape);
+  }
   // Every element equal to `value` converted to dtype.
-  static Tensor Filled(DType dtype, absl::Span<const int64_t> shape,
-                       double value);
+  static absl::StatusOr<Tensor> Filled(DType dtype,
+                                       absl::Span<const int64_t> shape,
+                                       double value);
+  // Tests and examples: an invalid Tensor if allocation fails.
   template <typename T>
   static Tensor FromVector(absl::Span<const int64_t> shape,
                            const std::vector<T>& values);
@@ -151,9 +189,11 @@ class Tensor {
   }
   // A scalar kResource tensor holding `object` (kept alive by every copy of
   // the tensor); its 8 bytes are `handle`, which is what clients see.
-  static Tensor Resource(std::shared_ptr<void> object, int64_t handle);
+  static absl::StatusOr<Tensor> Resource(std::shared_ptr<void> object,
+                                         int64_t handle);
   // Raw little-endian bytes; INVALID_ARGUMENT if the size does not match
-  // (and for kResource, which only ops create).
+  // (and for kResource, which only ops create), the errors of Empty
+  // otherwise.
   static absl::StatusOr<Tensor> FromBytes(DType dtype,
                                           absl::Span<const int64_t> shape,
                                           absl::string_view bytes);
@@ -164,6 +204,7 @@ class Tensor {
   int rank() const { return static_cast<int>(shape_.size()); }
   int64_t dim(int i) const { return shape_[i]; }
   int64_t num_elements() const { return num_elements_; }
+  // Exact: the size was checked when the tensor was made.
   size_t num_bytes() const { return num_elements_ * DTypeSize(dtype_); }
 
   int64_t id() const { return id_; }
@@ -195,7 +236,8 @@ class Tensor {
     return {mutable_data<T>(), num_elements_};
   }
 
-  // A tensor sharing this buffer with another shape of the same size.
+  // A tensor sharing this buffer with another shape of the same number of
+  // elements (the caller checked that, e.g. with CheckedTensorSize).
   Tensor Reshaped(absl::Span<const int64_t> shape) const;
   // Element i converted to double (tests, debugging; complex: real part).
   double ElementAsDouble(int64_t i) const;
@@ -218,12 +260,12 @@ class Tensor {
 template <typename T>
 Tensor Tensor::FromVector(absl::Span<const int64_t> shape,
                           const std::vector<T>& values) {
-  Tensor t = Empty(DTypeOf<T>::value, shape);
-  if (!t.valid() || t.num_elements() != static_cast<int64_t>(values.size())) {
+  absl::StatusOr<Tensor> t = Empty(DTypeOf<T>::value, shape);
+  if (!t.ok() || t->num_elements() != static_cast<int64_t>(values.size())) {
     return Tensor();
   }
-  std::copy(values.begin(), values.end(), t.mutable_data<T>());
-  return t;
+  std::copy(values.begin(), values.end(), t->mutable_data<T>());
+  return *std::move(t);
 }
 
 // Calls fn.template operator()<T>() with T the C++ type of a floating dtype;

@@ -9,6 +9,7 @@
 #include "core/gradient.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
+#include "core/status_macros.h"
 
 namespace gradtape {
 namespace {
@@ -22,7 +23,6 @@ absl::Status ReshapeKernel(KernelContext& ctx) {
   const std::vector<int64_t>& requested = ctx.attrs().IntList("shape");
   Shape shape(requested.begin(), requested.end());
   int infer = -1;
-  int64_t known = 1;
   for (int i = 0; i < static_cast<int>(shape.size()); ++i) {
     if (shape[i] == -1 && infer < 0) {
       infer = i;
@@ -30,19 +30,28 @@ absl::Status ReshapeKernel(KernelContext& ctx) {
       return ctx.InvalidArgument("shape ", ShapeString(requested),
                                  " has a bad dim ", shape[i],
                                  " (at most one -1, others >= 0)");
-    } else {
-      known *= shape[i];
     }
   }
+  // The product of the given dims, checked (a shape past the server's caps
+  // cannot match x, which is within them).
+  Shape known_dims = shape;
+  if (infer >= 0) known_dims[infer] = 1;
+  absl::StatusOr<TensorSize> known = CheckedTensorSize(x.dtype(), known_dims);
+  if (!known.ok()) {
+    return ctx.InvalidArgument("cannot reshape ", x.DebugString(), " to ",
+                               ShapeString(requested), ": ",
+                               known.status().message());
+  }
+  int64_t elements = known->elements;
   if (infer >= 0) {
-    if (known == 0 || x.num_elements() % known != 0) {
+    if (elements == 0 || x.num_elements() % elements != 0) {
       return ctx.InvalidArgument("cannot reshape ", x.DebugString(), " to ",
                                  ShapeString(requested));
     }
-    shape[infer] = x.num_elements() / known;
-    known *= shape[infer];
+    shape[infer] = x.num_elements() / elements;
+    elements *= shape[infer];
   }
-  if (known != x.num_elements()) {
+  if (elements != x.num_elements()) {
     return ctx.InvalidArgument("cannot reshape ", x.DebugString(), " (",
                                x.num_elements(), " elements) to ",
                                ShapeString(requested));
@@ -76,7 +85,7 @@ absl::Status TransposeKernel(KernelContext& ctx) {
     out_shape[i] = x.dim(perm[i]);
     strides[i] = in_strides[perm[i]];
   }
-  Tensor y = Tensor::Empty(x.dtype(), out_shape);
+  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, x.dtype(), out_shape));
   DispatchAny(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = x.data<T>();
@@ -112,7 +121,7 @@ absl::Status CastKernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   DType dst = ctx.attrs().Type("DstT");
   if (dst == DType::kInvalid) return ctx.InvalidArgument("DstT is not set");
-  Tensor y = Tensor::Empty(dst, x.shape());
+  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, dst, x.shape()));
   DispatchAny(x.dtype(), [&](auto from) {
     using S = decltype(from);
     DispatchAny(dst, [&](auto to) {
@@ -158,7 +167,7 @@ absl::Status ShapeKernel(KernelContext& ctx) {
     return ctx.InvalidArgument("out_type must be int32 or int64, got ",
                                DTypeName(out_type));
   }
-  Tensor y = Tensor::Empty(out_type, {x.rank()});
+  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, out_type, {x.rank()}));
   for (int i = 0; i < x.rank(); ++i) {
     if (out_type == DType::kInt64) {
       y.mutable_data<int64_t>()[i] = x.dim(i);
@@ -217,7 +226,7 @@ absl::Status GatherV2Kernel(KernelContext& ctx) {
     return ctx.InvalidArgument("output shape ", ShapeString(out_shape),
                                " is too large");
   }
-  Tensor y = Tensor::Empty(params.dtype(), out_shape);
+  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, params.dtype(), out_shape));
   DispatchAny(params.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = params.data<T>();
@@ -267,6 +276,7 @@ void GatherV2Grad(GradContext& g) {
 void RegisterArrayOps(OpRegistry& r) {
   r.Add(Op("Identity")
             .Inputs({"input"})
+            .AnyKindInputs({0})
             .Outputs({"output"})
             .Forward([](KernelContext& ctx) {
               ctx.set_output(0, ctx.input(0));
@@ -358,7 +368,9 @@ void RegisterArrayOps(OpRegistry& r) {
               .Outputs({"y"})
               .Forward([value](KernelContext& ctx) {
                 const Tensor& x = ctx.input(0);
-                ctx.set_output(0, Tensor::Filled(x.dtype(), x.shape(), value));
+                ASSIGN_OR_RETURN(
+                    Tensor y, AllocateFilled(ctx, x.dtype(), x.shape(), value));
+                ctx.set_output(0, std::move(y));
                 return absl::OkStatus();
               })
               .NotDifferentiable()

@@ -7,6 +7,7 @@
 #include "core/gradient.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
+#include "core/status_macros.h"
 
 namespace gradtape {
 namespace {
@@ -26,7 +27,7 @@ absl::Status ComplexKernel(KernelContext& ctx) {
   const Tensor& im = ctx.input(1);
   absl::StatusOr<Shape> shape = BroadcastShapes(ctx, re.shape(), im.shape());
   if (!shape.ok()) return shape.status();
-  Tensor out = Tensor::Empty(ComplexOf(re.dtype()), *shape);
+  ASSIGN_OR_RETURN(Tensor out, Allocate(ctx, ComplexOf(re.dtype()), *shape));
   DispatchFloat(re.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* pr = re.data<T>();
@@ -51,7 +52,7 @@ absl::Status ComplexToRealKernel(KernelContext& ctx, F f) {
     return ctx.InvalidArgument("input must be complex64 or complex128, got ",
                                z.DebugString());
   }
-  Tensor out = Tensor::Empty(RealOf(z.dtype()), z.shape());
+  ASSIGN_OR_RETURN(Tensor out, Allocate(ctx, RealOf(z.dtype()), z.shape()));
   DispatchComplex(z.dtype(), [&](auto zero) {
     using C = decltype(zero);
     using T = typename C::value_type;
@@ -69,7 +70,7 @@ absl::Status ConjKernel(KernelContext& ctx) {
     return ctx.InvalidArgument("input must be complex64 or complex128, got ",
                                z.DebugString());
   }
-  Tensor out = Tensor::Empty(z.dtype(), z.shape());
+  ASSIGN_OR_RETURN(Tensor out, Allocate(ctx, z.dtype(), z.shape()));
   DispatchComplex(z.dtype(), [&](auto zero) {
     using C = decltype(zero);
     out.flat<C>() = z.flat<C>().conjugate();

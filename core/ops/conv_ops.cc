@@ -315,8 +315,7 @@ absl::StatusOr<Tensor> AllocatePatches(const KernelContext& ctx,
                                        const WindowGeometry& g, DType dtype) {
   if (g.PointWise()) return Tensor();
   return Allocate(ctx, dtype,
-                  {ImagesPerChunk(g) * g.OutPositions(), g.PatchCols()},
-                  /*zero=*/false);
+                  {ImagesPerChunk(g) * g.OutPositions(), g.PatchCols()});
 }
 
 // Calls fn(row, tap, pos) for every output position `row` of one image
@@ -505,7 +504,7 @@ absl::Status ConvKernel(KernelContext& ctx, const WindowKind& kind) {
   absl::StatusOr<WindowGeometry> g =
       MakeGeometry(ctx, kind, x.shape(), "input", f.shape(), "filter");
   if (!g.ok()) return g.status();
-  absl::StatusOr<Tensor> y = Allocate(ctx, x.dtype(), g->OutputShape(), false);
+  absl::StatusOr<Tensor> y = Allocate(ctx, x.dtype(), g->OutputShape());
   if (!y.ok()) return y.status();
   absl::StatusOr<Tensor> scratch = AllocatePatches(ctx, *g, x.dtype());
   if (!scratch.ok()) return scratch.status();
@@ -532,7 +531,7 @@ absl::Status BackpropInputKernel(KernelContext& ctx, const WindowKind& kind) {
       !s.ok()) {
     return s;
   }
-  absl::StatusOr<Tensor> dx = Allocate(ctx, f.dtype(), sizes, false);
+  absl::StatusOr<Tensor> dx = Allocate(ctx, f.dtype(), sizes);
   if (!dx.ok()) return dx.status();
   absl::StatusOr<Tensor> scratch = AllocatePatches(ctx, *g, f.dtype());
   if (!scratch.ok()) return scratch.status();
@@ -560,7 +559,7 @@ absl::Status BackpropFilterKernel(KernelContext& ctx, const WindowKind& kind) {
       !s.ok()) {
     return s;
   }
-  absl::StatusOr<Tensor> df = Allocate(ctx, x.dtype(), sizes, false);
+  absl::StatusOr<Tensor> df = Allocate(ctx, x.dtype(), sizes);
   if (!df.ok()) return df.status();
   absl::StatusOr<Tensor> scratch = AllocatePatches(ctx, *g, x.dtype());
   if (!scratch.ok()) return scratch.status();
@@ -654,9 +653,8 @@ absl::Status DilationKernel(KernelContext& ctx, DilationMode mode) {
       break;
     }
   }
-  const bool scatter = mode == DilationMode::kBackpropInput ||
-                       mode == DilationMode::kBackpropFilter;
-  absl::StatusOr<Tensor> y = Allocate(ctx, x.dtype(), out_shape, scatter);
+  // Zero-filled, as the backprop modes' scatter-adds need.
+  absl::StatusOr<Tensor> y = Allocate(ctx, x.dtype(), out_shape);
   if (!y.ok()) return y.status();
   DispatchFloat(x.dtype(), [&](auto zero) {
     using T = decltype(zero);

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/ops/gemm.h"
+#include "core/status_macros.h"
 
 namespace gradtape {
 
@@ -45,14 +46,22 @@ absl::StatusOr<Shape> BroadcastShapes(const KernelContext& ctx,
 }
 
 absl::StatusOr<Tensor> Allocate(const KernelContext& ctx, DType dtype,
-                                absl::Span<const int64_t> shape, bool zero) {
-  absl::StatusOr<Tensor> t = Tensor::TryEmpty(dtype, shape);
+                                absl::Span<const int64_t> shape) {
+  absl::StatusOr<Tensor> t = Tensor::Empty(dtype, shape);
   if (!t.ok()) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(ctx.op().name, ": ", t.status().message()));
+    return absl::Status(t.status().code(), absl::StrCat(ctx.op().name, ": ",
+                                                        t.status().message()));
   }
-  if (zero && t->num_bytes() > 0) {
-    std::memset(t->raw_mutable_data(), 0, t->num_bytes());
+  return t;
+}
+
+absl::StatusOr<Tensor> AllocateFilled(const KernelContext& ctx, DType dtype,
+                                      absl::Span<const int64_t> shape,
+                                      double value) {
+  absl::StatusOr<Tensor> t = Tensor::Filled(dtype, shape, value);
+  if (!t.ok()) {
+    return absl::Status(t.status().code(), absl::StrCat(ctx.op().name, ": ",
+                                                        t.status().message()));
   }
   return t;
 }
@@ -132,7 +141,7 @@ absl::Status MatMulKernel(KernelContext& ctx) {
   absl::StatusOr<ProductDims> d =
       MatrixDims(ctx, ta, tb, "transpose_a", "transpose_b");
   if (!d.ok()) return d.status();
-  Tensor c = Tensor::Empty(a.dtype(), {d->m, d->n});
+  ASSIGN_OR_RETURN(Tensor c, Allocate(ctx, a.dtype(), {d->m, d->n}));
   DispatchFloat(a.dtype(), [&](auto zero) {
     using T = decltype(zero);
     Gemm<T>(ta, tb, d->m, d->n, d->k, a.data<T>(), a.dim(1), b.data<T>(),

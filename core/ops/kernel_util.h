@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/op_registry.h"
+#include "core/status_macros.h"
 #include "core/tensor.h"
 
 namespace gradtape {
@@ -82,12 +83,14 @@ bool DispatchKinds(DType dtype, Fn&& fn) {
   }
 }
 
-// A tensor whose size comes from the client (attrs such as a shape, a depth
-// or a segment count): RESOURCE_EXHAUSTED naming the op instead of a crash
-// when it is too large (see Tensor::TryEmpty). Zero-filled if `zero`.
+// Tensor::Empty (checked, charged, zero-filled) with the op's name in front
+// of an error.
 absl::StatusOr<Tensor> Allocate(const KernelContext& ctx, DType dtype,
-                                absl::Span<const int64_t> shape,
-                                bool zero = false);
+                                absl::Span<const int64_t> shape);
+// Same, every element `value`.
+absl::StatusOr<Tensor> AllocateFilled(const KernelContext& ctx, DType dtype,
+                                      absl::Span<const int64_t> shape,
+                                      double value);
 
 // Axes in [-rank, rank) -> a mask of length rank; empty `axes` selects all.
 // INVALID_ARGUMENT naming the op, the axis and the shape when out of range.
@@ -117,7 +120,7 @@ template <DTypes kKinds, typename F>
 absl::Status UnaryKernel(KernelContext& ctx, F f) {
   if (absl::Status s = RequireDTypes(ctx, 0, kKinds); !s.ok()) return s;
   const Tensor& x = ctx.input(0);
-  Tensor y = Tensor::Empty(x.dtype(), x.shape());
+  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, x.dtype(), x.shape()));
   DispatchKinds<kKinds>(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     y.flat<T>() = f(x.flat<T>());
@@ -141,7 +144,7 @@ absl::Status BinaryKernel(KernelContext& ctx, F f) {
   const Tensor& b = ctx.input(1);
   absl::StatusOr<Shape> shape = BroadcastShapes(ctx, a.shape(), b.shape());
   if (!shape.ok()) return shape.status();
-  Tensor z = Tensor::Empty(a.dtype(), *shape);
+  ASSIGN_OR_RETURN(Tensor z, Allocate(ctx, a.dtype(), *shape));
   DispatchKinds<kKinds>(a.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* pa = a.data<T>();

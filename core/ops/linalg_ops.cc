@@ -8,6 +8,7 @@
 #include "core/ops/gemm.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
+#include "core/status_macros.h"
 
 namespace gradtape {
 namespace {
@@ -58,7 +59,7 @@ absl::Status BatchMatMulKernel(KernelContext& ctx, bool broadcast) {
     return ctx.InvalidArgument("output shape ", ShapeString(out_shape),
                                " is too large");
   }
-  Tensor z = Tensor::Empty(x.dtype(), out_shape);
+  ASSIGN_OR_RETURN(Tensor z, Allocate(ctx, x.dtype(), out_shape));
   DispatchFloat(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const int64_t xr = x.dim(x.rank() - 2), xc = x.dim(x.rank() - 1);
@@ -114,7 +115,7 @@ absl::Status CrossKernel(KernelContext& ctx) {
     return ctx.InvalidArgument("the last dimension of a and b must be 3, got ",
                                ShapeString(a.shape()));
   }
-  Tensor c = Tensor::Empty(a.dtype(), a.shape());
+  ASSIGN_OR_RETURN(Tensor c, Allocate(ctx, a.dtype(), a.shape()));
   DispatchNumeric(a.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* pa = a.data<T>();

@@ -12,6 +12,7 @@
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
 #include "core/ops/vector_math.h"
+#include "core/status_macros.h"
 
 namespace gradtape {
 namespace {
@@ -53,7 +54,7 @@ absl::Status ArrayFloatKernel(KernelContext& ctx, F f) {
     return s;
   }
   const Tensor& x = ctx.input(0);
-  Tensor y = Tensor::Empty(x.dtype(), x.shape());
+  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, x.dtype(), x.shape()));
   DispatchFloat(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     f(x.data<T>(), y.mutable_data<T>(), x.num_elements());
@@ -85,7 +86,8 @@ absl::Status ReduceKernel(KernelContext& ctx, Reduction kind) {
     if ((*mask)[i]) count *= x.dim(i);
     if (!(*mask)[i] || keep_dims) out_shape.push_back(kept.back());
   }
-  Tensor y = Tensor::Filled(x.dtype(), out_shape, prod ? 1.0 : 0.0);
+  ASSIGN_OR_RETURN(Tensor y,
+                   AllocateFilled(ctx, x.dtype(), out_shape, prod ? 1.0 : 0.0));
   DispatchArithmetic(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = x.data<T>();
@@ -191,7 +193,7 @@ absl::Status ScanKernel(KernelContext& ctx, bool prod) {
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < axis; ++d) outer *= x.dim(d);
   for (int64_t d = axis + 1; d < rank; ++d) inner *= x.dim(d);
-  Tensor y = Tensor::Empty(x.dtype(), x.shape());
+  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, x.dtype(), x.shape()));
   DispatchArithmetic(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = x.data<T>();
@@ -284,7 +286,7 @@ absl::Status CompareKernel(KernelContext& ctx, F f) {
   const Tensor& b = ctx.input(1);
   absl::StatusOr<Shape> shape = BroadcastShapes(ctx, a.shape(), b.shape());
   if (!shape.ok()) return shape.status();
-  Tensor z = Tensor::Empty(DType::kBool, *shape);
+  ASSIGN_OR_RETURN(Tensor z, Allocate(ctx, DType::kBool, *shape));
   auto run = [&](auto zero) {
     using T = decltype(zero);
     const T* pa = a.data<T>();
@@ -331,7 +333,7 @@ absl::Status SelectKernel(KernelContext& ctx) {
                                t.DebugString(),
                                ", or be a vector of the size of t's first dim");
   }
-  Tensor out = Tensor::Empty(t.dtype(), t.shape());
+  ASSIGN_OR_RETURN(Tensor out, Allocate(ctx, t.dtype(), t.shape()));
   DispatchAny(t.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const bool* pc = c.data<bool>();
@@ -571,7 +573,7 @@ void RegisterMoreArithmeticOps(OpRegistry& r) {
             .Forward([](KernelContext& ctx) {
               if (absl::Status s = ctx.RequireFloat(0); !s.ok()) return s;
               const Tensor& t = ctx.input(0);
-              Tensor y = Tensor::Empty(t.dtype(), {});
+              ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, t.dtype(), {}));
               DispatchFloat(t.dtype(), [&](auto zero) {
                 using T = decltype(zero);
                 y.mutable_data<T>()[0] = t.flat<T>().square().sum() / T(2);

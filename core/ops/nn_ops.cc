@@ -10,6 +10,7 @@
 #include "core/gradient.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
+#include "core/status_macros.h"
 
 namespace gradtape {
 namespace {
@@ -30,7 +31,7 @@ absl::Status SoftmaxKernel(KernelContext& ctx, bool log) {
     return ctx.InvalidArgument("logits must have rank >= 1, got ",
                                x.DebugString());
   }
-  Tensor y = Tensor::Empty(x.dtype(), x.shape());
+  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, x.dtype(), x.shape()));
   Rows r = LastAxisRows(x);
   DispatchFloat(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
@@ -73,8 +74,9 @@ absl::Status SparseXentKernel(KernelContext& ctx) {
                                  " is outside [0, ", classes, ")");
     }
   }
-  Tensor loss = Tensor::Empty(logits.dtype(), {batch});
-  Tensor backprop = Tensor::Empty(logits.dtype(), logits.shape());
+  ASSIGN_OR_RETURN(Tensor loss, Allocate(ctx, logits.dtype(), {batch}));
+  ASSIGN_OR_RETURN(Tensor backprop,
+                   Allocate(ctx, logits.dtype(), logits.shape()));
   DispatchFloat(logits.dtype(), [&](auto zero) {
     using T = decltype(zero);
     for (int64_t i = 0; i < batch; ++i) {
@@ -132,7 +134,7 @@ absl::Status BiasAddGradKernel(KernelContext& ctx) {
                                dy.DebugString());
   }
   Rows r = LastAxisRows(dy);
-  Tensor db = Tensor::Zeros(dy.dtype(), {r.cols});
+  ASSIGN_OR_RETURN(Tensor db, Allocate(ctx, dy.dtype(), {r.cols}));
   DispatchNumeric(dy.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* p = dy.data<T>();

@@ -14,6 +14,7 @@
 #include "core/gradient.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
+#include "core/status_macros.h"
 
 namespace gradtape {
 namespace {
@@ -58,7 +59,7 @@ absl::Status BatchNormKernel(KernelContext& ctx) {
   absl::StatusOr<int64_t> depth = CheckBatchNormInputs(ctx, {1, 2, 3, 4});
   if (!depth.ok()) return depth.status();
   const Tensor& t = ctx.input(0);
-  Tensor y = Tensor::Empty(t.dtype(), t.shape());
+  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, t.dtype(), t.shape()));
   DispatchFloat(t.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const std::vector<T> a = Scales<T>(ctx, ctx.input(2), ctx.input(4));
@@ -95,11 +96,11 @@ absl::Status BatchNormGradKernel(KernelContext& ctx) {
   }
   const int64_t n = *depth;
   const bool scale = ctx.attrs().Bool("scale_after_normalization");
-  Tensor dx = Tensor::Empty(t.dtype(), t.shape());
-  Tensor dm = Tensor::Empty(t.dtype(), {n});
-  Tensor dv = Tensor::Empty(t.dtype(), {n});
-  Tensor db = Tensor::Zeros(t.dtype(), {n});
-  Tensor dg = Tensor::Empty(t.dtype(), {n});
+  ASSIGN_OR_RETURN(Tensor dx, Allocate(ctx, t.dtype(), t.shape()));
+  ASSIGN_OR_RETURN(Tensor dm, Allocate(ctx, t.dtype(), {n}));
+  ASSIGN_OR_RETURN(Tensor dv, Allocate(ctx, t.dtype(), {n}));
+  ASSIGN_OR_RETURN(Tensor db, Allocate(ctx, t.dtype(), {n}));
+  ASSIGN_OR_RETURN(Tensor dg, Allocate(ctx, t.dtype(), {n}));
   DispatchFloat(t.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const std::vector<T> a = Scales<T>(ctx, ctx.input(2), ctx.input(3));

@@ -28,6 +28,7 @@
 #include "core/gradient.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
+#include "core/status_macros.h"
 
 namespace gradtape {
 namespace {
@@ -222,7 +223,7 @@ absl::Status PoolKernel(KernelContext& ctx, int spatial, bool max) {
   absl::StatusOr<PoolGeometry> g =
       MakePoolGeometry(ctx, spatial, x.shape(), "input");
   if (!g.ok()) return g.status();
-  Tensor y = Tensor::Empty(x.dtype(), g->OutputShape());
+  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, x.dtype(), g->OutputShape()));
   const int64_t channels = g->channels;
   DispatchFloat(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
@@ -323,8 +324,8 @@ absl::Status MaxPoolGradKernel(KernelContext& ctx, int spatial,
                                ShapeString(grad_shape), " (",
                                grad_grad ? "orig_input" : "orig_output", ")");
   }
-  Tensor out = grad_grad ? Tensor::Empty(x.dtype(), pooled)
-                         : Tensor::Zeros(x.dtype(), x.shape());
+  ASSIGN_OR_RETURN(Tensor out,
+                   Allocate(ctx, x.dtype(), grad_grad ? pooled : x.shape()));
   const int64_t channels = g->channels;
   DispatchFloat(x.dtype(), [&](auto zero) {
     using T = decltype(zero);

@@ -266,7 +266,7 @@ absl::Status SparseSegmentKernel(KernelContext& ctx, Reduction reduction) {
 Tensor SegmentSizes(GradContext& g, Tensor ids, int rank, DType dtype) {
   if (!g.ok()) return Tensor();
   const int64_t n = ids.num_elements();
-  Tensor ones = Tensor::Filled(dtype, {n}, 1.0);  // a constant
+  Tensor ones = g.Filled(dtype, {n}, 1.0);  // a constant
   Tensor sizes = g.Op("GatherV2", {g.Op("SegmentSum", {ones, ids}), ids});
   Shape shape(rank, 1);
   shape[0] = n;

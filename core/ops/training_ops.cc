@@ -15,7 +15,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
+#include "core/status_macros.h"
 #include "core/variable.h"
 
 namespace gradtape {
@@ -127,7 +129,7 @@ absl::Status ApplyKernel(KernelContext& ctx, const ApplyLayout& layout,
   std::vector<Tensor> values;
   values.reserve(vars.size());
   for (Variable* var : vars) {
-    Tensor copy = Tensor::Empty(var->dtype, var->shape);
+    ASSIGN_OR_RETURN(Tensor copy, Allocate(ctx, var->dtype, var->shape));
     std::memcpy(copy.raw_mutable_data(), var->value.raw_data(),
                 copy.num_bytes());
     values.push_back(std::move(copy));
@@ -153,6 +155,7 @@ void RegisterTrainingOps(OpRegistry& r) {
   // var -= alpha * delta
   r.Add(Op("ResourceApplyGradientDescent")
             .Inputs({"var", "alpha", "delta"})
+            .ResourceInputs({0})
             .Attr("T", DType::kInvalid)
             .Attr("use_locking", false)
             .Forward([](KernelContext& ctx) {
@@ -167,6 +170,7 @@ void RegisterTrainingOps(OpRegistry& r) {
   // var -= grad * lr + accum * momentum * lr
   r.Add(Op("ResourceApplyMomentum")
             .Inputs({"var", "accum", "lr", "grad", "momentum"})
+            .ResourceInputs({0, 1})
             .Attr("T", DType::kInvalid)
             .Attr("use_locking", false)
             .Attr("use_nesterov", false)
@@ -192,6 +196,7 @@ void RegisterTrainingOps(OpRegistry& r) {
   r.Add(Op("ResourceApplyAdam")
             .Inputs({"var", "m", "v", "beta1_power", "beta2_power", "lr",
                      "beta1", "beta2", "epsilon", "grad"})
+            .ResourceInputs({0, 1, 2})
             .Attr("T", DType::kInvalid)
             .Attr("use_locking", false)
             .Attr("use_nesterov", false)
@@ -221,6 +226,7 @@ void RegisterTrainingOps(OpRegistry& r) {
   // accum += grad^2 (if update_slots); var -= lr * grad / sqrt(accum)
   r.Add(Op("ResourceApplyAdagrad")
             .Inputs({"var", "accum", "lr", "grad"})
+            .ResourceInputs({0, 1})
             .Attr("T", DType::kInvalid)
             .Attr("use_locking", false)
             .Attr("update_slots", true)
@@ -238,6 +244,7 @@ void RegisterTrainingOps(OpRegistry& r) {
   r.Add(Op("ResourceApplyRMSProp")
             .Inputs({"var", "ms", "mom", "lr", "rho", "momentum", "epsilon",
                      "grad"})
+            .ResourceInputs({0, 1, 2})
             .Attr("T", DType::kInvalid)
             .Attr("use_locking", false)
             .Forward([](KernelContext& ctx) {

@@ -11,6 +11,7 @@
 #include "core/gradient.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
+#include "core/status_macros.h"
 #include "core/variable.h"
 
 namespace gradtape {
@@ -46,14 +47,20 @@ absl::Status VarHandleKernel(KernelContext& ctx) {
     return ctx.InvalidArgument("dtype must be a value dtype, got ",
                                DTypeName(var->dtype));
   }
-  if (NumElements(shape) < 0) {
-    return ctx.InvalidArgument("bad shape ", ShapeString(shape));
+  // The variable's value is allocated later (by an assignment, or as a
+  // ZERO gradient), so its size is checked now.
+  if (absl::StatusOr<TensorSize> size = CheckedTensorSize(var->dtype, shape);
+      !size.ok()) {
+    return absl::Status(
+        size.status().code(),
+        absl::StrCat("VarHandleOp: shape attr: ", size.status().message()));
   }
   var->shape.assign(shape.begin(), shape.end());
   const int64_t handle = ++g_next_handle;
   var->name = ctx.attrs().Get<std::string>("shared_name");
   if (var->name.empty()) var->name = absl::StrCat("variable_", handle);
-  ctx.set_output(0, Tensor::Resource(std::move(var), handle));
+  ASSIGN_OR_RETURN(Tensor resource, Tensor::Resource(std::move(var), handle));
+  ctx.set_output(0, std::move(resource));
   return absl::OkStatus();
 }
 
@@ -106,7 +113,7 @@ absl::Status AssignUpdateKernel(KernelContext& ctx, Combine combine) {
                      "' is uninitialized; assign it first (AssignVariableOp)"));
   }
   const Tensor& old = (*var)->value;
-  Tensor updated = Tensor::Empty(old.dtype(), old.shape());
+  ASSIGN_OR_RETURN(Tensor updated, Allocate(ctx, old.dtype(), old.shape()));
   const bool supported = DispatchArithmetic(old.dtype(), [&](auto zero) {
     using T = decltype(zero);
     updated.flat<T>() = combine(old.flat<T>(), delta.flat<T>());
@@ -134,6 +141,7 @@ void RegisterVariableOps(OpRegistry& r) {
             .Summary("a new, uninitialized variable of dtype and shape"));
   r.Add(Op("ReadVariableOp")
             .Inputs({"resource"})
+            .ResourceInputs({0})
             .Outputs({"value"})
             .Attr("dtype", DType::kInvalid)
             .Forward(ReadVariableKernel)
@@ -143,6 +151,7 @@ void RegisterVariableOps(OpRegistry& r) {
                      "watch the handle or watch accessed variables)"));
   r.Add(Op("AssignVariableOp")
             .Inputs({"resource", "value"})
+            .ResourceInputs({0})
             .Attr("dtype", DType::kInvalid)
             .Forward(AssignVariableKernel)
             .NotDifferentiable()
@@ -150,6 +159,7 @@ void RegisterVariableOps(OpRegistry& r) {
                      "earlier reads keep the old value"));
   r.Add(Op("AssignAddVariableOp")
             .Inputs({"resource", "value"})
+            .ResourceInputs({0})
             .Attr("dtype", DType::kInvalid)
             .Forward([](KernelContext& ctx) {
               return AssignUpdateKernel(
@@ -160,6 +170,7 @@ void RegisterVariableOps(OpRegistry& r) {
                      "initialized); earlier reads keep the old value"));
   r.Add(Op("AssignSubVariableOp")
             .Inputs({"resource", "value"})
+            .ResourceInputs({0})
             .Attr("dtype", DType::kInvalid)
             .Forward([](KernelContext& ctx) {
               return AssignUpdateKernel(

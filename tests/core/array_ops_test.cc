@@ -28,7 +28,7 @@ Tensor NaiveGather(const Tensor& params, const std::vector<int64_t>& indices,
   out_shape.insert(out_shape.end(), indices_shape.begin(), indices_shape.end());
   out_shape.insert(out_shape.end(), params.shape().begin() + axis + 1,
                    params.shape().end());
-  Tensor out = Tensor::Zeros(DType::kFloat64, out_shape);
+  Tensor out = Tensor::Zeros(DType::kFloat64, out_shape).value();
   const int ri = static_cast<int>(indices_shape.size());
   for (int64_t o = 0; o < out.num_elements(); ++o) {
     Shape idx(out_shape.size());
@@ -54,7 +54,7 @@ Tensor NaiveGather(const Tensor& params, const std::vector<int64_t>& indices,
 }
 
 TEST_F(ArrayOpsTest, ShapeGivesTheDims) {
-  Tensor x = Tensor::Zeros(DType::kFloat64, {2, 0, 5});
+  Tensor x = Tensor::Zeros(DType::kFloat64, {2, 0, 5}).value();
   auto r = Run("Shape", {x});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ((*r)[0].dtype(), DType::kInt32);

@@ -77,7 +77,8 @@ Tensor ReferenceConv(const Tensor& x, const Tensor& f, IntList s, IntList d,
   for (int i = 0; i < 3; ++i)
     g[i] = OutSize(xs[i + 1], fs[i], s[i], d[i], same);
   Tensor y =
-      Tensor::Zeros(DType::kFloat64, {n, g[0].out, g[1].out, g[2].out, oc});
+      Tensor::Zeros(DType::kFloat64, {n, g[0].out, g[1].out, g[2].out, oc})
+          .value();
   double* py = y.mutable_data<double>();
   const double* px = x.data<double>();
   const double* pf = f.data<double>();
@@ -137,7 +138,7 @@ Tensor ReferenceDilation(const Tensor& x, const Tensor& f, IntList s, IntList r,
   Geometry1D gh = OutSize(xs[1], fs[0], s[0], r[0], same);
   Geometry1D gw = OutSize(xs[2], fs[1], s[1], r[1], same);
   const int64_t c = xs[3];
-  Tensor y = Tensor::Empty(DType::kFloat64, {xs[0], gh.out, gw.out, c});
+  Tensor y = Tensor::Empty(DType::kFloat64, {xs[0], gh.out, gw.out, c}).value();
   double* py = y.mutable_data<double>();
   for (int64_t b = 0; b < xs[0]; ++b)
     for (int64_t oh = 0; oh < gh.out; ++oh)
@@ -489,7 +490,7 @@ struct BadCase {
 };
 
 std::vector<BadCase> BadCases() {
-  auto z = [](Shape s) { return Tensor::Zeros(DType::kFloat64, s); };
+  auto z = [](Shape s) { return Tensor::Zeros(DType::kFloat64, s).value(); };
   const IntList one = {1, 1, 1, 1}, one5 = {1, 1, 1, 1, 1};
   const AttrMap same = Window(one, "SAME", one);
   const AttrMap valid = Window(one, "VALID", one);
@@ -533,11 +534,11 @@ std::vector<BadCase> BadCases() {
        Window(one, "VALID", {1, 2, 2, 1}),
        {"effective filter size 5", "[1,4,4,2]"}},
       {"Conv2D",
-       {Tensor::Zeros(DType::kFloat32, {1, 4, 4, 2}), f},
+       {Tensor::Zeros(DType::kFloat32, {1, 4, 4, 2}).value(), f},
        same,
        {"same dtype", "float32[1,4,4,2]"}},
       {"Conv2D",
-       {Tensor::Zeros(DType::kInt32, {1, 4, 4, 2}), f},
+       {Tensor::Zeros(DType::kInt32, {1, 4, 4, 2}).value(), f},
        same,
        {"float32 or float64", "int32"}},
       {"Conv2D", {x, f}, {{"strides", one}}, {"padding"}},

@@ -134,7 +134,7 @@ namespace {
 // A copy of `t` that no backward could use unchanged: NaN for floating and
 // complex, every element + 1 for integers, flipped for bool.
 Tensor Spoiled(const Tensor& t) {
-  Tensor s = Tensor::Empty(t.dtype(), t.shape());
+  Tensor s = Tensor::Empty(t.dtype(), t.shape()).value();
   DispatchFloat(t.dtype(), [&](auto zero) {
     using T = decltype(zero);
     s.flat<T>().setConstant(std::numeric_limits<T>::quiet_NaN());
@@ -169,7 +169,7 @@ std::optional<Tensors> RunBackward(Context& ctx, const TapeEntry& entry) {
       grads.push_back(Tensor());
       continue;
     }
-    Tensor seed = Tensor::Empty(m.dtype, m.shape);
+    Tensor seed = Tensor::Empty(m.dtype, m.shape).value();
     for (int64_t k = 0; k < seed.num_elements(); ++k) {
       const double v = 0.5 + 0.37 * ((k * 7 + j * 3) % 11);
       DispatchFloat(m.dtype, [&](auto zero) {

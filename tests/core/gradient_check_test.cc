@@ -47,7 +47,7 @@ complex128 At(const Tensor& t, int64_t k) {
 // A copy of `t` with `delta` added to element k (real part, or the
 // imaginary part when `imag`).
 Tensor Perturbed(const Tensor& t, int64_t k, double delta, bool imag) {
-  Tensor copy = Tensor::Empty(t.dtype(), t.shape());
+  Tensor copy = Tensor::Empty(t.dtype(), t.shape()).value();
   std::memcpy(copy.raw_mutable_data(), t.raw_data(), t.num_bytes());
   if (t.dtype() == DType::kComplex128) {
     copy.mutable_data<complex128>()[k] += imag ? complex128(0, delta) : delta;
@@ -107,7 +107,7 @@ TEST_P(GradientCheck, TapeJacobianMatchesCentralDifferences) {
         for (int i : wrt) tape->Watch(inputs[i]);
         Tensors out = RunOp(ctx, s, inputs);
         ASSERT_TRUE(ctx.tapes().Pop(1).ok());
-        Tensor seed = Tensor::Zeros(out[o].dtype(), out[o].shape());
+        Tensor seed = Tensor::Zeros(out[o].dtype(), out[o].shape()).value();
         if (complex_out) {
           seed.mutable_data<complex128>()[j] =
               part == 0 ? complex128(1, 0) : complex128(0, 1);

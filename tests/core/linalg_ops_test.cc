@@ -43,7 +43,7 @@ Tensor NaiveBatchMatMul(const Tensor& x, const Tensor& y, bool ax, bool ay) {
   Shape out_shape = batch;
   out_shape.push_back(m);
   out_shape.push_back(n);
-  Tensor z = Tensor::Zeros(DType::kFloat64, out_shape);
+  Tensor z = Tensor::Zeros(DType::kFloat64, out_shape).value();
   const int64_t nb = NumElements(batch);
   for (int64_t o = 0; o < nb; ++o) {
     // Unravel o and ravel it into x's and y's batch dims (1 -> index 0).
@@ -116,15 +116,16 @@ TEST_F(LinalgOpsTest, BatchMatMulV2BroadcastsBatchDims) {
 }
 
 TEST_F(LinalgOpsTest, EmptyInnerDimensionGivesZeros) {
-  auto r = Run("BatchMatMulV2", {Tensor::Zeros(DType::kFloat64, {2, 3, 0}),
-                                 Tensor::Zeros(DType::kFloat64, {0, 4})});
+  auto r =
+      Run("BatchMatMulV2", {Tensor::Zeros(DType::kFloat64, {2, 3, 0}).value(),
+                            Tensor::Zeros(DType::kFloat64, {0, 4}).value()});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ((*r)[0].shape(), (Shape{2, 3, 4}));
   for (int64_t i = 0; i < (*r)[0].num_elements(); ++i) {
     EXPECT_EQ((*r)[0].ElementAsDouble(i), 0.0);
   }
-  r = Run("BatchMatMul", {Tensor::Zeros(DType::kFloat64, {0, 3, 2}),
-                          Tensor::Zeros(DType::kFloat64, {0, 2, 4})});
+  r = Run("BatchMatMul", {Tensor::Zeros(DType::kFloat64, {0, 3, 2}).value(),
+                          Tensor::Zeros(DType::kFloat64, {0, 2, 4}).value()});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ((*r)[0].shape(), (Shape{0, 3, 4}));
 }

@@ -84,7 +84,7 @@ void CheckSecondOrder(const OpSample& s) {
     for (int64_t j = 0; j < inputs[i].num_elements(); ++j) {
       auto value_at = [&](double delta) {
         std::vector<Tensor> moved = inputs;
-        Tensor copy = Tensor::Empty(DType::kFloat64, inputs[i].shape());
+        Tensor copy = Tensor::Empty(DType::kFloat64, inputs[i].shape()).value();
         copy.flat<double>() = inputs[i].flat<double>();
         copy.mutable_data<double>()[j] += delta;
         moved[i] = ctx.Adopt(copy);
@@ -461,8 +461,9 @@ TEST_F(MathOpsGradTest, ProdGradientIsExactWithZeros) {
        {std::vector<int64_t>{1}, std::vector<int64_t>{0},
         std::vector<int64_t>{}}) {
     Tensor seed = Tensor::Filled(
-        DType::kFloat64, axis.empty() ? Shape{} : Shape{axis[0] == 1 ? 4 : 2},
-        1.0);
+                      DType::kFloat64,
+                      axis.empty() ? Shape{} : Shape{axis[0] == 1 ? 4 : 2}, 1.0)
+                      .value();
     std::vector<Tensor> g =
         Grad("Prod", {D({4, 2}, x)}, {0}, seed, {{"axis", axis}});
     ASSERT_EQ(g.size(), 1u);

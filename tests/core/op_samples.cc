@@ -10,7 +10,7 @@ namespace gradtape::testing {
 Tensor RandomTensor(Shape shape, double lo, double hi, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> dist(lo, hi);
-  Tensor t = Tensor::Empty(DType::kFloat64, shape);
+  Tensor t = Tensor::Empty(DType::kFloat64, shape).value();
   for (int64_t i = 0; i < t.num_elements(); ++i) {
     t.mutable_data<double>()[i] = dist(rng);
   }
@@ -58,7 +58,7 @@ Tensor VariableHandle(Tensor value) {
   var->shape = value.shape();
   var->name = "sample";
   var->value = std::move(value);
-  return Tensor::Resource(std::move(var), 1);
+  return Tensor::Resource(std::move(var), 1).value();
 }
 
 }  // namespace gradtape::testing

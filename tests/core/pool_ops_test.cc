@@ -318,7 +318,7 @@ TEST_F(PoolOpsTest, SecondOrderThroughTheTape) {
 
 TEST_F(PoolOpsTest, EmptyBatchAndChannels) {
   for (Shape shape : {Shape{0, 4, 4, 2}, Shape{2, 4, 4, 0}}) {
-    Tensor x = Tensor::Zeros(DType::kFloat64, shape);
+    Tensor x = Tensor::Zeros(DType::kFloat64, shape).value();
     AttrMap attrs = PoolCase{shape, {2, 2}, {2, 2}, "VALID"}.Attrs();
     Tensor y = MustRun("MaxPool", {x}, attrs);
     EXPECT_EQ(y.shape(), (Shape{shape[0], 2, 2, shape[3]}));
@@ -326,7 +326,7 @@ TEST_F(PoolOpsTest, EmptyBatchAndChannels) {
     EXPECT_EQ(MustRun("AvgPool", {x}, attrs).shape(), y.shape());
   }
   // SAME on an empty spatial dim gives an empty output.
-  Tensor x = Tensor::Zeros(DType::kFloat64, {1, 0, 3, 1});
+  Tensor x = Tensor::Zeros(DType::kFloat64, {1, 0, 3, 1}).value();
   EXPECT_EQ(MustRun("AvgPool", {x},
                     PoolCase{{1, 0, 3, 1}, {2, 2}, {1, 1}, "SAME"}.Attrs())
                 .shape(),

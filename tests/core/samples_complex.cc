@@ -6,7 +6,7 @@ namespace {
 
 // re + i im, complex128.
 Tensor MakeComplex(const Tensor& re, const Tensor& im) {
-  Tensor z = Tensor::Empty(DType::kComplex128, re.shape());
+  Tensor z = Tensor::Empty(DType::kComplex128, re.shape()).value();
   for (int64_t i = 0; i < re.num_elements(); ++i) {
     z.mutable_data<complex128>()[i] =
         complex128(re.data<double>()[i], im.data<double>()[i]);

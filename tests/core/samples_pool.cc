@@ -16,7 +16,7 @@ namespace {
 
 // A random permutation of 0.1 * (k - n/2), k < n.
 Tensor Distinct(Shape shape, uint32_t seed) {
-  Tensor t = Tensor::Empty(DType::kFloat64, shape);
+  Tensor t = Tensor::Empty(DType::kFloat64, shape).value();
   const int64_t n = t.num_elements();
   std::vector<int64_t> order(n);
   std::iota(order.begin(), order.end(), 0);

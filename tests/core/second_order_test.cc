@@ -50,7 +50,7 @@ const absl::flat_hash_set<std::string>& SecondOrderOps() {
 
 // Deterministic non-constant weights shaped like `like`.
 Tensor Weights(const Tensor& like, int salt) {
-  Tensor t = Tensor::Empty(DType::kFloat64, like.shape());
+  Tensor t = Tensor::Empty(DType::kFloat64, like.shape()).value();
   for (int64_t k = 0; k < t.num_elements(); ++k) {
     t.mutable_data<double>()[k] = 0.3 + 0.2 * ((k * 5 + salt) % 7) - 0.6;
   }
@@ -130,7 +130,7 @@ TEST_P(SecondOrder, GradientOfGradientMatchesDifferences) {
     for (int64_t k = 0; k < x[i].num_elements(); ++k) {
       std::vector<Tensor> plus = x, minus = x;
       for (auto* v : {&plus, &minus}) {
-        Tensor copy = Tensor::Empty(DType::kFloat64, x[i].shape());
+        Tensor copy = Tensor::Empty(DType::kFloat64, x[i].shape()).value();
         std::memcpy(copy.raw_mutable_data(), x[i].raw_data(), x[i].num_bytes());
         copy.mutable_data<double>()[k] += v == &plus ? kStep : -kStep;
         (*v)[i] = ctx.Adopt(copy);

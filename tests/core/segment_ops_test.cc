@@ -37,7 +37,7 @@ Tensor NaiveSegments(const Tensor& data, const std::vector<int64_t>& ids,
   const int64_t inner = data.num_elements() / std::max<int64_t>(1, data.dim(0));
   Shape shape = data.shape();
   shape[0] = num_segments;
-  Tensor out = Tensor::Zeros(DType::kFloat64, shape);
+  Tensor out = Tensor::Zeros(DType::kFloat64, shape).value();
   double* po = out.mutable_data<double>();
   for (int64_t s = 0; s < num_segments; ++s) {
     for (int64_t j = 0; j < inner; ++j) {
@@ -149,7 +149,7 @@ TEST_F(SegmentOpsTest, EmptySegmentsAreZeroAndNoIdsGiveNoRows) {
     EXPECT_EQ((*r)[0].ElementAsDouble(0), 0.0) << op;
     EXPECT_EQ((*r)[0].ElementAsDouble(2), 0.0) << op;
   }
-  auto r = Run("SegmentSum", {Tensor::Zeros(DType::kFloat64, {0, 2}),
+  auto r = Run("SegmentSum", {Tensor::Zeros(DType::kFloat64, {0, 2}).value(),
                               Ids(DType::kInt64, {})});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ((*r)[0].shape(), (Shape{0, 2}));

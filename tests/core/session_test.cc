@@ -11,7 +11,7 @@ namespace {
 using ::absl::StatusCode;
 
 Tensor Matrix(int64_t rows, int64_t cols) {
-  return Tensor::Filled(DType::kFloat64, {rows, cols}, 1.0);
+  return Tensor::Filled(DType::kFloat64, {rows, cols}, 1.0).value();
 }
 
 TEST(SessionTest, ShapeErrorPoisonsOutputsAndSessionKeepsWorking) {
@@ -83,14 +83,23 @@ TEST(SessionTest, ReleaseIsAllOrNothing) {
 }
 
 TEST(SessionTest, MemoryLimitRefusesAndRecovers) {
-  Session s(DefaultRegistry(), {.memory_limit_bytes = 10000});
+  // Two 5000-byte tensors and their ids' slots: at the limit.
+  const int64_t limit = 10000 + 2 * Session::kSlotBytes;
+  Session s(DefaultRegistry(), {.memory_limit_bytes = limit});
   ASSERT_TRUE(s.PutTensor(1, 1, Matrix(25, 25)).ok());  // 5000 bytes
   absl::Status big = s.ExecuteOp(2, "MatMul", {1, 1}, {2}, {});
-  ASSERT_TRUE(big.ok());  // 10000 in use: at the limit
+  ASSERT_TRUE(big.ok());
+  const int64_t live = LiveTensorBytes();
   absl::Status over = s.ExecuteOp(3, "Exp", {1}, {3}, {});
   EXPECT_EQ(over.code(), StatusCode::kResourceExhausted);
-  EXPECT_TRUE(absl::StrContains(over.message(), "limit 10000")) << over;
-  EXPECT_EQ(s.Stats().bytes_in_use, 10000);
+  EXPECT_TRUE(absl::StrContains(over.message(), absl::StrCat("limit ", limit)))
+      << over;
+  // Refused before anything was allocated.
+  EXPECT_EQ(LiveTensorBytes(), live);
+  // The poisoned id 3 and its reason count too, until released.
+  EXPECT_GT(s.Stats().bytes_in_use, limit);
+  ASSERT_TRUE(s.ReleaseTensors(4, {3}).ok());
+  EXPECT_EQ(s.Stats().bytes_in_use, limit);
   ASSERT_TRUE(s.ReleaseTensors(4, {2}).ok());
   EXPECT_TRUE(s.ExecuteOp(5, "Exp", {1}, {3}, {}).ok());
   // Puts count too, and a refused put leaves nothing behind.
@@ -98,14 +107,17 @@ TEST(SessionTest, MemoryLimitRefusesAndRecovers) {
   EXPECT_EQ(put.code(), StatusCode::kResourceExhausted);
   EXPECT_TRUE(absl::StrContains(put.message(), "PutTensor (command 6, id 9)"))
       << put;
-  EXPECT_EQ(s.Stats().bytes_in_use, 10000);
   EXPECT_EQ(s.FetchTensor(7, 9).status().code(),
             StatusCode::kFailedPrecondition);
+  // Only the poisoned id's slot and reason are left of it.
+  ASSERT_TRUE(s.ReleaseTensors(8, {9}).ok());
+  EXPECT_EQ(s.Stats().bytes_in_use, limit);
 }
 
 TEST(SessionTest, SizesFromAttrsAreRefusedNotAllocated) {
   Session s(DefaultRegistry(), {.memory_limit_bytes = 1 << 20});
-  ASSERT_TRUE(s.PutTensor(1, 1, Tensor::Filled(DType::kFloat32, {1}, 1)).ok());
+  ASSERT_TRUE(
+      s.PutTensor(1, 1, Tensor::Filled(DType::kFloat32, {1}, 1).value()).ok());
   // 2^61 elements: past what any machine allocates.
   absl::Status huge = s.ExecuteOp(
       2, "BroadcastTo", {1}, {2},
