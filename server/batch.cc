@@ -335,6 +335,25 @@ absl::Status Execute(Session& session, int64_t seq, const v1::ExecuteOp& cmd) {
                            Ids(cmd.output_ids()), std::move(attrs));
 }
 
+// Returned values (an invalid Tensor is a None value). A value that cannot be
+// serialised (a core bug) is an INTERNAL error that says the command was
+// applied.
+absl::Status ValuesToProto(int64_t seq, absl::string_view what,
+                           absl::Span<const Tensor> values,
+                           v1::GradientValues* out) {
+  for (const Tensor& t : values) {
+    v1::TensorValue* value = out->add_values();
+    out->add_is_none(!t.valid());
+    if (!t.valid()) continue;
+    if (absl::Status s = ToProto(t, value); !s.ok()) {
+      return absl::InternalError(absl::StrCat(
+          what, " (command ", seq, "): it was applied, but value ",
+          out->values_size() - 1, " cannot be returned: ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Gradient(Session& session, int64_t seq, const v1::Gradient& cmd,
                       v1::CommandResult* result) {
   GradientRequest request;
@@ -349,15 +368,8 @@ absl::Status Gradient(Session& session, int64_t seq, const v1::Gradient& cmd,
   request.result_ids.assign(cmd.result_ids().begin(), cmd.result_ids().end());
   absl::StatusOr<std::vector<Tensor>> grads = session.Gradient(seq, request);
   if (!grads.ok()) return grads.status();
-  if (cmd.return_values()) {
-    v1::GradientValues* values = result->mutable_gradient();
-    for (const Tensor& grad : *grads) {
-      v1::TensorValue* value = values->add_values();
-      values->add_is_none(!grad.valid());
-      if (grad.valid()) ToProto(grad, value);
-    }
-  }
-  return absl::OkStatus();
+  if (!cmd.return_values()) return absl::OkStatus();
+  return ValuesToProto(seq, "Gradient", *grads, result->mutable_gradient());
 }
 
 // Training: SaveCheckpoint / RestoreCheckpoint answer a CheckpointInfo.
@@ -382,14 +394,6 @@ Unconnected UnconnectedFromProto(v1::UnconnectedGradients u) {
   return u == v1::UNCONNECTED_ZERO ? Unconnected::kZero : Unconnected::kNone;
 }
 
-void ValuesToProto(absl::Span<const Tensor> values, v1::GradientValues* out) {
-  for (const Tensor& t : values) {
-    v1::TensorValue* value = out->add_values();
-    out->add_is_none(!t.valid());
-    if (t.valid()) ToProto(t, value);
-  }
-}
-
 absl::Status Jacobian(Session& session, int64_t seq, const v1::Jacobian& cmd,
                       v1::CommandResult* result) {
   JacobianRequest request;
@@ -401,8 +405,9 @@ absl::Status Jacobian(Session& session, int64_t seq, const v1::Jacobian& cmd,
   request.result_ids.assign(cmd.result_ids().begin(), cmd.result_ids().end());
   absl::StatusOr<std::vector<Tensor>> jac = session.Jacobian(seq, request);
   if (!jac.ok()) return jac.status();
-  if (cmd.return_values()) ValuesToProto(*jac, result->mutable_jacobian());
-  return absl::OkStatus();
+  if (!cmd.return_values()) return absl::OkStatus();
+  return ValuesToProto(seq, cmd.batch() ? "BatchJacobian" : "Jacobian", *jac,
+                       result->mutable_jacobian());
 }
 
 absl::Status FetchJvp(Session& session, int64_t seq, const v1::FetchJvp& cmd,
@@ -411,10 +416,9 @@ absl::Status FetchJvp(Session& session, int64_t seq, const v1::FetchJvp& cmd,
       session.FetchJvp(seq, cmd.accumulator_id(), cmd.id(), cmd.result_id(),
                        UnconnectedFromProto(cmd.unconnected()));
   if (!jvp.ok()) return jvp.status();
-  if (cmd.return_value()) {
-    ValuesToProto(absl::MakeConstSpan(&*jvp, 1), result->mutable_jvp());
-  }
-  return absl::OkStatus();
+  if (!cmd.return_value()) return absl::OkStatus();
+  return ValuesToProto(seq, "FetchJvp", absl::MakeConstSpan(&*jvp, 1),
+                       result->mutable_jvp());
 }
 
 absl::StatusOr<GradientRef> RefFromProto(const v1::GradientRef& ref,
@@ -537,7 +541,11 @@ absl::Status Fetch(Session& session, int64_t seq, const v1::FetchTensor& cmd,
         RoomForMessage(budget, size.reply_bytes),
         "; fetch it in a batch of its own", kChunkedLater));
   }
-  ToProto(*tensor, result->mutable_tensor());
+  if (absl::Status s = ToProto(*tensor, result->mutable_tensor()); !s.ok()) {
+    return absl::InternalError(absl::StrCat("FetchTensor (command ", seq,
+                                            "): tensor id ", cmd.id(), ": ",
+                                            s.message()));
+  }
   return absl::OkStatus();
 }
 

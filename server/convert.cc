@@ -31,11 +31,18 @@ v1::DType ToProto(DType dtype) {
   return static_cast<v1::DType>(static_cast<int>(dtype));
 }
 
-void ToProto(const Tensor& tensor, v1::TensorValue* out) {
+absl::Status ToProto(const Tensor& tensor, v1::TensorValue* out) {
+  if (!tensor.valid() ||
+      (tensor.num_bytes() > 0 && tensor.raw_data() == nullptr)) {
+    return absl::InternalError(absl::StrCat(
+        "the tensor ", tensor.DebugString(),
+        " has no data to return (a server bug: please report it)"));
+  }
   out->set_dtype(ToProto(tensor.dtype()));
   out->mutable_shape()->Assign(tensor.shape().begin(), tensor.shape().end());
   out->set_data(static_cast<const char*>(tensor.raw_data()),
                 tensor.num_bytes());
+  return absl::OkStatus();
 }
 
 absl::StatusOr<AttrValue> FromProto(absl::string_view attr_name,

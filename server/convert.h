@@ -23,8 +23,10 @@ namespace gradtape::server {
 absl::StatusOr<DType> FromProto(v1::DType dtype);
 v1::DType ToProto(DType dtype);
 
-// Copies dtype, shape and the little-endian bytes of `tensor` (valid).
-void ToProto(const Tensor& tensor, v1::TensorValue* out);
+// Copies dtype, shape and the little-endian bytes of `tensor`. INTERNAL
+// (and `out` untouched) if the tensor is invalid or has no buffer for its
+// bytes: a core bug, reported instead of reading through a null pointer.
+absl::Status ToProto(const Tensor& tensor, v1::TensorValue* out);
 
 // INVALID_ARGUMENT naming `attr_name` when the oneof is unset or a type attr
 // holds no dtype ("dtype is not set") or an unknown one ("unknown dtype 99").

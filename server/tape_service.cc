@@ -19,7 +19,8 @@ namespace gradtape::server {
 namespace {
 
 // Replies queued before the stream stops reading more batches (back-pressure
-// on a client that sends without reading).
+// on a client that sends without reading): this many, or as many bytes as
+// one full reply may take.
 constexpr size_t kMaxQueuedReplies = 8;
 
 // Each incoming batch is parsed (from the call's bytes) into an arena that is
@@ -86,7 +87,8 @@ absl::Status SerializeReply(const v1::BatchReply& reply,
 //    its reply queued, so replies keep the batches' order (a reply_optional
 //    batch without results gets none: the next reply acknowledges it);
 //  * one write outstanding at a time, from the front of the queue; while
-//    kMaxQueuedReplies replies wait, no new read starts;
+//    kMaxQueuedReplies replies, or a full reply's worth of bytes, wait, no
+//    new read starts;
 //  * reading stops on the client's half-close, a broken or cancelled call
 //    (a read or write fails), or an RPC-level error (the session closed);
 //    then the call finishes once the queued replies are written (or at once
@@ -146,12 +148,14 @@ class StreamReactor final
       return;
     }
     absl::MutexLock lock(&mu_);
-    replies_.push_back(std::move(serialized));
+    const size_t length = serialized.Length();
+    queued_bytes_ += length;
+    replies_.push_back({std::move(serialized), length});
     if (!writing_) {
       writing_ = true;
-      StartWrite(&replies_.front());
+      StartWrite(&replies_.front().bytes);
     }
-    if (replies_.size() < kMaxQueuedReplies) {
+    if (!QueueFullLocked()) {
       StartRead(&request_);
     } else {
       read_paused_ = true;
@@ -164,10 +168,12 @@ class StreamReactor final
     {
       absl::MutexLock lock(&mu_);
       writing_ = false;
+      queued_bytes_ -= replies_.front().length;
       replies_.pop_front();
       if (!ok) {
         // The call is dead: drop the rest; an outstanding read fails too.
         replies_.clear();
+        queued_bytes_ = 0;
         if (read_paused_) {
           read_paused_ = false;
           reads_done_ = true;
@@ -175,9 +181,9 @@ class StreamReactor final
       } else {
         if (!replies_.empty()) {
           writing_ = true;
-          StartWrite(&replies_.front());
+          StartWrite(&replies_.front().bytes);
         }
-        if (read_paused_ && replies_.size() < kMaxQueuedReplies) {
+        if (read_paused_ && !QueueFullLocked()) {
           read_paused_ = false;
           StartRead(&request_);
         }
@@ -201,6 +207,11 @@ class StreamReactor final
       finish = ShouldFinishLocked(&status);
     }
     if (finish) Finish(status);
+  }
+
+  bool QueueFullLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return replies_.size() >= kMaxQueuedReplies ||
+           queued_bytes_ >= static_cast<size_t>(max_reply_bytes_);
   }
 
   // True (once) when reading stopped and no write is outstanding; the caller
@@ -229,8 +240,13 @@ class StreamReactor final
   absl::Mutex mu_;
   // Replies not yet written; the front one is being written if writing_.
   // A deque keeps the front's address stable while more are queued.
-  std::deque<grpc::ByteBuffer> replies_ ABSL_GUARDED_BY(mu_);
+  struct QueuedReply {
+    grpc::ByteBuffer bytes;
+    size_t length;  // bytes.Length() when queued
+  };
+  std::deque<QueuedReply> replies_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of replies_
   bool read_paused_ ABSL_GUARDED_BY(mu_) = false;
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
   bool finish_called_ ABSL_GUARDED_BY(mu_) = false;

@@ -556,5 +556,16 @@ TEST(ToGrpcStatusTest, MessageIsValidUtf8AndBounded) {
   EXPECT_TRUE(parsed.ParseFromString(error.SerializeAsString()));
 }
 
+TEST(ConvertTest, TensorWithoutDataIsNotSerialised) {
+  v1::TensorValue value;
+  absl::Status status = ToProto(Tensor(), &value);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("has no data"));
+  EXPECT_EQ(value.ByteSizeLong(), 0u);
+  EXPECT_TRUE(ToProto(Tensor::Scalar<double>(2), &value).ok());
+  EXPECT_EQ(value.dtype(), v1::DTYPE_FLOAT64);
+  EXPECT_THAT(AsDoubles(value), ElementsAre(2));
+}
+
 }  // namespace
 }  // namespace gradtape::server
