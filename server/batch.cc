@@ -312,7 +312,9 @@ absl::Status Refuse(const Prediction& p, int64_t seq,
   }
   return absl::ResourceExhaustedError(absl::StrCat(
       p.what, " (command ", seq, "): its returned values (",
-      ValuesForMessage(p.size.values), ": ", data_bytes,
+      ValuesForMessage(p.size.values), ": ",
+      data_bytes == kInt64Max ? std::string("more than 2^63")
+                              : absl::StrCat(data_bytes),
       " bytes of data) do not fit in this reply: ",
       RoomForMessage(budget, p.size.reply_bytes),
       "; nothing was applied (result ids ", ListForMessage(p.output_ids),
