@@ -329,6 +329,56 @@ TEST(ApplyBatchTest, ReplyLimitIsAParameter) {
                         "bytes"));
 }
 
+// A result without a prediction (stats) that no longer fits is replaced by an
+// error saying it was applied; when that error does not fit either, the batch
+// stops there and the commands after it are not applied.
+TEST(ApplyBatchTest, FullReplyStopsTheBatch) {
+  Session session(DefaultRegistry(), SessionOptions());
+  // Find a fetch that leaves less room than a stats result takes.
+  bool found = false;
+  for (int n = 360; n < 400 && !found; ++n) {
+    std::vector<double> values = Iota(n);
+    ASSERT_TRUE(session
+                    .PutTensor(n, n, DType::kFloat64, {n},
+                               absl::string_view(
+                                   reinterpret_cast<const char*>(values.data()),
+                                   values.size() * sizeof(double)))
+                    .ok());
+    v1::CommandBatch batch;
+    v1::Command* cmd = batch.add_commands();
+    cmd->set_seq(1000);
+    cmd->mutable_fetch()->set_id(n);
+    cmd = batch.add_commands();
+    cmd->set_seq(1001);
+    cmd->mutable_stats();
+    cmd = batch.add_commands();
+    cmd->set_seq(1002);
+    cmd->mutable_put()->set_id(5000 + n);  // put only when all fits
+    *cmd->mutable_put()->mutable_value() = Doubles({1}, {1});
+    v1::BatchReply reply;
+    ApplyBatch(session, batch, 4096, &reply);
+    ASSERT_THAT(reply.results(), SizeIs(2)) << n;
+    if (!reply.results(0).has_tensor()) break;  // past the interesting n
+    if (reply.results(1).has_stats()) continue;
+    found = true;
+    EXPECT_LE(reply.ByteSizeLong(), 4096u);
+    const v1::Error& error = reply.results(1).error();
+    EXPECT_EQ(reply.results(1).seq(), 1001);
+    EXPECT_EQ(error.code(), kResourceExhausted);
+    EXPECT_THAT(error.message(),
+                AllOf(HasSubstr("command 1001: the reply is full (it may "
+                                "hold 4096 bytes)"),
+                      HasSubstr("the 1 commands after it in this batch (seq "
+                                "1002 to 1002) were not applied"),
+                      HasSubstr("The command's error began: command 1001 "
+                                "(stats): it was applied, but its result")));
+    EXPECT_EQ(reply.last_seq(), 1001);
+    EXPECT_EQ(session.FetchTensor(1003, 5000 + n).status().code(),
+              absl::StatusCode::kNotFound);
+  }
+  EXPECT_TRUE(found);
+}
+
 // A Stream call on raw bytes (grpc::GenericStub), driven one operation at a
 // time.
 class RawStream {
