@@ -1,12 +1,19 @@
 #include "server/batch.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/types/span.h"
+#include "core/variable.h"
+#include "google/protobuf/io/coded_stream.h"
 #include "server/convert.h"
 
 namespace gradtape::server {
@@ -15,6 +22,303 @@ namespace {
 template <typename Repeated>
 absl::Span<const int64_t> Ids(const Repeated& ids) {
   return absl::MakeConstSpan(ids.data(), ids.size());
+}
+
+// ---------------------------------------------------------------------------
+// The reply budget.
+//
+// Every result is charged with its exact encoded size once it is in the
+// reply. A command that puts data in the reply is checked against what
+// remains before it is applied (FetchTensor measures the tensor it read
+// before serialising it); if the data would not fit, the command fails
+// alone with RESOURCE_EXHAUSTED and the batch goes on. kStopReserve is kept
+// for the one error that ends a batch whose reply is full even of errors.
+
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+// Room kept for the error that stops a full batch (its message is bounded).
+constexpr int64_t kStopReserve = 1024;
+// ApplyBatch raises a smaller limit to this.
+constexpr int64_t kMinReplyBytes = 4 * kStopReserve;
+
+int64_t SaturatingAdd(int64_t a, int64_t b) {
+  return a > kInt64Max - b ? kInt64Max : a + b;
+}
+
+int64_t SaturatingMul(int64_t a, int64_t b) {
+  if (a < 0 || b < 0) return kInt64Max;  // unknown: refuse, never wrap
+  int64_t product;
+  return __builtin_mul_overflow(a, b, &product) ? kInt64Max : product;
+}
+
+// Bytes of a length-delimited field: tag, length varint, payload.
+int64_t FieldBytes(int field_number, int64_t payload) {
+  using google::protobuf::io::CodedOutputStream;
+  return SaturatingAdd(payload, CodedOutputStream::VarintSize32(
+                                    static_cast<uint32_t>(field_number) << 3) +
+                                    CodedOutputStream::VarintSize64(
+                                        static_cast<uint64_t>(payload)));
+}
+
+// Bytes of a CommandResult in the reply (its field in BatchReply included).
+int64_t ReplyBytes(const v1::CommandResult& result) {
+  return FieldBytes(v1::BatchReply::kResultsFieldNumber,
+                    static_cast<int64_t>(result.ByteSizeLong()));
+}
+
+// The encoded size of a result value: a TensorValue of `dtype` and `shape`
+// with `num_elements` elements (-1: unknown, counted as too large).
+struct ValueSize {
+  DType dtype = DType::kInvalid;
+  Shape shape;
+  int64_t data_bytes = 0;
+  int64_t encoded_bytes = 0;  // the TensorValue, saturated at kInt64Max
+};
+
+ValueSize SizeOfValue(DType dtype, Shape shape, int64_t num_elements) {
+  ValueSize size;
+  size.dtype = dtype;
+  size.shape = std::move(shape);
+  size.data_bytes =
+      SaturatingMul(num_elements, static_cast<int64_t>(DTypeSize(dtype)));
+  v1::TensorValue header;
+  header.set_dtype(ToProto(dtype));
+  header.mutable_shape()->Add(size.shape.begin(), size.shape.end());
+  size.encoded_bytes = static_cast<int64_t>(header.ByteSizeLong());
+  if (size.data_bytes > 0) {
+    size.encoded_bytes = SaturatingAdd(
+        size.encoded_bytes,
+        FieldBytes(v1::TensorValue::kDataFieldNumber, size.data_bytes));
+  }
+  return size;
+}
+
+ValueSize SizeOfTensor(const Tensor& t) {
+  return SizeOfValue(t.dtype(), t.shape(), t.num_elements());
+}
+
+// What a result would hold: its encoded size (the whole CommandResult in the
+// reply) and the values, for messages.
+struct ResultSize {
+  int64_t reply_bytes = 0;
+  std::vector<ValueSize> values;
+};
+
+// A CommandResult holding `values` (GradientValues at `field`, or one
+// TensorValue when `single_tensor`).
+ResultSize SizeOfResult(int64_t seq, int field, std::vector<ValueSize> values,
+                        bool single_tensor) {
+  using google::protobuf::io::CodedOutputStream;
+  ResultSize size;
+  int64_t payload = 0;
+  if (single_tensor) {
+    payload = values[0].encoded_bytes;
+  } else {
+    for (const ValueSize& v : values) {
+      payload = SaturatingAdd(
+          payload,
+          FieldBytes(v1::GradientValues::kValuesFieldNumber, v.encoded_bytes));
+    }
+    // is_none: packed bools, one byte each.
+    payload = SaturatingAdd(payload,
+                            FieldBytes(v1::GradientValues::kIsNoneFieldNumber,
+                                       static_cast<int64_t>(values.size())));
+  }
+  int64_t result = FieldBytes(field, payload);
+  // seq: tag + varint.
+  result = SaturatingAdd(
+      result, 1 + CodedOutputStream::VarintSize64(static_cast<uint64_t>(seq)));
+  size.reply_bytes = FieldBytes(v1::BatchReply::kResultsFieldNumber, result);
+  size.values = std::move(values);
+  return size;
+}
+
+class ReplyBudget {
+ public:
+  explicit ReplyBudget(int64_t limit)
+      : limit_(std::max(limit, kMinReplyBytes)) {}
+
+  int64_t limit() const { return limit_; }
+  // What results may still take (kStopReserve kept back).
+  int64_t remaining() const { return limit_ - kStopReserve - used_; }
+  bool Fits(int64_t reply_bytes) const { return reply_bytes <= remaining(); }
+  // Only the stopping error may use the reserve.
+  bool FitsInReserve(int64_t reply_bytes) const {
+    return reply_bytes <= limit_ - used_;
+  }
+  void Charge(int64_t reply_bytes) { used_ += reply_bytes; }
+
+ private:
+  const int64_t limit_;
+  int64_t used_ = 0;
+};
+
+std::string ListForMessage(absl::Span<const int64_t> ids) {
+  constexpr size_t kShown = 8;
+  std::string out = absl::StrCat(
+      "[", absl::StrJoin(ids.subspan(0, std::min(ids.size(), kShown)), ","));
+  if (ids.size() > kShown) absl::StrAppend(&out, ",... (", ids.size(), ")");
+  return absl::StrCat(out, "]");
+}
+
+std::string ValuesForMessage(absl::Span<const ValueSize> values) {
+  constexpr size_t kShown = 4;
+  std::string out;
+  for (size_t i = 0; i < values.size() && i < kShown; ++i) {
+    const ValueSize& v = values[i];
+    absl::StrAppend(&out, i == 0 ? "" : ", ", DTypeName(v.dtype),
+                    ListForMessage(v.shape));
+  }
+  if (values.size() > kShown) {
+    absl::StrAppend(&out, ", ... (", values.size(), " values)");
+  }
+  return out;
+}
+
+// "N of the reply's L bytes remain" or, when the data alone exceeds a
+// whole reply, says so.
+std::string RoomForMessage(const ReplyBudget& budget, int64_t reply_bytes) {
+  if (reply_bytes > budget.limit() - kStopReserve) {
+    return absl::StrCat("it is larger than a whole reply (the reply limit is ",
+                        budget.limit(),
+                        " bytes: the server's max message size less a "
+                        "margin)");
+  }
+  return absl::StrCat(std::max<int64_t>(budget.remaining(), 0), " of the ",
+                      budget.limit(), " bytes a reply may hold remain");
+}
+
+constexpr char kChunkedLater[] =
+    "; tensors larger than a whole reply cannot be returned until chunked "
+    "transfer (a later issue)";
+
+// The tensor behind `id`, without applying a command: FetchTensor at the
+// session's last seq, which leaves last_seq where it is and changes nothing
+// else. Invalid if the id does not resolve (the command itself then fails
+// with the precise error).
+Tensor Peek(Session& session, int64_t id) {
+  absl::StatusOr<Tensor> t = session.FetchTensor(session.last_seq(), id);
+  return t.ok() ? *std::move(t) : Tensor();
+}
+
+// The dtype, shape and element count of the value a gradient for `source`
+// has: the source's own, or a variable handle's variable's.
+ValueSize SizeOfGradientFor(const Tensor& source) {
+  if (const Variable* var = VariableOf(source); var != nullptr) {
+    return SizeOfValue(var->dtype, var->shape, NumElements(var->shape));
+  }
+  return SizeOfTensor(source);
+}
+
+// The returned values of a command that returns data besides FetchTensor
+// (Gradient, Jacobian, FetchJvp with return values), predicted from the
+// tensors it names before it is applied. No values when it returns none, or
+// when a named id does not resolve (the command then fails by itself).
+// Unconnected sources are counted at full size (the prediction may only be
+// too large, never too small; a None value is smaller).
+struct Prediction {
+  const char* what = "";
+  ResultSize size;
+  std::vector<int64_t> output_ids;  // poisoned when refused
+  std::string advice;
+};
+
+Prediction Predict(Session& session, const v1::Command& cmd) {
+  Prediction p;
+  const int64_t seq = cmd.seq();
+  switch (cmd.kind_case()) {
+    case v1::Command::kGradient: {
+      const v1::Gradient& g = cmd.gradient();
+      if (!g.return_values()) return p;
+      std::vector<ValueSize> values;
+      for (int64_t id : g.source_ids()) {
+        Tensor source = Peek(session, id);
+        if (!source.valid()) return p;
+        values.push_back(SizeOfGradientFor(source));
+      }
+      p.what = "Gradient";
+      p.output_ids.assign(g.result_ids().begin(), g.result_ids().end());
+      p.size = SizeOfResult(seq, v1::CommandResult::kGradientFieldNumber,
+                            std::move(values), /*single_tensor=*/false);
+      p.advice = absl::StrCat(
+          "run it with return_values=false and fetch the result ids ",
+          ListForMessage(p.output_ids),
+          " with FetchTensor, each in a batch of its own if needed");
+      return p;
+    }
+    case v1::Command::kJacobian: {
+      const v1::Jacobian& j = cmd.jacobian();
+      if (!j.return_values()) return p;
+      Tensor target = Peek(session, j.target_id());
+      if (!target.valid()) return p;
+      // core/jacobian.cc: target.shape + source.shape, or for a batch
+      // Jacobian [B] + target.shape[1:] + source.shape[1:].
+      if (j.batch() && target.rank() == 0) return p;  // fails by itself
+      std::vector<ValueSize> values;
+      for (int64_t id : j.source_ids()) {
+        Tensor source = Peek(session, id);
+        if (!source.valid()) return p;
+        ValueSize src = SizeOfGradientFor(source);
+        Shape shape;
+        int64_t n;
+        if (j.batch()) {
+          if (src.shape.empty() || src.shape[0] != target.dim(0)) return p;
+          shape.push_back(target.dim(0));
+          shape.insert(shape.end(), target.shape().begin() + 1,
+                       target.shape().end());
+          shape.insert(shape.end(), src.shape.begin() + 1, src.shape.end());
+        } else {
+          shape = target.shape();
+          shape.insert(shape.end(), src.shape.begin(), src.shape.end());
+        }
+        n = NumElements(shape);  // -1 on overflow: counted as too large
+        values.push_back(SizeOfValue(src.dtype, std::move(shape), n));
+      }
+      p.what = j.batch() ? "BatchJacobian" : "Jacobian";
+      p.output_ids.assign(j.result_ids().begin(), j.result_ids().end());
+      p.size = SizeOfResult(seq, v1::CommandResult::kJacobianFieldNumber,
+                            std::move(values), /*single_tensor=*/false);
+      p.advice = absl::StrCat(
+          "run it with return_values=false and fetch the result ids ",
+          ListForMessage(p.output_ids),
+          " with FetchTensor, each in a batch of its own if needed");
+      return p;
+    }
+    case v1::Command::kFetchJvp: {
+      const v1::FetchJvp& f = cmd.fetch_jvp();
+      if (!f.return_value()) return p;
+      Tensor primal = Peek(session, f.id());
+      if (!primal.valid()) return p;
+      std::vector<ValueSize> values = {SizeOfTensor(primal)};
+      p.what = "FetchJvp";
+      p.output_ids = {f.result_id()};
+      p.size = SizeOfResult(seq, v1::CommandResult::kJvpFieldNumber,
+                            std::move(values), /*single_tensor=*/false);
+      p.advice = absl::StrCat(
+          "run it with return_value=false and fetch result id ", f.result_id(),
+          " with FetchTensor, in a batch of its own if needed");
+      return p;
+    }
+    default:
+      return p;
+  }
+}
+
+// RESOURCE_EXHAUSTED for a command refused before it was applied.
+absl::Status Refuse(const Prediction& p, int64_t seq,
+                    const ReplyBudget& budget) {
+  int64_t data_bytes = 0;
+  for (const ValueSize& v : p.size.values) {
+    data_bytes = SaturatingAdd(data_bytes, v.data_bytes);
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      p.what, " (command ", seq, "): its returned values (",
+      ValuesForMessage(p.size.values), ": ",
+      data_bytes == kInt64Max ? std::string("more than 2^63")
+                              : absl::StrCat(data_bytes),
+      " bytes of data) do not fit in this reply: ",
+      RoomForMessage(budget, p.size.reply_bytes),
+      "; nothing was applied (result ids ", ListForMessage(p.output_ids),
+      " are poisoned); ", p.advice, kChunkedLater));
 }
 
 absl::Status Execute(Session& session, int64_t seq, const v1::ExecuteOp& cmd) {
@@ -33,6 +337,25 @@ absl::Status Execute(Session& session, int64_t seq, const v1::ExecuteOp& cmd) {
                            Ids(cmd.output_ids()), std::move(attrs));
 }
 
+// Returned values (an invalid Tensor is a None value). A value that cannot be
+// serialised (a core bug) is an INTERNAL error that says the command was
+// applied.
+absl::Status ValuesToProto(int64_t seq, absl::string_view what,
+                           absl::Span<const Tensor> values,
+                           v1::GradientValues* out) {
+  for (const Tensor& t : values) {
+    v1::TensorValue* value = out->add_values();
+    out->add_is_none(!t.valid());
+    if (!t.valid()) continue;
+    if (absl::Status s = ToProto(t, value); !s.ok()) {
+      return absl::InternalError(absl::StrCat(
+          what, " (command ", seq, "): it was applied, but value ",
+          out->values_size() - 1, " cannot be returned: ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Gradient(Session& session, int64_t seq, const v1::Gradient& cmd,
                       v1::CommandResult* result) {
   GradientRequest request;
@@ -47,15 +370,8 @@ absl::Status Gradient(Session& session, int64_t seq, const v1::Gradient& cmd,
   request.result_ids.assign(cmd.result_ids().begin(), cmd.result_ids().end());
   absl::StatusOr<std::vector<Tensor>> grads = session.Gradient(seq, request);
   if (!grads.ok()) return grads.status();
-  if (cmd.return_values()) {
-    v1::GradientValues* values = result->mutable_gradient();
-    for (const Tensor& grad : *grads) {
-      v1::TensorValue* value = values->add_values();
-      values->add_is_none(!grad.valid());
-      if (grad.valid()) ToProto(grad, value);
-    }
-  }
-  return absl::OkStatus();
+  if (!cmd.return_values()) return absl::OkStatus();
+  return ValuesToProto(seq, "Gradient", *grads, result->mutable_gradient());
 }
 
 // Training: SaveCheckpoint / RestoreCheckpoint answer a CheckpointInfo.
@@ -80,14 +396,6 @@ Unconnected UnconnectedFromProto(v1::UnconnectedGradients u) {
   return u == v1::UNCONNECTED_ZERO ? Unconnected::kZero : Unconnected::kNone;
 }
 
-void ValuesToProto(absl::Span<const Tensor> values, v1::GradientValues* out) {
-  for (const Tensor& t : values) {
-    v1::TensorValue* value = out->add_values();
-    out->add_is_none(!t.valid());
-    if (t.valid()) ToProto(t, value);
-  }
-}
-
 absl::Status Jacobian(Session& session, int64_t seq, const v1::Jacobian& cmd,
                       v1::CommandResult* result) {
   JacobianRequest request;
@@ -99,8 +407,9 @@ absl::Status Jacobian(Session& session, int64_t seq, const v1::Jacobian& cmd,
   request.result_ids.assign(cmd.result_ids().begin(), cmd.result_ids().end());
   absl::StatusOr<std::vector<Tensor>> jac = session.Jacobian(seq, request);
   if (!jac.ok()) return jac.status();
-  if (cmd.return_values()) ValuesToProto(*jac, result->mutable_jacobian());
-  return absl::OkStatus();
+  if (!cmd.return_values()) return absl::OkStatus();
+  return ValuesToProto(seq, cmd.batch() ? "BatchJacobian" : "Jacobian", *jac,
+                       result->mutable_jacobian());
 }
 
 absl::Status FetchJvp(Session& session, int64_t seq, const v1::FetchJvp& cmd,
@@ -109,10 +418,9 @@ absl::Status FetchJvp(Session& session, int64_t seq, const v1::FetchJvp& cmd,
       session.FetchJvp(seq, cmd.accumulator_id(), cmd.id(), cmd.result_id(),
                        UnconnectedFromProto(cmd.unconnected()));
   if (!jvp.ok()) return jvp.status();
-  if (cmd.return_value()) {
-    ValuesToProto(absl::MakeConstSpan(&*jvp, 1), result->mutable_jvp());
-  }
-  return absl::OkStatus();
+  if (!cmd.return_value()) return absl::OkStatus();
+  return ValuesToProto(seq, "FetchJvp", absl::MakeConstSpan(&*jvp, 1),
+                       result->mutable_jvp());
 }
 
 absl::StatusOr<GradientRef> RefFromProto(const v1::GradientRef& ref,
@@ -202,25 +510,58 @@ absl::Status ExecuteWithGradient(Session& session, int64_t seq,
                                        std::move(program));
 }
 
+absl::Status Put(Session& session, int64_t seq, const v1::PutTensor& cmd) {
+  const v1::TensorValue& value = cmd.value();
+  absl::StatusOr<DType> dtype = FromProto(value.dtype());
+  if (!dtype.ok()) {
+    absl::Status failure = absl::InvalidArgumentError(
+        absl::StrCat("PutTensor (command ", seq, ", id ", cmd.id(),
+                     "): ", dtype.status().message()));
+    const int64_t ids[] = {cmd.id()};
+    session.Fail(seq, ids, failure);
+    return failure;
+  }
+  return session.PutTensor(seq, cmd.id(), *dtype, Ids(value.shape()),
+                           value.data());
+}
+
+// Reads the tensor, then measures it before serialising it: a tensor that
+// does not fit in what remains of the reply is refused (FetchTensor changes
+// nothing but last_seq, so the refusal is as atomic as any failed fetch).
+absl::Status Fetch(Session& session, int64_t seq, const v1::FetchTensor& cmd,
+                   const ReplyBudget& budget, v1::CommandResult* result) {
+  absl::StatusOr<Tensor> tensor = session.FetchTensor(seq, cmd.id());
+  if (!tensor.ok()) return tensor.status();
+  std::vector<ValueSize> values = {SizeOfTensor(*tensor)};
+  ResultSize size = SizeOfResult(seq, v1::CommandResult::kTensorFieldNumber,
+                                 std::move(values), /*single_tensor=*/true);
+  if (!budget.Fits(size.reply_bytes)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "FetchTensor (command ", seq, "): tensor id ", cmd.id(), " (",
+        ValuesForMessage(size.values), ", ", size.values[0].data_bytes,
+        " bytes) does not fit in this reply: ",
+        RoomForMessage(budget, size.reply_bytes),
+        "; fetch it in a batch of its own", kChunkedLater));
+  }
+  if (absl::Status s = ToProto(*tensor, result->mutable_tensor()); !s.ok()) {
+    return absl::InternalError(absl::StrCat("FetchTensor (command ", seq,
+                                            "): tensor id ", cmd.id(), ": ",
+                                            s.message()));
+  }
+  return absl::OkStatus();
+}
+
 // Applies one command; fills `result` when the command returns something.
 absl::Status Apply(Session& session, const v1::Command& cmd,
-                   v1::CommandResult* result) {
+                   const ReplyBudget& budget, v1::CommandResult* result) {
   const int64_t seq = cmd.seq();
   switch (cmd.kind_case()) {
     case v1::Command::kExecute:
       return Execute(session, seq, cmd.execute());
-    case v1::Command::kPut: {
-      const v1::TensorValue& value = cmd.put().value();
-      return session.PutTensor(seq, cmd.put().id(), FromProto(value.dtype()),
-                               Ids(value.shape()), value.data());
-    }
-    case v1::Command::kFetch: {
-      absl::StatusOr<Tensor> tensor =
-          session.FetchTensor(seq, cmd.fetch().id());
-      if (!tensor.ok()) return tensor.status();
-      ToProto(*tensor, result->mutable_tensor());
-      return absl::OkStatus();
-    }
+    case v1::Command::kPut:
+      return Put(session, seq, cmd.put());
+    case v1::Command::kFetch:
+      return Fetch(session, seq, cmd.fetch(), budget, result);
     case v1::Command::kRelease:
       return session.ReleaseTensors(seq, Ids(cmd.release().ids()));
     case v1::Command::kPushTape:
@@ -290,22 +631,101 @@ absl::Status Apply(Session& session, const v1::Command& cmd,
   return failure;
 }
 
+// The name of the command's kind ("gradient", "stats", ...).
+std::string KindName(const v1::Command& cmd) {
+  const google::protobuf::FieldDescriptor* field =
+      v1::Command::descriptor()->FindFieldByNumber(cmd.kind_case());
+  return field != nullptr ? field->name() : "no kind";
+}
+
+// The error that ends a batch whose reply is full: the result of command
+// `seq` (an error, `original`) does not fit, and the commands after it are
+// not applied. Its message is bounded so that it fits in kStopReserve.
+v1::CommandResult StopResult(int64_t seq, const v1::Error& original,
+                             const ReplyBudget& budget,
+                             const v1::CommandBatch& batch, int index) {
+  constexpr size_t kQuoted = 200;
+  absl::string_view quoted = original.message();
+  const int rest = batch.commands_size() - index - 1;
+  std::string not_applied =
+      rest == 0
+          ? std::string("it was the batch's last command")
+          : absl::StrCat("the ", rest, " commands after it in this batch (seq ",
+                         batch.commands(index + 1).seq(), " to ",
+                         batch.commands(index + rest).seq(),
+                         ") were not applied: send them again in a "
+                         "new batch");
+  absl::Status status = absl::ResourceExhaustedError(absl::StrCat(
+      "command ", seq, ": the reply is full (it may hold ", budget.limit(),
+      " bytes): this error stands for the command's own (code ",
+      original.code(), "), and ", not_applied, ". The command's error began: ",
+      quoted.substr(0, kQuoted), quoted.size() > kQuoted ? "..." : ""));
+  v1::CommandResult result;
+  result.set_seq(seq);
+  ToProto(status, result.mutable_error());
+  return result;
+}
+
 }  // namespace
 
 void ApplyBatch(Session& session, const v1::CommandBatch& batch,
-                v1::BatchReply* reply) {
+                int64_t max_reply_bytes, v1::BatchReply* reply) {
   reply->set_batch_id(batch.batch_id());
-  for (const v1::Command& cmd : batch.commands()) {
+  ReplyBudget budget(max_reply_bytes);
+  const auto& commands = batch.commands();
+  for (int i = 0; i < commands.size(); ++i) {
+    const v1::Command& cmd = commands[i];
+    const int64_t seq = cmd.seq();
     v1::CommandResult result;
-    absl::Status status = Apply(session, cmd, &result);
+    absl::Status status;
+    const Prediction prediction = Predict(session, cmd);
+    if (prediction.size.reply_bytes > 0 &&
+        !budget.Fits(prediction.size.reply_bytes)) {
+      status = Refuse(prediction, seq, budget);
+      session.Fail(seq, prediction.output_ids, status);
+    } else {
+      status = Apply(session, cmd, budget, &result);
+    }
     if (!status.ok()) {
       result.Clear();
       ToProto(status, result.mutable_error());
     }
-    if (result.kind_case() != v1::CommandResult::KIND_NOT_SET) {
-      result.set_seq(cmd.seq());
-      *reply->add_results() = std::move(result);
+    if (result.kind_case() == v1::CommandResult::KIND_NOT_SET) continue;
+    result.set_seq(seq);
+    int64_t bytes = ReplyBytes(result);
+    if (!budget.Fits(bytes) &&
+        result.kind_case() != v1::CommandResult::kError) {
+      // Larger than predicted, or a result without a prediction (stats,
+      // checkpoint info, watched variables): the command was applied.
+      const std::string what = absl::StrCat(
+          "command ", seq, " (", KindName(cmd),
+          "): it was applied, but its result (", bytes,
+          " bytes) does not fit in this reply: ", RoomForMessage(budget, bytes),
+          "; ");
+      std::string advice =
+          prediction.output_ids.empty()
+              ? std::string("run it again in a batch of its own")
+              : absl::StrCat("its values are stored at result ids ",
+                             ListForMessage(prediction.output_ids),
+                             ": fetch them with FetchTensor, each in a batch "
+                             "of its own if needed");
+      result.Clear();
+      result.set_seq(seq);
+      ToProto(absl::ResourceExhaustedError(absl::StrCat(what, advice)),
+              result.mutable_error());
+      bytes = ReplyBytes(result);
     }
+    if (!budget.Fits(bytes)) {
+      result = StopResult(seq, result.error(), budget, batch, i);
+      bytes = ReplyBytes(result);
+      if (budget.FitsInReserve(bytes)) {
+        budget.Charge(bytes);
+        *reply->add_results() = std::move(result);
+      }
+      break;
+    }
+    budget.Charge(bytes);
+    *reply->add_results() = std::move(result);
   }
   reply->set_last_seq(session.last_seq());
 }

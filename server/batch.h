@@ -3,6 +3,8 @@
 #ifndef GRADTAPE_SERVER_BATCH_H_
 #define GRADTAPE_SERVER_BATCH_H_
 
+#include <cstdint>
+
 #include "core/session.h"
 #include "gradtape/v1/tape_service.pb.h"
 
@@ -14,9 +16,23 @@ namespace gradtape::server {
 // last_seq. A failed command does not stop the batch: the core poisons its
 // outputs and the next command runs.
 //
+// The reply's results take at most `max_reply_bytes` (encoded; at least
+// 4096 is used): the caller passes its max message size less a margin for
+// batch_id and last_seq. A command that returns data (FetchTensor; Gradient,
+// Jacobian, FetchJvp with return values) is checked before it is applied:
+// if its values would not fit in what remains, it fails alone with
+// RESOURCE_EXHAUSTED (naming seq, ids, dtypes/shapes, bytes, the limit, and
+// how to fetch them instead), changes nothing but last_seq and the poisoned
+// result ids, and the batch goes on. A result that is larger than predicted
+// (or has no prediction: stats, checkpoint info, watched variables) is
+// replaced by a RESOURCE_EXHAUSTED error that says the command was applied.
+// Only when even an error no longer fits does the batch stop: that command
+// gets one short RESOURCE_EXHAUSTED error naming the commands that were not
+// applied, and last_seq says where the session stands.
+//
 // Not thread-safe for one session: the caller holds that session's lock.
 void ApplyBatch(Session& session, const v1::CommandBatch& batch,
-                v1::BatchReply* reply);
+                int64_t max_reply_bytes, v1::BatchReply* reply);
 
 }  // namespace gradtape::server
 

@@ -1,5 +1,6 @@
 #include "server/convert.h"
 
+#include <algorithm>
 #include <string>
 #include <type_traits>
 #include <variant>
@@ -9,9 +10,20 @@
 
 namespace gradtape::server {
 
-DType FromProto(v1::DType dtype) {
-  int value = static_cast<int>(dtype);
-  return IsValidDType(value) ? static_cast<DType>(value) : DType::kInvalid;
+absl::StatusOr<DType> FromProto(v1::DType dtype) {
+  const int value = static_cast<int>(dtype);
+  if (value == static_cast<int>(DType::kInvalid)) return DType::kInvalid;
+  if (!IsValidDType(value)) {
+    std::string known;
+    for (int v = 0; v < 128; ++v) {
+      if (!IsValidDType(v)) continue;
+      absl::StrAppend(&known, known.empty() ? "" : ", ", v, " ",
+                      DTypeName(static_cast<DType>(v)));
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown dtype ", value, " (known: ", known, ")"));
+  }
+  return static_cast<DType>(value);
 }
 
 v1::DType ToProto(DType dtype) {
@@ -19,11 +31,18 @@ v1::DType ToProto(DType dtype) {
   return static_cast<v1::DType>(static_cast<int>(dtype));
 }
 
-void ToProto(const Tensor& tensor, v1::TensorValue* out) {
+absl::Status ToProto(const Tensor& tensor, v1::TensorValue* out) {
+  if (!tensor.valid() ||
+      (tensor.num_bytes() > 0 && tensor.raw_data() == nullptr)) {
+    return absl::InternalError(absl::StrCat(
+        "the tensor ", tensor.DebugString(),
+        " has no data to return (a server bug: please report it)"));
+  }
   out->set_dtype(ToProto(tensor.dtype()));
   out->mutable_shape()->Assign(tensor.shape().begin(), tensor.shape().end());
   out->set_data(static_cast<const char*>(tensor.raw_data()),
                 tensor.num_bytes());
+  return absl::OkStatus();
 }
 
 absl::StatusOr<AttrValue> FromProto(absl::string_view attr_name,
@@ -38,13 +57,16 @@ absl::StatusOr<AttrValue> FromProto(absl::string_view attr_name,
     case v1::AttrValue::kS:
       return AttrValue(value.s());
     case v1::AttrValue::kType: {
-      DType dtype = FromProto(value.type());
-      if (dtype == DType::kInvalid) {
+      absl::StatusOr<DType> dtype = FromProto(value.type());
+      if (!dtype.ok()) {
         return absl::InvalidArgumentError(
-            absl::StrCat("attr '", attr_name, "': invalid dtype ",
-                         static_cast<int>(value.type())));
+            absl::StrCat("attr '", attr_name, "': ", dtype.status().message()));
       }
-      return AttrValue(dtype);
+      if (*dtype == DType::kInvalid) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("attr '", attr_name, "': dtype is not set"));
+      }
+      return AttrValue(*dtype);
     }
     case v1::AttrValue::kInts:
       return AttrValue(std::vector<int64_t>(value.ints().values().begin(),
@@ -109,14 +131,66 @@ void ToProto(const OpDef& op, v1::OpInfo* out) {
   out->set_summary(op.summary);
 }
 
-grpc::Status ToGrpcStatus(const absl::Status& status) {
+namespace {
+
+// The length of the valid UTF-8 sequence at the start of `s`, or 0.
+size_t Utf8SequenceLength(absl::string_view s) {
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+  const auto continuation = [&](size_t i) {
+    return i < s.size() && (byte(i) & 0xC0) == 0x80;
+  };
+  const unsigned char b = byte(0);
+  if (b < 0x80) return 1;
+  if (b >= 0xC2 && b <= 0xDF) return continuation(1) ? 2 : 0;
+  if (b >= 0xE0 && b <= 0xEF) {
+    if (!continuation(1) || !continuation(2)) return 0;
+    if (b == 0xE0 && byte(1) < 0xA0) return 0;   // overlong
+    if (b == 0xED && byte(1) >= 0xA0) return 0;  // surrogates
+    return 3;
+  }
+  if (b >= 0xF0 && b <= 0xF4) {
+    if (!continuation(1) || !continuation(2) || !continuation(3)) return 0;
+    if (b == 0xF0 && byte(1) < 0x90) return 0;   // overlong
+    if (b == 0xF4 && byte(1) >= 0x90) return 0;  // above U+10FFFF
+    return 4;
+  }
+  return 0;
+}
+
+// `message` as valid UTF-8 of at most about `max_bytes` bytes (see
+// ToGrpcStatus).
+std::string WireMessage(absl::string_view message, size_t max_bytes) {
+  std::string out;
+  out.reserve(std::min(message.size(), max_bytes));
+  size_t i = 0;
+  while (i < message.size()) {
+    const size_t n = Utf8SequenceLength(message.substr(i));
+    if (out.size() + std::max<size_t>(n, 1) > max_bytes) break;
+    if (n == 0) {
+      out.push_back('?');
+      ++i;
+    } else {
+      out.append(message.data() + i, n);
+      i += n;
+    }
+  }
+  if (i < message.size()) {
+    absl::StrAppend(&out, "... (", message.size() - i, " more bytes cut)");
+  }
+  return out;
+}
+
+}  // namespace
+
+grpc::Status ToGrpcStatus(const absl::Status& status,
+                          size_t max_message_bytes) {
   if (status.ok()) return grpc::Status::OK;
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
+                      WireMessage(status.message(), max_message_bytes));
 }
 
 void ToProto(const absl::Status& status, v1::Error* out) {
-  grpc::Status converted = ToGrpcStatus(status);
+  grpc::Status converted = ToGrpcStatus(status, kMaxCommandMessageBytes);
   out->set_code(static_cast<int32_t>(converted.error_code()));
   out->set_message(converted.error_message());
 }

@@ -15,16 +15,21 @@
 
 namespace gradtape::server {
 
-// Unknown wire values (proto3 keeps them) become DType::kInvalid, which the
-// core rejects with INVALID_ARGUMENT.
-DType FromProto(v1::DType dtype);
+// A dtype from the wire. DTYPE_INVALID (0, unset) becomes DType::kInvalid,
+// which the core rejects with "dtype is not set"; a value outside the enum
+// (proto3 keeps unknown values) is INVALID_ARGUMENT "unknown dtype <n>"
+// listing the known ones. The caller prefixes the message with where the
+// dtype came from.
+absl::StatusOr<DType> FromProto(v1::DType dtype);
 v1::DType ToProto(DType dtype);
 
-// Copies dtype, shape and the little-endian bytes of `tensor` (valid).
-void ToProto(const Tensor& tensor, v1::TensorValue* out);
+// Copies dtype, shape and the little-endian bytes of `tensor`. INTERNAL
+// (and `out` untouched) if the tensor is invalid or has no buffer for its
+// bytes: a core bug, reported instead of reading through a null pointer.
+absl::Status ToProto(const Tensor& tensor, v1::TensorValue* out);
 
 // INVALID_ARGUMENT naming `attr_name` when the oneof is unset or a type attr
-// holds an unknown dtype.
+// holds no dtype ("dtype is not set") or an unknown one ("unknown dtype 99").
 absl::StatusOr<AttrValue> FromProto(absl::string_view attr_name,
                                     const v1::AttrValue& value);
 void ToProto(const AttrValue& value, v1::AttrValue* out);
@@ -33,9 +38,19 @@ void ToProto(const SessionStats& stats, v1::SessionStats* out);
 void ToProto(const OpDef& op, v1::OpInfo* out);
 
 // THE status conversion: absl::Status -> grpc::Status. The codes share their
-// numbering (google.rpc.Code), the message is kept.
-grpc::Status ToGrpcStatus(const absl::Status& status);
-// The same status as a per-command proto Error (via ToGrpcStatus).
+// numbering (google.rpc.Code). The message is kept, made safe for the wire:
+// bytes that are not UTF-8 become '?' (proto3 strings must be UTF-8, or the
+// client cannot parse the reply), and a message longer than
+// `max_message_bytes` is cut at a character boundary and says how much was
+// cut. The default bounds the status of a call (it travels in the trailing
+// metadata, which clients limit to 8 KiB by default).
+inline constexpr size_t kMaxCallMessageBytes = 2048;
+// Per-command errors travel in the reply body.
+inline constexpr size_t kMaxCommandMessageBytes = 16384;
+grpc::Status ToGrpcStatus(const absl::Status& status,
+                          size_t max_message_bytes = kMaxCallMessageBytes);
+// The same status as a per-command proto Error (via ToGrpcStatus, with
+// kMaxCommandMessageBytes).
 void ToProto(const absl::Status& status, v1::Error* out);
 
 }  // namespace gradtape::server

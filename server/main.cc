@@ -23,6 +23,9 @@ ABSL_FLAG(int64_t, session_memory_limit_mb, 0,
 ABSL_FLAG(std::string, checkpoint_dir, "/tmp/gradtape-checkpoints",
           "directory of SaveCheckpoint / RestoreCheckpoint files (created on "
           "the first save); empty disables checkpoints");
+ABSL_FLAG(int, max_message_mb, 256,
+          "largest message received or sent, in MiB (a reply that would be "
+          "larger refuses the commands whose values do not fit)");
 ABSL_FLAG(int64_t, keep_alive_seconds, 300,
           "lease of a session whose client asks for 0: idle sessions are "
           "closed after this long");
@@ -54,6 +57,15 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_session_memory_limit_mb) * (int64_t{1} << 20);
   options.keep_alive_seconds = absl::GetFlag(FLAGS_keep_alive_seconds);
   options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  const int max_message_mb = absl::GetFlag(FLAGS_max_message_mb);
+  if (max_message_mb <= 0 || max_message_mb > 2047) {
+    std::fprintf(stderr,
+                 "gradtape-server: --max_message_mb must be 1 to 2047, got "
+                 "%d\n",
+                 max_message_mb);
+    return 1;
+  }
+  options.max_message_bytes = max_message_mb << 20;
   absl::StatusOr<std::unique_ptr<gradtape::server::Server>> server =
       gradtape::server::Server::Start(options);
   if (!server.ok()) {

@@ -14,8 +14,6 @@
 namespace gradtape::server {
 namespace {
 
-// Tensors travel inside messages.
-constexpr int kMaxMessageBytes = 256 << 20;
 // How long Shutdown lets running calls finish before cancelling them.
 constexpr absl::Duration kShutdownGrace = absl::Seconds(1);
 
@@ -34,6 +32,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
         "got ",
         options.session_memory_limit_bytes, " and ",
         options.keep_alive_seconds));
+  }
+  if (options.max_message_bytes < ServerOptions::kMinMessageBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_message_bytes must be at least ", ServerOptions::kMinMessageBytes,
+        ", got ", options.max_message_bytes));
   }
   auto colon = options.address.rfind(':');
   if (colon == std::string::npos) {
@@ -54,15 +57,16 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   session_options.default_lease = absl::Seconds(options.keep_alive_seconds);
   server->sessions_ =
       std::make_unique<SessionManager>(DefaultRegistry(), session_options);
-  server->service_ =
-      std::make_unique<TapeServiceImpl>(DefaultRegistry(), *server->sessions_);
+  server->service_ = std::make_unique<TapeServiceImpl>(
+      DefaultRegistry(), *server->sessions_,
+      options.max_message_bytes - ServerOptions::kReplyMarginBytes);
 
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.address, grpc::InsecureServerCredentials(),
                            &server->port_);
   builder.RegisterService(server->service_.get());
-  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.SetMaxSendMessageSize(options.max_message_bytes);
   server->grpc_server_ = builder.BuildAndStart();
   if (server->grpc_server_ == nullptr || server->port_ == 0) {
     server->grpc_server_.reset();

@@ -36,6 +36,16 @@ struct ServerOptions {
   // Directory of SaveCheckpoint / RestoreCheckpoint files, shared by all
   // sessions (created on the first save); empty disables checkpoints.
   std::string checkpoint_dir;
+  // Largest message received or sent (tensors travel inside messages). A
+  // batch's reply holds at most this less kReplyMarginBytes of results: a
+  // command whose returned values would not fit fails alone with
+  // RESOURCE_EXHAUSTED (server/batch.h). At least kMinMessageBytes.
+  int max_message_bytes = kDefaultMaxMessageBytes;
+
+  static constexpr int kDefaultMaxMessageBytes = 256 << 20;
+  static constexpr int kMinMessageBytes = 16 << 10;
+  // Kept for the fields of a BatchReply besides its results.
+  static constexpr int kReplyMarginBytes = 4 << 10;
 };
 
 class Server {

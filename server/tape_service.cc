@@ -11,6 +11,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "google/protobuf/arena.h"
+#include "grpcpp/support/proto_buffer_reader.h"
 #include "server/batch.h"
 #include "server/convert.h"
 
@@ -18,13 +19,14 @@ namespace gradtape::server {
 namespace {
 
 // Replies queued before the stream stops reading more batches (back-pressure
-// on a client that sends without reading).
+// on a client that sends without reading): this many, or as many bytes as
+// one full reply may take.
 constexpr size_t kMaxQueuedReplies = 8;
 
-// Each incoming batch is parsed into an arena that is reset once the batch
-// has been applied: a batch of 512 commands is a few block allocations
-// instead of several small ones per command (the ExecuteOp, its id lists,
-// its attrs map entries). Blocks grow to 64 KiB.
+// Each incoming batch is parsed (from the call's bytes) into an arena that is
+// reset once the batch has been applied: a batch of 512 commands is a few block
+// allocations instead of several small ones per command (the ExecuteOp, its id
+// lists, its attrs map entries). Blocks grow to 64 KiB.
 google::protobuf::ArenaOptions BatchArenaOptions() {
   google::protobuf::ArenaOptions options;
   options.start_block_size = 4096;
@@ -42,10 +44,42 @@ absl::string_view Metadata(const grpc::CallbackServerContext& context,
 
 // Applies `batch` to the session; NOT_FOUND if the session closed meanwhile.
 absl::Status RunBatch(SessionEntry& entry, const v1::CommandBatch& batch,
-                      v1::BatchReply* reply) {
+                      int64_t max_reply_bytes, v1::BatchReply* reply) {
   SessionEntry::ActiveCall active(&entry);
-  return entry.WithSession(
-      [&](Session& session) { ApplyBatch(session, batch, reply); });
+  return entry.WithSession([&](Session& session) {
+    ApplyBatch(session, batch, max_reply_bytes, reply);
+  });
+}
+
+// Parses the bytes of one message into `batch` (which may live in an arena).
+// `buffer` is consumed (cleared).
+bool ParseBatch(grpc::ByteBuffer* buffer, v1::CommandBatch* batch) {
+  bool parsed;
+  {
+    grpc::ProtoBufferReader reader(buffer);
+    parsed = reader.status().ok() && batch->ParseFromZeroCopyStream(&reader);
+  }
+  buffer->Clear();
+  return parsed;
+}
+
+// INVALID_ARGUMENT for a message that is not a CommandBatch.
+absl::Status NotABatch(absl::string_view what, size_t bytes) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, " (bytes ", bytes, ") is not a valid gradtape.v1.CommandBatch"));
+}
+
+// Serialises `reply` into `out`. INTERNAL (naming the size) if protobuf
+// cannot (above 2 GiB: ApplyBatch's reply budget keeps replies far below).
+absl::Status SerializeReply(const v1::BatchReply& reply,
+                            grpc::ByteBuffer* out) {
+  bool own_buffer;
+  grpc::Status status = grpc::SerializationTraits<v1::BatchReply>::Serialize(
+      reply, out, &own_buffer);
+  if (status.ok()) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("cannot serialise a reply of ",
+                                          reply.ByteSizeLong(), " bytes (",
+                                          reply.results_size(), " results)"));
 }
 
 // The Stream call. Lifecycle, the only one in the server:
@@ -53,24 +87,32 @@ absl::Status RunBatch(SessionEntry& entry, const v1::CommandBatch& batch,
 //    its reply queued, so replies keep the batches' order (a reply_optional
 //    batch without results gets none: the next reply acknowledges it);
 //  * one write outstanding at a time, from the front of the queue; while
-//    kMaxQueuedReplies replies wait, no new read starts;
+//    kMaxQueuedReplies replies, or a full reply's worth of bytes, wait, no
+//    new read starts;
 //  * reading stops on the client's half-close, a broken or cancelled call
 //    (a read or write fails), or an RPC-level error (the session closed);
 //    then the call finishes once the queued replies are written (or at once
 //    if writing failed);
+//  * messages arrive as bytes and are parsed here: one that is not a
+//    CommandBatch stops reading and finishes the call with INVALID_ARGUMENT
+//    "Stream: batch N (bytes K) is not a valid gradtape.v1.CommandBatch"
+//    (N counts the stream's messages from 1) once the queued replies are
+//    written; the batches before it stay applied and answered;
 //  * gRPC calls OnDone after Finish and every other reaction; it deletes the
 //    reactor. The reactor owns a reference to its session entry.
 class StreamReactor final
-    : public grpc::ServerBidiReactor<v1::CommandBatch, v1::BatchReply> {
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   // Finishes at once with the error if `entry` is one.
-  explicit StreamReactor(absl::StatusOr<std::shared_ptr<SessionEntry>> entry) {
+  StreamReactor(absl::StatusOr<std::shared_ptr<SessionEntry>> entry,
+                int64_t max_reply_bytes)
+      : max_reply_bytes_(max_reply_bytes) {
     if (!entry.ok()) {
       Finish(ToGrpcStatus(entry.status()));
       return;
     }
     entry_ = *std::move(entry);
-    StartRead(batch_);
+    StartRead(&request_);
   }
 
   void OnReadDone(bool ok) override {
@@ -78,28 +120,43 @@ class StreamReactor final
       StopReadingAndMaybeFinish(absl::OkStatus());
       return;
     }
+    ++batches_read_;
+    const size_t bytes = request_.Length();
+    v1::CommandBatch* batch = NewBatch();
+    if (!ParseBatch(&request_, batch)) {
+      arena_.Reset();
+      StopReadingAndMaybeFinish(
+          NotABatch(absl::StrCat("Stream: batch ", batches_read_), bytes));
+      return;
+    }
     v1::BatchReply reply;
-    absl::Status status = RunBatch(*entry_, *batch_, &reply);
-    const bool reply_optional = batch_->reply_optional();
+    absl::Status status = RunBatch(*entry_, *batch, max_reply_bytes_, &reply);
+    const bool reply_optional = batch->reply_optional();
     arena_.Reset();
-    batch_ = NewBatch();
     if (!status.ok()) {
       StopReadingAndMaybeFinish(status);
       return;
     }
     if (reply_optional && reply.results().empty()) {
       // Acknowledged by the next reply (replies are cumulative).
-      StartRead(batch_);
+      StartRead(&request_);
+      return;
+    }
+    grpc::ByteBuffer serialized;
+    if (absl::Status s = SerializeReply(reply, &serialized); !s.ok()) {
+      StopReadingAndMaybeFinish(s);
       return;
     }
     absl::MutexLock lock(&mu_);
-    replies_.push_back(std::move(reply));
+    const size_t length = serialized.Length();
+    queued_bytes_ += length;
+    replies_.push_back({std::move(serialized), length});
     if (!writing_) {
       writing_ = true;
-      StartWrite(&replies_.front());
+      StartWrite(&replies_.front().bytes);
     }
-    if (replies_.size() < kMaxQueuedReplies) {
-      StartRead(batch_);
+    if (!QueueFullLocked()) {
+      StartRead(&request_);
     } else {
       read_paused_ = true;
     }
@@ -111,10 +168,12 @@ class StreamReactor final
     {
       absl::MutexLock lock(&mu_);
       writing_ = false;
+      queued_bytes_ -= replies_.front().length;
       replies_.pop_front();
       if (!ok) {
         // The call is dead: drop the rest; an outstanding read fails too.
         replies_.clear();
+        queued_bytes_ = 0;
         if (read_paused_) {
           read_paused_ = false;
           reads_done_ = true;
@@ -122,11 +181,11 @@ class StreamReactor final
       } else {
         if (!replies_.empty()) {
           writing_ = true;
-          StartWrite(&replies_.front());
+          StartWrite(&replies_.front().bytes);
         }
-        if (read_paused_ && replies_.size() < kMaxQueuedReplies) {
+        if (read_paused_ && !QueueFullLocked()) {
           read_paused_ = false;
-          StartRead(batch_);
+          StartRead(&request_);
         }
       }
       finish = ShouldFinishLocked(&status);
@@ -150,6 +209,11 @@ class StreamReactor final
     if (finish) Finish(status);
   }
 
+  bool QueueFullLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return replies_.size() >= kMaxQueuedReplies ||
+           queued_bytes_ >= static_cast<size_t>(max_reply_bytes_);
+  }
+
   // True (once) when reading stopped and no write is outstanding; the caller
   // then calls Finish(*status) outside the lock.
   bool ShouldFinishLocked(grpc::Status* status)
@@ -164,17 +228,25 @@ class StreamReactor final
     return google::protobuf::Arena::CreateMessage<v1::CommandBatch>(&arena_);
   }
 
+  const int64_t max_reply_bytes_;
   std::shared_ptr<SessionEntry> entry_;
   // Only touched by the single outstanding read and its OnReadDone: the
-  // batch being read lives in arena_, reset after each batch is applied.
+  // message being read, and the batch parsed from it in arena_ (reset after
+  // each batch is applied).
+  grpc::ByteBuffer request_;
+  int64_t batches_read_ = 0;
   google::protobuf::Arena arena_{BatchArenaOptions()};
-  v1::CommandBatch* batch_ = NewBatch();
 
   absl::Mutex mu_;
   // Replies not yet written; the front one is being written if writing_.
   // A deque keeps the front's address stable while more are queued.
-  std::deque<v1::BatchReply> replies_ ABSL_GUARDED_BY(mu_);
+  struct QueuedReply {
+    grpc::ByteBuffer bytes;
+    size_t length;  // bytes.Length() when queued
+  };
+  std::deque<QueuedReply> replies_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of replies_
   bool read_paused_ ABSL_GUARDED_BY(mu_) = false;
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
   bool finish_called_ ABSL_GUARDED_BY(mu_) = false;
@@ -238,18 +310,34 @@ grpc::ServerUnaryReactor* TapeServiceImpl::KeepAlive(
   return reactor;
 }
 
-grpc::ServerBidiReactor<v1::CommandBatch, v1::BatchReply>*
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 TapeServiceImpl::Stream(grpc::CallbackServerContext* context) {
-  return new StreamReactor(Authenticate(*context));
+  return new StreamReactor(Authenticate(*context), max_reply_bytes_);
 }
 
 grpc::ServerUnaryReactor* TapeServiceImpl::Run(
-    grpc::CallbackServerContext* context, const v1::CommandBatch* request,
-    v1::BatchReply* response) {
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::StatusOr<std::shared_ptr<SessionEntry>> entry = Authenticate(*context);
-  absl::Status status =
-      entry.ok() ? RunBatch(**entry, *request, response) : entry.status();
+  absl::Status status = [&]() -> absl::Status {
+    absl::StatusOr<std::shared_ptr<SessionEntry>> entry =
+        Authenticate(*context);
+    if (!entry.ok()) return entry.status();
+    google::protobuf::Arena arena(BatchArenaOptions());
+    v1::CommandBatch* batch =
+        google::protobuf::Arena::CreateMessage<v1::CommandBatch>(&arena);
+    grpc::ByteBuffer bytes(*request);  // shares the slices
+    if (!ParseBatch(&bytes, batch)) {
+      return NotABatch("Run: the request", request->Length());
+    }
+    // The results move into the reply: keep it off the arena.
+    v1::BatchReply reply;
+    if (absl::Status s = RunBatch(**entry, *batch, max_reply_bytes_, &reply);
+        !s.ok()) {
+      return s;
+    }
+    return SerializeReply(reply, response);
+  }();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }

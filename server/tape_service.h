@@ -6,15 +6,26 @@
 // `gradtape-session-id` (for routing): it proposes the id when the request's
 // session_id is empty, and must equal it otherwise (INVALID_ARGUMENT).
 //
+// Stream and Run take their batches as raw bytes and parse them here (into a
+// per-call arena), so that a message that is not a CommandBatch ends the call
+// with INVALID_ARGUMENT naming the batch and its size (gRPC's typed callback
+// API reports a Stream message that fails to parse like a half-close: the
+// call would end OK and drop what follows). Their replies are serialised here
+// too. The wire format is the generated one: clients, reflection, grpcurl
+// and ghz see the service of tape_service.proto.
+//
 // Thread-safety: all methods may run concurrently; the service keeps no
 // mutable state of its own. Batches run on the gRPC callback thread that
 // delivered them, under their session's lock.
 #ifndef GRADTAPE_SERVER_TAPE_SERVICE_H_
 #define GRADTAPE_SERVER_TAPE_SERVICE_H_
 
+#include <cstdint>
+
 #include "absl/time/time.h"
 #include "core/op_registry.h"
 #include "gradtape/v1/tape_service.grpc.pb.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "server/session_manager.h"
 
 namespace gradtape::server {
@@ -22,11 +33,25 @@ namespace gradtape::server {
 inline constexpr char kSessionIdHeader[] = "gradtape-session-id";
 inline constexpr char kSessionTokenHeader[] = "gradtape-session-token";
 
-class TapeServiceImpl final : public v1::TapeService::CallbackService {
+// The generated callback service with Stream and Run on raw bytes.
+using TapeServiceBase = v1::TapeService::WithCallbackMethod_CreateSession<
+    v1::TapeService::WithCallbackMethod_CloseSession<
+        v1::TapeService::WithCallbackMethod_KeepAlive<
+            v1::TapeService::WithRawCallbackMethod_Stream<
+                v1::TapeService::WithRawCallbackMethod_Run<
+                    v1::TapeService::WithCallbackMethod_ListOps<
+                        v1::TapeService::Service>>>>>>;
+
+class TapeServiceImpl final : public TapeServiceBase {
  public:
   // `registry` and `sessions` must outlive the service (and every call).
-  TapeServiceImpl(const OpRegistry& registry, SessionManager& sessions)
-      : registry_(registry), sessions_(sessions) {}
+  // A batch's reply holds at most `max_reply_bytes` of results (ApplyBatch);
+  // the server passes its max message size less a margin.
+  TapeServiceImpl(const OpRegistry& registry, SessionManager& sessions,
+                  int64_t max_reply_bytes)
+      : registry_(registry),
+        sessions_(sessions),
+        max_reply_bytes_(max_reply_bytes) {}
 
   grpc::ServerUnaryReactor* CreateSession(
       grpc::CallbackServerContext* context,
@@ -39,11 +64,12 @@ class TapeServiceImpl final : public v1::TapeService::CallbackService {
   grpc::ServerUnaryReactor* KeepAlive(grpc::CallbackServerContext* context,
                                       const v1::KeepAliveRequest* request,
                                       v1::KeepAliveResponse* response) override;
-  grpc::ServerBidiReactor<v1::CommandBatch, v1::BatchReply>* Stream(
+  // gradtape.v1.CommandBatch in, gradtape.v1.BatchReply out.
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Stream(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext* context,
-                                const v1::CommandBatch* request,
-                                v1::BatchReply* response) override;
+                                const grpc::ByteBuffer* request,
+                                grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ListOps(grpc::CallbackServerContext* context,
                                     const v1::ListOpsRequest* request,
                                     v1::ListOpsResponse* response) override;
@@ -55,6 +81,7 @@ class TapeServiceImpl final : public v1::TapeService::CallbackService {
 
   const OpRegistry& registry_;
   SessionManager& sessions_;
+  const int64_t max_reply_bytes_;
 };
 
 }  // namespace gradtape::server
