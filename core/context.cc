@@ -1,8 +1,26 @@
 #include "core/context.h"
 
+#include <new>
+
 #include "absl/strings/str_cat.h"
 
 namespace gradtape {
+namespace {
+
+// Kernels allocate tensors through Tensor::Empty (a status, never a throw),
+// but the standard library they use for scratch throws std::bad_alloc when
+// memory runs out; this is the one place that turns it into a status, so no
+// request can end the process that way.
+absl::Status RunKernel(const OpDef& op, KernelContext& kernel) {
+  try {
+    return op.forward(kernel);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(op.name, ": out of memory for the kernel's scratch"));
+  }
+}
+
+}  // namespace
 
 absl::Status Context::Execute(const OpDef& op, absl::Span<const Tensor> inputs,
                               AttrMap attrs, Tensors* outputs,
@@ -16,7 +34,7 @@ absl::Status Context::Execute(const OpDef& op, absl::Span<const Tensor> inputs,
   outputs->clear();
   outputs->resize(op.num_outputs());
   KernelContext kernel(op, inputs, attrs, outputs);
-  if (absl::Status s = op.forward(kernel); !s.ok()) {
+  if (absl::Status s = RunKernel(op, kernel); !s.ok()) {
     outputs->clear();
     return s;
   }

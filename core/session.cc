@@ -487,6 +487,14 @@ absl::StatusOr<CheckpointSummary> Session::RestoreCheckpoint(
   return summary;
 }
 
+absl::StatusOr<Tensor> Session::Peek(int64_t id) const {
+  auto it = slots_.find(id);
+  if (it == slots_.end() || it->second.kind != Slot::kTensor) {
+    return absl::NotFoundError(absl::StrCat("no tensor at id ", id));
+  }
+  return it->second.tensor;
+}
+
 SessionStats Session::Stats() const {
   SessionStats stats;
   for (const auto& [id, slot] : slots_) {

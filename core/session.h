@@ -156,6 +156,9 @@ class Session {
   static constexpr size_t kMaxReasonBytes = 1024;
 
   SessionStats Stats() const;
+  // The tensor at `id` without running a command (no seq is used, nothing
+  // changes): for callers that must size a result before applying it.
+  absl::StatusOr<Tensor> Peek(int64_t id) const;
   // Stats as a command of the log (advances last_seq).
   SessionStats Stats(int64_t seq) {
     last_seq_ = seq;

@@ -18,6 +18,7 @@ namespace gradtape {
 namespace {
 
 std::atomic<int64_t> g_live_bytes{0};
+std::atomic<int64_t> g_peak_bytes{0};
 thread_local std::shared_ptr<MemoryAccount> t_account;
 
 constexpr size_t kAlignment = 64;
@@ -197,6 +198,10 @@ MemoryAccount* CurrentMemoryAccount() { return t_account.get(); }
 
 int64_t LiveTensorBytes() { return g_live_bytes.load(); }
 
+int64_t PeakTensorBytes() { return g_peak_bytes.load(); }
+
+void ResetPeakTensorBytes() { g_peak_bytes.store(g_live_bytes.load()); }
+
 // Every buffer is zero-filled when it is handed out (the allocator's
 // guarantee that no stale heap byte reaches a reply). Large buffers come
 // straight from mmap: the kernel zeroes their pages, so they need no
@@ -258,7 +263,12 @@ void Free(const Allocation& a) {
 struct Tensor::Buffer {
   Buffer(Allocation a, int64_t n, std::shared_ptr<MemoryAccount> acct)
       : allocation(a), bytes(n), account(std::move(acct)) {
-    g_live_bytes.fetch_add(bytes, std::memory_order_relaxed);
+    const int64_t live =
+        g_live_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    int64_t peak = g_peak_bytes.load(std::memory_order_relaxed);
+    while (live > peak && !g_peak_bytes.compare_exchange_weak(
+                              peak, live, std::memory_order_relaxed)) {
+    }
   }
   ~Buffer() {
     Free(allocation);

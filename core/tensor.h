@@ -157,8 +157,12 @@ class ScopedMemoryAccount {
 // The account current on this thread (null: none).
 MemoryAccount* CurrentMemoryAccount();
 
-// Bytes held by all live tensor buffers in the process.
+// Bytes held by all live tensor buffers in the process, and the most they
+// held since the last ResetPeakTensorBytes (tests: "refused before it was
+// allocated").
 int64_t LiveTensorBytes();
+int64_t PeakTensorBytes();
+void ResetPeakTensorBytes();
 
 class Tensor {
  public:

@@ -191,12 +191,10 @@ constexpr char kChunkedLater[] =
     "; tensors larger than a whole reply cannot be returned until chunked "
     "transfer (a later issue)";
 
-// The tensor behind `id`, without applying a command: FetchTensor at the
-// session's last seq, which leaves last_seq where it is and changes nothing
-// else. Invalid if the id does not resolve (the command itself then fails
-// with the precise error).
+// The tensor behind `id`, without applying a command. Invalid if the id
+// does not resolve (the command itself then fails with the precise error).
 Tensor Peek(Session& session, int64_t id) {
-  absl::StatusOr<Tensor> t = session.FetchTensor(session.last_seq(), id);
+  absl::StatusOr<Tensor> t = session.Peek(id);
   return t.ok() ? *std::move(t) : Tensor();
 }
 

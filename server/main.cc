@@ -13,6 +13,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/synchronization/mutex.h"
+#include "core/tensor.h"
 #include "server/server.h"
 
 ABSL_FLAG(std::string, address, "127.0.0.1:50051",
@@ -26,6 +27,10 @@ ABSL_FLAG(std::string, checkpoint_dir, "/tmp/gradtape-checkpoints",
 ABSL_FLAG(int, max_message_mb, 256,
           "largest message received or sent, in MiB (a reply that would be "
           "larger refuses the commands whose values do not fit)");
+ABSL_FLAG(int64_t, max_tensor_mb, 16384,
+          "largest tensor any command may create, in MiB (puts, op outputs, "
+          "gradients, checkpoints); larger ones are refused before memory is "
+          "touched");
 ABSL_FLAG(int64_t, keep_alive_seconds, 300,
           "lease of a session whose client asks for 0: idle sessions are "
           "closed after this long");
@@ -66,6 +71,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   options.max_message_bytes = max_message_mb << 20;
+  const int64_t max_tensor_mb = absl::GetFlag(FLAGS_max_tensor_mb);
+  if (max_tensor_mb <= 0 || max_tensor_mb > (int64_t{1} << 30)) {
+    std::fprintf(stderr,
+                 "gradtape-server: --max_tensor_mb must be 1 to 2^30, got "
+                 "%lld\n",
+                 static_cast<long long>(max_tensor_mb));
+    return 1;
+  }
+  gradtape::TensorLimits limits;
+  limits.max_bytes = max_tensor_mb << 20;
+  gradtape::SetTensorLimits(limits);
   absl::StatusOr<std::unique_ptr<gradtape::server::Server>> server =
       gradtape::server::Server::Start(options);
   if (!server.ok()) {

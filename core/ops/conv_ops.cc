@@ -583,6 +583,8 @@ template <typename T, typename Fn>
 void ForEachDilationMax(const WindowGeometry& g, const T* x, const T* f,
                         Fn&& fn) {
   const int64_t c = g.in_channels, last = g.Taps() - 1;
+  // An empty input has no maximum (and `c` may be huge: no scratch for it).
+  if (g.batch * g.InImage() == 0) return;
   std::vector<T> best(c);
   std::vector<int64_t> best_pos(c), best_tap(c);
   for (int64_t b = 0; b < g.batch; ++b) {

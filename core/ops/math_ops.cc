@@ -194,6 +194,10 @@ absl::Status ScanKernel(KernelContext& ctx, bool prod) {
   for (int64_t d = 0; d < axis; ++d) outer *= x.dim(d);
   for (int64_t d = axis + 1; d < rank; ++d) inner *= x.dim(d);
   ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, x.dtype(), x.shape()));
+  if (y.num_elements() == 0) {  // `inner` may be huge: no scratch for it
+    ctx.set_output(0, std::move(y));
+    return absl::OkStatus();
+  }
   DispatchArithmetic(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = x.data<T>();

@@ -337,6 +337,7 @@ absl::Status MaxPoolGradKernel(KernelContext& ctx, int spatial,
     // later ties are skipped. Written as 0/1 arithmetic and selects of
     // preloaded values (no argmax index, no branches) so that GCC vectorizes
     // the channel loops (an order of magnitude faster than an argmax).
+    if (x.num_elements() == 0) return;  // `channels` may be huge
     std::vector<T> found(channels);
     ForEachWindow(*g, [&](int64_t o, const Window& w) {
       const T* max = py + o * channels;
