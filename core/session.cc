@@ -73,6 +73,8 @@ Session::~Session() {
 }
 
 Session::Slot& Session::SlotFor(int64_t id) {
+  // A slot's charge covers its map entry (with the map's spare capacity).
+  static_assert(sizeof(std::pair<const int64_t, Slot>) * 3 / 2 <= kSlotBytes);
   auto [it, inserted] = slots_.try_emplace(id);
   if (inserted) account_->Add(kSlotBytes);
   return it->second;
@@ -285,6 +287,13 @@ absl::Status Session::ReleaseTensors(int64_t seq,
 absl::Status Session::PushTape(int64_t seq, int64_t tape, bool persistent,
                                bool watch_accessed_variables) {
   last_seq_ = seq;
+  if (account_->remaining() < Tape::kTapeBytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "PushTape (command ", seq, "): session memory limit exceeded (",
+        account_->bytes(), " bytes in use, limit ", account_->limit(),
+        "); release tensors or delete tapes"));
+  }
+  ScopedMemoryAccount scope(account_);
   absl::Status s =
       ctx_.tapes().Push(tape, persistent, watch_accessed_variables);
   return s.ok() ? s : Annotate(s, seq, "PushTape");

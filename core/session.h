@@ -150,8 +150,9 @@ class Session {
                                      absl::Span<const int64_t> outputs,
                                      AttrMap attrs, GradientProgram program);
 
-  // What one id's slot costs the account besides its tensor (the map entry).
-  static constexpr int64_t kSlotBytes = 64;
+  // What one id's slot costs the account besides its tensor's buffer: the
+  // map entry with the map's spare capacity (checked by a static_assert).
+  static constexpr int64_t kSlotBytes = 192;
   // Longest failure text kept for poisoned ids (longer ones are cut).
   static constexpr size_t kMaxReasonBytes = 1024;
 

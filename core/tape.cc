@@ -113,6 +113,8 @@ int64_t Tape::SavedBytes() const {
 TapeEntry& Tape::EntryStore::Append() {
   if (unused_ == 0) {
     chunks_.push_back(std::make_unique<Chunk>());
+    chunks_.back()->charge =
+        MemoryCharge(static_cast<int64_t>(sizeof(Chunk)) + kChunk * 64);
     unused_ = kChunk;
   }
   TapeEntry& e = chunks_.back()->entries[kChunk - unused_];

@@ -63,9 +63,14 @@ class Tape {
   static constexpr int64_t kWatched = -1;
   static constexpr int64_t kNotOnTape = -2;
 
+  // The tape's own memory is charged to the thread's current account.
   Tape(bool persistent, bool watch_accessed_variables)
       : persistent_(persistent),
-        watch_accessed_variables_(watch_accessed_variables) {}
+        watch_accessed_variables_(watch_accessed_variables),
+        charge_(kTapeBytes) {}
+  // What an empty tape costs its account (the object and its maps' first
+  // allocations).
+  static constexpr int64_t kTapeBytes = 1024;
   Tape(const Tape&) = delete;
   Tape& operator=(const Tape&) = delete;
 
@@ -145,6 +150,9 @@ class Tape {
     struct Chunk {
       TapeEntry entries[kChunk];  // op == nullptr: erased or not yet used
       int64_t erased = 0;
+      // The chunk, and an allowance for the tape's per-tensor map entries
+      // of its ops, on the session's account.
+      MemoryCharge charge;
     };
     int64_t slots() const {
       return static_cast<int64_t>(chunks_.size()) * kChunk - unused_;
@@ -166,6 +174,7 @@ class Tape {
   absl::flat_hash_map<int64_t, TensorState> tensors_;
   EntryStore entries_;
   std::vector<Tensor> watched_variables_;
+  MemoryCharge charge_;
 };
 
 // The tapes of one session: all tapes by client-chosen tape id, the active

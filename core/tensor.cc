@@ -196,6 +196,29 @@ ScopedMemoryAccount::~ScopedMemoryAccount() {
 
 MemoryAccount* CurrentMemoryAccount() { return t_account.get(); }
 
+MemoryCharge::MemoryCharge(int64_t bytes) : account_(t_account), bytes_(bytes) {
+  if (account_ != nullptr) account_->Add(bytes_);
+}
+
+MemoryCharge::~MemoryCharge() {
+  if (account_ != nullptr) account_->Add(-bytes_);
+}
+
+MemoryCharge::MemoryCharge(MemoryCharge&& other) noexcept
+    : account_(std::move(other.account_)), bytes_(other.bytes_) {
+  other.account_ = nullptr;
+}
+
+MemoryCharge& MemoryCharge::operator=(MemoryCharge&& other) noexcept {
+  if (this != &other) {
+    if (account_ != nullptr) account_->Add(-bytes_);
+    account_ = std::move(other.account_);
+    bytes_ = other.bytes_;
+    other.account_ = nullptr;
+  }
+  return *this;
+}
+
 int64_t LiveTensorBytes() { return g_live_bytes.load(); }
 
 int64_t PeakTensorBytes() { return g_peak_bytes.load(); }
@@ -218,6 +241,21 @@ struct Allocation {
   void* mapping = nullptr;  // non-null: munmap(mapping, mapped) frees it
   size_t mapped = 0;
 };
+
+// The bookkeeping of one buffer: Tensor::Buffer and its shared_ptr control
+// block, and the allocator's header.
+constexpr int64_t kBufferOverheadBytes = 128;
+
+// What AllocateZeroed(size) takes from the system.
+size_t Footprint(size_t size) {
+  if (size == 0) return 0;
+#ifdef __linux__
+  if (size >= kMmapMinBytes) {
+    return (size + kHugePage - 1) / kHugePage * kHugePage;
+  }
+#endif
+  return (size + kAlignment - 1) / kAlignment * kAlignment;
+}
 
 // `size` > 0. data == nullptr on failure.
 Allocation AllocateZeroed(size_t size) {
@@ -259,10 +297,16 @@ void Free(const Allocation& a) {
 
 }  // namespace
 
+int64_t ChargedBytes(int64_t data_bytes) {
+  return static_cast<int64_t>(Footprint(static_cast<size_t>(data_bytes))) +
+         kBufferOverheadBytes;
+}
+
 // Owns one allocation and the charge for it.
 struct Tensor::Buffer {
-  Buffer(Allocation a, int64_t n, std::shared_ptr<MemoryAccount> acct)
-      : allocation(a), bytes(n), account(std::move(acct)) {
+  Buffer(Allocation a, int64_t n, int64_t charge,
+         std::shared_ptr<MemoryAccount> acct)
+      : allocation(a), bytes(n), charged(charge), account(std::move(acct)) {
     const int64_t live =
         g_live_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;
     int64_t peak = g_peak_bytes.load(std::memory_order_relaxed);
@@ -273,13 +317,14 @@ struct Tensor::Buffer {
   ~Buffer() {
     Free(allocation);
     g_live_bytes.fetch_sub(bytes, std::memory_order_relaxed);
-    if (account) account->Add(-bytes);
+    if (account) account->Add(-charged);
   }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
 
   Allocation allocation;
-  int64_t bytes;
+  int64_t bytes;    // of data
+  int64_t charged;  // to the account: ChargedBytes(bytes)
   std::shared_ptr<MemoryAccount> account;
   std::shared_ptr<void> resource;  // kResource only
 };
@@ -289,17 +334,18 @@ absl::StatusOr<Tensor> Tensor::Empty(DType dtype,
   absl::StatusOr<TensorSize> size = CheckedTensorSize(dtype, shape);
   if (!size.ok()) return size.status();
   const std::shared_ptr<MemoryAccount>& account = t_account;
-  if (account != nullptr && !account->TryCharge(size->bytes)) {
+  const int64_t charge = ChargedBytes(size->bytes);
+  if (account != nullptr && !account->TryCharge(charge)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "session memory limit exceeded: ", DTypeName(dtype), ShapeString(shape),
-        " needs ", size->bytes, " bytes, ", account->bytes(), " in use, limit ",
+        " needs ", charge, " bytes, ", account->bytes(), " in use, limit ",
         account->limit(), "; release tensors or delete tapes"));
   }
   Allocation allocation;
   if (size->bytes > 0) {
     allocation = AllocateZeroed(static_cast<size_t>(size->bytes));
     if (allocation.data == nullptr) {
-      if (account != nullptr) account->Add(-size->bytes);
+      if (account != nullptr) account->Add(-charge);
       return absl::ResourceExhaustedError(
           absl::StrCat("cannot allocate ", DTypeName(dtype), ShapeString(shape),
                        ": out of memory for ", size->bytes, " bytes"));
@@ -309,7 +355,8 @@ absl::StatusOr<Tensor> Tensor::Empty(DType dtype,
   t.dtype_ = dtype;
   t.shape_.assign(shape.begin(), shape.end());
   t.num_elements_ = size->elements;
-  t.buffer_ = std::make_shared<Buffer>(allocation, size->bytes, account);
+  t.buffer_ =
+      std::make_shared<Buffer>(allocation, size->bytes, charge, account);
   return t;
 }
 

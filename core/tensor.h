@@ -120,6 +120,12 @@ struct TensorSize {
 absl::StatusOr<TensorSize> CheckedTensorSize(DType dtype,
                                              absl::Span<const int64_t> shape);
 
+// What a tensor whose data is `data_bytes` costs its MemoryAccount: the
+// memory the allocator really hands out (the data rounded up to 64 bytes,
+// or to whole 2 MiB pages for large buffers) plus the buffer's bookkeeping,
+// so a session's limit bounds its real footprint even in tiny tensors.
+int64_t ChargedBytes(int64_t data_bytes);
+
 // Bytes charged to one owner (a session). Thread-safe.
 class MemoryAccount {
  public:
@@ -156,6 +162,23 @@ class ScopedMemoryAccount {
 };
 // The account current on this thread (null: none).
 MemoryAccount* CurrentMemoryAccount();
+
+// `bytes` of bookkeeping (tape storage, tapes) charged to the account that
+// is current where the charge is made, and refunded to it when the charge
+// dies, wherever that happens. Never refused: callers that must refuse
+// check the account's limit first. Move-only.
+class MemoryCharge {
+ public:
+  MemoryCharge() = default;
+  explicit MemoryCharge(int64_t bytes);
+  ~MemoryCharge();
+  MemoryCharge(MemoryCharge&& other) noexcept;
+  MemoryCharge& operator=(MemoryCharge&& other) noexcept;
+
+ private:
+  std::shared_ptr<MemoryAccount> account_;
+  int64_t bytes_ = 0;
+};
 
 // Bytes held by all live tensor buffers in the process, and the most they
 // held since the last ResetPeakTensorBytes (tests: "refused before it was

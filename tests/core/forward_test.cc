@@ -243,7 +243,7 @@ TEST_F(ForwardTest, ReleasingAPrimalFreesItsTangent) {
   const int64_t before = session_.Stats().bytes_in_use;
   Exec("Exp", {1}, {3});
   EXPECT_EQ(session_.Stats().bytes_in_use,
-            before + 2 * 64 * 8 + Session::kSlotBytes);
+            before + 2 * ChargedBytes(64 * 8) + Session::kSlotBytes);
   ASSERT_TRUE(session_.ReleaseTensors(++seq_, {3}).ok());
   EXPECT_EQ(session_.Stats().bytes_in_use, before);
 }

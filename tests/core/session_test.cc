@@ -84,7 +84,7 @@ TEST(SessionTest, ReleaseIsAllOrNothing) {
 
 TEST(SessionTest, MemoryLimitRefusesAndRecovers) {
   // Two 5000-byte tensors and their ids' slots: at the limit.
-  const int64_t limit = 10000 + 2 * Session::kSlotBytes;
+  const int64_t limit = 2 * (ChargedBytes(5000) + Session::kSlotBytes);
   Session s(DefaultRegistry(), {.memory_limit_bytes = limit});
   ASSERT_TRUE(s.PutTensor(1, 1, Matrix(25, 25)).ok());  // 5000 bytes
   absl::Status big = s.ExecuteOp(2, "MatMul", {1, 1}, {2}, {});

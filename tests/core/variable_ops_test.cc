@@ -130,8 +130,9 @@ TEST_F(VariableTest, VariableDiesWithItsLastHandle) {
   const int64_t with_variable = s_.Stats().bytes_in_use;
   ASSERT_TRUE(s_.ReleaseTensors(++seq_, {1, 1001}).ok());
   // The value, the handle and the two ids' slots.
-  EXPECT_EQ(s_.Stats().bytes_in_use,
-            with_variable - 8000 - 8 - 2 * Session::kSlotBytes);
+  EXPECT_EQ(s_.Stats().bytes_in_use, with_variable - ChargedBytes(8000) -
+                                         ChargedBytes(8) -
+                                         2 * Session::kSlotBytes);
 }
 
 }  // namespace
