@@ -2,8 +2,10 @@
 // takes a host-side int tensor for a static parameter (Reshape's shape,
 // Transpose's perm, BroadcastTo's shape), gradtape takes an attr of the same
 // name: a remote client knows it statically, and it saves a tensor.
+#include <cmath>
 #include <limits>
 #include <numeric>
+#include <type_traits>
 
 #include "core/forward.h"
 #include "core/gradient.h"
@@ -111,7 +113,19 @@ D CastValue(S v) {
   } else if constexpr (IsComplexType<D>::value) {
     return D(static_cast<typename D::value_type>(v), 0);
   } else if constexpr (IsComplexType<S>::value) {
-    return static_cast<D>(v.real());
+    return CastValue<D>(v.real());
+  } else if constexpr (std::is_floating_point_v<S> && std::is_integral_v<D> &&
+                       !std::is_same_v<D, bool>) {
+    // C++ leaves a float past the integer's range undefined: gradtape
+    // saturates, and NaN gives 0.
+    if (std::isnan(v)) return D(0);
+    if (v <= static_cast<S>(std::numeric_limits<D>::min())) {
+      return std::numeric_limits<D>::min();
+    }
+    if (v >= static_cast<S>(std::numeric_limits<D>::max())) {
+      return std::numeric_limits<D>::max();
+    }
+    return static_cast<D>(v);
   } else {
     return static_cast<D>(v);
   }

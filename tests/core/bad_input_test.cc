@@ -7,7 +7,9 @@
 //
 // Then every registered op (by its samples) with zero-size inputs, wrong
 // dtypes and variable handles: never INTERNAL, never a crash.
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -293,6 +295,24 @@ TEST_F(BadInputTest, CastToOrFromResourceIsRefused) {
   // Identity passes a handle on.
   ASSERT_TRUE(Exec("Identity", {3}, {6}).ok());
   ExpectUsable();
+}
+
+TEST_F(BadInputTest, CastOfAFloatPastTheIntegerRangeSaturates) {
+  ASSERT_TRUE(session_
+                  .PutTensor(++seq_, 1,
+                             Tensor::FromVector<float>(
+                                 {4}, {1e20f, -1e20f, NAN, -7.9f}))
+                  .ok());
+  AttrMap attrs;
+  attrs.Set("DstT", DType::kInt32);
+  ASSERT_TRUE(Exec("Cast", {1}, {2}, attrs).ok());
+  absl::StatusOr<Tensor> y = session_.FetchTensor(++seq_, 2);
+  ASSERT_TRUE(y.ok());
+  const int32_t* p = y->data<int32_t>();
+  EXPECT_EQ(p[0], std::numeric_limits<int32_t>::max());
+  EXPECT_EQ(p[1], std::numeric_limits<int32_t>::min());
+  EXPECT_EQ(p[2], 0);
+  EXPECT_EQ(p[3], -7);
 }
 
 // --- 7. The right code for a client's mistake --------------------------------
