@@ -99,8 +99,9 @@ for f in "${FUZZERS[@]}"; do
   cp -r "tests/fuzz/corpus/$f/." "$work/" 2>/dev/null || true
   log="$BUILD/artifacts/$f.log"
   extra=()
+  [ -f "tests/fuzz/$f.dict" ] && extra+=(-dict="tests/fuzz/$f.dict")
   if [ "${FUZZ_KEEP_GOING:-0}" = 1 ]; then
-    extra=(-fork="${FUZZ_JOBS:-1}" -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)
+    extra+=(-fork="${FUZZ_JOBS:-1}" -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)
   fi
   echo "== fuzzing $f for ${SECONDS_EACH}s (log: $log)"
   "${NICE[@]}" "$bin" "$work" -max_total_time="$SECONDS_EACH" -max_len="$(max_len "$f")" \

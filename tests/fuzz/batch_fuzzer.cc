@@ -4,18 +4,35 @@
 // inputs (so state gets deep: tensors, tapes, variables, checkpoints built by
 // earlier inputs) and replaced every kResetEvery inputs so it stays bounded.
 // Unparsable input is ignored.
+//
+// Random byte mutations rarely keep a protobuf parsable (length prefixes),
+// so a custom mutator edits most inputs as messages (through protobuf
+// reflection): it sets an integer anywhere in the batch to a size that
+// overflows or exhausts memory, an op name to a registered op, an enum to
+// an unknown value, or copies, drops and reorders commands; crossover
+// splices the commands of two inputs. The rest get libFuzzer's byte
+// mutations, which test the parser.
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
+#include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/op_registry.h"
 #include "core/session.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
 #include "gradtape/v1/tape_service.pb.h"
 #include "server/batch.h"
 #include "tests/fuzz/fuzz_util.h"
+
+extern "C" size_t LLVMFuzzerMutate(uint8_t* data, size_t size, size_t max_size);
 
 namespace {
 
@@ -47,7 +64,205 @@ State& GetState() {
   return *state;
 }
 
+// --- Structure-aware mutation -----------------------------------------------
+
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
+
+constexpr int64_t kInteresting[] = {0,
+                                    1,
+                                    -1,
+                                    2,
+                                    3,
+                                    4,
+                                    7,
+                                    8,
+                                    100,
+                                    255,
+                                    256,
+                                    65536,
+                                    160000,
+                                    600000,
+                                    1000000,
+                                    int64_t{1} << 31,
+                                    (int64_t{1} << 31) - 1,
+                                    int64_t{1} << 32,
+                                    int64_t{1} << 40,
+                                    int64_t{1} << 61,
+                                    int64_t{1} << 62,
+                                    (int64_t{1} << 62) + 1,
+                                    INT64_MAX,
+                                    INT64_MIN,
+                                    -2};
+
+struct FieldRef {
+  Message* message;
+  const FieldDescriptor* field;
+};
+
+// Every set field of `m` and of the messages below it.
+void Collect(Message* m, std::vector<FieldRef>* out) {
+  const Reflection* r = m->GetReflection();
+  std::vector<const FieldDescriptor*> fields;
+  r->ListFields(*m, &fields);
+  for (const FieldDescriptor* f : fields) {
+    out->push_back({m, f});
+    if (f->cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE) continue;
+    if (f->is_repeated()) {
+      for (int i = 0; i < r->FieldSize(*m, f); ++i) {
+        Collect(r->MutableRepeatedMessage(m, f, i), out);
+      }
+    } else {
+      Collect(r->MutableMessage(m, f), out);
+    }
+  }
+}
+
+int64_t Interesting(std::minstd_rand& rng) {
+  const size_t n = sizeof(kInteresting) / sizeof(kInteresting[0]);
+  if (rng() % 4 == 0) return static_cast<int64_t>(rng() % 12);  // ids
+  return kInteresting[rng() % n];
+}
+
+void MutateField(const FieldRef& ref, std::minstd_rand& rng) {
+  Message* m = ref.message;
+  const FieldDescriptor* f = ref.field;
+  const Reflection* r = m->GetReflection();
+  const int size = f->is_repeated() ? r->FieldSize(*m, f) : 0;
+  const int index = size > 0 ? static_cast<int>(rng() % size) : 0;
+  switch (f->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT64: {
+      const int64_t v = Interesting(rng);
+      if (!f->is_repeated()) {
+        r->SetInt64(m, f, v);
+      } else if (size == 0 || rng() % 3 == 0) {
+        r->AddInt64(m, f, v);
+      } else if (rng() % 5 == 0) {
+        r->RemoveLast(m, f);
+      } else {
+        r->SetRepeatedInt64(m, f, index, v);
+      }
+      break;
+    }
+    case FieldDescriptor::CPPTYPE_INT32: {
+      const int32_t v = static_cast<int32_t>(Interesting(rng));
+      if (!f->is_repeated()) r->SetInt32(m, f, v);
+      break;
+    }
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      if (!f->is_repeated()) {
+        const double values[] = {0.0,    -0.0, 1e308,   -1e308,
+                                 1e-310, NAN,  INFINITY};
+        r->SetDouble(m, f, values[rng() % 7]);
+      }
+      break;
+    case FieldDescriptor::CPPTYPE_BOOL:
+      if (!f->is_repeated()) r->SetBool(m, f, !r->GetBool(*m, f));
+      break;
+    case FieldDescriptor::CPPTYPE_ENUM:
+      if (!f->is_repeated()) {
+        r->SetEnumValue(m, f, static_cast<int>(rng() % 10) - (rng() % 7 == 0));
+      }
+      break;
+    case FieldDescriptor::CPPTYPE_STRING: {
+      if (f->is_repeated() || f->is_map()) break;
+      const auto& ops = gradtape::DefaultRegistry().ops();
+      if (f->name() == "op" && !ops.empty()) {
+        r->SetString(m, f, ops[rng() % ops.size()]->name);
+      } else if (f->type() == FieldDescriptor::TYPE_BYTES) {
+        std::string bytes = r->GetString(*m, f);
+        if (bytes.empty()) bytes.push_back(static_cast<char>(rng()));
+        const size_t used = bytes.size();
+        bytes.resize(used * 2 + 16);
+        bytes.resize(LLVMFuzzerMutate(reinterpret_cast<uint8_t*>(bytes.data()),
+                                      used, bytes.size()));
+        r->SetString(m, f, bytes);
+      } else {
+        const char* names[] = {"",  "ck1", "w",    "b",           "..",
+                               "a", "x/y", "\xff", "shared_name", "T"};
+        r->SetString(m, f, names[rng() % 10]);
+      }
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+void MutateCommands(gradtape::v1::CommandBatch* batch, std::minstd_rand& rng) {
+  auto* commands = batch->mutable_commands();
+  const int n = commands->size();
+  if (n == 0) return;
+  switch (rng() % 3) {
+    case 0:  // duplicate one
+      *batch->add_commands() = commands->Get(static_cast<int>(rng() % n));
+      break;
+    case 1:  // drop one
+      commands->DeleteSubrange(static_cast<int>(rng() % n), 1);
+      break;
+    default:  // swap two
+      commands->SwapElements(static_cast<int>(rng() % n),
+                             static_cast<int>(rng() % n));
+      break;
+  }
+}
+
+size_t Serialize(const gradtape::v1::CommandBatch& batch, uint8_t* data,
+                 size_t max_size) {
+  std::string out;
+  if (!batch.SerializeToString(&out) || out.size() > max_size) return 0;
+  std::memcpy(data, out.data(), out.size());
+  return out.size();
+}
+
 }  // namespace
+
+extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size,
+                                          size_t max_size, unsigned int seed) {
+  std::minstd_rand rng(seed);
+  gradtape::v1::CommandBatch batch;
+  if (rng() % 5 == 0 || !batch.ParseFromArray(data, static_cast<int>(size))) {
+    return LLVMFuzzerMutate(data, size, max_size);
+  }
+  const int rounds = 1 + static_cast<int>(rng() % 3);
+  for (int i = 0; i < rounds; ++i) {
+    if (rng() % 6 == 0) {
+      MutateCommands(&batch, rng);
+      continue;
+    }
+    std::vector<FieldRef> fields;
+    Collect(&batch, &fields);
+    if (fields.empty()) break;
+    MutateField(fields[rng() % fields.size()], rng);
+  }
+  const size_t n = Serialize(batch, data, max_size);
+  return n > 0 ? n : LLVMFuzzerMutate(data, size, max_size);
+}
+
+extern "C" size_t LLVMFuzzerCustomCrossOver(const uint8_t* data1, size_t size1,
+                                            const uint8_t* data2, size_t size2,
+                                            uint8_t* out, size_t max_out_size,
+                                            unsigned int seed) {
+  std::minstd_rand rng(seed);
+  gradtape::v1::CommandBatch a, b;
+  if (!a.ParseFromArray(data1, static_cast<int>(size1)) ||
+      !b.ParseFromArray(data2, static_cast<int>(size2))) {
+    return 0;
+  }
+  // A prefix of a's commands, then a suffix of b's.
+  const int keep_a = a.commands_size() > 0
+                         ? static_cast<int>(rng() % (a.commands_size() + 1))
+                         : 0;
+  const int from_b = b.commands_size() > 0
+                         ? static_cast<int>(rng() % (b.commands_size() + 1))
+                         : 0;
+  a.mutable_commands()->DeleteSubrange(keep_a, a.commands_size() - keep_a);
+  for (int i = from_b; i < b.commands_size(); ++i) {
+    *a.add_commands() = b.commands(i);
+  }
+  return Serialize(a, out, max_out_size);
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   gradtape::v1::CommandBatch batch;
