@@ -12,10 +12,10 @@
 #
 # Environment: FUZZ_NICE=N runs the fuzzers under nice -n N; FUZZ_WORK_DIR=D
 # keeps the working corpus in D/<fuzzer> (default: a temporary copy that is
-# deleted at the end); FUZZ_KEEP_GOING=1
-# keeps fuzzing after a finding (libFuzzer fork mode, -ignore_crashes etc.:
-# for long campaigns that collect every distinct finding); FUZZ_JOBS=N runs
-# N fork-mode jobs (with FUZZ_KEEP_GOING).
+# deleted at the end); FUZZ_KEEP_GOING=1 restarts a target after a finding
+# until its time is up (for long campaigns that collect every distinct
+# finding; each finding's report stays in the log); FUZZ_TAG=T names the
+# log build-fuzz/artifacts/<fuzzer>.T.log (for parallel campaigns).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -109,23 +109,30 @@ for f in "${FUZZERS[@]}"; do
   work="${FUZZ_WORK_DIR:-$TMP}/$f"
   mkdir -p "$work"
   cp -rn "tests/fuzz/corpus/$f/." "$work/" 2>/dev/null || true
-  log="$BUILD/artifacts/$f.log"
+  log="$BUILD/artifacts/$f${FUZZ_TAG:+.$FUZZ_TAG}.log"
   extra=()
   [ -f "tests/fuzz/$f.dict" ] && extra+=(-dict="tests/fuzz/$f.dict")
-  if [ "${FUZZ_KEEP_GOING:-0}" = 1 ]; then
-    extra+=(-fork="${FUZZ_JOBS:-1}" -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)
-  fi
   echo "== fuzzing $f for ${SECONDS_EACH}s (log: $log)"
-  "${NICE[@]}" "$bin" "$work" -max_total_time="$SECONDS_EACH" -max_len="$(max_len "$f")" \
-    -rss_limit_mb=2048 -malloc_limit_mb="$(malloc_limit "$f")" -timeout=10 -print_final_stats=1 \
-    -artifact_prefix="$art/" "${extra[@]}" >"$log" 2>&1
-  rc=$?
-  execs="$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | tail -1 | grep -oE '[0-9]+$')"
-  if [ -z "$execs" ]; then  # fork mode: the last "#N: cov: ..." line
-    execs="$(grep -oE '^#[0-9]+: ' "$log" | tail -1 | tr -dc 0-9)"
-  fi
+  : >"$log"
+  rc=0; runs=0; execs=0; deadline=$((SECONDS + SECONDS_EACH))
+  while :; do
+    left=$((deadline - SECONDS))
+    [ "$left" -gt 0 ] || break
+    runs=$((runs + 1))
+    "${NICE[@]}" "$bin" "$work" -max_total_time="$left" -max_len="$(max_len "$f")" \
+      -rss_limit_mb=2048 -malloc_limit_mb="$(malloc_limit "$f")" -timeout=10 \
+      -print_final_stats=1 -artifact_prefix="$art/" "${extra[@]}" >>"$log" 2>&1
+    run_rc=$?
+    [ "$run_rc" -ne 0 ] && rc=$run_rc
+    # Without FUZZ_KEEP_GOING, the first finding ends the run; with it, a
+    # new run starts on the (grown) working corpus until the time is up.
+    [ "$run_rc" -ne 0 ] && [ "${FUZZ_KEEP_GOING:-0}" = 1 ] || break
+  done
+  # Executions: the sum of each run's final stats (libFuzzer prints them
+  # on a crash, timeout or OOM too).
+  execs="$(awk '/stat::number_of_executed_units/ {s += $2} END {print s + 0}' "$log")"
   findings="$(find "$art" -type f -newer "$TMP/start" | grep -cE '/(crash|leak|timeout|oom|slow-unit)-')"
-  line="$f: ${execs:-?} executions in ${SECONDS_EACH}s, exit $rc, $findings artifact(s) in build-fuzz/artifacts/$f, regressions $regressions (failing $regressions_failed)"
+  line="$f: ${execs:-?} executions in ${SECONDS_EACH}s ($runs run(s)), exit $rc, $findings finding(s) in build-fuzz/artifacts/$f, regressions $regressions (failing $regressions_failed)"
   echo "$line"
   SUMMARY+=("$line")
   if [ "$rc" -ne 0 ] || grep -qE '^==[0-9]+==ERROR|^SUMMARY: |runtime error:' "$log"; then

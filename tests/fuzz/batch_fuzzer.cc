@@ -31,6 +31,7 @@
 #include "google/protobuf/stubs/logging.h"
 #include "gradtape/v1/tape_service.pb.h"
 #include "server/batch.h"
+#include "server/convert.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" size_t LLVMFuzzerMutate(uint8_t* data, size_t size, size_t max_size);
@@ -285,6 +286,39 @@ extern "C" size_t LLVMFuzzerCustomCrossOver(const uint8_t* data1, size_t size1,
   return Serialize(a, out, max_out_size);
 }
 
+namespace {
+
+// A tensor in a reply has exactly the bytes its dtype and shape say
+// (a wrapped size computation shows up here even without a crash).
+void CheckTensor(const gradtape::v1::TensorValue& t) {
+  const gradtape::DType dtype = gradtape::server::FromProto(t.dtype());
+  gradtape::fuzz::Require(dtype != gradtape::DType::kInvalid,
+                          "reply tensor has a valid dtype");
+  unsigned __int128 bytes = gradtape::DTypeSize(dtype);
+  for (int64_t d : t.shape()) {
+    gradtape::fuzz::Require(d >= 0, "reply shape dims are >= 0");
+    bytes *= static_cast<uint64_t>(d);
+    if (bytes > (static_cast<unsigned __int128>(1) << 64)) bytes = 0;
+  }
+  gradtape::fuzz::Require(bytes == t.data().size(),
+                          "reply tensor bytes match dtype and shape");
+}
+
+void CheckReply(const gradtape::v1::BatchReply& reply) {
+  for (const gradtape::v1::CommandResult& r : reply.results()) {
+    if (r.has_tensor()) CheckTensor(r.tensor());
+    for (const gradtape::v1::GradientValues* g :
+         {&r.gradient(), &r.jacobian(), &r.jvp()}) {
+      for (int i = 0; i < g->values_size(); ++i) {
+        if (i < g->is_none_size() && g->is_none(i)) continue;
+        CheckTensor(g->values(i));
+      }
+    }
+  }
+}
+
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   gradtape::v1::CommandBatch batch;
   if (!batch.ParseFromArray(data, static_cast<int>(size))) return 0;
@@ -296,6 +330,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string wire;
   gradtape::fuzz::Require(reply.SerializeToString(&wire),
                           "BatchReply serializes");
+  CheckReply(reply);
   // GRADTAPE_FUZZ_VERBOSE=1: print the batch and the reply (to read a
   // finding or check that a seed does what it should).
   static const bool verbose = std::getenv("GRADTAPE_FUZZ_VERBOSE") != nullptr;
