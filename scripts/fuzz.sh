@@ -15,11 +15,12 @@
 # deleted at the end); FUZZ_KEEP_GOING=1 restarts a target after a finding
 # until its time is up (for long campaigns that collect every distinct
 # finding; each finding's report stays in the log); FUZZ_TAG=T names the
-# log build-fuzz/artifacts/<fuzzer>.T.log (for parallel campaigns).
+# log build-fuzz/artifacts/<fuzzer>.T.log (for parallel campaigns);
+# FUZZ_BUILD_DIR=D builds and writes artifacts in D instead of build-fuzz.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-BUILD="$ROOT/build-fuzz"
+BUILD="${FUZZ_BUILD_DIR:-$ROOT/build-fuzz}"
 ALL_FUZZERS=(batch_fuzzer checkpoint_fuzzer convert_fuzzer)
 
 PACKAGES=(clang-14 libfuzzer-14-dev libclang-rt-14-dev)

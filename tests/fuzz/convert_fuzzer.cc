@@ -1,7 +1,10 @@
 // libFuzzer target: the input is parsed both as a gradtape.v1.TensorValue
 // and as a gradtape.v1.AttrValue; each is converted to core types the way
 // the server does (server/convert.h FromProto, Tensor::FromBytes) and, when
-// that succeeds, back to proto, which must give the same value.
+// that succeeds, back to proto, which must give the same value. A custom
+// mutator edits most inputs as one of the two messages
+// (tests/fuzz/proto_mutator.h): packed shapes and their sizes are out of
+// reach of byte mutations.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -11,6 +14,7 @@
 #include "gradtape/v1/tape_service.pb.h"
 #include "server/convert.h"
 #include "tests/fuzz/fuzz_util.h"
+#include "tests/fuzz/proto_mutator.h"
 
 namespace {
 
@@ -68,4 +72,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzTensor(data, size);
   FuzzAttr(data, size);
   return 0;
+}
+
+extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size,
+                                          size_t max_size, unsigned int seed) {
+  std::minstd_rand rng(seed);
+  gradtape::v1::TensorValue tensor;
+  gradtape::v1::AttrValue attr;
+  google::protobuf::Message* m = nullptr;
+  if (rng() % 5 != 0) {
+    if (rng() % 2 == 0) {
+      if (tensor.ParseFromArray(data, static_cast<int>(size))) m = &tensor;
+    } else if (attr.ParseFromArray(data, static_cast<int>(size))) {
+      m = &attr;
+    }
+  }
+  if (m == nullptr) return LLVMFuzzerMutate(data, size, max_size);
+  const int rounds = 1 + static_cast<int>(rng() % 3);
+  for (int i = 0; i < rounds; ++i) gradtape::fuzz::MutateOneField(m, rng);
+  const size_t n = gradtape::fuzz::Serialize(*m, data, max_size);
+  return n > 0 ? n : LLVMFuzzerMutate(data, size, max_size);
 }
