@@ -23,6 +23,13 @@ cd "$ROOT"
 BUILD="${FUZZ_BUILD_DIR:-$ROOT/build-fuzz}"
 ALL_FUZZERS=(batch_fuzzer checkpoint_fuzzer convert_fuzzer)
 
+case "${1:-60}" in
+  --corpus) ;;
+  ''|*[!0-9]*)
+    echo "usage: bash scripts/fuzz.sh [SECONDS] [FUZZER...] | --corpus" >&2
+    exit 2 ;;
+esac
+
 PACKAGES=(clang-14 libfuzzer-14-dev libclang-rt-14-dev)
 missing=()
 for p in "${PACKAGES[@]}"; do
