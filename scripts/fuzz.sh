@@ -140,7 +140,7 @@ for f in "${FUZZERS[@]}"; do
   # on a crash, timeout or OOM too).
   execs="$(awk '/stat::number_of_executed_units/ {s += $2} END {print s + 0}' "$log")"
   findings="$(find "$art" -type f -newer "$TMP/start" | grep -cE '/(crash|leak|timeout|oom|slow-unit)-')"
-  line="$f: ${execs:-?} executions in ${SECONDS_EACH}s ($runs run(s)), exit $rc, $findings finding(s) in build-fuzz/artifacts/$f, regressions $regressions (failing $regressions_failed)"
+  line="$f: ${execs:-?} executions in ${SECONDS_EACH}s ($runs run(s)), exit $rc, $findings finding(s) in ${art#"$ROOT"/}, regressions $regressions (failing $regressions_failed)"
   echo "$line"
   SUMMARY+=("$line")
   if [ "$rc" -ne 0 ] || grep -qE '^==[0-9]+==ERROR|^SUMMARY: |runtime error:' "$log"; then
