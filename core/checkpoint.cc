@@ -5,9 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include "absl/container/flat_hash_map.h"
@@ -25,8 +27,12 @@ constexpr char kMagic[8] = {'\x89', 'G', 'T', 'C', 'K', 'P', 'T', '\n'};
 constexpr uint32_t kVersion = 1;
 constexpr size_t kHeaderBytes = 24;  // magic, version, count, payload length
 constexpr size_t kTrailerBytes = 4;  // CRC-32
-constexpr size_t kMaxNameLength = 200;
+constexpr size_t kMaxNameLength = kMaxCheckpointNameLength;
 constexpr uint32_t kMaxRank = 64;
+// The smallest record: name length, dtype, rank, byte length.
+constexpr size_t kMinRecordBytes = 4 + 4 + 4 + 8;
+// QuoteName keeps this many bytes of a name.
+constexpr size_t kMaxQuotedBytes = 64;
 
 static_assert(sizeof(float) == 4 && sizeof(double) == 8);
 
@@ -122,15 +128,15 @@ std::string TempName(absl::string_view name) {
                       rd());
 }
 
-// "a, b, c" (at most 10 names).
+// "'a', 'b', 'c'" (at most 10 names, each quoted by QuoteName).
 std::string NameList(const std::vector<CheckpointEntry>& entries) {
-  std::vector<absl::string_view> names;
+  std::vector<std::string> names;
   for (const CheckpointEntry& e : entries) {
     if (names.size() == 10) {
       names.push_back("...");
       break;
     }
-    names.push_back(e.name);
+    names.push_back(QuoteName(e.name));
   }
   return absl::StrJoin(names, ", ");
 }
@@ -140,20 +146,79 @@ absl::Status CheckDistinctNames(absl::Span<Variable* const> vars) {
   for (const Variable* var : vars) {
     if (!seen.insert(var->name).second) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "two variables are named '", var->name,
-          "'; checkpoints match variables by name, so give each VarHandleOp "
+          "two variables are named ", QuoteName(var->name),
+          "; checkpoints match variables by name, so give each VarHandleOp "
           "a distinct shared_name (or list only one of them)"));
     }
   }
   return absl::OkStatus();
 }
 
+// Every variable name of `vars` passes ValidateVariableName.
+absl::Status CheckVariableNames(absl::Span<Variable* const> vars) {
+  for (const Variable* var : vars) {
+    if (absl::Status s = ValidateVariableName(var->name); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+// Element count and byte size of a record's shape, overflow-checked and
+// capped at Tensor::kMaxTensorBytes. False if a dim is negative (as int64)
+// or a product overflows or exceeds the cap.
+bool CheckedRecordSize(DType dtype, absl::Span<const uint64_t> dims,
+                       uint64_t* bytes) {
+  constexpr uint64_t kCap = static_cast<uint64_t>(Tensor::kMaxTensorBytes);
+  const uint64_t size = DTypeSize(dtype);
+  if (size == 0) return false;
+  uint64_t elements = 1;
+  bool zero = false;
+  for (uint64_t d : dims) {
+    if (d > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return false;
+    }
+    if (d == 0) zero = true;
+  }
+  // A zero dim makes the tensor empty, but every other dim must still be a
+  // size the tensor can hold (its element count as if nonzero, bounded).
+  for (uint64_t d : dims) {
+    const uint64_t factor = d == 0 ? 1 : d;
+    if (__builtin_mul_overflow(elements, factor, &elements) ||
+        elements > kCap) {
+      return false;
+    }
+  }
+  uint64_t total = 0;
+  if (__builtin_mul_overflow(elements, size, &total) || total > kCap) {
+    return false;
+  }
+  *bytes = zero ? 0 : total;
+  return true;
+}
+
 }  // namespace
+
+std::string QuoteName(absl::string_view name) {
+  if (name.size() <= kMaxQuotedBytes) {
+    return absl::StrCat("'", absl::CHexEscape(name), "'");
+  }
+  return absl::StrCat("'", absl::CHexEscape(name.substr(0, kMaxQuotedBytes)),
+                      "...' (", name.size(), " bytes)");
+}
+
+absl::Status ValidateVariableName(absl::string_view name) {
+  if (name.size() > kMaxNameLength) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "variable name ", QuoteName(name), " is too long for a checkpoint (",
+        name.size(), " bytes; at most ", kMaxNameLength,
+        "): give the VarHandleOp a shorter shared_name"));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status ValidateCheckpointName(absl::string_view name) {
   auto bad = [&](absl::string_view why) {
     return absl::InvalidArgumentError(
-        absl::StrCat("bad checkpoint name '", absl::CEscape(name), "': ", why,
+        absl::StrCat("bad checkpoint name ", QuoteName(name), ": ", why,
                      " (use 1-", kMaxNameLength,
                      " characters from A-Z a-z 0-9 . _ -, not starting with "
                      "'.')"));
@@ -174,8 +239,8 @@ absl::Status ValidateCheckpointName(absl::string_view name) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
                     (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
     if (!ok)
-      return bad(absl::StrCat("character '", absl::CEscape(std::string(1, c)),
-                              "' is not allowed"));
+      return bad(absl::StrCat("character ", QuoteName(absl::string_view(&c, 1)),
+                              " is not allowed"));
   }
   return absl::OkStatus();
 }
@@ -263,6 +328,10 @@ absl::StatusOr<std::vector<CheckpointEntry>> DecodeCheckpoint(
                 crc, "): the file was modified or damaged");
   }
 
+  if (count > payload_length / kMinRecordBytes) {
+    return loss("the header announces ", count, " records, more than a ",
+                payload_length, "-byte payload can hold");
+  }
   Reader r(contents.substr(kHeaderBytes, payload_length));
   std::vector<CheckpointEntry> entries;
   absl::flat_hash_set<std::string> names;
@@ -272,36 +341,55 @@ absl::StatusOr<std::vector<CheckpointEntry>> DecodeCheckpoint(
     };
     uint32_t name_length = 0, dtype = 0, rank = 0;
     absl::string_view name, data;
-    if (!r.U32(&name_length) || name_length > kMaxNameLength ||
+    if (!r.U32(&name_length) || name_length > r.remaining() ||
         !r.Bytes(name_length, &name)) {
-      return bad("bad name");
+      return bad("bad name length");
     }
+    if (absl::Status s = ValidateVariableName(name); !s.ok()) {
+      return bad(s.message());
+    }
+    const std::string quoted = QuoteName(name);
     if (!names.insert(std::string(name)).second) {
-      return bad(absl::StrCat("variable '", name, "' appears twice"));
+      return bad(absl::StrCat("variable ", quoted, " appears twice"));
     }
     if (!r.U32(&dtype) || !IsValidDType(static_cast<int>(dtype)) ||
-        static_cast<DType>(dtype) == DType::kResource) {
-      return bad(absl::StrCat("bad dtype for '", name, "'"));
+        static_cast<DType>(dtype) == DType::kResource ||
+        static_cast<DType>(dtype) == DType::kInvalid) {
+      return bad(absl::StrCat("bad dtype ", dtype, " for ", quoted));
     }
     if (!r.U32(&rank) || rank > kMaxRank) {
-      return bad(absl::StrCat("bad rank for '", name, "'"));
+      return bad(absl::StrCat("bad rank for ", quoted));
     }
-    Shape shape(rank);
+    std::vector<uint64_t> dims(rank);
     for (uint32_t d = 0; d < rank; ++d) {
-      uint64_t dim = 0;
-      if (!r.U64(&dim)) return bad(absl::StrCat("bad shape for '", name, "'"));
-      shape[d] = static_cast<int64_t>(dim);
+      if (!r.U64(&dims[d])) return bad(absl::StrCat("bad shape for ", quoted));
+    }
+    uint64_t expected_bytes = 0;
+    if (!CheckedRecordSize(static_cast<DType>(dtype), dims, &expected_bytes)) {
+      std::vector<std::string> shown;
+      for (uint64_t d : dims) shown.push_back(absl::StrCat(d));
+      return bad(absl::StrCat("shape [", absl::StrJoin(shown, ","), "] of ",
+                              quoted,
+                              " is not a tensor size (a negative dim, or more "
+                              "than ",
+                              Tensor::kMaxTensorBytes, " bytes)"));
     }
     uint64_t length = 0;
     if (!r.U64(&length) || length > r.remaining() ||
         !r.Bytes(static_cast<size_t>(length), &data)) {
-      return bad(absl::StrCat("bad data length for '", name, "'"));
+      return bad(absl::StrCat("bad data length for ", quoted));
     }
+    if (length != expected_bytes) {
+      return bad(absl::StrCat(quoted, " has ", length, " data bytes, its ",
+                              DTypeName(static_cast<DType>(dtype)),
+                              " shape needs ", expected_bytes));
+    }
+    const Shape shape(dims.begin(), dims.end());
     absl::StatusOr<Tensor> value =
         Tensor::FromBytes(static_cast<DType>(dtype), shape, data);
     if (!value.ok()) {
       return bad(
-          absl::StrCat("variable '", name, "': ", value.status().message()));
+          absl::StrCat("variable ", quoted, ": ", value.status().message()));
     }
     entries.push_back({std::string(name), *std::move(value)});
   }
@@ -341,31 +429,70 @@ absl::StatusOr<int64_t> WriteCheckpointFile(const std::string& dir,
 }
 
 absl::StatusOr<std::string> ReadCheckpointFile(const std::string& dir,
-                                               absl::string_view name) {
+                                               absl::string_view name,
+                                               int64_t max_bytes) {
   if (absl::Status s = ValidateCheckpointName(name); !s.ok()) return s;
   const std::string path = PathOf(dir, name);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const std::string quoted = QuoteName(name);
+  // O_NOFOLLOW: a symbolic link fails with ELOOP instead of being followed
+  // (to any file the server can read, or /dev/zero); O_NONBLOCK: opening a
+  // FIFO without a writer returns at once instead of blocking forever (the
+  // fstat below then refuses it); O_CLOEXEC: no descriptor leaks to a child.
+  const int fd =
+      ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) {
       return absl::NotFoundError(
-          absl::StrCat("no checkpoint named '", name, "' in ", dir));
+          absl::StrCat("no checkpoint named ", quoted, " in ", dir));
+    }
+    if (errno == ELOOP) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint ", quoted, " in ", dir,
+          " is a symbolic link; checkpoints are read only from regular files"));
     }
     return Errno("cannot open", path);
   }
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return Errno("cannot stat", path);
+  if (!S_ISREG(st.st_mode)) {
+    const char* kind = S_ISDIR(st.st_mode)    ? "a directory"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "not a regular file";
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint ", quoted, " in ", dir, " is ", kind,
+                     "; checkpoints are read only from regular files"));
+  }
+  const int64_t limit = std::max<int64_t>(max_bytes, 0);
+  auto too_big = [&](int64_t size) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "checkpoint ", quoted, " in ", dir, " has ", size,
+        " bytes, more than the ", limit,
+        " bytes this restore may read (the session's remaining memory)"));
+  };
+  if (st.st_size > limit) return too_big(st.st_size);
   std::string contents;
+  contents.reserve(static_cast<size_t>(st.st_size));
   char buffer[1 << 16];
   while (true) {
     const ssize_t n = ::read(fd, buffer, sizeof(buffer));
     if (n < 0) {
       if (errno == EINTR) continue;
-      absl::Status s = Errno("cannot read", path);
-      ::close(fd);
-      return s;
+      return Errno("cannot read", path);
     }
     if (n == 0) break;
+    // The file may grow while it is read: the bound holds for what is read.
+    if (static_cast<int64_t>(contents.size()) + n > limit) {
+      return too_big(static_cast<int64_t>(contents.size()) + n);
+    }
     contents.append(buffer, static_cast<size_t>(n));
   }
-  ::close(fd);
   return contents;
 }
 
@@ -373,6 +500,7 @@ absl::StatusOr<CheckpointSummary> SaveVariables(
     const std::string& dir, absl::string_view name,
     absl::Span<Variable* const> vars) {
   if (absl::Status s = ValidateCheckpointName(name); !s.ok()) return s;
+  if (absl::Status s = CheckVariableNames(vars); !s.ok()) return s;
   if (absl::Status s = CheckDistinctNames(vars); !s.ok()) return s;
   CheckpointSummary summary;
   summary.name = std::string(name);
@@ -381,8 +509,8 @@ absl::StatusOr<CheckpointSummary> SaveVariables(
   for (const Variable* var : vars) {
     if (!var->value.valid()) {
       return absl::FailedPreconditionError(
-          absl::StrCat("variable '", var->name,
-                       "' is uninitialized; assign it before saving"));
+          absl::StrCat("variable ", QuoteName(var->name),
+                       " is uninitialized; assign it before saving"));
     }
     entries.push_back({var->name, var->value});
     summary.variables.push_back(var->name);
@@ -396,9 +524,11 @@ absl::StatusOr<CheckpointSummary> SaveVariables(
 
 absl::StatusOr<CheckpointSummary> RestoreVariables(
     const std::string& dir, absl::string_view name,
-    absl::Span<Variable* const> vars) {
+    absl::Span<Variable* const> vars, int64_t max_bytes) {
+  if (absl::Status s = CheckVariableNames(vars); !s.ok()) return s;
   if (absl::Status s = CheckDistinctNames(vars); !s.ok()) return s;
-  absl::StatusOr<std::string> contents = ReadCheckpointFile(dir, name);
+  absl::StatusOr<std::string> contents =
+      ReadCheckpointFile(dir, name, max_bytes);
   if (!contents.ok()) return contents.status();
   absl::StatusOr<std::vector<CheckpointEntry>> entries =
       DecodeCheckpoint(*contents);
@@ -416,14 +546,14 @@ absl::StatusOr<CheckpointSummary> RestoreVariables(
     auto it = by_name.find(var->name);
     if (it == by_name.end()) {
       return absl::NotFoundError(absl::StrCat(
-          "the file has no variable '", var->name,
-          "' (it holds: ", NameList(*entries), "); no variable was changed"));
+          "the file has no variable ", QuoteName(var->name),
+          " (it holds: ", NameList(*entries), "); no variable was changed"));
     }
     const Tensor& value = it->second->value;
     if (value.dtype() != var->dtype || value.shape() != var->shape) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "the file holds variable '", var->name, "' as ", value.DebugString(),
-          " but the session's is ", DTypeName(var->dtype),
+          "the file holds variable ", QuoteName(var->name), " as ",
+          value.DebugString(), " but the session's is ", DTypeName(var->dtype),
           ShapeString(var->shape), "; no variable was changed"));
     }
     matched.push_back(it->second);

@@ -487,8 +487,12 @@ absl::StatusOr<CheckpointSummary> Session::RestoreCheckpoint(
   absl::StatusOr<std::vector<Variable*>> vars =
       CheckpointVariables(seq, "RestoreCheckpoint", name, variable_ids);
   if (!vars.ok()) return vars.status();
-  absl::StatusOr<CheckpointSummary> summary =
-      RestoreVariables(checkpoint_dir_, name, *vars);
+  absl::StatusOr<CheckpointSummary> summary = RestoreVariables(
+      checkpoint_dir_, name, *vars,
+      // The file may use what is left of the budget.
+      account_->limit() > 0
+          ? std::max<int64_t>(0, account_->limit() - account_->bytes())
+          : kMaxCheckpointFileBytes);
   if (!summary.ok()) {
     return Annotate(summary.status(), seq, "RestoreCheckpoint",
                     absl::StrCat("checkpoint '", name, "'"));

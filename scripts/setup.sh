@@ -9,7 +9,8 @@ cd "$ROOT"
 PACKAGES=(g++ cmake ninja-build pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libeigen3-dev libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
-  python3 python3-venv python3-pip nginx-light)
+  python3 python3-venv python3-pip nginx-light
+  clang-14 libfuzzer-14-dev libclang-rt-14-dev)  # scripts/fuzz.sh
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \

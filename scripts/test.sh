@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite: install, build, run ctest (C++: core, server,
-# client), the Go client test, pytest (protocol, Python client, digits) and
-# a short ghz load test. Ends with ctest's and pytest's own summary lines;
-# exits non-zero if anything failed.
+# client), the Go client test, pytest (protocol, Python client, digits), a
+# short ghz load test, ctest again under ASan + UBSan (build-asan/) and each
+# libFuzzer target briefly plus every committed fuzz regression
+# (scripts/fuzz.sh, build-fuzz/). Ends with ctest's and pytest's own summary
+# lines; exits non-zero if anything failed.
 set -uo pipefail
 set -e
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -39,9 +41,31 @@ GRADTAPE_SERVER_BIN="$ROOT/build/server/gradtape-server" \
 echo "== ghz load test (tests/load: Run fixed ids 4 s, Run templated ids 3 s, Stream 3 s; fails on errors only)"
 bash tests/load/run_ghz.sh --duration=4s tests/load/run_unary_fixed.json 2>&1 | tee "$LOGS/ghz" || status=1
 bash tests/load/run_ghz.sh --duration=3s tests/load/run_unary.json tests/load/stream.json 2>&1 | tee -a "$LOGS/ghz" || status=1
+# The same C++ suite with ASan + UBSan (GRADTAPE_SANITIZE, -O1, no
+# benchmarks) in its own build folder. Leak checking is on; leaks inside
+# libraries we do not own would go to tests/fuzz/lsan.supp.
+echo "== ctest under ASan + UBSan (build-asan)"
+asan_start=$SECONDS
+(
+  export ASAN_OPTIONS="detect_leaks=1:check_initialization_order=1"
+  export LSAN_OPTIONS="suppressions=$ROOT/tests/fuzz/lsan.supp:print_suppressions=0"
+  export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DGRADTAPE_SANITIZE=ON \
+    -DGRADTAPE_BUILD_BENCH=OFF >/dev/null \
+    && cmake --build build-asan \
+    && ctest --test-dir build-asan --output-on-failure -j2 --timeout 900
+) 2>&1 | tee "$LOGS/asan" || status=1
+echo "asan: build + ctest took $((SECONDS - asan_start)) s"
+echo "== fuzz (scripts/fuzz.sh 30: regressions replayed, each fuzzer 30 s)"
+bash scripts/fuzz.sh 30 2>&1 | tee "$LOGS/fuzz" || status=1
 echo "== summary"
 grep -E "^(ok|FAIL|go:)" "$LOGS/go" | tail -2 || echo "go: no summary"
 grep -E "^ghz " "$LOGS/ghz" | tail -3 || true
+sed -n '/^== fuzz summary/,$p' "$LOGS/fuzz" | tail -n +2 | grep -E "^[a-z_]+_fuzzer: " \
+  || echo "fuzz: no summary"
+grep -E "tests passed|tests failed" "$LOGS/asan" | tail -1 | sed 's/^/asan: /' \
+  || echo "asan: no ctest summary"
 grep -E "tests passed|tests failed" "$LOGS/ctest" | tail -1 || echo "ctest: no summary"
 tail -1 "$LOGS/pytest"
 exit $status

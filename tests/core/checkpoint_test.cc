@@ -4,8 +4,14 @@
 // unchanged, name validation, all-or-nothing restore, atomic writes.
 #include "core/checkpoint.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -350,6 +356,242 @@ TEST_F(CheckpointTest, OtherErrors) {
   float five = 5;
   EXPECT_EQ(a.Bytes(u), std::string(reinterpret_cast<char*>(&five), 4));
   EXPECT_EQ(dir_.Files(), std::vector<std::string>{"x"});
+}
+
+// --- A hostile checkpoint directory (issue 11, class 5) ---------------------
+
+void PutLe(std::string* out, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i)
+    out->push_back(static_cast<char>(v >> (8 * i)));
+}
+// One record as docs/CHECKPOINT_FORMAT.md lays it out, sizes as given.
+std::string Record(const std::string& name, uint32_t dtype,
+                   std::vector<uint64_t> dims, uint64_t length,
+                   const std::string& data) {
+  std::string r;
+  PutLe(&r, name.size(), 4);
+  r += name;
+  PutLe(&r, dtype, 4);
+  PutLe(&r, dims.size(), 4);
+  for (uint64_t d : dims) PutLe(&r, d, 8);
+  PutLe(&r, length, 8);
+  r += data;
+  return r;
+}
+// A whole file (valid header and CRC) around `records`.
+std::string File(const std::vector<std::string>& records) {
+  std::string payload;
+  for (const std::string& r : records) payload += r;
+  std::string out("\x89GTCKPT\n", 8);
+  PutLe(&out, 1, 4);
+  PutLe(&out, records.size(), 4);
+  PutLe(&out, payload.size(), 8);
+  out += payload;
+  PutLe(&out, Crc32(out), 4);
+  return out;
+}
+bool IsAscii(absl::string_view s) {
+  for (char c : s) {
+    if (static_cast<unsigned char>(c) >= 0x80) return false;
+  }
+  return true;
+}
+constexpr uint32_t kF32 = static_cast<uint32_t>(DType::kFloat32);
+
+TEST_F(CheckpointTest, FifoIsRefusedPromptly) {
+  const std::string fifo = dir_.path() + "/pipe";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  CheckpointSession a(dir_.path());
+  const int64_t w = a.Var("w", DType::kFloat32, {1}, Floats({1}, {1}));
+  std::future<absl::StatusOr<CheckpointSummary>> restore =
+      std::async(std::launch::async, [&] { return a.Restore("pipe", {w}); });
+  if (restore.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+    ADD_FAILURE() << "RestoreCheckpoint of a FIFO blocks";
+    // Unblock the open (it waits for a writer) so the test can end.
+    const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) ::close(fd);
+  }
+  const absl::Status s = restore.get().status();
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "'pipe'")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "a FIFO")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "RestoreCheckpoint")) << s;
+  // The session still works.
+  EXPECT_TRUE(a.Save("after").ok());
+}
+
+TEST_F(CheckpointTest, SymlinksAndNonRegularFilesAreRefused) {
+  CheckpointSession a(dir_.path());
+  const int64_t w = a.Var("w", DType::kFloat32, {1}, Floats({1}, {1}));
+  ASSERT_TRUE(a.Save("real").ok());
+  ASSERT_EQ(::symlink("real", (dir_.path() + "/link").c_str()), 0);
+  ASSERT_EQ(::symlink("/dev/zero", (dir_.path() + "/zero").c_str()), 0);
+  for (const char* name : {"link", "zero"}) {
+    SCOPED_TRACE(name);
+    const absl::Status s = a.Restore(name, {w}).status();
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), absl::StrCat("'", name, "'")))
+        << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), "symbolic link")) << s;
+  }
+  const std::string sub = dir_.path() + "/subdir";
+  ASSERT_EQ(::mkdir(sub.c_str(), 0755), 0);
+  const absl::Status s = a.Restore("subdir", {w}).status();
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "'subdir'")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "a directory")) << s;
+  ::rmdir(sub.c_str());
+  EXPECT_TRUE(a.Restore("real", {w}).ok());
+}
+
+TEST_F(CheckpointTest, OversizeFileIsRefusedBeforeReading) {
+  // Not a checkpoint at all: a decode would say DATA_LOSS, so
+  // RESOURCE_EXHAUSTED shows the size was refused before reading.
+  WriteFileBytes(dir_.path() + "/big", std::string(2 << 20, 'x'));
+  absl::StatusOr<std::string> read =
+      ReadCheckpointFile(dir_.path(), "big", 1 << 20);
+  EXPECT_EQ(read.status().code(), StatusCode::kResourceExhausted)
+      << read.status();
+  EXPECT_TRUE(absl::StrContains(read.status().message(), "'big'"))
+      << read.status();
+  EXPECT_TRUE(absl::StrContains(read.status().message(), "2097152 bytes"))
+      << read.status();
+  EXPECT_TRUE(absl::StrContains(read.status().message(), "1048576"))
+      << read.status();
+  EXPECT_EQ(ReadCheckpointFile(dir_.path(), "big", 2 << 20)->size(),
+            size_t{2} << 20);
+
+  // Through a session: its remaining memory is the bound.
+  SessionOptions options = CheckpointSession::Options(dir_.path());
+  options.memory_limit_bytes = 1 << 20;
+  Session s(DefaultRegistry(), options);
+  ASSERT_TRUE(s.ExecuteOp(1, "VarHandleOp", {}, {1},
+                          {{"dtype", DType::kFloat32},
+                           {"shape", std::vector<int64_t>{1}},
+                           {"shared_name", std::string("w")}})
+                  .ok());
+  const absl::Status r = s.RestoreCheckpoint(2, "big", {}).status();
+  EXPECT_EQ(r.code(), StatusCode::kResourceExhausted) << r;
+  EXPECT_TRUE(absl::StrContains(r.message(), "RestoreCheckpoint")) << r;
+  EXPECT_TRUE(absl::StrContains(r.message(), "2097152 bytes")) << r;
+}
+
+TEST(CheckpointFormat, CraftedRecordSizesAreRefused) {
+  struct Case {
+    std::vector<uint64_t> dims;
+    uint64_t length;
+    std::string shown;
+  };
+  const std::vector<Case> cases = {
+      // n * 4 wraps to 4: the length check would pass.
+      {{4611686018427387905u}, 4, "[4611686018427387905]"},
+      {{4611686018427387905u, 4}, 16, "[4611686018427387905,4]"},
+      // A negative dim as int64.
+      {{uint64_t{1} << 63}, 0, "[9223372036854775808]"},
+      // Products that overflow int64 through several dims.
+      {{uint64_t{1} << 32, uint64_t{1} << 32, 2}, 8, "[4294967296,"},
+      // Over the per-tensor cap (1 TiB), no overflow.
+      {{uint64_t{1} << 40}, 4, "[1099511627776]"},
+      // A zero dim does not excuse a huge other one.
+      {{0, 4611686018427387905u}, 0, "[0,4611686018427387905]"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.shown);
+    const std::string file =
+        File({Record("w", kF32, c.dims, c.length, std::string(c.length, 'a'))});
+    absl::StatusOr<std::vector<CheckpointEntry>> d = DecodeCheckpoint(file);
+    EXPECT_EQ(d.status().code(), StatusCode::kDataLoss) << d.status();
+    EXPECT_TRUE(absl::StrContains(d.status().message(), c.shown)) << d.status();
+    EXPECT_TRUE(absl::StrContains(d.status().message(), "'w'")) << d.status();
+    EXPECT_TRUE(absl::StrContains(d.status().message(), "not a tensor size"))
+        << d.status();
+  }
+  // A length that disagrees with a sane shape.
+  absl::StatusOr<std::vector<CheckpointEntry>> d =
+      DecodeCheckpoint(File({Record("w", kF32, {2}, 4, "abcd")}));
+  EXPECT_EQ(d.status().code(), StatusCode::kDataLoss) << d.status();
+  EXPECT_TRUE(absl::StrContains(
+      d.status().message(), "'w' has 4 data bytes, its float32 shape needs 8"))
+      << d.status();
+  // A count no payload can hold.
+  std::string many = File({});
+  many[12] = '\xff';
+  many[13] = '\xff';
+  many.resize(many.size() - 4);
+  PutLe(&many, Crc32(many), 4);
+  d = DecodeCheckpoint(many);
+  EXPECT_EQ(d.status().code(), StatusCode::kDataLoss) << d.status();
+  EXPECT_TRUE(absl::StrContains(d.status().message(), "65535 records"))
+      << d.status();
+}
+
+TEST_F(CheckpointTest, CraftedHugeShapeRestoreFailsAndSessionWorks) {
+  WriteFileBytes(dir_.path() + "/huge",
+                 File({Record("w", kF32, {4611686018427387905u}, 4, "abcd")}));
+  CheckpointSession a(dir_.path());
+  const int64_t w = a.Var("w", DType::kFloat32, {1}, Floats({1}, {1}));
+  const std::string before = a.Bytes(w);
+  const absl::Status s = a.Restore("huge").status();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "4611686018427387905")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "no variable was changed")) << s;
+  EXPECT_EQ(a.Bytes(w), before);
+  EXPECT_TRUE(a.Save("fine").ok());
+}
+
+TEST_F(CheckpointTest, NamesFromAFileAreEscapedInMessages) {
+  const std::string bad_utf8 = "v\xff\xfe\xc3";
+  WriteFileBytes(dir_.path() + "/odd",
+                 File({Record(bad_utf8, kF32, {1}, 4, "abcd")}));
+  CheckpointSession a(dir_.path());
+  const int64_t w = a.Var("w", DType::kFloat32, {1}, Floats({1}, {1}));
+  // The file lacks 'w' and lists what it holds.
+  const absl::Status s = a.Restore("odd", {w}).status();
+  EXPECT_EQ(s.code(), StatusCode::kNotFound) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "'v\\xff\\xfe\\xc3'")) << s;
+  EXPECT_TRUE(IsAscii(s.message())) << absl::CHexEscape(s.message());
+  // The decoder's own messages too.
+  absl::StatusOr<std::vector<CheckpointEntry>> d =
+      DecodeCheckpoint(File({Record(bad_utf8, kF32, {1}, 4, "abcd"),
+                             Record(bad_utf8, kF32, {1}, 4, "abcd")}));
+  EXPECT_EQ(d.status().code(), StatusCode::kDataLoss) << d.status();
+  EXPECT_TRUE(absl::StrContains(d.status().message(),
+                                "'v\\xff\\xfe\\xc3' appears twice"))
+      << d.status();
+  EXPECT_TRUE(IsAscii(d.status().message()));
+  // Long names are cut.
+  EXPECT_EQ(QuoteName(std::string(150, '\xff')),
+            absl::StrCat("'", absl::CHexEscape(std::string(64, '\xff')),
+                         "...' (150 bytes)"));
+}
+
+TEST_F(CheckpointTest, OneNameRuleForSaveAndRestore) {
+  const std::string long_name(300, 'v');
+  CheckpointSession a(dir_.path());
+  const int64_t v = a.Var(long_name, DType::kFloat32, {1}, Floats({1}, {1}));
+  const absl::Status saved = a.Save("x", {v}).status();
+  EXPECT_EQ(saved.code(), StatusCode::kInvalidArgument) << saved;
+  EXPECT_TRUE(absl::StrContains(saved.message(), "SaveCheckpoint")) << saved;
+  EXPECT_TRUE(absl::StrContains(saved.message(), "is too long")) << saved;
+  EXPECT_TRUE(absl::StrContains(saved.message(), "300 bytes; at most 200"))
+      << saved;
+  EXPECT_TRUE(dir_.Files().empty());
+  // Restore says the same (not "the file has no variable").
+  const absl::Status restored = a.Restore("x", {v}).status();
+  EXPECT_EQ(restored.code(), StatusCode::kInvalidArgument) << restored;
+  EXPECT_TRUE(absl::StrContains(restored.message(), "300 bytes; at most 200"))
+      << restored;
+  // And so does the decoder for such a record.
+  absl::StatusOr<std::vector<CheckpointEntry>> d =
+      DecodeCheckpoint(File({Record(long_name, kF32, {1}, 4, "abcd")}));
+  EXPECT_EQ(d.status().code(), StatusCode::kDataLoss) << d.status();
+  EXPECT_TRUE(absl::StrContains(d.status().message(), "300 bytes; at most 200"))
+      << d.status();
+  // 200 bytes is fine both ways.
+  const int64_t ok =
+      a.Var(std::string(200, 'o'), DType::kFloat32, {1}, Floats({1}, {2}));
+  EXPECT_TRUE(a.Save("y", {ok}).ok());
+  EXPECT_TRUE(a.Restore("y", {ok}).ok());
 }
 
 TEST(CheckpointDisabled, FailedPrecondition) {

@@ -1,0 +1,189 @@
+// libFuzzer target: the input is a gradtape.v1.CommandBatch (binary proto),
+// applied with server::ApplyBatch to one live core Session, the same path a
+// Run or Stream call takes after authentication. The session is kept across
+// inputs (so state gets deep: tensors, tapes, variables, checkpoints built by
+// earlier inputs) and replaced every kResetEvery inputs so it stays bounded.
+// Unparsable input is ignored.
+//
+// Random byte mutations rarely keep a protobuf parsable (length prefixes),
+// so a custom mutator edits most inputs as messages (through protobuf
+// reflection): it sets an integer anywhere in the batch to a size that
+// overflows or exhausts memory, an op name to a registered op, an enum to
+// an unknown value, or copies, drops and reorders commands; crossover
+// splices the commands of two inputs. The rest get libFuzzer's byte
+// mutations, which test the parser.
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/op_registry.h"
+#include "core/session.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
+#include "google/protobuf/stubs/logging.h"
+#include "gradtape/v1/tape_service.pb.h"
+#include "server/batch.h"
+#include "server/convert.h"
+#include "tests/fuzz/fuzz_util.h"
+#include "tests/fuzz/proto_mutator.h"
+
+extern "C" size_t LLVMFuzzerMutate(uint8_t* data, size_t size, size_t max_size);
+
+namespace {
+
+constexpr int kResetEvery = 256;
+constexpr int64_t kMemoryLimitBytes = int64_t{64} << 20;  // 64 MiB
+
+struct State {
+  gradtape::fuzz::ScratchDir dir;
+  std::unique_ptr<gradtape::Session> session;
+  int inputs = 0;
+
+  void Reset() {
+    session.reset();
+    dir.Clear();
+    gradtape::SessionOptions options;
+    options.memory_limit_bytes = kMemoryLimitBytes;
+    options.checkpoint_dir = dir.path();
+    session = std::make_unique<gradtape::Session>(gradtape::DefaultRegistry(),
+                                                  options);
+  }
+};
+
+State& GetState() {
+  static State* state = [] {
+    // Inputs with invalid UTF-8 in string fields fail to parse, and
+    // protobuf logs each one: keep the fuzzer's output readable.
+    google::protobuf::SetLogHandler(nullptr);
+    auto* s = new State;  // never destroyed: no exit-time order issues
+    s->Reset();
+    return s;
+  }();
+  return *state;
+}
+
+void MutateCommands(gradtape::v1::CommandBatch* batch, std::minstd_rand& rng) {
+  auto* commands = batch->mutable_commands();
+  const int n = commands->size();
+  if (n == 0) return;
+  switch (rng() % 3) {
+    case 0:  // duplicate one
+      *batch->add_commands() = commands->Get(static_cast<int>(rng() % n));
+      break;
+    case 1:  // drop one
+      commands->DeleteSubrange(static_cast<int>(rng() % n), 1);
+      break;
+    default:  // swap two
+      commands->SwapElements(static_cast<int>(rng() % n),
+                             static_cast<int>(rng() % n));
+      break;
+  }
+}
+
+}  // namespace
+
+extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size,
+                                          size_t max_size, unsigned int seed) {
+  std::minstd_rand rng(seed);
+  gradtape::v1::CommandBatch batch;
+  if (rng() % 5 == 0 || !batch.ParseFromArray(data, static_cast<int>(size))) {
+    return LLVMFuzzerMutate(data, size, max_size);
+  }
+  const int rounds = 1 + static_cast<int>(rng() % 3);
+  for (int i = 0; i < rounds; ++i) {
+    if (rng() % 6 == 0) {
+      MutateCommands(&batch, rng);
+      continue;
+    }
+    if (!gradtape::fuzz::MutateOneField(&batch, rng)) break;
+  }
+  const size_t n = gradtape::fuzz::Serialize(batch, data, max_size);
+  return n > 0 ? n : LLVMFuzzerMutate(data, size, max_size);
+}
+
+extern "C" size_t LLVMFuzzerCustomCrossOver(const uint8_t* data1, size_t size1,
+                                            const uint8_t* data2, size_t size2,
+                                            uint8_t* out, size_t max_out_size,
+                                            unsigned int seed) {
+  std::minstd_rand rng(seed);
+  gradtape::v1::CommandBatch a, b;
+  if (!a.ParseFromArray(data1, static_cast<int>(size1)) ||
+      !b.ParseFromArray(data2, static_cast<int>(size2))) {
+    return 0;
+  }
+  // A prefix of a's commands, then a suffix of b's.
+  const int keep_a = a.commands_size() > 0
+                         ? static_cast<int>(rng() % (a.commands_size() + 1))
+                         : 0;
+  const int from_b = b.commands_size() > 0
+                         ? static_cast<int>(rng() % (b.commands_size() + 1))
+                         : 0;
+  a.mutable_commands()->DeleteSubrange(keep_a, a.commands_size() - keep_a);
+  for (int i = from_b; i < b.commands_size(); ++i) {
+    *a.add_commands() = b.commands(i);
+  }
+  return gradtape::fuzz::Serialize(a, out, max_out_size);
+}
+
+namespace {
+
+// A tensor in a reply has exactly the bytes its dtype and shape say
+// (a wrapped size computation shows up here even without a crash).
+void CheckTensor(const gradtape::v1::TensorValue& t) {
+  const gradtape::DType dtype = gradtape::server::FromProto(t.dtype());
+  gradtape::fuzz::Require(dtype != gradtape::DType::kInvalid,
+                          "reply tensor has a valid dtype");
+  unsigned __int128 bytes = gradtape::DTypeSize(dtype);
+  for (int64_t d : t.shape()) {
+    gradtape::fuzz::Require(d >= 0, "reply shape dims are >= 0");
+    bytes *= static_cast<uint64_t>(d);
+    if (bytes > (static_cast<unsigned __int128>(1) << 64)) bytes = 0;
+  }
+  gradtape::fuzz::Require(bytes == t.data().size(),
+                          "reply tensor bytes match dtype and shape");
+}
+
+void CheckReply(const gradtape::v1::BatchReply& reply) {
+  for (const gradtape::v1::CommandResult& r : reply.results()) {
+    if (r.has_tensor()) CheckTensor(r.tensor());
+    for (const gradtape::v1::GradientValues* g :
+         {&r.gradient(), &r.jacobian(), &r.jvp()}) {
+      for (int i = 0; i < g->values_size(); ++i) {
+        if (i < g->is_none_size() && g->is_none(i)) continue;
+        CheckTensor(g->values(i));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  gradtape::v1::CommandBatch batch;
+  if (!batch.ParseFromArray(data, static_cast<int>(size))) return 0;
+  State& state = GetState();
+  if (++state.inputs % kResetEvery == 0) state.Reset();
+  gradtape::v1::BatchReply reply;
+  gradtape::server::ApplyBatch(*state.session, batch, &reply);
+  // The reply must be something the server can send.
+  std::string wire;
+  gradtape::fuzz::Require(reply.SerializeToString(&wire),
+                          "BatchReply serializes");
+  CheckReply(reply);
+  // GRADTAPE_FUZZ_VERBOSE=1: print the batch and the reply (to read a
+  // finding or check that a seed does what it should).
+  static const bool verbose = std::getenv("GRADTAPE_FUZZ_VERBOSE") != nullptr;
+  if (verbose) {
+    std::fprintf(stderr, "== batch\n%s== reply\n%s",
+                 batch.DebugString().c_str(), reply.DebugString().c_str());
+  }
+  return 0;
+}
