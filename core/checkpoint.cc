@@ -162,39 +162,6 @@ absl::Status CheckVariableNames(absl::Span<Variable* const> vars) {
   return absl::OkStatus();
 }
 
-// Element count and byte size of a record's shape, overflow-checked and
-// capped at Tensor::kMaxTensorBytes. False if a dim is negative (as int64)
-// or a product overflows or exceeds the cap.
-bool CheckedRecordSize(DType dtype, absl::Span<const uint64_t> dims,
-                       uint64_t* bytes) {
-  constexpr uint64_t kCap = static_cast<uint64_t>(Tensor::kMaxTensorBytes);
-  const uint64_t size = DTypeSize(dtype);
-  if (size == 0) return false;
-  uint64_t elements = 1;
-  bool zero = false;
-  for (uint64_t d : dims) {
-    if (d > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      return false;
-    }
-    if (d == 0) zero = true;
-  }
-  // A zero dim makes the tensor empty, but every other dim must still be a
-  // size the tensor can hold (its element count as if nonzero, bounded).
-  for (uint64_t d : dims) {
-    const uint64_t factor = d == 0 ? 1 : d;
-    if (__builtin_mul_overflow(elements, factor, &elements) ||
-        elements > kCap) {
-      return false;
-    }
-  }
-  uint64_t total = 0;
-  if (__builtin_mul_overflow(elements, size, &total) || total > kCap) {
-    return false;
-  }
-  *bytes = zero ? 0 : total;
-  return true;
-}
-
 }  // namespace
 
 std::string QuoteName(absl::string_view name) {
@@ -364,16 +331,22 @@ absl::StatusOr<std::vector<CheckpointEntry>> DecodeCheckpoint(
     for (uint32_t d = 0; d < rank; ++d) {
       if (!r.U64(&dims[d])) return bad(absl::StrCat("bad shape for ", quoted));
     }
-    uint64_t expected_bytes = 0;
-    if (!CheckedRecordSize(static_cast<DType>(dtype), dims, &expected_bytes)) {
-      std::vector<std::string> shown;
-      for (uint64_t d : dims) shown.push_back(absl::StrCat(d));
-      return bad(absl::StrCat("shape [", absl::StrJoin(shown, ","), "] of ",
-                              quoted,
-                              " is not a tensor size (a negative dim, or more "
-                              "than ",
-                              Tensor::kMaxTensorBytes, " bytes)"));
+    // The size rule every tensor obeys (core/tensor.h).
+    auto not_a_size = [&](absl::string_view why) {
+      return bad(absl::StrCat("shape [", absl::StrJoin(dims, ","), "] of ",
+                              quoted, " is not a tensor size: ", why));
+    };
+    Shape shape;
+    for (uint64_t d : dims) {
+      if (d > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        return not_a_size("a dim past int64");
+      }
+      shape.push_back(static_cast<int64_t>(d));
     }
+    absl::StatusOr<TensorSize> size =
+        CheckedTensorSize(static_cast<DType>(dtype), shape);
+    if (!size.ok()) return not_a_size(size.status().message());
+    const uint64_t expected_bytes = static_cast<uint64_t>(size->bytes);
     uint64_t length = 0;
     if (!r.U64(&length) || length > r.remaining() ||
         !r.Bytes(static_cast<size_t>(length), &data)) {
@@ -384,7 +357,6 @@ absl::StatusOr<std::vector<CheckpointEntry>> DecodeCheckpoint(
                               DTypeName(static_cast<DType>(dtype)),
                               " shape needs ", expected_bytes));
     }
-    const Shape shape(dims.begin(), dims.end());
     absl::StatusOr<Tensor> value =
         Tensor::FromBytes(static_cast<DType>(dtype), shape, data);
     if (!value.ok()) {

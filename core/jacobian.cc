@@ -136,6 +136,7 @@ absl::StatusOr<std::vector<Tensor>> Compute(Context& ctx, Tape& tape,
         const Tensor& g = (*grads)[s];
         if (!g.valid()) continue;
         connected[s] = true;
+        if (g.num_bytes() == 0) continue;  // an empty source: nothing to copy
         const size_t elem = DTypeSize(g.dtype());
         char* dst = static_cast<char*>(results[s].raw_mutable_data());
         const char* src = static_cast<const char*>(g.raw_data());

@@ -23,17 +23,6 @@ std::string IdList(absl::Span<const int64_t> ids) {
                       ids.size(), " ids)]");
 }
 
-// A name the client sent, for a message: escaped (so any bytes stay
-// printable ASCII) and cut to 64 bytes.
-std::string QuoteName(absl::string_view name) {
-  constexpr size_t kMax = 64;
-  std::string quoted =
-      absl::StrCat("'", absl::CHexEscape(name.substr(0, kMax)), "'");
-  if (name.size() > kMax)
-    absl::StrAppend(&quoted, "... (", name.size(), " bytes)");
-  return quoted;
-}
-
 // `text` cut to at most `max` bytes, at a UTF-8 character boundary.
 std::string CutUtf8(std::string text, size_t max) {
   if (text.size() <= max) return text;
@@ -490,9 +479,7 @@ absl::StatusOr<CheckpointSummary> Session::RestoreCheckpoint(
   absl::StatusOr<CheckpointSummary> summary = RestoreVariables(
       checkpoint_dir_, name, *vars,
       // The file may use what is left of the budget.
-      account_->limit() > 0
-          ? std::max<int64_t>(0, account_->limit() - account_->bytes())
-          : kMaxCheckpointFileBytes);
+      std::min(account_->remaining(), kMaxCheckpointFileBytes));
   if (!summary.ok()) {
     return Annotate(summary.status(), seq, "RestoreCheckpoint",
                     absl::StrCat("checkpoint '", name, "'"));

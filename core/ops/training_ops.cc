@@ -130,8 +130,10 @@ absl::Status ApplyKernel(KernelContext& ctx, const ApplyLayout& layout,
   values.reserve(vars.size());
   for (Variable* var : vars) {
     ASSIGN_OR_RETURN(Tensor copy, Allocate(ctx, var->dtype, var->shape));
-    std::memcpy(copy.raw_mutable_data(), var->value.raw_data(),
-                copy.num_bytes());
+    if (copy.num_bytes() > 0) {
+      std::memcpy(copy.raw_mutable_data(), var->value.raw_data(),
+                  copy.num_bytes());
+    }
     values.push_back(std::move(copy));
   }
   DispatchFloat(dtype, [&](auto zero) {
