@@ -138,9 +138,11 @@ namespace {
 // A tensor in a reply has exactly the bytes its dtype and shape say
 // (a wrapped size computation shows up here even without a crash).
 void CheckTensor(const gradtape::v1::TensorValue& t) {
-  const gradtape::DType dtype = gradtape::server::FromProto(t.dtype());
-  gradtape::fuzz::Require(dtype != gradtape::DType::kInvalid,
+  const absl::StatusOr<gradtape::DType> parsed =
+      gradtape::server::FromProto(t.dtype());
+  gradtape::fuzz::Require(parsed.ok() && *parsed != gradtape::DType::kInvalid,
                           "reply tensor has a valid dtype");
+  const gradtape::DType dtype = *parsed;
   unsigned __int128 bytes = gradtape::DTypeSize(dtype);
   for (int64_t d : t.shape()) {
     gradtape::fuzz::Require(d >= 0, "reply shape dims are >= 0");
@@ -172,7 +174,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   State& state = GetState();
   if (++state.inputs % kResetEvery == 0) state.Reset();
   gradtape::v1::BatchReply reply;
-  gradtape::server::ApplyBatch(*state.session, batch, &reply);
+  // A small reply budget, so the fuzzer reaches the refusals of results
+  // that do not fit as well as the answers.
+  constexpr int64_t kMaxReplyBytes = 1 << 20;
+  gradtape::server::ApplyBatch(*state.session, batch, kMaxReplyBytes, &reply);
   // The reply must be something the server can send.
   std::string wire;
   gradtape::fuzz::Require(reply.SerializeToString(&wire),

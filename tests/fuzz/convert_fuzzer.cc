@@ -22,13 +22,17 @@ namespace {
 void FuzzTensor(const uint8_t* data, size_t size) {
   gradtape::v1::TensorValue value;
   if (!value.ParseFromArray(data, static_cast<int>(size))) return;
-  const gradtape::DType dtype = gradtape::server::FromProto(value.dtype());
+  const absl::StatusOr<gradtape::DType> parsed =
+      gradtape::server::FromProto(value.dtype());
+  if (!parsed.ok()) return;
+  const gradtape::DType dtype = *parsed;
   absl::StatusOr<gradtape::Tensor> tensor = gradtape::Tensor::FromBytes(
       dtype, absl::MakeConstSpan(value.shape().data(), value.shape().size()),
       value.data());
   if (!tensor.ok()) return;
   gradtape::v1::TensorValue back;
-  gradtape::server::ToProto(*tensor, &back);
+  gradtape::fuzz::Require(gradtape::server::ToProto(*tensor, &back).ok(),
+                          "a valid tensor converts");
   gradtape::fuzz::Require(back.dtype() == value.dtype(), "dtype round trip");
   gradtape::fuzz::Require(
       std::equal(back.shape().begin(), back.shape().end(),
