@@ -30,19 +30,8 @@ case "${1:-60}" in
     exit 2 ;;
 esac
 
-PACKAGES=(clang-14 libfuzzer-14-dev libclang-rt-14-dev)
-missing=()
-for p in "${PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
-    || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "== installing: ${missing[*]}"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-    "${missing[@]}" >/dev/null || exit 1
-fi
+source "$ROOT/scripts/install_packages.sh"
+install_packages clang-14 libfuzzer-14-dev libclang-rt-14-dev || exit 1
 
 mkdir -p "$BUILD"
 echo "== building fuzzers (build-fuzz/, clang++-14, -fsanitize=fuzzer,address,undefined)"

@@ -11,23 +11,14 @@ PACKAGES=(g++ cmake ninja-build pkg-config
   libabsl-dev libeigen3-dev libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-venv python3-pip nginx-light
   clang-14 libfuzzer-14-dev libclang-rt-14-dev)  # scripts/fuzz.sh
-missing=()
-for p in "${PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
-    || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "== installing: ${missing[*]}"
+source "$ROOT/scripts/install_packages.sh"
+install_packages "${PACKAGES[@]}"
+# nginx is only a program for tests/python/test_deploy_proxy.py (which runs
+# its own on loopback); on a machine with systemd, the package starts a
+# system nginx on port 80: stop and disable that one.
+if [[ " ${INSTALLED[*]} " == *" nginx-light "* ]] && [ -d /run/systemd/system ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-    "${missing[@]}" >/dev/null
-  # nginx is only a program for tests/python/test_deploy_proxy.py (which runs
-  # its own on loopback); on a machine with systemd, the package starts a
-  # system nginx on port 80: stop and disable that one.
-  if [[ " ${missing[*]} " == *" nginx-light "* ]] && [ -d /run/systemd/system ]; then
-    $SUDO systemctl disable --now nginx >/dev/null 2>&1 || true
-  fi
+  $SUDO systemctl disable --now nginx >/dev/null 2>&1 || true
 fi
 
 echo "== building (build/)"

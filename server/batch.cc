@@ -191,6 +191,14 @@ constexpr char kChunkedLater[] =
     "; tensors larger than a whole reply cannot be returned until chunked "
     "transfer (a later issue)";
 
+// What to do instead of returning values that do not fit.
+std::string FetchInsteadAdvice(absl::Span<const int64_t> ids) {
+  return absl::StrCat(
+      "run it with return_values=false and fetch the result ids ",
+      ListForMessage(ids),
+      " with FetchTensor, each in a batch of its own if needed");
+}
+
 // The tensor behind `id`, without applying a command. Invalid if the id
 // does not resolve (the command itself then fails with the precise error).
 Tensor Peek(Session& session, int64_t id) {
@@ -237,10 +245,7 @@ Prediction Predict(Session& session, const v1::Command& cmd) {
       p.output_ids.assign(g.result_ids().begin(), g.result_ids().end());
       p.size = SizeOfResult(seq, v1::CommandResult::kGradientFieldNumber,
                             std::move(values), /*single_tensor=*/false);
-      p.advice = absl::StrCat(
-          "run it with return_values=false and fetch the result ids ",
-          ListForMessage(p.output_ids),
-          " with FetchTensor, each in a batch of its own if needed");
+      p.advice = FetchInsteadAdvice(p.output_ids);
       return p;
     }
     case v1::Command::kJacobian: {
@@ -275,10 +280,7 @@ Prediction Predict(Session& session, const v1::Command& cmd) {
       p.output_ids.assign(j.result_ids().begin(), j.result_ids().end());
       p.size = SizeOfResult(seq, v1::CommandResult::kJacobianFieldNumber,
                             std::move(values), /*single_tensor=*/false);
-      p.advice = absl::StrCat(
-          "run it with return_values=false and fetch the result ids ",
-          ListForMessage(p.output_ids),
-          " with FetchTensor, each in a batch of its own if needed");
+      p.advice = FetchInsteadAdvice(p.output_ids);
       return p;
     }
     case v1::Command::kFetchJvp: {

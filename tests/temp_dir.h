@@ -22,7 +22,7 @@ class TempDir {
     path_ = mkdtemp(tmpl.data()) != nullptr ? tmpl : "";
   }
   ~TempDir() {
-    for (const std::string& f : Files()) ::unlink((path_ + "/" + f).c_str());
+    Clear();
     if (!path_.empty()) ::rmdir(path_.c_str());
   }
   TempDir(const TempDir&) = delete;
@@ -30,6 +30,10 @@ class TempDir {
 
   // Empty if the directory could not be made.
   const std::string& path() const { return path_; }
+  // Removes the files in it.
+  void Clear() const {
+    for (const std::string& f : Files()) ::unlink((path_ + "/" + f).c_str());
+  }
   // The names of the files in it.
   std::vector<std::string> Files() const {
     std::vector<std::string> out;

@@ -34,6 +34,7 @@
 #include "server/convert.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "tests/fuzz/proto_mutator.h"
+#include "tests/temp_dir.h"
 
 extern "C" size_t LLVMFuzzerMutate(uint8_t* data, size_t size, size_t max_size);
 
@@ -43,11 +44,12 @@ constexpr int kResetEvery = 256;
 constexpr int64_t kMemoryLimitBytes = int64_t{64} << 20;  // 64 MiB
 
 struct State {
-  gradtape::fuzz::ScratchDir dir;
+  gradtape::testing::TempDir dir;
   std::unique_ptr<gradtape::Session> session;
   int inputs = 0;
 
   void Reset() {
+    gradtape::fuzz::Require(!dir.path().empty(), "a scratch directory");
     session.reset();
     dir.Clear();
     gradtape::SessionOptions options;
