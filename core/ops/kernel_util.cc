@@ -47,17 +47,13 @@ absl::StatusOr<Shape> BroadcastShapes(const KernelContext& ctx,
 
 absl::StatusOr<Tensor> Allocate(const KernelContext& ctx, DType dtype,
                                 absl::Span<const int64_t> shape) {
-  absl::StatusOr<Tensor> t = Tensor::Empty(dtype, shape);
-  if (!t.ok()) {
-    return absl::Status(t.status().code(), absl::StrCat(ctx.op().name, ": ",
-                                                        t.status().message()));
-  }
-  return t;
+  return AllocateFilled(ctx, dtype, shape, 0.0);
 }
 
 absl::StatusOr<Tensor> AllocateFilled(const KernelContext& ctx, DType dtype,
                                       absl::Span<const int64_t> shape,
                                       double value) {
+  // Filled with 0 is Empty: buffers start zeroed.
   absl::StatusOr<Tensor> t = Tensor::Filled(dtype, shape, value);
   if (!t.ok()) {
     return absl::Status(t.status().code(), absl::StrCat(ctx.op().name, ": ",
