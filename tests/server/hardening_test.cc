@@ -2,6 +2,7 @@
 // message limit, messages that are not CommandBatches, dtypes outside the
 // enum, and status messages made safe for the wire. Each test asserts the
 // precise status code and message and that the session still works.
+#include <cmath>
 #include <cstring>
 #include <future>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "core/op_registry.h"
 #include "core/session.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/text_format.h"
 #include "gradtape/v1/tape_service.grpc.pb.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
@@ -23,6 +25,7 @@
 #include "server/convert.h"
 #include "server/server.h"
 #include "tests/server/server_test_util.h"
+#include "tests/temp_dir.h"
 
 namespace gradtape::server {
 namespace {
@@ -304,6 +307,150 @@ TEST_F(HardeningTest, MaxMessageBytesIsValidated) {
 }
 
 // ApplyBatch with its limit as a parameter, on a core Session.
+// One bad command of every kind that takes ids or names, in one batch: each
+// fails alone with a status that names its command, and the commands after
+// it, and the session, go on.
+TEST(ApplyBatchTest, EveryCommandKindRefusesABadInputAlone) {
+  gradtape::testing::TempDir dir;
+  SessionOptions options;
+  options.checkpoint_dir = dir.path();
+  Session session(DefaultRegistry(), options);
+  v1::CommandBatch batch;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
+      R"pb(
+        commands {
+          seq: 1
+          put {
+            id: 1
+            value {
+              dtype: DTYPE_FLOAT64
+              shape: 1
+              data: "\000\000\000\000\000\000\360?"
+            }
+          }
+        }
+        commands {
+          seq: 2
+          execute { op: "Exp" input_ids: 1 output_ids: 2 }
+        }
+        commands {
+          seq: 3
+          execute { op: "NoSuchOp" output_ids: 3 }
+        }
+        commands {
+          seq: 4
+          put {
+            id: 4
+            value {
+              dtype: DTYPE_FLOAT32
+              shape: 4611686018427387905
+              data: "abcd"
+            }
+          }
+        }
+        commands {
+          seq: 5
+          fetch { id: 99 }
+        }
+        commands {
+          seq: 6
+          release { ids: 1 ids: 98 }
+        }
+        commands {
+          seq: 7
+          push_tape { tape_id: 0 }
+        }
+        commands {
+          seq: 8
+          pop_tape { tape_id: 55 }
+        }
+        commands {
+          seq: 9
+          delete_tape { tape_id: 55 }
+        }
+        commands {
+          seq: 10
+          watch { tape_id: 55 ids: 1 }
+        }
+        commands {
+          seq: 11
+          gradient { tape_id: 55 target_ids: 2 source_ids: 1 result_ids: 11 }
+        }
+        commands {
+          seq: 12
+          jacobian { tape_id: 55 target_id: 2 source_ids: 1 result_ids: 12 }
+        }
+        commands {
+          seq: 13
+          watched_variables { tape_id: 55 }
+        }
+        commands {
+          seq: 14
+          pop_accumulator { accumulator_id: 55 }
+        }
+        commands {
+          seq: 15
+          delete_accumulator { accumulator_id: 55 }
+        }
+        commands {
+          seq: 16
+          accumulator_watch { accumulator_id: 55 ids: 1 tangent_ids: 1 }
+        }
+        commands {
+          seq: 17
+          fetch_jvp { accumulator_id: 55 id: 1 result_id: 17 }
+        }
+        commands {
+          seq: 18
+          save_checkpoint { name: "../escape" }
+        }
+        commands {
+          seq: 19
+          restore_checkpoint { name: "missing" }
+        }
+        commands {
+          seq: 20
+          execute_with_gradient {
+            op { op: "Exp" input_ids: 99 output_ids: 20 }
+          }
+        }
+        commands { seq: 21 }
+        commands {
+          seq: 22
+          execute { op: "Exp" input_ids: 2 output_ids: 22 }
+        }
+        commands {
+          seq: 23
+          fetch { id: 22 }
+        }
+      )pb",
+      &batch));
+  v1::BatchReply reply;
+  ApplyBatch(session, batch, 1 << 20, &reply);
+  EXPECT_EQ(reply.last_seq(), 23);
+  for (int64_t seq = 3; seq <= 21; ++seq) {
+    SCOPED_TRACE(seq);
+    const v1::CommandResult* r = Find(reply, seq);
+    ASSERT_NE(r, nullptr);
+    ASSERT_TRUE(r->has_error());
+    EXPECT_NE(r->error().code(), static_cast<int>(grpc::StatusCode::INTERNAL));
+    EXPECT_NE(r->error().code(), static_cast<int>(grpc::StatusCode::UNKNOWN));
+    EXPECT_THAT(r->error().message(), HasSubstr(absl::StrCat("command ", seq)));
+  }
+  EXPECT_EQ(Find(reply, 4)->error().code(), kResourceExhausted);
+  EXPECT_EQ(Find(reply, 7)->error().code(), kInvalidArgument);
+  EXPECT_EQ(Find(reply, 18)->error().code(), kInvalidArgument);
+  EXPECT_EQ(Find(reply, 21)->error().code(), kInvalidArgument);
+  // Nothing half-applied: the release of [1, 98] released nothing.
+  EXPECT_TRUE(session.Peek(1).ok());
+  const v1::CommandResult* last = Find(reply, 23);
+  ASSERT_NE(last, nullptr);
+  ASSERT_TRUE(last->has_tensor()) << last->ShortDebugString();
+  double value = 0;
+  std::memcpy(&value, last->tensor().data().data(), sizeof(value));
+  EXPECT_NEAR(value, std::exp(std::exp(1.0)), 1e-12);
+}
+
 TEST(ApplyBatchTest, ReplyLimitIsAParameter) {
   Session session(DefaultRegistry(), SessionOptions());
   std::vector<double> big = Iota(700);  // 5600 bytes
