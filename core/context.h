@@ -30,8 +30,11 @@ class Context {
   Context& operator=(const Context&) = delete;
 
   const OpRegistry& registry() const { return registry_; }
-  // Ops fail with RESOURCE_EXHAUSTED when, after the kernel ran, `account`
-  // holds more than `limit_bytes` (0: no limit). Nothing is recorded then.
+  // Sets the session's limit (0: none). Tensor allocations are refused
+  // before they exceed it (Tensor::Empty); an op also fails with
+  // RESOURCE_EXHAUSTED when, after the kernel ran, the account is past the
+  // limit through bookkeeping that is charged without a check (tape chunks,
+  // failure reasons). Nothing is recorded then.
   void SetMemoryLimit(std::shared_ptr<MemoryAccount> account,
                       int64_t limit_bytes) {
     account_ = std::move(account);
