@@ -19,6 +19,7 @@
 #include "core/op_registry.h"
 #include "core/tensor.h"
 #include "gradtape/v1/tape_service.pb.h"
+#include "server/convert.h"
 
 namespace v1 = gradtape::v1;
 
@@ -39,46 +40,28 @@ void Write(const std::string& fuzzer, const std::string& name,
   }
 }
 
-std::string F32Bytes(const std::vector<float>& v) {
-  return std::string(reinterpret_cast<const char*>(v.data()),
-                     v.size() * sizeof(float));
-}
 template <typename T>
 std::string Bytes(const std::vector<T>& v) {
   return std::string(reinterpret_cast<const char*>(v.data()),
                      v.size() * sizeof(T));
 }
 
-v1::AttrValue IntsAttr(std::vector<int64_t> values) {
+// Attr values through the server's own conversion (server/convert.h).
+v1::AttrValue Attr(gradtape::AttrValue value) {
   v1::AttrValue a;
-  for (int64_t x : values) a.mutable_ints()->add_values(x);
+  gradtape::server::ToProto(value, &a);
   return a;
+}
+v1::AttrValue IntsAttr(std::vector<int64_t> values) {
+  return Attr(std::move(values));
 }
 v1::AttrValue TypeAttr(v1::DType t) {
-  v1::AttrValue a;
-  a.set_type(t);
-  return a;
+  return Attr(static_cast<gradtape::DType>(static_cast<int>(t)));
 }
-v1::AttrValue IntAttr(int64_t i) {
-  v1::AttrValue a;
-  a.set_i(i);
-  return a;
-}
-v1::AttrValue BoolAttr(bool b) {
-  v1::AttrValue a;
-  a.set_b(b);
-  return a;
-}
-v1::AttrValue StringAttr(const std::string& s) {
-  v1::AttrValue a;
-  a.set_s(s);
-  return a;
-}
-v1::AttrValue FloatAttr(double f) {
-  v1::AttrValue a;
-  a.set_f(f);
-  return a;
-}
+v1::AttrValue IntAttr(int64_t i) { return Attr(i); }
+v1::AttrValue BoolAttr(bool b) { return Attr(b); }
+v1::AttrValue StringAttr(const std::string& s) { return Attr(s); }
+v1::AttrValue FloatAttr(double f) { return Attr(f); }
 
 // Builds one batch; records the ids and tapes it uses so Finish() can
 // release them.
@@ -99,7 +82,7 @@ class Batch {
     Use(id);
   }
   void PutF32(int64_t id, std::vector<int64_t> shape, std::vector<float> v) {
-    Put(id, v1::DTYPE_FLOAT32, std::move(shape), F32Bytes(v));
+    Put(id, v1::DTYPE_FLOAT32, std::move(shape), Bytes<float>(v));
   }
   v1::ExecuteOp* Exec(
       const std::string& op, std::vector<int64_t> inputs,
@@ -304,7 +287,7 @@ void BatchSeeds() {
       w->set_tape_id(1);
     }
     b.Gradient(1, {6}, {1}, {7});
-    b.Put(8, v1::DTYPE_FLOAT32, {}, F32Bytes({0.1f}));
+    b.Put(8, v1::DTYPE_FLOAT32, {}, Bytes<float>({0.1f}));
     b.Exec("ResourceApplyGradientDescent", {1, 8, 7}, {});
     {
       v1::SaveCheckpoint* s = b.Next()->mutable_save_checkpoint();
@@ -471,16 +454,17 @@ void CheckpointSeeds() {
   Write(fz, "empty", gradtape::EncodeCheckpoint({}));
   Write(fz, "one_f32",
         gradtape::EncodeCheckpoint(
-            {{"w", t(DType::kFloat32, {2, 2}, F32Bytes({1, 2, 3, 4}))}}));
+            {{"w", t(DType::kFloat32, {2, 2}, Bytes<float>({1, 2, 3, 4}))}}));
   std::vector<CheckpointEntry> all = {
       {"f64", t(DType::kFloat64, {3}, Bytes<double>({1, 2, 3}))},
       {"i32", t(DType::kInt32, {2, 1}, Bytes<int32_t>({7, -7}))},
       {"i64", t(DType::kInt64, {}, Bytes<int64_t>({1}))},
       {"bool", t(DType::kBool, {2}, std::string("\x01\x00", 2))},
-      {"c64", t(DType::kComplex64, {1}, F32Bytes({1, -1}))},
+      {"c64", t(DType::kComplex64, {1}, Bytes<float>({1, -1}))},
       {"c128", t(DType::kComplex128, {1}, Bytes<double>({2, -2}))},
       {"empty.0x3", t(DType::kFloat32, {0, 3}, "")},
-      {"layer_1.kernel-a", t(DType::kFloat32, {1, 1, 1, 2}, F32Bytes({5, 6}))},
+      {"layer_1.kernel-a",
+       t(DType::kFloat32, {1, 1, 1, 2}, Bytes<float>({5, 6}))},
   };
   Write(fz, "every_dtype", gradtape::EncodeCheckpoint(all));
 }
@@ -495,12 +479,12 @@ void ConvertSeeds() {
     v.set_data(std::move(data));
     Write(fz, "tensor_" + name, v.SerializeAsString());
   };
-  tensor("f32", v1::DTYPE_FLOAT32, {2, 2}, F32Bytes({1, 2, 3, 4}));
+  tensor("f32", v1::DTYPE_FLOAT32, {2, 2}, Bytes<float>({1, 2, 3, 4}));
   tensor("f64", v1::DTYPE_FLOAT64, {2}, Bytes<double>({1, 2}));
   tensor("i32", v1::DTYPE_INT32, {3}, Bytes<int32_t>({1, 2, 3}));
   tensor("i64", v1::DTYPE_INT64, {}, Bytes<int64_t>({42}));
   tensor("bool", v1::DTYPE_BOOL, {2}, std::string("\x01\x00", 2));
-  tensor("c64", v1::DTYPE_COMPLEX64, {1}, F32Bytes({1, 2}));
+  tensor("c64", v1::DTYPE_COMPLEX64, {1}, Bytes<float>({1, 2}));
   tensor("c128", v1::DTYPE_COMPLEX128, {1}, Bytes<double>({1, 2}));
   tensor("zero_size", v1::DTYPE_FLOAT32, {0, 1000000}, "");
   tensor("resource", v1::DTYPE_RESOURCE, {}, Bytes<int64_t>({1}));
