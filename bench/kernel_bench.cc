@@ -1,4 +1,4 @@
-// Kernels through the registered ops (Context::Execute, no tape): float32
+// Kernels through the registered ops (OpExecutor::Execute, no tape): float32
 // MatMul at n x n and elementwise ops on large float32 vectors. Prints one
 // line per case, median of --reps runs:
 //   matmul n=<n> <gflops> GFLOP/s
@@ -17,11 +17,12 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "core/context.h"
-#include "core/op_registry.h"
+#include "core/autodiff/op_executor.h"
 #include "core/ops/gemm.h"
+#include "core/ops/ops.h"
+#include "core/ops/parallel.h"
 #include "core/ops/vector_math.h"
-#include "core/parallel.h"
+#include "core/registry/op_registry.h"
 
 ABSL_FLAG(int, reps, 5, "runs per case; the median is printed");
 ABSL_FLAG(int64_t, elems, int64_t{1} << 24, "elements of elementwise inputs");
@@ -69,7 +70,7 @@ int main(int argc, char** argv) {
   using namespace gradtape;
   absl::ParseCommandLine(argc, argv);
   const int reps = absl::GetFlag(FLAGS_reps);
-  Context ctx(DefaultRegistry());
+  OpExecutor ctx(DefaultRegistry());
   Tensors out;
   std::printf(
       "# gradtape: OpenBLAS kernels %s, vector math %s, GEMM threads %d\n",

@@ -22,8 +22,9 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "core/context.h"
-#include "core/op_registry.h"
+#include "core/autodiff/op_executor.h"
+#include "core/ops/ops.h"
+#include "core/registry/op_registry.h"
 #include "gradtape/v1/tape_service.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "server/server.h"
@@ -38,7 +39,7 @@ namespace {
   std::exit(1);
 }
 
-Tensor Run(Context& ctx, const char* op, std::vector<Tensor> in,
+Tensor Run(OpExecutor& ctx, const char* op, std::vector<Tensor> in,
            AttrMap attrs = {}, int output = 0) {
   Tensors out;
   absl::Status s = ctx.Execute(op, in, std::move(attrs), &out);
@@ -50,7 +51,7 @@ int64_t Bytes(const TensorMeta& m) {
   return NumElements(m.shape) * static_cast<int64_t>(DTypeSize(m.dtype));
 }
 
-void Report(const char* model, Context& ctx) {
+void Report(const char* model, OpExecutor& ctx) {
   Tape& tape = **ctx.tapes().Find(1);
   int64_t keep_all = 0;
   tape.ForEachEntry([&](int64_t, const TapeEntry& entry) {
@@ -66,14 +67,14 @@ void Report(const char* model, Context& ctx) {
       static_cast<double>(keep_all) / static_cast<double>(elided));
 }
 
-Tensor Param(Context& ctx, std::vector<int64_t> shape) {
+Tensor Param(OpExecutor& ctx, std::vector<int64_t> shape) {
   Tensor t = ctx.Adopt(Tensor::Filled(DType::kFloat32, shape, 0.01).value());
   (*ctx.tapes().Find(1))->Watch(t);
   return t;
 }
 
 void Mlp() {
-  Context ctx(DefaultRegistry());
+  OpExecutor ctx(DefaultRegistry());
   (void)ctx.tapes().Push(1, /*persistent=*/false, false);
   Tensor x = ctx.Adopt(Tensor::Filled(DType::kFloat32, {64, 784}, 0.5).value());
   Tensor y = ctx.Adopt(Tensor::Filled(DType::kInt32, {64}, 3).value());
@@ -90,7 +91,7 @@ void Mlp() {
 }
 
 void Cnn() {
-  Context ctx(DefaultRegistry());
+  OpExecutor ctx(DefaultRegistry());
   (void)ctx.tapes().Push(1, /*persistent=*/false, false);
   Tensor x =
       ctx.Adopt(Tensor::Filled(DType::kFloat32, {16, 28, 28, 1}, 0.5).value());

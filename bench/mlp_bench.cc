@@ -19,7 +19,8 @@
 #include "absl/flags/parse.h"
 #include "absl/synchronization/mutex.h"
 #include "client/examples/mlp.h"
-#include "core/session.h"
+#include "core/ops/ops.h"
+#include "core/session/session.h"
 #include "server/server.h"
 
 ABSL_FLAG(int, steps, 300, "training steps per run");

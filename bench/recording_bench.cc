@@ -4,22 +4,23 @@
 //   RecordHook/unwatched   a tape is active but watches neither input
 //   RecordHook/recorded    the op is recorded (MatMul: both inputs kept),
 //                          then its output released, which erases the entry
-//   Execute/...            the same three through Context::Execute with the
+//   Execute/...            the same three through OpExecutor::Execute with the
 //                          Identity kernel (a buffer-sharing copy), i.e. the
 //                          whole per-op overhead an op pays in the executor
 //
 // Run: build/bench/recording_bench --benchmark_repetitions=5
 //        --benchmark_report_aggregates_only=true
 #include "benchmark/benchmark.h"
-#include "core/context.h"
-#include "core/op_registry.h"
+#include "core/autodiff/op_executor.h"
+#include "core/ops/ops.h"
+#include "core/registry/op_registry.h"
 
 namespace gradtape {
 namespace {
 
 enum Mode { kNoTape = 0, kUnwatched = 1, kRecorded = 2 };
 
-void SetUp(Context& ctx, Mode mode, const Tensor& watched) {
+void SetUp(OpExecutor& ctx, Mode mode, const Tensor& watched) {
   if (mode == kNoTape) return;
   (void)ctx.tapes().Push(1, /*persistent=*/false, false);
   if (mode == kRecorded) (*ctx.tapes().Find(1))->Watch(watched);
@@ -27,7 +28,7 @@ void SetUp(Context& ctx, Mode mode, const Tensor& watched) {
 
 void BM_RecordHook(benchmark::State& state) {
   const Mode mode = static_cast<Mode>(state.range(0));
-  Context ctx(DefaultRegistry());
+  OpExecutor ctx(DefaultRegistry());
   const OpDef& op = *DefaultRegistry().Find("MatMul");
   Tensor a = ctx.Adopt(Tensor::Filled(DType::kFloat32, {2, 2}, 1.0).value());
   Tensor b = ctx.Adopt(Tensor::Filled(DType::kFloat32, {2, 2}, 1.0).value());
@@ -53,7 +54,7 @@ BENCHMARK(BM_RecordHook)->Arg(kNoTape)->Arg(kUnwatched)->Arg(kRecorded);
 
 void BM_Execute(benchmark::State& state) {
   const Mode mode = static_cast<Mode>(state.range(0));
-  Context ctx(DefaultRegistry());
+  OpExecutor ctx(DefaultRegistry());
   const OpDef& op = *DefaultRegistry().Find("Identity");
   Tensor x = ctx.Adopt(Tensor::Filled(DType::kFloat32, {4}, 1.0).value());
   SetUp(ctx, mode, x);

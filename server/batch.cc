@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/types/span.h"
-#include "core/variable.h"
+#include "core/tensor/variable.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "server/convert.h"
 
@@ -253,7 +253,7 @@ Prediction Predict(Session& session, const v1::Command& cmd) {
       if (!j.return_values()) return p;
       Tensor target = Peek(session, j.target_id());
       if (!target.valid()) return p;
-      // core/jacobian.cc: target.shape + source.shape, or for a batch
+      // core/autodiff/jacobian.cc: target.shape + source.shape, or for a batch
       // Jacobian [B] + target.shape[1:] + source.shape[1:].
       if (j.batch() && target.rank() == 0) return p;  // fails by itself
       std::vector<ValueSize> values;

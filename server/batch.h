@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "core/session.h"
+#include "core/session/session.h"
 #include "gradtape/v1/tape_service.pb.h"
 
 namespace gradtape::server {

@@ -27,7 +27,7 @@ absl::StatusOr<DType> FromProto(v1::DType dtype) {
 }
 
 v1::DType ToProto(DType dtype) {
-  // Core and wire share the numbering (core/tensor.h).
+  // Core and wire share the numbering (core/tensor/tensor.h).
   return static_cast<v1::DType>(static_cast<int>(dtype));
 }
 

@@ -6,10 +6,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/attrs.h"
-#include "core/op_registry.h"
-#include "core/session.h"
-#include "core/tensor.h"
+#include "core/registry/op_registry.h"
+#include "core/session/session.h"
+#include "core/tensor/attrs.h"
+#include "core/tensor/tensor.h"
 #include "gradtape/v1/tape_service.pb.h"
 #include "grpcpp/support/status.h"
 

@@ -4,7 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "core/op_registry.h"
+#include "core/ops/ops.h"
+#include "core/registry/op_registry.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"

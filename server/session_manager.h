@@ -32,8 +32,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "core/op_registry.h"
-#include "core/session.h"
+#include "core/registry/op_registry.h"
+#include "core/session/session.h"
 
 namespace gradtape::server {
 

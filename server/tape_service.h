@@ -23,7 +23,7 @@
 #include <cstdint>
 
 #include "absl/time/time.h"
-#include "core/op_registry.h"
+#include "core/registry/op_registry.h"
 #include "gradtape/v1/tape_service.grpc.pb.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "server/session_manager.h"

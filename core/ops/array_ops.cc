@@ -7,11 +7,11 @@
 #include <numeric>
 #include <type_traits>
 
-#include "core/forward.h"
-#include "core/gradient.h"
+#include "core/autodiff/forward_mode.h"
+#include "core/autodiff/grad_context.h"
+#include "core/base/status_macros.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
-#include "core/status_macros.h"
 
 namespace gradtape {
 namespace {

@@ -4,10 +4,10 @@
 // z = x + iy, the gradient is dL/dx + i dL/dy, i.e. twice the conjugate
 // Wirtinger derivative. So Real's gradient is the real number itself, Imag's
 // is i times it, and Conj's is the conjugate of the incoming gradient.
-#include "core/gradient.h"
+#include "core/autodiff/grad_context.h"
+#include "core/base/status_macros.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
-#include "core/status_macros.h"
 
 namespace gradtape {
 namespace {

@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "Eigen/Core"
-#include "core/gradient.h"
+#include "core/autodiff/grad_context.h"
 #include "core/ops/gemm.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"

@@ -1,6 +1,6 @@
 // Gemm: OpenBLAS for every product but the tiny ones, which stay on Eigen;
 // large products are split in two (or more) blocks run at once by
-// ParallelFor (core/parallel.h), each a single-threaded OpenBLAS call.
+// ParallelFor (core/ops/parallel.h), each a single-threaded OpenBLAS call.
 //
 // Why our own split rather than OpenBLAS's threads: Debian 12's OpenBLAS
 // (0.3.21) scales poorly from one thread to two at these sizes (at 256^3 often
@@ -27,7 +27,7 @@
 #include <limits>
 
 #include "Eigen/Core"
-#include "core/parallel.h"
+#include "core/ops/parallel.h"
 
 namespace gradtape {
 namespace {

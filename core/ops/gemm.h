@@ -16,9 +16,10 @@ namespace gradtape {
 // Products go to OpenBLAS's cblas_?gemm (kernels picked for the CPU at run
 // time; the library is opened on first use and runs single-threaded, see
 // gemm.cc); large products are split into blocks run at once on the threads
-// of core/parallel.h; tiny products and matrix-vector ones stay on Eigen
+// of core/ops/parallel.h; tiny products and matrix-vector ones stay on Eigen
 // (see kBlasMinWork in gemm.cc), as does everything if OpenBLAS is missing.
-// Thread-safe: several threads may call it at once (tests/core/gemm_test.cc).
+// Thread-safe: several threads may call it at once
+// (tests/core/ops/gemm_test.cc).
 template <typename T>
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
           const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc,

@@ -3,8 +3,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
 #include "core/ops/gemm.h"
-#include "core/status_macros.h"
 
 namespace gradtape {
 

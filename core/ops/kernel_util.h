@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/op_registry.h"
-#include "core/status_macros.h"
-#include "core/tensor.h"
+#include "core/base/status_macros.h"
+#include "core/registry/op_registry.h"
+#include "core/tensor/tensor.h"
 
 namespace gradtape {
 

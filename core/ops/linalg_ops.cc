@@ -4,11 +4,11 @@
 // buffers, with transposes (adjoints; the dtypes here are real) passed as
 // flags, so no copy is made. Batched products walk the batch dims with
 // ForEachStrided, whose strides (in matrices) are 0 along a broadcast dim.
-#include "core/gradient.h"
+#include "core/autodiff/grad_context.h"
+#include "core/base/status_macros.h"
 #include "core/ops/gemm.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
-#include "core/status_macros.h"
 
 namespace gradtape {
 namespace {

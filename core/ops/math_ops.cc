@@ -7,12 +7,12 @@
 #include <type_traits>
 
 #include "Eigen/Core"
-#include "core/forward.h"
-#include "core/gradient.h"
+#include "core/autodiff/forward_mode.h"
+#include "core/autodiff/grad_context.h"
+#include "core/base/status_macros.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
 #include "core/ops/vector_math.h"
-#include "core/status_macros.h"
 
 namespace gradtape {
 namespace {

@@ -11,10 +11,10 @@
 #include <cmath>
 #include <vector>
 
-#include "core/gradient.h"
+#include "core/autodiff/grad_context.h"
+#include "core/base/status_macros.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
-#include "core/status_macros.h"
 
 namespace gradtape {
 namespace {

@@ -16,4 +16,13 @@ void RegisterAllOps(OpRegistry& registry) {
   RegisterTrainingOps(registry);
 }
 
+const OpRegistry& DefaultRegistry() {
+  static const OpRegistry* registry = [] {
+    auto* r = new OpRegistry;
+    RegisterAllOps(*r);
+    return r;
+  }();
+  return *registry;
+}
+
 }  // namespace gradtape

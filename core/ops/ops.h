@@ -1,9 +1,9 @@
 // Op families. Each family file registers its ops with one builder
-// expression per op (see core/op_registry.h).
+// expression per op (see core/registry/op_registry.h).
 #ifndef GRADTAPE_CORE_OPS_OPS_H_
 #define GRADTAPE_CORE_OPS_OPS_H_
 
-#include "core/op_registry.h"
+#include "core/registry/op_registry.h"
 
 namespace gradtape {
 
@@ -31,6 +31,9 @@ void RegisterVariableOps(OpRegistry& registry);
 void RegisterTrainingOps(OpRegistry& registry);
 
 void RegisterAllOps(OpRegistry& registry);
+
+// The registry with every op family of gradtape, built on first use.
+const OpRegistry& DefaultRegistry();
 
 }  // namespace gradtape
 

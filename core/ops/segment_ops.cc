@@ -17,7 +17,7 @@
 #include <limits>
 
 #include "Eigen/Core"
-#include "core/gradient.h"
+#include "core/autodiff/grad_context.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
 

@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
-#include "core/status_macros.h"
-#include "core/variable.h"
+#include "core/tensor/variable.h"
 
 namespace gradtape {
 namespace {

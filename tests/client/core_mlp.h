@@ -8,8 +8,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/op_registry.h"
-#include "core/session.h"
+#include "core/ops/ops.h"
+#include "core/registry/op_registry.h"
+#include "core/session/session.h"
 
 namespace gradtape::testing {
 

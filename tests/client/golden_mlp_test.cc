@@ -19,8 +19,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "core/op_registry.h"
-#include "core/session.h"
+#include "core/registry/op_registry.h"
+#include "core/session/session.h"
 #include "gtest/gtest.h"
 #include "tests/client/core_mlp.h"
 

@@ -100,7 +100,7 @@ TEST_F(TrainingClientTest, VariableCreateReadAssign) {
 
 // Each wrapper, two steps on a float64 vector, against the formulas
 // evaluated on the host (the ops themselves are checked against reference
-// values in tests/core/training_ops_test.cc).
+// values in tests/core/ops/training_ops_test.cc).
 TEST_F(TrainingClientTest, OptimizerWrappersMatchTheHostFormulas) {
   std::unique_ptr<Session> s = Connect();
   ASSERT_NE(s, nullptr);

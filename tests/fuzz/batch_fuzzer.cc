@@ -24,8 +24,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/op_registry.h"
-#include "core/session.h"
+#include "core/ops/ops.h"
+#include "core/registry/op_registry.h"
+#include "core/session/session.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/stubs/logging.h"

@@ -1,6 +1,6 @@
 // libFuzzer target: the input is the contents of a checkpoint file, given to
-// DecodeCheckpoint (core/checkpoint.h). Whatever decodes must re-encode to
-// a file of the same size that decodes to the same content.
+// DecodeCheckpoint (core/session/checkpoint.h). Whatever decodes must re-encode
+// to a file of the same size that decodes to the same content.
 //
 // Random bytes almost never carry a matching CRC-32, so each input is also
 // decoded with its header's payload length and its trailer's CRC rewritten
@@ -10,7 +10,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-#include "core/checkpoint.h"
+#include "core/session/checkpoint.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace {

@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <string>
 
-#include "core/attrs.h"
-#include "core/tensor.h"
+#include "core/tensor/attrs.h"
+#include "core/tensor/tensor.h"
 #include "google/protobuf/stubs/logging.h"
 #include "gradtape/v1/tape_service.pb.h"
 #include "server/convert.h"

@@ -15,9 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "core/checkpoint.h"
-#include "core/op_registry.h"
-#include "core/tensor.h"
+#include "core/ops/ops.h"
+#include "core/registry/op_registry.h"
+#include "core/session/checkpoint.h"
+#include "core/tensor/tensor.h"
 #include "gradtape/v1/tape_service.pb.h"
 #include "server/convert.h"
 

@@ -13,7 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "core/op_registry.h"
+#include "core/ops/ops.h"
+#include "core/registry/op_registry.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 

@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "core/session.h"
+#include "core/session/session.h"
 #include "gmock/gmock.h"
 #include "gradtape/v1/tape_service.grpc.pb.h"
 #include "grpcpp/generic/generic_stub.h"

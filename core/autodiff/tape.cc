@@ -1,0 +1,257 @@
+#include "core/autodiff/tape.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/autodiff/custom_gradient.h"
+
+namespace gradtape {
+
+bool Tape::ShouldRecord(absl::Span<const Tensor> inputs) const {
+  for (const Tensor& t : inputs) {
+    if (t.id() != 0 && IsTrainable(t.dtype()) &&
+        Producer(t.id()) != kNotOnTape) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void Tape::Watch(const Tensor& tensor) {
+  if (tensor.id() == 0) return;
+  TensorState& state = tensors_[tensor.id()];
+  if (state.producer != kNotOnTape) return;  // already on the tape
+  state.producer = kWatched;
+  state.usage += 1;
+  if (tensor.dtype() == DType::kResource) {
+    const void* var = tensor.resource<void>();
+    for (const Tensor& w : watched_variables_) {
+      if (w.resource<void>() == var) return;
+    }
+    watched_variables_.push_back(tensor);
+  }
+}
+
+void Tape::RecordOperation(const OpDef& op,
+                           std::shared_ptr<const AttrMap> attrs,
+                           absl::Span<const Tensor> inputs,
+                           absl::Span<const Tensor> outputs,
+                           std::shared_ptr<const GradientProgram> custom) {
+  const int64_t op_id = entries_.next_id();
+  TapeEntry& entry = entries_.Append();
+  entry.op = &op;
+  entry.attrs = std::move(attrs);
+  const std::vector<bool>& input_saved =
+      custom ? CustomSavedInputs(*custom) : op.input_saved;
+  const std::vector<bool>& output_saved =
+      custom ? CustomSavedOutputs(*custom) : op.output_saved;
+  entry.custom = std::move(custom);
+  const int n_in = static_cast<int>(inputs.size());
+  const int n_out = static_cast<int>(outputs.size());
+  entry.inputs.resize(n_in);
+  entry.saved_inputs.resize(n_in);
+  for (int i = 0; i < n_in; ++i) {
+    const Tensor& t = inputs[i];
+    entry.inputs[i] = {t.id(), t.dtype(), t.shape()};
+    if (input_saved[i]) entry.saved_inputs[i] = t;
+    if (t.id() != 0) tensors_[t.id()].usage += 1;
+  }
+  entry.outputs.resize(n_out);
+  entry.saved_outputs.resize(n_out);
+  for (int i = 0; i < n_out; ++i) {
+    const Tensor& t = outputs[i];
+    entry.outputs[i] = {t.id(), t.dtype(), t.shape()};
+    if (output_saved[i]) entry.saved_outputs[i] = t;
+    tensors_[t.id()] = {op_id, 1};
+  }
+}
+
+void Tape::DeleteTrace(int64_t id) {
+  auto it = tensors_.find(id);
+  if (it == tensors_.end() || it->second.usage == 0) return;
+  if (--it->second.usage > 0) return;
+  const int64_t op_id = it->second.producer;
+  if (op_id == kWatched) return;  // Sources stay watched for the tape's life.
+  tensors_.erase(it);
+  if (op_id == kNotOnTape) return;
+  TapeEntry* entry = entries_.Find(op_id);
+  if (entry == nullptr) return;  // Already consumed by a gradient.
+  for (const TensorMeta& out : entry->outputs) {
+    auto out_it = tensors_.find(out.id);
+    if (out_it != tensors_.end() && out_it->second.usage > 0) {
+      return;  // Another output is alive.
+    }
+  }
+  // Move the inputs out before erasing: DeleteTrace recurses into entries_.
+  auto inputs = std::move(entry->inputs);
+  entries_.Erase(op_id);
+  for (const TensorMeta& in : inputs) {
+    if (in.id != 0) DeleteTrace(in.id);
+  }
+}
+
+void Tape::MarkUsed() {
+  used_ = true;
+  entries_.Clear();
+  tensors_.clear();
+}
+
+int64_t Tape::SavedBytes() const {
+  int64_t bytes = 0;
+  ForEachEntry([&](int64_t, const TapeEntry& entry) {
+    for (const Tensor& t : entry.saved_inputs) {
+      if (t.valid()) bytes += t.num_bytes();
+    }
+    for (const Tensor& t : entry.saved_outputs) {
+      if (t.valid()) bytes += t.num_bytes();
+    }
+  });
+  return bytes;
+}
+
+TapeEntry& Tape::EntryStore::Append() {
+  if (unused_ == 0) {
+    chunks_.push_back(std::make_unique<Chunk>());
+    chunks_.back()->charge =
+        MemoryCharge(static_cast<int64_t>(sizeof(Chunk)) + kChunk * 64);
+    unused_ = kChunk;
+  }
+  TapeEntry& e = chunks_.back()->entries[kChunk - unused_];
+  --unused_;
+  ++live_;
+  return e;
+}
+
+const TapeEntry* Tape::EntryStore::Find(int64_t op_id) const {
+  if (op_id < first_id_ || op_id >= next_id()) return nullptr;
+  const int64_t i = op_id - first_id_;
+  const TapeEntry& e = chunks_[i / kChunk]->entries[i % kChunk];
+  return e.op != nullptr ? &e : nullptr;
+}
+
+TapeEntry* Tape::EntryStore::Find(int64_t op_id) {
+  return const_cast<TapeEntry*>(std::as_const(*this).Find(op_id));
+}
+
+void Tape::EntryStore::Erase(int64_t op_id) {
+  TapeEntry* e = Find(op_id);
+  if (e == nullptr) return;
+  *e = TapeEntry();  // frees what the entry kept
+  --live_;
+  const int64_t i = op_id - first_id_;
+  ++chunks_[i / kChunk]->erased;
+  // Free leading chunks whose every entry was appended and erased.
+  while (!chunks_.empty() && chunks_.front()->erased == kChunk) {
+    chunks_.pop_front();
+    first_id_ += kChunk;
+  }
+}
+
+void Tape::EntryStore::Clear() {
+  first_id_ = next_id();
+  chunks_.clear();
+  unused_ = 0;
+  live_ = 0;
+}
+
+void TapeSet::Record(const OpDef& op, const AttrMap& attrs,
+                     absl::Span<const Tensor> inputs,
+                     absl::Span<const Tensor> outputs,
+                     std::shared_ptr<const GradientProgram> custom) {
+  std::shared_ptr<const AttrMap> shared_attrs;
+  for (Tape* tape : active_) {
+    if (tape->watch_accessed_variables()) {
+      for (const Tensor& t : inputs) {
+        if (t.dtype() == DType::kResource) tape->Watch(t);
+      }
+    }
+    if (!tape->ShouldRecord(inputs)) continue;
+    if (shared_attrs == nullptr && !attrs.empty()) {
+      shared_attrs = std::make_shared<const AttrMap>(attrs);
+    }
+    tape->RecordOperation(op, shared_attrs, inputs, outputs, custom);
+  }
+}
+
+void TapeSet::DeleteTrace(int64_t id) {
+  for (auto& [tape_id, tape] : tapes_) tape->DeleteTrace(id);
+}
+
+absl::Status TapeSet::Push(int64_t tape_id, bool persistent,
+                           bool watch_accessed_variables) {
+  if (tape_id == 0) {
+    return absl::InvalidArgumentError(
+        "tape id 0 is reserved; tape ids are nonzero");
+  }
+  auto [it, inserted] = tapes_.try_emplace(tape_id);
+  if (!inserted) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("tape ", tape_id, " already exists; delete it first"));
+  }
+  it->second = std::make_unique<Tape>(persistent, watch_accessed_variables);
+  active_.push_back(it->second.get());
+  return absl::OkStatus();
+}
+
+absl::Status TapeSet::Pop(int64_t tape_id) {
+  auto tape = Find(tape_id);
+  if (!tape.ok()) return tape.status();
+  auto it = std::find(active_.begin(), active_.end(), *tape);
+  if (it == active_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("tape ", tape_id, " is not recording (already popped)"));
+  }
+  active_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::Status TapeSet::Delete(int64_t tape_id) {
+  auto it = tapes_.find(tape_id);
+  if (it == tapes_.end()) {
+    return absl::NotFoundError(absl::StrCat("tape ", tape_id, " not found"));
+  }
+  active_.erase(std::remove(active_.begin(), active_.end(), it->second.get()),
+                active_.end());
+  tapes_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tape*> TapeSet::Find(int64_t tape_id) {
+  auto it = tapes_.find(tape_id);
+  if (it == tapes_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("tape ", tape_id, " not found (push it first)"));
+  }
+  return it->second.get();
+}
+
+bool TapeSet::IsActive(const Tape* tape) const {
+  return std::find(active_.begin(), active_.end(), tape) != active_.end();
+}
+
+TapeSet::ScopedSuspend::ScopedSuspend(TapeSet& set, Tape* tape)
+    : set_(set), tape_(tape) {
+  auto it = std::find(set_.active_.begin(), set_.active_.end(), tape_);
+  if (it == set_.active_.end()) return;
+  position_ = static_cast<int>(it - set_.active_.begin());
+  set_.active_.erase(it);
+}
+
+TapeSet::ScopedSuspend::~ScopedSuspend() {
+  if (position_ < 0) return;
+  set_.active_.insert(set_.active_.begin() + position_, tape_);
+}
+
+TapeSet::ScopedActivate::ScopedActivate(TapeSet& set, Tape* tape)
+    : set_(set), tape_(tape) {
+  set_.active_.push_back(tape_);
+}
+
+TapeSet::ScopedActivate::~ScopedActivate() {
+  set_.active_.erase(
+      std::remove(set_.active_.begin(), set_.active_.end(), tape_),
+      set_.active_.end());
+}
+
+}  // namespace gradtape

@@ -1,0 +1,273 @@
+#include "core/registry/op_registry.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace gradtape {
+namespace {
+
+[[noreturn]] void RegistrationError(const std::string& op,
+                                    const std::string& what) {
+  std::fprintf(stderr, "gradtape: bad registration of op %s: %s\n", op.c_str(),
+               what.c_str());
+  std::abort();
+}
+
+}  // namespace
+
+KernelContext::KernelContext(const OpDef& op, absl::Span<const Tensor> inputs,
+                             const AttrMap& attrs, Tensors* outputs)
+    : op_(op), inputs_(inputs), attrs_(attrs), outputs_(outputs) {}
+
+absl::string_view KernelContext::OpName() const { return op_.name; }
+
+std::string KernelContext::InputName(int i) const {
+  return absl::StrCat("input ", i, " (", op_.input_names[i], ")");
+}
+
+absl::Status KernelContext::RequireFloat(int i) const {
+  if (IsFloating(input(i).dtype())) return absl::OkStatus();
+  return InvalidArgument(InputName(i), " must be float32 or float64, got ",
+                         input(i).DebugString());
+}
+
+absl::Status KernelContext::RequireNumeric(int i) const {
+  if (input(i).dtype() != DType::kBool) return absl::OkStatus();
+  return InvalidArgument(InputName(i), " must be numeric, got ",
+                         input(i).DebugString());
+}
+
+absl::Status KernelContext::RequireSameDType(int i, int j) const {
+  if (input(i).dtype() == input(j).dtype()) return absl::OkStatus();
+  return InvalidArgument(
+      InputName(i), " and ", InputName(j), " must have the same dtype, got ",
+      input(i).DebugString(), " and ", input(j).DebugString());
+}
+
+absl::Status KernelContext::RequireRank(int i, int rank) const {
+  if (input(i).rank() == rank) return absl::OkStatus();
+  return InvalidArgument(InputName(i), " must have rank ", rank, ", got shape ",
+                         ShapeString(input(i).shape()));
+}
+
+absl::Status KernelContext::RequireIndexDType(int i) const {
+  DType d = input(i).dtype();
+  if (d == DType::kInt32 || d == DType::kInt64) return absl::OkStatus();
+  return InvalidArgument(InputName(i), " must be int32 or int64, got ",
+                         input(i).DebugString());
+}
+
+const AttrSpec* OpDef::FindAttr(absl::string_view attr_name) const {
+  for (const AttrSpec& spec : attrs) {
+    if (spec.name == attr_name) return &spec;
+  }
+  return nullptr;
+}
+
+absl::Status OpDef::ResolveAttrs(AttrMap* given) const {
+  for (const auto& [attr_name, value] : *given) {
+    const AttrSpec* spec = FindAttr(attr_name);
+    if (spec == nullptr) {
+      std::string known;
+      for (const AttrSpec& s : attrs) absl::StrAppend(&known, " ", s.name);
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": unknown attr '", attr_name,
+                       "' (known:", known.empty() ? " none" : known, ")"));
+    }
+    if (TypeOf(value) != spec->type) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": attr '", attr_name, "' must be ", AttrTypeName(spec->type),
+          ", got ", AttrTypeName(TypeOf(value)), " ", AttrValueString(value)));
+    }
+    if (const DType* dtype = std::get_if<DType>(&value);
+        dtype != nullptr && *dtype == DType::kResource) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": attr '", attr_name,
+          "' cannot be resource: variable handles are made by VarHandleOp "
+          "and read with ReadVariableOp"));
+    }
+  }
+  if (given->size() == attrs.size()) return absl::OkStatus();
+  for (const AttrSpec& spec : attrs) {
+    if (given->Find(spec.name) != nullptr) continue;
+    if (!spec.default_value.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": required attr '", spec.name, "' (",
+                       AttrTypeName(spec.type), ") is missing"));
+    }
+    given->Set(spec.name, *spec.default_value);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status OpDef::CheckInputKinds(absl::Span<const Tensor> inputs) const {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const bool handle = inputs[i].dtype() == DType::kResource;
+    const InputKind kind = input_kinds[i];
+    if (kind == InputKind::kAny || handle == (kind == InputKind::kHandle)) {
+      continue;
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": input ", i, " (", input_names[i], ") ",
+        handle ? "is a variable handle; read its value with ReadVariableOp "
+                 "first"
+               : absl::StrCat("must be a variable handle (VarHandleOp's "
+                              "output), got ",
+                              inputs[i].DebugString())));
+  }
+  return absl::OkStatus();
+}
+
+Op::Op(std::string name) { def_.name = std::move(name); }
+
+Op& Op::Inputs(std::vector<std::string> names) {
+  def_.input_names = std::move(names);
+  return *this;
+}
+
+Op& Op::Outputs(std::vector<std::string> names) {
+  def_.output_names = std::move(names);
+  return *this;
+}
+
+Op& Op::Attr(std::string name, AttrType type) {
+  def_.attrs.push_back({std::move(name), type, std::nullopt});
+  return *this;
+}
+
+Op& Op::Attr(std::string name, AttrValue default_value) {
+  AttrType type = TypeOf(default_value);
+  def_.attrs.push_back({std::move(name), type, std::move(default_value)});
+  return *this;
+}
+
+Op& Op::Forward(ForwardFn fn) {
+  def_.forward = std::move(fn);
+  return *this;
+}
+
+Op& Op::Backward(BackwardFn fn) {
+  def_.backward = std::move(fn);
+  declared_backward_ = true;
+  return *this;
+}
+
+Op& Op::SavesInputs(std::vector<int> indices) {
+  def_.saved_inputs = std::move(indices);
+  return *this;
+}
+
+Op& Op::SavesOutputs(std::vector<int> indices) {
+  def_.saved_outputs = std::move(indices);
+  return *this;
+}
+
+Op& Op::NonDifferentiableInputs(std::vector<int> indices) {
+  non_differentiable_inputs_ = std::move(indices);
+  return *this;
+}
+
+Op& Op::ResourceInputs(std::vector<int> indices) {
+  resource_inputs_ = std::move(indices);
+  return *this;
+}
+
+Op& Op::AnyKindInputs(std::vector<int> indices) {
+  any_kind_inputs_ = std::move(indices);
+  return *this;
+}
+
+Op& Op::NotDifferentiable() {
+  declared_not_differentiable_ = true;
+  return *this;
+}
+
+Op& Op::BackwardUnsupported(std::string reason) {
+  if (reason.empty())
+    RegistrationError(def_.name, "empty BackwardUnsupported reason");
+  def_.backward_unsupported = reason;
+  return *this;
+}
+
+Op& Op::Jvp(JvpFn fn) {
+  def_.jvp = std::move(fn);
+  return *this;
+}
+
+Op& Op::Summary(std::string text) {
+  def_.summary = std::move(text);
+  return *this;
+}
+
+void OpRegistry::Add(Op op) {
+  auto def = std::make_unique<OpDef>(std::move(op.def_));
+  const std::string& name = def->name;
+  if (name.empty()) RegistrationError("<unnamed>", "empty name");
+  if (by_name_.contains(name)) RegistrationError(name, "registered twice");
+  if (!def->forward) RegistrationError(name, "no Forward");
+  if (def->output_names.empty() && !op.declared_not_differentiable_) {
+    RegistrationError(name, "a differentiable op needs outputs");
+  }
+  if (def->differentiable() == op.declared_not_differentiable_) {
+    RegistrationError(name,
+                      "declare exactly one of Backward or NotDifferentiable");
+  }
+  if (!def->backward_supported() &&
+      (!def->saved_inputs.empty() || !def->saved_outputs.empty())) {
+    RegistrationError(name, "saves tensors but has no Backward");
+  }
+  if (op.declared_backward_ && !def->backward_unsupported.empty()) {
+    RegistrationError(name,
+                      "declare at most one of Backward or BackwardUnsupported");
+  }
+  if (!def->differentiable() && def->jvp) {
+    RegistrationError(name, "a Jvp rule on a NotDifferentiable op");
+  }
+  auto mark = [&](const std::vector<int>& indices, int n, const char* what,
+                  std::vector<bool>* saved) {
+    saved->assign(n, false);
+    for (int i : indices) {
+      if (i < 0 || i >= n) {
+        RegistrationError(name, absl::StrCat("saved ", what, " index ", i,
+                                             " out of range [0, ", n, ")"));
+      }
+      if ((*saved)[i]) {
+        RegistrationError(name, absl::StrCat("saved ", what, " ", i, " twice"));
+      }
+      (*saved)[i] = true;
+    }
+  };
+  mark(def->saved_inputs, def->num_inputs(), "input", &def->input_saved);
+  mark(def->saved_outputs, def->num_outputs(), "output", &def->output_saved);
+  def->input_differentiable.assign(def->num_inputs(), true);
+  for (int i : op.non_differentiable_inputs_) {
+    if (i < 0 || i >= def->num_inputs()) {
+      RegistrationError(
+          name, absl::StrCat("non-differentiable input ", i, " out of range"));
+    }
+    def->input_differentiable[i] = false;
+  }
+  def->input_kinds.assign(def->num_inputs(), OpDef::InputKind::kValue);
+  auto mark_kind = [&](const std::vector<int>& indices, OpDef::InputKind kind) {
+    for (int i : indices) {
+      if (i < 0 || i >= def->num_inputs() ||
+          def->input_kinds[i] != OpDef::InputKind::kValue) {
+        RegistrationError(name, absl::StrCat("input kind of input ", i,
+                                             " out of range or given twice"));
+      }
+      def->input_kinds[i] = kind;
+    }
+  };
+  mark_kind(op.resource_inputs_, OpDef::InputKind::kHandle);
+  mark_kind(op.any_kind_inputs_, OpDef::InputKind::kAny);
+  def->index = static_cast<int>(ops_.size());
+  by_name_[name] = def.get();
+  ops_.push_back(std::move(def));
+}
+
+const OpDef* OpRegistry::Find(absl::string_view name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second;
+}
+
+}  // namespace gradtape

@@ -1,0 +1,205 @@
+// The op registry: one OpDef per op, each built by one builder expression
+// that holds everything about the op (arity, attrs, forward kernel, backward
+// function and the elision info: which inputs and outputs the backward reads).
+//
+//   registry.Add(Op("Exp")
+//       .Inputs({"x"}).Outputs({"y"})
+//       .Forward(ExpKernel)
+//       // dx = dy * y
+//       .Backward([](GradContext& g) { g.SetGrad(0, g.Mul(g.Grad(0),
+//                                                          g.Output(0))); })
+//       .SavesOutputs({0}));
+//
+// The tape keeps exactly the declared tensors; GradContext refuses to hand a
+// backward one it did not declare, so the declaration cannot drift from the
+// code. The op families (core/ops/) fill a registry through explicit calls;
+// DefaultRegistry() (core/ops/ops.h) holds them all.
+#ifndef GRADTAPE_CORE_REGISTRY_OP_REGISTRY_H_
+#define GRADTAPE_CORE_REGISTRY_OP_REGISTRY_H_
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "core/tensor/attrs.h"
+#include "core/tensor/tensor.h"
+
+namespace gradtape {
+
+class GradContext;
+class JvpContext;
+struct OpDef;
+
+using Tensors = absl::InlinedVector<Tensor, 2>;
+
+// What a forward kernel sees. Inputs have been checked for arity, attrs for
+// names and types (defaults filled in); dtypes and shapes are the kernel's to
+// check, with the error helpers below so messages all name the op.
+class KernelContext {
+ public:
+  KernelContext(const OpDef& op, absl::Span<const Tensor> inputs,
+                const AttrMap& attrs, Tensors* outputs);
+
+  const OpDef& op() const { return op_; }
+  const Tensor& input(int i) const { return inputs_[i]; }
+  int num_inputs() const { return static_cast<int>(inputs_.size()); }
+  const AttrMap& attrs() const { return attrs_; }
+  void set_output(int i, Tensor t) { (*outputs_)[i] = std::move(t); }
+
+  // INVALID_ARGUMENT "<op>: <pieces...>".
+  template <typename... Args>
+  absl::Status InvalidArgument(const Args&... pieces) const {
+    return absl::InvalidArgumentError(absl::StrCat(OpName(), ": ", pieces...));
+  }
+  // Checks input i has a floating dtype / the dtype of input j / rank r.
+  absl::Status RequireFloat(int i) const;
+  absl::Status RequireNumeric(int i) const;
+  absl::Status RequireSameDType(int i, int j) const;
+  absl::Status RequireRank(int i, int rank) const;
+  absl::Status RequireIndexDType(int i) const;  // int32 or int64
+
+ private:
+  absl::string_view OpName() const;
+  std::string InputName(int i) const;
+
+  const OpDef& op_;
+  absl::Span<const Tensor> inputs_;
+  const AttrMap& attrs_;
+  Tensors* outputs_;
+};
+
+using ForwardFn = std::function<absl::Status(KernelContext&)>;
+// Builds the input gradients from output gradients with registered ops.
+using BackwardFn = std::function<void(GradContext&)>;
+// Forward mode: builds the output tangents from the input tangents (and the
+// op's inputs and outputs) with registered ops (core/autodiff/forward_mode.h).
+using JvpFn = std::function<void(JvpContext&)>;
+
+struct AttrSpec {
+  std::string name;
+  AttrType type;
+  std::optional<AttrValue> default_value;  // nullopt: required
+};
+
+struct OpDef {
+  std::string name;
+  std::vector<std::string> input_names;
+  std::vector<std::string> output_names;
+  std::vector<AttrSpec> attrs;
+  ForwardFn forward;
+  BackwardFn backward;  // empty: not differentiable, or BackwardUnsupported
+  // Non-empty: the op is recorded, but its backward is deliberately missing
+  // (a gradient through it fails with UNIMPLEMENTED quoting this reason;
+  // `backward` is empty).
+  std::string backward_unsupported;
+  // Forward-mode rule; empty: forward mode uses the double-VJP fallback.
+  JvpFn jvp;
+  // Elision info: indices of the inputs / outputs the backward reads.
+  std::vector<int> saved_inputs;
+  std::vector<int> saved_outputs;
+  // Per index: true if the tape keeps that tensor (derived from the above).
+  std::vector<bool> input_saved;
+  std::vector<bool> output_saved;
+  // Inputs that never get a gradient (labels, indices).
+  std::vector<bool> input_differentiable;
+  // Per input: whether it is a variable handle (kResource), a value, or
+  // either (Identity). The executor refuses the other kind, and a dtype
+  // attr never takes kResource, so no kernel sees a handle it would treat
+  // as 8 bytes of data.
+  enum class InputKind { kValue, kHandle, kAny };
+  std::vector<InputKind> input_kinds;
+  std::string summary;  // one line, shown by ListOps
+  int index = -1;       // position in the registry
+
+  int num_inputs() const { return static_cast<int>(input_names.size()); }
+  int num_outputs() const { return static_cast<int>(output_names.size()); }
+  // Recorded on tapes: it has a backward, or declares it unsupported.
+  bool differentiable() const {
+    return static_cast<bool>(backward) || !backward_unsupported.empty();
+  }
+  // Has a backward (false for BackwardUnsupported: a gradient through it
+  // fails, see GradContext::RunBackward).
+  bool backward_supported() const { return static_cast<bool>(backward); }
+  const AttrSpec* FindAttr(absl::string_view attr_name) const;
+
+  // Checks `given` against the declared attrs and returns it with defaults
+  // filled in. INVALID_ARGUMENT names the op and the attr.
+  absl::Status ResolveAttrs(AttrMap* given) const;
+  // Checks that exactly the declared inputs are variable handles.
+  // INVALID_ARGUMENT names the op, the input and its dtype.
+  absl::Status CheckInputKinds(absl::Span<const Tensor> inputs) const;
+};
+
+// One builder expression per op.
+class Op {
+ public:
+  explicit Op(std::string name);
+
+  Op& Inputs(std::vector<std::string> names);
+  Op& Outputs(std::vector<std::string> names);
+  Op& Attr(std::string name, AttrType type);  // required attr
+  Op& Attr(std::string name, AttrValue default_value);
+  Op& Forward(ForwardFn fn);
+  Op& Backward(BackwardFn fn);
+  Op& SavesInputs(std::vector<int> indices);
+  Op& SavesOutputs(std::vector<int> indices);
+  Op& NonDifferentiableInputs(std::vector<int> indices);
+  // The inputs that are variable handles (VarHandleOp's output).
+  Op& ResourceInputs(std::vector<int> indices);
+  // The inputs that may be a handle or a value (ops that only pass a tensor
+  // on, such as Identity).
+  Op& AnyKindInputs(std::vector<int> indices);
+  // Declares that the op has no gradient (every op says one or the other).
+  // Its outputs carry no gradient: the op is not recorded, so a gradient
+  // through it is None (or zeros). For comparisons, shapes, indices, ...
+  Op& NotDifferentiable();
+  // Declares that the op is differentiable in maths but gradtape has no
+  // backward for it (typically a helper op that a backward runs, whose own
+  // gradient is not written): the op IS recorded when an input is watched,
+  // and a gradient through it fails with UNIMPLEMENTED naming the op and
+  // `reason` (plus the op's "message" attr when it has one), instead of a
+  // silently wrong None. Saves nothing.
+  Op& BackwardUnsupported(std::string reason);
+  // The forward-mode rule (optional; see core/autodiff/forward_mode.h).
+  Op& Jvp(JvpFn fn);
+  Op& Summary(std::string text);
+
+ private:
+  friend class OpRegistry;
+  OpDef def_;
+  bool declared_not_differentiable_ = false;
+  bool declared_backward_ = false;
+  std::vector<int> non_differentiable_inputs_;
+  std::vector<int> resource_inputs_;
+  std::vector<int> any_kind_inputs_;
+};
+
+class OpRegistry {
+ public:
+  OpRegistry() = default;
+  OpRegistry(const OpRegistry&) = delete;
+  OpRegistry& operator=(const OpRegistry&) = delete;
+
+  // Aborts with a message on a malformed registration (a programming error:
+  // duplicate name, saved index out of range, neither Backward nor
+  // NotDifferentiable, ...).
+  void Add(Op op);
+  const OpDef* Find(absl::string_view name) const;
+  // In registration order.
+  const std::vector<std::unique_ptr<OpDef>>& ops() const { return ops_; }
+
+ private:
+  std::vector<std::unique_ptr<OpDef>> ops_;
+  absl::flat_hash_map<std::string, const OpDef*> by_name_;
+};
+
+}  // namespace gradtape
+
+#endif  // GRADTAPE_CORE_REGISTRY_OP_REGISTRY_H_

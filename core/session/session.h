@@ -1,0 +1,231 @@
+// Session: the state behind one client session, and the command semantics of
+// the wire protocol without the wire.
+//
+// Tensors are named by client-chosen ids (nonzero int64, per session). Each
+// id names one slot: a live tensor, a poisoned output of a failed command, or
+// a None gradient. Every command is atomic: it checks everything it needs
+// before changing anything, so a failed command leaves the session as it
+// was, except that the output ids it would have filled become poisoned (when
+// they were free). A later command that reads a poisoned id fails with
+// FAILED_PRECONDITION naming the original failure (async error propagation,
+// as in TensorFlow's remote eager service). Error messages name the op, the
+// command's sequence number and the offending id or shape.
+//
+// Not thread-safe: the server applies one session's commands in order under
+// that session's lock.
+#ifndef GRADTAPE_CORE_SESSION_SESSION_H_
+#define GRADTAPE_CORE_SESSION_SESSION_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/autodiff/custom_gradient.h"
+#include "core/autodiff/op_executor.h"
+#include "core/registry/op_registry.h"
+#include "core/session/checkpoint.h"
+#include "core/tensor/tensor.h"
+
+namespace gradtape {
+
+struct SessionOptions {
+  int64_t memory_limit_bytes = 0;  // 0: unlimited
+  // Where SaveCheckpoint / RestoreCheckpoint read and write files; empty:
+  // checkpoints are disabled (FAILED_PRECONDITION).
+  std::string checkpoint_dir;
+};
+
+struct SessionStats {
+  int64_t live_tensors = 0;  // ids holding a tensor
+  int64_t poisoned_ids = 0;
+  int64_t bytes_in_use = 0;  // every buffer charged to the session
+  int64_t tapes = 0;
+  int64_t tape_entries = 0;      // recorded ops over all tapes
+  int64_t tape_saved_bytes = 0;  // tensors kept for backward, over all tapes
+};
+
+struct GradientRequest {
+  int64_t tape = 0;
+  std::vector<int64_t> targets;
+  std::vector<int64_t> sources;
+  // Empty, or one per target; 0 means "ones".
+  std::vector<int64_t> output_gradients;
+  Unconnected unconnected = Unconnected::kNone;
+  // One per source: where each gradient is stored.
+  std::vector<int64_t> result_ids;
+};
+
+struct JacobianRequest {
+  int64_t tape = 0;
+  int64_t target = 0;
+  std::vector<int64_t> sources;
+  Unconnected unconnected = Unconnected::kNone;
+  // batch_jacobian: target and sources share their first (batch) dim.
+  bool batch = false;
+  // One per source.
+  std::vector<int64_t> result_ids;
+};
+
+class Session {
+ public:
+  Session(const OpRegistry& registry, SessionOptions options);
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+  ~Session();
+
+  absl::Status ExecuteOp(int64_t seq, absl::string_view op,
+                         absl::Span<const int64_t> inputs,
+                         absl::Span<const int64_t> outputs, AttrMap attrs);
+  // Copies little-endian `bytes` into a new tensor at `id`.
+  absl::Status PutTensor(int64_t seq, int64_t id, DType dtype,
+                         absl::Span<const int64_t> shape,
+                         absl::string_view bytes);
+  absl::Status PutTensor(int64_t seq, int64_t id, const Tensor& value);
+  absl::StatusOr<Tensor> FetchTensor(int64_t seq, int64_t id);
+  absl::Status ReleaseTensors(int64_t seq, absl::Span<const int64_t> ids);
+  absl::Status PushTape(int64_t seq, int64_t tape, bool persistent,
+                        bool watch_accessed_variables);
+  absl::Status PopTape(int64_t seq, int64_t tape);
+  absl::Status DeleteTape(int64_t seq, int64_t tape);
+  absl::Status Watch(int64_t seq, int64_t tape, absl::Span<const int64_t> ids);
+  absl::Status StopRecording(int64_t seq);
+  absl::Status StartRecording(int64_t seq);
+  // Stores the gradients at request.result_ids and returns them (an invalid
+  // Tensor for a None gradient).
+  absl::StatusOr<std::vector<Tensor>> Gradient(int64_t seq,
+                                               const GradientRequest& request);
+
+  // Records a command that failed before reaching the session (e.g. it
+  // could not be decoded): poisons its free output ids, advances last_seq.
+  // The ids share one copy of the failure (bounded length), charged to the
+  // session's memory account like every slot.
+  void Fail(int64_t seq, absl::Span<const int64_t> outputs,
+            const absl::Status& failure);
+
+  // Training: checkpoints of variables (core/session/checkpoint.h), in the
+  // directory options.checkpoint_dir, file `name`. `variable_ids` name
+  // variable handles; empty means every variable whose handle a live id of
+  // the session holds (saved sorted by name). Variables are matched by name
+  // (VarHandleOp's shared_name) on restore, which assigns all of them or
+  // none. Checkpoints do not poison ids.
+  absl::StatusOr<CheckpointSummary> SaveCheckpoint(
+      int64_t seq, absl::string_view name,
+      absl::Span<const int64_t> variable_ids);
+  absl::StatusOr<CheckpointSummary> RestoreCheckpoint(
+      int64_t seq, absl::string_view name,
+      absl::Span<const int64_t> variable_ids);
+
+  // Jacobians, forward mode, custom gradients
+  // (core/session/session_autodiff.cc).
+  //
+  // Jacobian / batch Jacobian of one target on a tape
+  // (core/autodiff/jacobian.h), stored at result_ids (a None slot for an
+  // unconnected source with Unconnected::kNone) and returned.
+  absl::StatusOr<std::vector<Tensor>> Jacobian(int64_t seq,
+                                               const JacobianRequest& request);
+  // The ids that name a variable handle the tape watched, in watch order;
+  // a variable named by several ids gives all of them (ascending), a
+  // variable whose ids were all released gives none.
+  absl::StatusOr<std::vector<int64_t>> WatchedVariables(int64_t seq,
+                                                        int64_t tape);
+  // Forward accumulators (core/autodiff/forward_mode.h), by client-chosen id.
+  absl::Status PushAccumulator(int64_t seq, int64_t accumulator);
+  absl::Status PopAccumulator(int64_t seq, int64_t accumulator);
+  absl::Status DeleteAccumulator(int64_t seq, int64_t accumulator);
+  // Gives ids[i] the tangent tangent_ids[i] (same dtype and shape).
+  absl::Status AccumulatorWatch(int64_t seq, int64_t accumulator,
+                                absl::Span<const int64_t> ids,
+                                absl::Span<const int64_t> tangent_ids);
+  // Stores the JVP of `id` at `result_id` and returns it (invalid: None, for
+  // a tensor without a tangent and Unconnected::kNone).
+  absl::StatusOr<Tensor> FetchJvp(int64_t seq, int64_t accumulator, int64_t id,
+                                  int64_t result_id, Unconnected unconnected);
+  // ExecuteOp with a custom backward for this execution
+  // (core/autodiff/custom_gradient.h); kTensor references name session ids.
+  absl::Status ExecuteOpWithGradient(int64_t seq, absl::string_view op,
+                                     absl::Span<const int64_t> inputs,
+                                     absl::Span<const int64_t> outputs,
+                                     AttrMap attrs, GradientProgram program);
+
+  // What one id's slot costs the account besides its tensor's buffer: the
+  // map entry with the map's spare capacity (checked by a static_assert).
+  static constexpr int64_t kSlotBytes = 192;
+  // Longest failure text kept for poisoned ids (longer ones are cut).
+  static constexpr size_t kMaxReasonBytes = 1024;
+
+  SessionStats Stats() const;
+  // The tensor at `id` without running a command (no seq is used, nothing
+  // changes): for callers that must size a result before applying it.
+  absl::StatusOr<Tensor> Peek(int64_t id) const;
+  // Stats as a command of the log (advances last_seq).
+  SessionStats Stats(int64_t seq) {
+    last_seq_ = seq;
+    return Stats();
+  }
+  // Sequence number of the last command processed (applied or failed).
+  int64_t last_seq() const { return last_seq_; }
+  OpExecutor& context() { return ctx_; }
+
+ private:
+  struct Slot {
+    enum Kind { kTensor, kPoisoned, kNone } kind = kTensor;
+    Tensor tensor;
+    // kPoisoned: the first failure of the chain that poisoned the id, shared
+    // by every id it poisoned; kNone: why the id holds no tensor.
+    std::shared_ptr<const std::string> reason;
+    int64_t poisoned_by = 0;  // kPoisoned: seq of the command that failed
+  };
+
+  // "<what> (command <seq>[, <where>]): <detail>", where a detail that
+  // already starts with "<what>: " (kernel messages do) loses that prefix.
+  static absl::Status Annotate(const absl::Status& s, int64_t seq,
+                               absl::string_view what,
+                               absl::string_view where = "");
+  // The tensor behind `id`, or an error naming `what` (the op or command),
+  // seq and id.
+  absl::StatusOr<Tensor> Resolve(int64_t seq, absl::string_view what,
+                                 int64_t id) const;
+  absl::Status ResolveAll(int64_t seq, absl::string_view what,
+                          absl::Span<const int64_t> ids, Tensors* out) const;
+  // OK if every id is nonzero, distinct and free (unused or poisoned/None).
+  absl::Status CheckFreeOutputs(int64_t seq, absl::string_view what,
+                                absl::Span<const int64_t> ids) const;
+  // Poisons the free ids among `ids` for command `seq`'s failure. When the
+  // command failed because it read a poisoned id, its ids inherit that
+  // id's first failure instead of nesting the message.
+  void Poison(int64_t seq, absl::Span<const int64_t> ids,
+              const absl::Status& failure);
+  void Store(int64_t id, Tensor t);
+  // Marks `id` as a None result (a gradient, Jacobian or JVP) for `reason`.
+  void StoreNone(int64_t id, std::string reason);
+  void Drop(int64_t id);
+  // The slot of `id`, inserted (and charged) if new.
+  Slot& SlotFor(int64_t id);
+  // `text`, cut to kMaxReasonBytes, charged to the account while it lives.
+  std::shared_ptr<const std::string> MakeReason(std::string text) const;
+  // For checkpoint command `what` on checkpoint `name`: the variables
+  // behind `ids` (all of the session's, by name, when empty), after checking
+  // that checkpoints are enabled and the name is valid; or an error naming
+  // `what`, seq and the offending id or name.
+  absl::StatusOr<std::vector<Variable*>> CheckpointVariables(
+      int64_t seq, absl::string_view what, absl::string_view name,
+      absl::Span<const int64_t> ids) const;
+
+  std::shared_ptr<MemoryAccount> account_;
+  OpExecutor ctx_;
+  absl::flat_hash_map<int64_t, Slot> slots_;
+  // The first failure behind the last poisoned id that Resolve refused, and
+  // the command that read it: Poison lets that command's outputs inherit it.
+  mutable int64_t poisoned_read_seq_ = 0;
+  mutable std::weak_ptr<const std::string> poisoned_read_reason_;
+  int64_t last_seq_ = 0;
+  std::string checkpoint_dir_;
+};
+
+}  // namespace gradtape
+
+#endif  // GRADTAPE_CORE_SESSION_SESSION_H_

@@ -1,0 +1,448 @@
+#include "core/tensor/tensor.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace gradtape {
+namespace {
+
+std::atomic<int64_t> g_live_bytes{0};
+std::atomic<int64_t> g_peak_bytes{0};
+thread_local std::shared_ptr<MemoryAccount> t_account;
+
+constexpr size_t kAlignment = 64;
+
+}  // namespace
+
+size_t DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+    case DType::kInt32:
+      return 4;
+    case DType::kFloat64:
+    case DType::kInt64:
+      return 8;
+    case DType::kBool:
+      return 1;
+    case DType::kComplex64:
+      return 8;
+    case DType::kComplex128:
+      return 16;
+    case DType::kResource:
+      return 8;
+    case DType::kInvalid:
+      return 0;
+  }
+  return 0;
+}
+
+absl::string_view DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return "float32";
+    case DType::kFloat64:
+      return "float64";
+    case DType::kInt32:
+      return "int32";
+    case DType::kInt64:
+      return "int64";
+    case DType::kBool:
+      return "bool";
+    case DType::kComplex64:
+      return "complex64";
+    case DType::kComplex128:
+      return "complex128";
+    case DType::kResource:
+      return "resource";
+    case DType::kInvalid:
+      return "invalid";
+  }
+  return "invalid";
+}
+
+bool IsFloating(DType dtype) {
+  return dtype == DType::kFloat32 || dtype == DType::kFloat64;
+}
+
+bool IsComplex(DType dtype) {
+  return dtype == DType::kComplex64 || dtype == DType::kComplex128;
+}
+
+bool IsValidDType(int value) {
+  return value >= static_cast<int>(DType::kFloat32) &&
+         value <= static_cast<int>(DType::kResource);
+}
+
+std::string ShapeString(absl::Span<const int64_t> shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
+}
+
+int64_t NumElements(absl::Span<const int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return -1;
+    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d) return -1;
+    n *= d;
+  }
+  return n;
+}
+
+namespace {
+std::atomic<int> g_max_rank{TensorLimits().max_rank};
+std::atomic<int64_t> g_max_elements{TensorLimits().max_elements};
+std::atomic<int64_t> g_max_bytes{TensorLimits().max_bytes};
+}  // namespace
+
+void SetTensorLimits(const TensorLimits& limits) {
+  g_max_rank.store(limits.max_rank);
+  g_max_elements.store(limits.max_elements);
+  g_max_bytes.store(limits.max_bytes);
+}
+
+TensorLimits GetTensorLimits() {
+  TensorLimits limits;
+  limits.max_rank = g_max_rank.load();
+  limits.max_elements = g_max_elements.load();
+  limits.max_bytes = g_max_bytes.load();
+  return limits;
+}
+
+absl::StatusOr<TensorSize> CheckedTensorSize(DType dtype,
+                                             absl::Span<const int64_t> shape) {
+  if (!IsValidDType(static_cast<int>(dtype))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid dtype ", static_cast<int>(dtype)));
+  }
+  const TensorLimits limits = GetTensorLimits();
+  if (static_cast<int64_t>(shape.size()) > limits.max_rank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(DTypeName(dtype), " tensor of rank ", shape.size(),
+                     ": the server allows rank <= ", limits.max_rank));
+  }
+  // `nonzero` is the product of the nonzero dims; each step is checked
+  // against the cap before it is taken, so it stays <= max_elements.
+  int64_t nonzero = 1;
+  bool empty = false;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const int64_t d = shape[i];
+    if (d < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(DTypeName(dtype), ShapeString(shape), ": dimension ", i,
+                       " is negative (", d, ")"));
+    }
+    if (d == 0) {
+      empty = true;
+      continue;
+    }
+    if (nonzero > limits.max_elements / d) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          DTypeName(dtype), ShapeString(shape), ": more than ",
+          limits.max_elements,
+          " elements (the server's cap per tensor, counting nonzero dims)"));
+    }
+    nonzero *= d;
+  }
+  TensorSize size;
+  size.elements = empty ? 0 : nonzero;
+  const int64_t width = static_cast<int64_t>(DTypeSize(dtype));
+  if (size.elements > limits.max_bytes / width) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(DTypeName(dtype), ShapeString(shape), ": more than ",
+                     limits.max_bytes, " bytes (the server's cap per tensor)"));
+  }
+  size.bytes = size.elements * width;
+  return size;
+}
+
+bool MemoryAccount::TryCharge(int64_t bytes) {
+  const int64_t limit = this->limit();
+  if (limit <= 0) {
+    Add(bytes);
+    return true;
+  }
+  int64_t current = bytes_.load(std::memory_order_relaxed);
+  do {
+    if (bytes > limit - current) return false;
+  } while (!bytes_.compare_exchange_weak(current, current + bytes,
+                                         std::memory_order_relaxed));
+  return true;
+}
+
+int64_t MemoryAccount::remaining() const {
+  const int64_t limit = this->limit();
+  if (limit <= 0) return std::numeric_limits<int64_t>::max();
+  return std::max<int64_t>(0, limit - bytes());
+}
+
+ScopedMemoryAccount::ScopedMemoryAccount(std::shared_ptr<MemoryAccount> account)
+    : previous_(std::move(t_account)) {
+  t_account = std::move(account);
+}
+
+ScopedMemoryAccount::~ScopedMemoryAccount() {
+  t_account = std::move(previous_);
+}
+
+MemoryAccount* CurrentMemoryAccount() { return t_account.get(); }
+
+MemoryCharge::MemoryCharge(int64_t bytes) : account_(t_account), bytes_(bytes) {
+  if (account_ != nullptr) account_->Add(bytes_);
+}
+
+MemoryCharge::~MemoryCharge() {
+  if (account_ != nullptr) account_->Add(-bytes_);
+}
+
+MemoryCharge::MemoryCharge(MemoryCharge&& other) noexcept
+    : account_(std::move(other.account_)), bytes_(other.bytes_) {
+  other.account_ = nullptr;
+}
+
+MemoryCharge& MemoryCharge::operator=(MemoryCharge&& other) noexcept {
+  if (this != &other) {
+    if (account_ != nullptr) account_->Add(-bytes_);
+    account_ = std::move(other.account_);
+    bytes_ = other.bytes_;
+    other.account_ = nullptr;
+  }
+  return *this;
+}
+
+int64_t LiveTensorBytes() { return g_live_bytes.load(); }
+
+int64_t PeakTensorBytes() { return g_peak_bytes.load(); }
+
+void ResetPeakTensorBytes() { g_peak_bytes.store(g_live_bytes.load()); }
+
+// Every buffer is zero-filled when it is handed out (the allocator's
+// guarantee that no stale heap byte reaches a reply). Large buffers come
+// straight from mmap: the kernel zeroes their pages, so they need no
+// memset, and they are 2 MiB-aligned and asked to use transparent huge
+// pages (numpy does the same), which cuts page faults by 512x against 4 KiB
+// pages. Small ones come from the heap and are cleared with memset.
+namespace {
+
+constexpr size_t kHugePage = size_t{2} << 20;
+constexpr size_t kMmapMinBytes = 4 * kHugePage;
+
+struct Allocation {
+  void* data = nullptr;
+  void* mapping = nullptr;  // non-null: munmap(mapping, mapped) frees it
+  size_t mapped = 0;
+};
+
+// The bookkeeping of one buffer: Tensor::Buffer and its shared_ptr control
+// block, and the allocator's header.
+constexpr int64_t kBufferOverheadBytes = 128;
+
+// What AllocateZeroed(size) takes from the system.
+size_t Footprint(size_t size) {
+  if (size == 0) return 0;
+#ifdef __linux__
+  if (size >= kMmapMinBytes) {
+    return (size + kHugePage - 1) / kHugePage * kHugePage;
+  }
+#endif
+  return (size + kAlignment - 1) / kAlignment * kAlignment;
+}
+
+// `size` > 0. data == nullptr on failure.
+Allocation AllocateZeroed(size_t size) {
+  Allocation a;
+#ifdef __linux__
+  if (size >= kMmapMinBytes) {
+    const size_t rounded = (size + kHugePage - 1) / kHugePage * kHugePage;
+    // One extra huge page lets the data start on a 2 MiB boundary; untouched
+    // pages cost no memory.
+    const size_t mapped = rounded + kHugePage;
+    void* base = mmap(nullptr, mapped, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base == MAP_FAILED) return a;
+    const uintptr_t start = reinterpret_cast<uintptr_t>(base);
+    const uintptr_t aligned = (start + kHugePage - 1) / kHugePage * kHugePage;
+    a.data = reinterpret_cast<void*>(aligned);
+    a.mapping = base;
+    a.mapped = mapped;
+    madvise(a.data, rounded, MADV_HUGEPAGE);
+    return a;
+  }
+#endif
+  // aligned_alloc needs a size that is a multiple of the alignment.
+  const size_t rounded = (size + kAlignment - 1) / kAlignment * kAlignment;
+  a.data = std::aligned_alloc(kAlignment, rounded);
+  if (a.data != nullptr) std::memset(a.data, 0, rounded);
+  return a;
+}
+
+void Free(const Allocation& a) {
+#ifdef __linux__
+  if (a.mapping != nullptr) {
+    munmap(a.mapping, a.mapped);
+    return;
+  }
+#endif
+  std::free(a.data);
+}
+
+}  // namespace
+
+int64_t ChargedBytes(int64_t data_bytes) {
+  return static_cast<int64_t>(Footprint(static_cast<size_t>(data_bytes))) +
+         kBufferOverheadBytes;
+}
+
+// Owns one allocation and the charge for it.
+struct Tensor::Buffer {
+  Buffer(Allocation a, int64_t n, int64_t charge,
+         std::shared_ptr<MemoryAccount> acct)
+      : allocation(a), bytes(n), charged(charge), account(std::move(acct)) {
+    const int64_t live =
+        g_live_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    int64_t peak = g_peak_bytes.load(std::memory_order_relaxed);
+    while (live > peak && !g_peak_bytes.compare_exchange_weak(
+                              peak, live, std::memory_order_relaxed)) {
+    }
+  }
+  ~Buffer() {
+    Free(allocation);
+    g_live_bytes.fetch_sub(bytes, std::memory_order_relaxed);
+    if (account) account->Add(-charged);
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  Allocation allocation;
+  int64_t bytes;    // of data
+  int64_t charged;  // to the account: ChargedBytes(bytes)
+  std::shared_ptr<MemoryAccount> account;
+  std::shared_ptr<void> resource;  // kResource only
+};
+
+absl::StatusOr<Tensor> Tensor::Empty(DType dtype,
+                                     absl::Span<const int64_t> shape) {
+  absl::StatusOr<TensorSize> size = CheckedTensorSize(dtype, shape);
+  if (!size.ok()) return size.status();
+  const std::shared_ptr<MemoryAccount>& account = t_account;
+  const int64_t charge = ChargedBytes(size->bytes);
+  if (account != nullptr && !account->TryCharge(charge)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "session memory limit exceeded: ", DTypeName(dtype), ShapeString(shape),
+        " needs ", charge, " bytes, ", account->bytes(), " in use, limit ",
+        account->limit(), "; release tensors or delete tapes"));
+  }
+  Allocation allocation;
+  if (size->bytes > 0) {
+    allocation = AllocateZeroed(static_cast<size_t>(size->bytes));
+    if (allocation.data == nullptr) {
+      if (account != nullptr) account->Add(-charge);
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot allocate ", DTypeName(dtype), ShapeString(shape),
+                       ": out of memory for ", size->bytes, " bytes"));
+    }
+  }
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_.assign(shape.begin(), shape.end());
+  t.num_elements_ = size->elements;
+  t.buffer_ =
+      std::make_shared<Buffer>(allocation, size->bytes, charge, account);
+  return t;
+}
+
+absl::StatusOr<Tensor> Tensor::Filled(DType dtype,
+                                      absl::Span<const int64_t> shape,
+                                      double value) {
+  absl::StatusOr<Tensor> t = Empty(dtype, shape);
+  if (!t.ok() || value == 0) return t;
+  DispatchAny(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    t->flat<T>().setConstant(static_cast<T>(value));
+  });
+  return t;
+}
+
+absl::StatusOr<Tensor> Tensor::Resource(std::shared_ptr<void> object,
+                                        int64_t handle) {
+  absl::StatusOr<Tensor> t = Empty(DType::kResource, {});
+  if (!t.ok()) return t;
+  *t->mutable_data<int64_t>() = handle;
+  t->buffer_->resource = std::move(object);
+  return t;
+}
+
+void* Tensor::ResourceObject() const {
+  return buffer_ != nullptr ? buffer_->resource.get() : nullptr;
+}
+
+absl::StatusOr<Tensor> Tensor::FromBytes(DType dtype,
+                                         absl::Span<const int64_t> shape,
+                                         absl::string_view bytes) {
+  if (dtype == DType::kInvalid) {
+    return absl::InvalidArgumentError("dtype is not set");
+  }
+  if (dtype == DType::kResource) {
+    return absl::InvalidArgumentError(
+        "resource tensors are made by ops (VarHandleOp), not sent");
+  }
+  absl::StatusOr<TensorSize> size = CheckedTensorSize(dtype, shape);
+  if (!size.ok()) return size.status();
+  if (static_cast<int64_t>(bytes.size()) != size->bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(DTypeName(dtype), ShapeString(shape), " needs ",
+                     size->bytes, " bytes of data, got ", bytes.size()));
+  }
+  absl::StatusOr<Tensor> t = Empty(dtype, shape);
+  if (!t.ok()) return t;
+  if (dtype == DType::kBool) {  // Any nonzero byte is true.
+    bool* out = t->mutable_data<bool>();
+    for (int64_t i = 0; i < size->elements; ++i) out[i] = bytes[i] != 0;
+  } else if (size->bytes > 0) {
+    std::memcpy(t->raw_mutable_data(), bytes.data(), size->bytes);
+  }
+  return t;
+}
+
+const void* Tensor::raw_data() const {
+  return buffer_ ? buffer_->allocation.data : nullptr;
+}
+
+void* Tensor::raw_mutable_data() {
+  return buffer_ ? buffer_->allocation.data : nullptr;
+}
+
+Tensor Tensor::Reshaped(absl::Span<const int64_t> shape) const {
+  Tensor t = *this;
+  t.shape_.assign(shape.begin(), shape.end());
+  t.id_ = 0;
+  return t;
+}
+
+double Tensor::ElementAsDouble(int64_t i) const {
+  double out = 0;
+  DispatchAll(dtype_, [&](auto zero) {
+    using T = decltype(zero);
+    out = static_cast<double>(data<T>()[i]);
+  });
+  DispatchComplex(dtype_, [&](auto zero) {
+    using T = decltype(zero);
+    out = static_cast<double>(data<T>()[i].real());
+  });
+  return out;
+}
+
+std::string Tensor::DebugString() const {
+  return absl::StrCat(DTypeName(dtype_), ShapeString(shape_));
+}
+
+}  // namespace gradtape

@@ -1,0 +1,146 @@
+// Forward values of the ops against hand-computed results, and their input
+// checks (the gradient check covers the backwards).
+#include <cmath>
+
+#include "absl/strings/match.h"
+#include "core/autodiff/op_executor.h"
+#include "core/registry/op_registry.h"
+#include "gtest/gtest.h"
+#include "tests/core/ops/op_test_util.h"
+
+namespace gradtape {
+namespace {
+
+using testing::Values;
+
+class OpsTest : public testing::OpTest {
+ protected:
+  Tensor D(Shape shape, std::vector<double> v) {
+    return Tensor::FromVector<double>(shape, v);
+  }
+};
+
+TEST_F(OpsTest, BroadcastingArithmetic) {
+  auto r = Run("AddV2", {D({2, 1}, {1, 2}), D({3}, {10, 20, 30})});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)[0].shape(), (Shape{2, 3}));
+  EXPECT_EQ(Values((*r)[0]), (std::vector<double>{11, 21, 31, 12, 22, 32}));
+  r = Run("Sub", {D({}, {1}), D({2}, {1, 2})});
+  EXPECT_EQ(Values((*r)[0]), (std::vector<double>{0, -1}));
+  auto ints = Run("Mul", {Tensor::FromVector<int32_t>({2}, {3, 4}),
+                          Tensor::FromVector<int32_t>({2}, {5, 6})});
+  ASSERT_TRUE(ints.ok());
+  EXPECT_EQ((*ints)[0].dtype(), DType::kInt32);
+  EXPECT_EQ(Values((*ints)[0]), (std::vector<double>{15, 24}));
+}
+
+TEST_F(OpsTest, BroadcastMismatchNamesBothShapes) {
+  auto r = Run("Mul", {D({2, 3}, std::vector<double>(6)),
+                       D({4}, std::vector<double>(4))});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "Mul"));
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "[2,3]"));
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "[4]"));
+}
+
+TEST_F(OpsTest, MatMulWithTransposes) {
+  Tensor a = D({2, 3}, {1, 2, 3, 4, 5, 6});
+  Tensor b = D({3, 2}, {7, 8, 9, 10, 11, 12});
+  auto r = Run("MatMul", {a, b});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(Values((*r)[0]), (std::vector<double>{58, 64, 139, 154}));
+  r = Run("MatMul", {a, a}, {{"transpose_b", true}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(Values((*r)[0]), (std::vector<double>{14, 32, 32, 77}));
+  r = Run("MatMul", {a, a}, {{"transpose_a", true}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ((*r)[0].shape(), (Shape{3, 3}));
+  EXPECT_EQ(Values((*r)[0])[0], 17);
+}
+
+TEST_F(OpsTest, MatMulShapeErrorNamesBothShapes) {
+  auto r = Run("MatMul", {D({2, 3}, std::vector<double>(6)),
+                          D({4, 5}, std::vector<double>(20))});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "[2,3]"));
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "[4,5]"));
+}
+
+TEST_F(OpsTest, Reductions) {
+  Tensor x = D({2, 3}, {1, 2, 3, 4, 5, 6});
+  EXPECT_EQ(Values((*Run("Sum", {x}))[0]), std::vector<double>{21});
+  auto r = Run("Sum", {x}, {{"axis", std::vector<int64_t>{0}}});
+  EXPECT_EQ(Values((*r)[0]), (std::vector<double>{5, 7, 9}));
+  r = Run("Mean", {x},
+          {{"axis", std::vector<int64_t>{-1}}, {"keep_dims", true}});
+  EXPECT_EQ((*r)[0].shape(), (Shape{2, 1}));
+  EXPECT_EQ(Values((*r)[0]), (std::vector<double>{2, 5}));
+  r = Run("Sum", {x}, {{"axis", std::vector<int64_t>{2}}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "axis 2"));
+}
+
+TEST_F(OpsTest, ShapeOps) {
+  Tensor x = D({2, 3}, {1, 2, 3, 4, 5, 6});
+  auto r = Run("Transpose", {x});
+  EXPECT_EQ((*r)[0].shape(), (Shape{3, 2}));
+  EXPECT_EQ(Values((*r)[0]), (std::vector<double>{1, 4, 2, 5, 3, 6}));
+  r = Run("Reshape", {x}, {{"shape", std::vector<int64_t>{-1}}});
+  EXPECT_EQ((*r)[0].shape(), (Shape{6}));
+  EXPECT_TRUE((*r)[0].SharesBufferWith(x));
+  r = Run("Reshape", {x}, {{"shape", std::vector<int64_t>{4, 2}}});
+  EXPECT_FALSE(r.ok());
+  r = Run("BroadcastTo", {D({3}, {1, 2, 3})},
+          {{"shape", std::vector<int64_t>{2, 3}}});
+  EXPECT_EQ(Values((*r)[0]), (std::vector<double>{1, 2, 3, 1, 2, 3}));
+  r = Run("Cast", {D({2}, {1.7, -2.2})}, {{"DstT", DType::kInt32}});
+  EXPECT_EQ((*r)[0].dtype(), DType::kInt32);
+  EXPECT_EQ(Values((*r)[0]), (std::vector<double>{1, -2}));
+}
+
+TEST_F(OpsTest, SoftmaxAndLoss) {
+  Tensor logits = D({1, 3}, {1, 2, 3});
+  auto r = Run("Softmax", {logits});
+  const double z = std::exp(1) + std::exp(2) + std::exp(3);
+  EXPECT_NEAR(Values((*r)[0])[2], std::exp(3) / z, 1e-12);
+  r = Run("LogSoftmax", {logits});
+  EXPECT_NEAR(Values((*r)[0])[0], 1 - std::log(z), 1e-12);
+  r = Run("SparseSoftmaxCrossEntropyWithLogits",
+          {logits, Tensor::FromVector<int32_t>({1}, {2})});
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(Values((*r)[0])[0], std::log(z) - 3, 1e-12);
+  EXPECT_NEAR(Values((*r)[1])[2], std::exp(3) / z - 1, 1e-12);
+  r = Run("SparseSoftmaxCrossEntropyWithLogits",
+          {logits, Tensor::FromVector<int32_t>({1}, {3})});
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "label 3"));
+}
+
+TEST_F(OpsTest, AttrChecks) {
+  Tensor x = D({2, 2}, {1, 2, 3, 4});
+  auto r = Run("MatMul", {x, x}, {{"transpose_c", true}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "unknown attr"));
+  r = Run("MatMul", {x, x}, {{"transpose_a", int64_t{1}}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "must be bool"));
+  r = Run("Cast", {x});
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "DstT"));
+  r = Run("Exp", {Tensor::FromVector<int32_t>({1}, {1})});
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "float32 or float64"));
+}
+
+TEST_F(OpsTest, Float32Works) {
+  auto r = Run("MatMul", {Tensor::FromVector<float>({1, 2}, {1, 2}),
+                          Tensor::FromVector<float>({2, 1}, {3, 4})});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ((*r)[0].dtype(), DType::kFloat32);
+  EXPECT_EQ(Values((*r)[0]), std::vector<double>{11});
+}
+
+}  // namespace
+}  // namespace gradtape

@@ -1,0 +1,151 @@
+// Gemm (core/ops/gemm.h) against a naive product, on both sides of its
+// Eigen / OpenBLAS threshold, and MatMul from several threads at once (the
+// server runs sessions on several threads, each of which may call OpenBLAS).
+#include "core/ops/gemm.h"
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "core/autodiff/op_executor.h"
+#include "core/ops/ops.h"
+#include "core/registry/op_registry.h"
+#include "gtest/gtest.h"
+
+namespace gradtape {
+namespace {
+
+template <typename T>
+std::vector<T> Random(int64_t size, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<T> v(size);
+  for (T& x : v) x = static_cast<T>(u(gen));
+  return v;
+}
+
+// c = op(a) op(b) + beta * c in double, with Gemm's layout conventions.
+template <typename T>
+std::vector<double> Naive(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                          const std::vector<T>& a, int64_t lda,
+                          const std::vector<T>& b, int64_t ldb,
+                          const std::vector<T>& c, int64_t ldc, double beta) {
+  std::vector<double> out(m * n);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = beta == 0 ? 0 : beta * c[i * ldc + j];
+      for (int64_t p = 0; p < k; ++p) {
+        sum += double{ta ? a[p * lda + i] : a[i * lda + p]} *
+               double{tb ? b[j * ldb + p] : b[p * ldb + j]};
+      }
+      out[i * n + j] = sum;
+    }
+  }
+  return out;
+}
+
+template <typename T>
+void CheckGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T beta,
+               int64_t pad) {
+  SCOPED_TRACE(testing::Message()
+               << "m=" << m << " n=" << n << " k=" << k << " ta=" << ta
+               << " tb=" << tb << " beta=" << beta << " pad=" << pad);
+  // Leading dimensions `pad` elements wider than the rows.
+  const int64_t lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad;
+  const int64_t ldc = n + pad;
+  const std::vector<T> a = Random<T>((ta ? k : m) * lda, 1);
+  const std::vector<T> b = Random<T>((tb ? n : k) * ldb, 2);
+  std::vector<T> c = Random<T>(m * ldc, 3);
+  if (beta == T(0)) {  // c must not be read
+    std::fill(c.begin(), c.end(), std::numeric_limits<T>::quiet_NaN());
+  }
+  const std::vector<double> want =
+      Naive(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, beta);
+  Gemm<T>(ta, tb, m, n, k, a.data(), lda, b.data(), ldb, c.data(), ldc, beta);
+  const double tol = (std::is_same_v<T, float> ? 1e-5 : 1e-13) * (k + 1);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      ASSERT_NEAR(c[i * ldc + j], want[i * n + j], tol) << i << "," << j;
+    }
+  }
+}
+
+template <typename T>
+void CheckAllShapes() {
+  // Below the OpenBLAS threshold, at it, matrix-vector, the MLP's shapes,
+  // and above the threshold where Gemm splits the product between threads:
+  // by rows (m >= n) and by columns, in blocks that do not divide evenly.
+  const int64_t shapes[][3] = {
+      {2, 3, 4},   {8, 8, 8},   {1, 64, 64},   {64, 1, 64},    {64, 64, 2},
+      {64, 3, 64}, {33, 17, 9}, {96, 80, 112}, {130, 70, 129}, {70, 200, 100}};
+  for (const auto& s : shapes) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        CheckGemm<T>(ta, tb, s[0], s[1], s[2], T(0), 0);
+      }
+    }
+    CheckGemm<T>(false, true, s[0], s[1], s[2], T(1), 3);
+    CheckGemm<T>(true, false, s[0], s[1], s[2], T(0.5), 1);
+  }
+}
+
+TEST(GemmTest, FloatMatchesNaive) { CheckAllShapes<float>(); }
+TEST(GemmTest, DoubleMatchesNaive) { CheckAllShapes<double>(); }
+
+TEST(GemmTest, EmptyInnerDimensionScalesC) {
+  std::vector<float> c = {1, std::numeric_limits<float>::quiet_NaN(), 3, 4};
+  Gemm<float>(false, false, 2, 2, 0, nullptr, 1, nullptr, 2, c.data(), 2);
+  EXPECT_EQ(c, (std::vector<float>{0, 0, 0, 0}));
+  c = {1, 2, 3, 4};
+  Gemm<float>(false, false, 2, 2, 0, nullptr, 1, nullptr, 2, c.data(), 2, 2);
+  EXPECT_EQ(c, (std::vector<float>{2, 4, 6, 8}));
+  Gemm<float>(false, false, 0, 2, 3, nullptr, 3, nullptr, 2, nullptr, 2);
+}
+
+// Four threads run MatMul on 256 x 256 float32 (OpenBLAS, multithreaded
+// inside each call) at the same time, each on its own OpExecutor and inputs,
+// and compare every result with a reference computed before.
+TEST(GemmTest, ConcurrentMatMulMatchesReference) {
+  constexpr int kThreads = 4;
+  constexpr int kIterations = 20;
+  constexpr int64_t n = 256;
+  std::vector<Tensor> as, bs;
+  std::vector<std::vector<double>> want;
+  for (int t = 0; t < kThreads; ++t) {
+    const std::vector<float> a = Random<float>(n * n, 10 + t);
+    const std::vector<float> b = Random<float>(n * n, 20 + t);
+    as.push_back(Tensor::FromVector<float>({n, n}, a));
+    bs.push_back(Tensor::FromVector<float>({n, n}, b));
+    want.push_back(Naive(false, false, n, n, n, a, n, b, n, a, n, 0.0));
+  }
+  std::vector<double> max_error(kThreads, 0);
+  std::vector<bool> ok(kThreads, true);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      OpExecutor ctx(DefaultRegistry());
+      for (int i = 0; i < kIterations; ++i) {
+        Tensors out;
+        const Tensor in[] = {as[t], bs[t]};
+        if (!ctx.Execute("MatMul", in, AttrMap(), &out).ok()) {
+          ok[t] = false;
+          return;
+        }
+        const float* c = out[0].data<float>();
+        for (int64_t e = 0; e < n * n; ++e) {
+          max_error[t] = std::max(max_error[t], std::abs(c[e] - want[t][e]));
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_TRUE(ok[t]) << "thread " << t;
+    EXPECT_LT(max_error[t], 1e-3) << "thread " << t;
+  }
+}
+
+}  // namespace
+}  // namespace gradtape

@@ -1,0 +1,236 @@
+// Forward values of the linalg ops (BatchMatMul, BatchMatMulV2, SparseMatMul,
+// Cross) against naive references, and their input checks. The gradient
+// check covers the backwards.
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "core/autodiff/op_executor.h"
+#include "core/registry/op_registry.h"
+#include "gtest/gtest.h"
+#include "tests/core/ops/op_samples.h"
+#include "tests/core/ops/op_test_util.h"
+
+namespace gradtape {
+namespace {
+
+using testing::R;
+
+class LinalgOpsTest : public testing::OpTest {
+ protected:
+};
+
+// Element (i, j) of op(m) for a row-major [rows, cols] matrix at p.
+double At(const double* p, int64_t cols, bool transposed, int64_t i,
+          int64_t j) {
+  return transposed ? p[j * cols + i] : p[i * cols + j];
+}
+
+// Naive batched op(x) @ op(y) with numpy broadcasting of the batch dims.
+Tensor NaiveBatchMatMul(const Tensor& x, const Tensor& y, bool ax, bool ay) {
+  const int rx = x.rank(), ry = y.rank();
+  const int64_t xr = x.dim(rx - 2), xc = x.dim(rx - 1);
+  const int64_t yr = y.dim(ry - 2), yc = y.dim(ry - 1);
+  const int64_t m = ax ? xc : xr, k = ax ? xr : xc, n = ay ? yr : yc;
+  const int rb = std::max(rx, ry) - 2;
+  Shape batch(rb);
+  auto dim_of = [&](const Tensor& t, int b) -> int64_t {
+    const int pad = rb - (t.rank() - 2);
+    return b < pad ? 1 : t.dim(b - pad);
+  };
+  for (int b = 0; b < rb; ++b) {
+    batch[b] = std::max(dim_of(x, b), dim_of(y, b));
+  }
+  Shape out_shape = batch;
+  out_shape.push_back(m);
+  out_shape.push_back(n);
+  Tensor z = Tensor::Zeros(DType::kFloat64, out_shape).value();
+  const int64_t nb = NumElements(batch);
+  for (int64_t o = 0; o < nb; ++o) {
+    // Unravel o and ravel it into x's and y's batch dims (1 -> index 0).
+    int64_t rest = o, xo = 0, yo = 0, xs = 1, ys = 1;
+    for (int b = rb - 1; b >= 0; --b) {
+      const int64_t idx = rest % batch[b];
+      rest /= batch[b];
+      const int64_t dx = dim_of(x, b), dy = dim_of(y, b);
+      xo += (dx == 1 ? 0 : idx) * xs;
+      yo += (dy == 1 ? 0 : idx) * ys;
+      xs *= dx;
+      ys *= dy;
+    }
+    const double* px = x.data<double>() + xo * xr * xc;
+    const double* py = y.data<double>() + yo * yr * yc;
+    double* pz = z.mutable_data<double>() + o * m * n;
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (int64_t l = 0; l < k; ++l) {
+          s += At(px, xc, ax, i, l) * At(py, yc, ay, l, j);
+        }
+        pz[i * n + j] = s;
+      }
+    }
+  }
+  return z;
+}
+
+void ExpectNear(const Tensor& got, const Tensor& want) {
+  ASSERT_EQ(got.shape(), want.shape());
+  for (int64_t i = 0; i < want.num_elements(); ++i) {
+    EXPECT_NEAR(got.ElementAsDouble(i), want.ElementAsDouble(i), 1e-12)
+        << "element " << i;
+  }
+}
+
+TEST_F(LinalgOpsTest, BatchMatMulMatchesNaive) {
+  uint32_t seed = 1;
+  for (bool ax : {false, true}) {
+    for (bool ay : {false, true}) {
+      Tensor x = R(ax ? Shape{2, 3, 5, 4} : Shape{2, 3, 4, 5}, ++seed);
+      Tensor y = R(ay ? Shape{2, 3, 2, 5} : Shape{2, 3, 5, 2}, ++seed);
+      auto r = Run("BatchMatMul", {x, y}, {{"adj_x", ax}, {"adj_y", ay}});
+      ASSERT_TRUE(r.ok()) << r.status();
+      ExpectNear((*r)[0], NaiveBatchMatMul(x, y, ax, ay));
+    }
+  }
+}
+
+TEST_F(LinalgOpsTest, BatchMatMulV2BroadcastsBatchDims) {
+  struct Case {
+    Shape x, y;
+    bool ax, ay;
+  };
+  uint32_t seed = 20;
+  for (const Case& c :
+       std::vector<Case>{{{2, 1, 3, 4}, {3, 4, 2}, false, false},
+                         {{4, 3}, {2, 2, 4, 5}, true, false},
+                         {{1, 3, 4}, {2, 1, 5, 4}, false, true},
+                         {{3, 1, 4, 3}, {3, 2, 4}, true, true},
+                         {{3, 4}, {4, 2}, false, false}}) {
+    Tensor x = R(c.x, ++seed), y = R(c.y, ++seed);
+    auto r = Run("BatchMatMulV2", {x, y}, {{"adj_x", c.ax}, {"adj_y", c.ay}});
+    ASSERT_TRUE(r.ok()) << r.status();
+    ExpectNear((*r)[0], NaiveBatchMatMul(x, y, c.ax, c.ay));
+  }
+  auto r = Run("BatchMatMulV2", {R({2, 1, 3, 4}, 40), R({3, 4, 2}, 41)});
+  EXPECT_EQ((*r)[0].shape(), (Shape{2, 3, 3, 2}));
+}
+
+TEST_F(LinalgOpsTest, EmptyInnerDimensionGivesZeros) {
+  auto r =
+      Run("BatchMatMulV2", {Tensor::Zeros(DType::kFloat64, {2, 3, 0}).value(),
+                            Tensor::Zeros(DType::kFloat64, {0, 4}).value()});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)[0].shape(), (Shape{2, 3, 4}));
+  for (int64_t i = 0; i < (*r)[0].num_elements(); ++i) {
+    EXPECT_EQ((*r)[0].ElementAsDouble(i), 0.0);
+  }
+  r = Run("BatchMatMul", {Tensor::Zeros(DType::kFloat64, {0, 3, 2}).value(),
+                          Tensor::Zeros(DType::kFloat64, {0, 2, 4}).value()});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)[0].shape(), (Shape{0, 3, 4}));
+}
+
+TEST_F(LinalgOpsTest, Float32BatchMatMul) {
+  auto r = Run("BatchMatMulV2",
+               {Tensor::FromVector<float>({1, 1, 2}, {1, 2}),
+                Tensor::FromVector<float>({2, 2, 1}, {3, 4, 5, 6})});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)[0].dtype(), DType::kFloat32);
+  EXPECT_EQ((*r)[0].shape(), (Shape{2, 1, 1}));
+  EXPECT_EQ((*r)[0].ElementAsDouble(0), 11);
+  EXPECT_EQ((*r)[0].ElementAsDouble(1), 17);
+}
+
+TEST_F(LinalgOpsTest, SparseMatMulEqualsMatMul) {
+  uint32_t seed = 50;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      Tensor a = R(ta ? Shape{4, 3} : Shape{3, 4}, ++seed);
+      Tensor b = R(tb ? Shape{2, 4} : Shape{4, 2}, ++seed);
+      auto sparse = Run("SparseMatMul", {a, b},
+                        {{"transpose_a", ta},
+                         {"transpose_b", tb},
+                         {"a_is_sparse", ta},
+                         {"b_is_sparse", !tb}});
+      ASSERT_TRUE(sparse.ok()) << sparse.status();
+      ExpectNear((*sparse)[0], NaiveBatchMatMul(a, b, ta, tb));
+    }
+  }
+  auto f32 = Run("SparseMatMul", {Tensor::FromVector<float>({1, 2}, {1, 2}),
+                                  Tensor::FromVector<float>({2, 1}, {3, 4})});
+  ASSERT_TRUE(f32.ok()) << f32.status();
+  EXPECT_EQ((*f32)[0].dtype(), DType::kFloat32);
+  EXPECT_EQ((*f32)[0].ElementAsDouble(0), 11);
+}
+
+TEST_F(LinalgOpsTest, CrossProduct) {
+  auto r =
+      Run("Cross", {Tensor::FromVector<double>({2, 3}, {1, 0, 0, 1, 2, 3}),
+                    Tensor::FromVector<double>({2, 3}, {0, 1, 0, 4, 5, 6})});
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::vector<double> want = {0, 0, 1, -3, 6, -3};
+  for (int i = 0; i < 6; ++i) EXPECT_EQ((*r)[0].ElementAsDouble(i), want[i]);
+  auto ints = Run("Cross", {Tensor::FromVector<int32_t>({3}, {1, 2, 3}),
+                            Tensor::FromVector<int32_t>({3}, {4, 5, 6})});
+  ASSERT_TRUE(ints.ok()) << ints.status();
+  EXPECT_EQ((*ints)[0].dtype(), DType::kInt32);
+  EXPECT_EQ((*ints)[0].ElementAsDouble(1), 6);
+}
+
+// The backward runs registered ops, so an outer tape differentiates it:
+// f = sum(x @ y) with x [2,1,3,4] broadcast against y [3,4,2] gives
+// df/dx[b,0,i,k] = sum_{c,j} y[c,k,j], so sum(df/dx) = 2 * 3 * sum(y) and
+// its gradient with respect to y is 6 everywhere.
+TEST_F(LinalgOpsTest, BatchMatMulV2SecondOrderThroughBroadcast) {
+  Tensor x = ctx_.Adopt(R({2, 1, 3, 4}, 90));
+  Tensor y = ctx_.Adopt(R({3, 4, 2}, 91));
+  ASSERT_TRUE(ctx_.tapes().Push(1, false, false).ok());
+  ASSERT_TRUE(ctx_.tapes().Push(2, false, false).ok());
+  for (int id : {1, 2}) {
+    (*ctx_.tapes().Find(id))->Watch(x);
+    (*ctx_.tapes().Find(id))->Watch(y);
+  }
+  auto z = Run("BatchMatMulV2", {x, y});
+  ASSERT_TRUE(z.ok()) << z.status();
+  ASSERT_TRUE(ctx_.tapes().Pop(2).ok());
+  auto dx = ctx_.Gradient(**ctx_.tapes().Find(2), {(*z)[0]}, {x}, {},
+                          Unconnected::kNone);
+  ASSERT_TRUE(dx.ok()) << dx.status();
+  ASSERT_TRUE(ctx_.tapes().Pop(1).ok());
+  auto dy = ctx_.Gradient(**ctx_.tapes().Find(1), {(*dx)[0]}, {y}, {},
+                          Unconnected::kNone);
+  ASSERT_TRUE(dy.ok()) << dy.status();
+  ASSERT_EQ((*dy)[0].shape(), y.shape());
+  for (int64_t i = 0; i < y.num_elements(); ++i) {
+    EXPECT_NEAR((*dy)[0].ElementAsDouble(i), 6.0, 1e-12);
+  }
+}
+
+TEST_F(LinalgOpsTest, BadInputsAreInvalidArgumentAndRecordNothing) {
+  ExpectInvalid("BatchMatMul", {R({2, 3, 4}, 1), R({3, 4, 5}, 2)}, {},
+                {"[2,3,4]", "[3,4,5]", "batch dimensions"});
+  ExpectInvalid("BatchMatMul", {R({2, 3, 4}, 1), R({4, 5}, 2)}, {},
+                {"[2,3,4]", "[4,5]"});
+  ExpectInvalid("BatchMatMulV2", {R({2, 3, 4}, 1), R({3, 4, 5}, 2)}, {},
+                {"[2,3,4]", "[3,4,5]", "do not broadcast"});
+  ExpectInvalid("BatchMatMulV2", {R({2, 3, 4}, 1), R({2, 3, 5}, 2)}, {},
+                {"inner dimensions", "[2,3,4]", "[2,3,5]"});
+  ExpectInvalid("BatchMatMul", {R({2, 3, 4}, 1), R({2, 3, 5}, 2)},
+                {{"adj_y", true}}, {"inner dimensions", "adj_y"});
+  ExpectInvalid("BatchMatMulV2", {R({4}, 1), R({4, 2}, 2)}, {},
+                {"rank >= 2", "[4]"});
+  ExpectInvalid("BatchMatMulV2",
+                {R({2, 2}, 1), Tensor::FromVector<float>({2, 2}, {1, 2, 3, 4})},
+                {}, {"same dtype"});
+  ExpectInvalid("SparseMatMul", {R({2, 3}, 1), R({2, 3}, 2)}, {},
+                {"inner dimensions", "[2,3]"});
+  ExpectInvalid("SparseMatMul", {R({2, 2, 3}, 1), R({3, 2}, 2)}, {},
+                {"rank 2", "[2,2,3]"});
+  ExpectInvalid("Cross", {R({2, 4}, 1), R({2, 4}, 2)}, {},
+                {"last dimension", "3", "[2,4]"});
+  ExpectInvalid("Cross", {R({2, 3}, 1), R({3, 3}, 2)}, {}, {"[2,3]", "[3,3]"});
+  ExpectInvalid("Cross", {R({}, 1), R({}, 2)}, {}, {"last dimension"});
+}
+
+}  // namespace
+}  // namespace gradtape

@@ -1,0 +1,73 @@
+// Sample inputs for every registered op, used by the generic gradient check,
+// the elision checks and the coverage test (an op without a sample fails).
+#ifndef GRADTAPE_TESTS_CORE_OP_SAMPLES_H_
+#define GRADTAPE_TESTS_CORE_OP_SAMPLES_H_
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "core/tensor/attrs.h"
+#include "core/tensor/tensor.h"
+
+namespace gradtape::testing {
+
+struct OpSample {
+  std::string op;
+  std::string label;  // what this sample exercises
+  std::vector<Tensor> inputs;
+  AttrMap attrs;
+};
+
+// gtest prints a sample as "Op (label)".
+inline void PrintTo(const OpSample& s, std::ostream* os) {
+  *os << s.op << " (" << s.label << ")";
+}
+
+// Every sample of every family. Float inputs are float64, kept away from
+// kinks and domain edges.
+const std::vector<OpSample>& AllOpSamples();
+
+class SampleList {
+ public:
+  void Add(std::string op, std::string label, std::vector<Tensor> inputs,
+           AttrMap attrs = {});
+  std::vector<OpSample> Take() { return std::move(samples_); }
+
+ private:
+  std::vector<OpSample> samples_;
+};
+
+// One function per op family file (tests/core/samples_<family>.cc).
+void AddMathSamples(SampleList& s);
+void AddArraySamples(SampleList& s);
+void AddNnSamples(SampleList& s);
+void AddConvSamples(SampleList& s);
+void AddPoolSamples(SampleList& s);
+void AddNormSamples(SampleList& s);
+void AddLinalgSamples(SampleList& s);
+void AddSegmentSamples(SampleList& s);
+void AddComplexSamples(SampleList& s);
+void AddVariableSamples(SampleList& s);
+void AddTrainingSamples(SampleList& s);
+
+// Uniform float64 values in [lo, hi]; deterministic for a seed.
+Tensor RandomTensor(Shape shape, double lo, double hi, uint32_t seed);
+// Like RandomTensor, with |x| >= margin (away from kinks at 0).
+Tensor RandomAwayFromZero(Shape shape, double hi, double margin, uint32_t seed);
+
+// Shorthands for sample files: uniform in [-1, 1]; in [0.5, 2]; an int list.
+inline Tensor R(Shape shape, uint32_t seed) {
+  return RandomTensor(shape, -1, 1, seed);
+}
+inline Tensor Positive(Shape shape, uint32_t seed) {
+  return RandomTensor(shape, 0.5, 2.0, seed);
+}
+inline std::vector<int64_t> L(std::initializer_list<int64_t> v) { return v; }
+// A resource handle (id 1) to a fresh variable named "sample" that holds
+// `value`, as VarHandleOp's output would be.
+Tensor VariableHandle(Tensor value);
+
+}  // namespace gradtape::testing
+
+#endif  // GRADTAPE_TESTS_CORE_OP_SAMPLES_H_

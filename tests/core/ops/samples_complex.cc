@@ -1,0 +1,41 @@
+// Gradient-check samples for the ops of core/ops/complex_ops.cc.
+#include "tests/core/ops/op_samples.h"
+
+namespace gradtape::testing {
+namespace {
+
+// re + i im, complex128.
+Tensor MakeComplex(const Tensor& re, const Tensor& im) {
+  Tensor z = Tensor::Empty(DType::kComplex128, re.shape()).value();
+  for (int64_t i = 0; i < re.num_elements(); ++i) {
+    z.mutable_data<complex128>()[i] =
+        complex128(re.data<double>()[i], im.data<double>()[i]);
+  }
+  return z;
+}
+
+}  // namespace
+
+void AddComplexSamples(SampleList& s) {
+  s.Add("Complex", "same shape", {R({2, 3}, 201), R({2, 3}, 202)});
+  s.Add("Complex", "broadcast", {R({2, 1}, 203), R({3}, 204)});
+  s.Add("Real", "matrix", {MakeComplex(R({2, 3}, 205), R({2, 3}, 206))});
+  s.Add("Imag", "matrix", {MakeComplex(R({2, 3}, 207), R({2, 3}, 208))});
+  // Right half-plane: away from the origin and the branch cut of arg.
+  s.Add("Angle", "right half-plane",
+        {MakeComplex(Positive({2, 3}, 209), R({2, 3}, 210))});
+  s.Add("Conj", "matrix", {MakeComplex(R({2, 3}, 211), R({2, 3}, 212))});
+  // Arithmetic on complex tensors (backwards conjugate, as TensorFlow's).
+  s.Add("Mul", "complex broadcast",
+        {MakeComplex(R({2, 3}, 213), R({2, 3}, 214)),
+         MakeComplex(R({3}, 215), R({3}, 216))});
+  s.Add("RealDiv", "complex",
+        {MakeComplex(R({2, 2}, 217), R({2, 2}, 218)),
+         MakeComplex(Positive({2, 2}, 219), Positive({2, 2}, 220))});
+  s.Add("AddV2", "complex",
+        {MakeComplex(R({2}, 221), R({2}, 222)),
+         MakeComplex(R({2}, 223), R({2}, 224))});
+  s.Add("Neg", "complex", {MakeComplex(R({2}, 225), R({2}, 226))});
+}
+
+}  // namespace gradtape::testing

@@ -1,0 +1,100 @@
+// Gradient-check samples for the ops of core/ops/math_ops.cc.
+#include <string>
+
+#include "tests/core/ops/op_samples.h"
+
+namespace gradtape::testing {
+
+void AddMathSamples(SampleList& s) {
+  for (const char* op : {"AddV2", "Add", "Sub", "Mul"}) {
+    s.Add(op, "same shape", {R({2, 3}, 1), R({2, 3}, 2)});
+    s.Add(op, "row broadcast", {R({2, 3}, 3), R({3}, 4)});
+    s.Add(op, "outer broadcast", {R({2, 1}, 5), R({1, 3}, 6)});
+    s.Add(op, "scalar", {R({}, 7), R({2, 2}, 8)});
+  }
+  for (const char* op : {"RealDiv", "Div"}) {
+    s.Add(op, "same shape", {R({2, 3}, 9), Positive({2, 3}, 10)});
+    s.Add(op, "broadcast", {R({3, 1}, 11), Positive({2}, 12)});
+  }
+  s.Add("Neg", "matrix", {R({2, 3}, 13)});
+  s.Add("Square", "matrix", {R({2, 3}, 14)});
+  s.Add("Sqrt", "positive", {Positive({2, 3}, 15)});
+  s.Add("SqrtGrad", "y positive", {Positive({2, 3}, 16), R({2, 3}, 17)});
+  s.Add("Exp", "matrix", {R({2, 3}, 18)});
+  s.Add("Log", "positive", {Positive({2, 3}, 19)});
+  s.Add("Tanh", "matrix", {R({2, 3}, 20)});
+  s.Add("TanhGrad", "matrix", {R({2, 3}, 21), R({2, 3}, 22)});
+  s.Add("Sigmoid", "matrix", {R({2, 3}, 23)});
+  s.Add("SigmoidGrad", "matrix", {R({2, 3}, 24), R({2, 3}, 25)});
+  s.Add("MatMul", "plain", {R({2, 3}, 26), R({3, 4}, 27)});
+  s.Add("MatMul", "transpose_a", {R({3, 2}, 28), R({3, 4}, 29)},
+        {{"transpose_a", true}});
+  s.Add("MatMul", "transpose_b", {R({2, 3}, 30), R({4, 3}, 31)},
+        {{"transpose_b", true}});
+  s.Add("MatMul", "both transposed", {R({3, 2}, 32), R({4, 3}, 33)},
+        {{"transpose_a", true}, {"transpose_b", true}});
+  for (const char* op : {"Sum", "Mean"}) {
+    s.Add(op, "all axes", {R({2, 3}, 34)});
+    s.Add(op, "axis 1", {R({2, 3, 2}, 35)}, {{"axis", L({1})}});
+    s.Add(op, "axes 0,-1 keep_dims", {R({2, 3, 2}, 36)},
+          {{"axis", L({0, -1})}, {"keep_dims", true}});
+  }
+  for (const char* op :
+       {"Equal", "NotEqual", "Greater", "GreaterEqual", "Less", "LessEqual"}) {
+    s.Add(op, "broadcast", {R({2, 3}, 37), R({3}, 38)});
+  }
+  Tensor mask =
+      Tensor::FromVector<bool>({2, 3}, {true, false, false, true, true, false});
+  s.Add("Select", "elementwise condition",
+        {mask, R({2, 3}, 39), R({2, 3}, 40)});
+  s.Add("Select", "vector condition",
+        {Tensor::FromVector<bool>({2}, {false, true}), R({2, 3}, 41),
+         R({2, 3}, 42)});
+  s.Add("Select", "scalar condition",
+        {Tensor::Scalar<bool>(true), R({2, 2}, 43), R({2, 2}, 44)});
+  s.Add("Abs", "away from 0", {RandomAwayFromZero({2, 3}, 1, 0.1, 45)});
+  s.Add("Sign", "away from 0", {RandomAwayFromZero({2, 3}, 1, 0.1, 46)});
+  s.Add("Expm1", "matrix", {R({2, 3}, 47)});
+  s.Add("Log1p", "x > -0.5", {RandomTensor({2, 3}, -0.5, 2, 48)});
+  s.Add("Sin", "matrix", {RandomTensor({2, 3}, -3, 3, 49)});
+  s.Add("Cos", "matrix", {RandomTensor({2, 3}, -3, 3, 50)});
+  s.Add("Tan", "|x| < 1.2", {RandomTensor({2, 3}, -1.2, 1.2, 51)});
+  for (const char* op : {"Reciprocal", "Inv"}) {
+    s.Add(op, "away from 0", {RandomAwayFromZero({2, 3}, 2, 0.5, 52)});
+  }
+  s.Add("ReciprocalGrad", "y away from 0",
+        {RandomAwayFromZero({2, 3}, 2, 0.5, 53), R({2, 3}, 54)});
+  for (const char* op : {"Maximum", "Minimum", "SquaredDifference"}) {
+    s.Add(op, "same shape", {R({2, 3}, 55), R({2, 3}, 56)});
+    s.Add(op, "row broadcast", {R({2, 3}, 57), R({3}, 58)});
+    s.Add(op, "outer broadcast", {R({2, 1}, 59), R({1, 3}, 60)});
+    s.Add(op, "scalar", {R({}, 61), R({2, 2}, 62)});
+  }
+  s.Add("L2Loss", "matrix", {R({2, 3}, 63)});
+  s.Add("L2Loss", "scalar", {R({}, 64)});
+  s.Add("Prod", "all axes", {RandomAwayFromZero({2, 3}, 1.5, 0.5, 65)});
+  s.Add("Prod", "axis 1", {R({2, 3, 2}, 66)}, {{"axis", L({1})}});
+  s.Add("Prod", "axes 0,-1 keep_dims", {R({2, 3, 2}, 67)},
+        {{"axis", L({0, -1})}, {"keep_dims", true}});
+  s.Add("Prod", "leading axis", {R({3, 2}, 68)}, {{"axis", L({0})}});
+  for (const char* op : {"Cumsum", "Cumprod"}) {
+    for (bool exclusive : {false, true}) {
+      for (bool reverse : {false, true}) {
+        std::string label = std::string("axis 1") +
+                            (exclusive ? " exclusive" : "") +
+                            (reverse ? " reverse" : "");
+        s.Add(op, label, {RandomAwayFromZero({2, 3}, 1.5, 0.5, 69)},
+              {{"axis", int64_t{1}},
+               {"exclusive", exclusive},
+               {"reverse", reverse}});
+      }
+    }
+    s.Add(op, "axis 0 of rank 3",
+          {RandomAwayFromZero({3, 2, 2}, 1.5, 0.5, 70)});
+    s.Add(op, "axis -2 exclusive reverse",
+          {RandomAwayFromZero({2, 3, 2}, 1.5, 0.5, 71)},
+          {{"axis", int64_t{-2}}, {"exclusive", true}, {"reverse", true}});
+  }
+}
+
+}  // namespace gradtape::testing

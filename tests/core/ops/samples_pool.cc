@@ -1,0 +1,93 @@
+// Gradient-check samples for the ops of core/ops/pool_ops.cc. Max pooling
+// inputs are distinct and spaced 0.1 apart (no ties, and a 1e-6 step never
+// changes a window's argmax); MaxPoolGrad's orig_output is the real MaxPool
+// of orig_input.
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <string>
+
+#include "core/autodiff/op_executor.h"
+#include "core/ops/ops.h"
+#include "core/registry/op_registry.h"
+#include "tests/core/ops/op_samples.h"
+
+namespace gradtape::testing {
+namespace {
+
+// A random permutation of 0.1 * (k - n/2), k < n.
+Tensor Distinct(Shape shape, uint32_t seed) {
+  Tensor t = Tensor::Empty(DType::kFloat64, shape).value();
+  const int64_t n = t.num_elements();
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937(seed));
+  for (int64_t i = 0; i < n; ++i) {
+    t.mutable_data<double>()[i] = 0.1 * (static_cast<double>(order[i]) - n / 2);
+  }
+  return t;
+}
+
+// ksize, strides (batch and channel entries 1) and padding.
+AttrMap Pool(std::vector<int64_t> k, std::vector<int64_t> s,
+             const char* padding) {
+  k.insert(k.begin(), 1);
+  k.push_back(1);
+  s.insert(s.begin(), 1);
+  s.push_back(1);
+  return {{"ksize", k}, {"strides", s}, {"padding", std::string(padding)}};
+}
+
+Tensor Run(const std::string& op, Tensor x, const AttrMap& attrs) {
+  OpExecutor ctx(DefaultRegistry());
+  Tensors out;
+  absl::Status s = ctx.Execute(op, {x}, attrs, &out);
+  return s.ok() ? out[0] : Tensor();
+}
+
+struct Case {
+  Shape input;
+  std::vector<int64_t> ksize, strides;
+  const char* padding;
+  const char* label;
+};
+
+}  // namespace
+
+void AddPoolSamples(SampleList& s) {
+  const Case cases2d[] = {
+      {{2, 4, 4, 2}, {2, 2}, {2, 2}, "VALID", "VALID 2x2 stride 2"},
+      {{1, 3, 4, 2}, {3, 3}, {1, 1}, "SAME", "SAME 3x3 stride 1"},
+      {{1, 5, 5, 1}, {2, 2}, {2, 2}, "SAME", "SAME 2x2 stride 2, odd input"},
+      {{1, 4, 5, 2}, {2, 3}, {1, 2}, "VALID", "VALID 2x3 strides 1,2"},
+      {{1, 3, 3, 1}, {3, 2}, {2, 3}, "SAME", "SAME 3x2 strides 2,3"},
+  };
+  const Case cases3d[] = {
+      {{1, 3, 4, 4, 2}, {2, 2, 2}, {2, 2, 2}, "VALID", "VALID 2^3 stride 2"},
+      {{1, 3, 3, 3, 1}, {2, 3, 2}, {1, 1, 1}, "SAME", "SAME stride 1"},
+      {{2, 3, 2, 3, 1}, {2, 2, 2}, {2, 1, 2}, "SAME", "SAME strides 2,1,2"},
+  };
+  uint32_t seed = 300;
+  for (bool three_d : {false, true}) {
+    const std::string dim = three_d ? "3D" : "";
+    for (const Case& c : three_d ? absl::MakeConstSpan(cases3d)
+                                 : absl::MakeConstSpan(cases2d)) {
+      const AttrMap attrs = Pool(c.ksize, c.strides, c.padding);
+      Tensor x = Distinct(c.input, ++seed);
+      Tensor y = Run("MaxPool" + dim, x, attrs);
+      const Shape& pooled = y.shape();
+      s.Add("AvgPool" + dim, c.label, {R(c.input, ++seed)}, attrs);
+      AttrMap grad_attrs = attrs;
+      grad_attrs.Set("orig_input_shape",
+                     std::vector<int64_t>(c.input.begin(), c.input.end()));
+      s.Add("AvgPool" + dim + "Grad", c.label, {R(pooled, ++seed)}, grad_attrs);
+      s.Add("MaxPool" + dim, c.label, {x}, attrs);
+      s.Add("MaxPool" + dim + "Grad", c.label, {x, y, R(pooled, ++seed)},
+            attrs);
+      s.Add("MaxPool" + dim + "GradGrad", c.label, {x, y, R(c.input, ++seed)},
+            attrs);
+    }
+  }
+}
+
+}  // namespace gradtape::testing

@@ -1,0 +1,20 @@
+// Samples for the ops of core/ops/variable_ops.cc. Handles cannot be
+// perturbed, so the Jacobian check skips them; variable_ops_test.cc checks
+// gradients with respect to variables.
+#include "tests/core/ops/op_samples.h"
+
+namespace gradtape::testing {
+
+void AddVariableSamples(SampleList& s) {
+  s.Add("VarHandleOp", "float64 matrix", {},
+        {{"dtype", DType::kFloat64}, {"shape", L({2, 3})}});
+  s.Add("ReadVariableOp", "initialized", {VariableHandle(R({2, 3}, 301))});
+  s.Add("AssignVariableOp", "same shape",
+        {VariableHandle(R({2, 3}, 302)), R({2, 3}, 303)});
+  s.Add("AssignAddVariableOp", "same shape",
+        {VariableHandle(R({2, 3}, 304)), R({2, 3}, 305)});
+  s.Add("AssignSubVariableOp", "same shape",
+        {VariableHandle(R({2, 3}, 306)), R({2, 3}, 307)});
+}
+
+}  // namespace gradtape::testing

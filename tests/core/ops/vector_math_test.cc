@@ -1,0 +1,324 @@
+// VecExp, VecSigmoid and VecLog (core/ops/vector_math.h) for every ISA
+// variant this CPU runs: ulp error against libm over a dense sweep, exact
+// results at the edges (overflow, underflow, infinities, zeros, NaN),
+// subnormals, and the Exp, Sigmoid and Log ops on top of them.
+#include "core/ops/vector_math.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "core/autodiff/op_executor.h"
+#include "core/ops/ops.h"
+#include "core/registry/op_registry.h"
+#include "gtest/gtest.h"
+
+namespace gradtape {
+namespace {
+
+using vector_math_internal::CpuSupports;
+using vector_math_internal::Isa;
+using vector_math_internal::VecExpFor;
+using vector_math_internal::VecSigmoidFor;
+
+std::vector<Isa> SupportedIsas() {
+  std::vector<Isa> isas;
+  for (Isa isa : {Isa::kBaseline, Isa::kAvx2Fma, Isa::kAvx512}) {
+    if (CpuSupports(isa)) isas.push_back(isa);
+  }
+  return isas;
+}
+
+const char* Name(Isa isa) {
+  switch (isa) {
+    case Isa::kBaseline:
+      return "baseline";
+    case Isa::kAvx2Fma:
+      return "avx2+fma";
+    case Isa::kAvx512:
+      return "avx512";
+  }
+  return "?";
+}
+
+// |got - want| in units of the last place of T at want (want computed in a
+// wider type); subnormal results count in units of the smallest subnormal.
+template <typename T>
+double UlpError(T got, long double want) {
+  const T w = static_cast<T>(want);
+  if (std::isinf(w) || std::isinf(got)) return got == w ? 0 : 1e30;
+  const T a = std::fabs(w);
+  const long double ulp =
+      a < std::numeric_limits<T>::min()
+          ? std::numeric_limits<T>::denorm_min()
+          : static_cast<long double>(std::nextafter(a, T(INFINITY))) - a;
+  return static_cast<double>(std::fabs(got - want) / ulp);
+}
+
+// The largest ulp error of vec(isa, x, y, n) against reference(x[i]) (a
+// wider type), separately for normal and subnormal results, and the input
+// with the largest normal error.
+struct UlpErrors {
+  double normal = 0;
+  double subnormal = 0;
+  long double worst_at = 0;
+  double max() const { return std::max(normal, subnormal); }
+};
+
+template <typename T, typename Vec, typename Reference>
+UlpErrors MeasureUlp(Isa isa, const std::vector<T>& x, Vec vec,
+                     Reference reference) {
+  std::vector<T> y(x.size());
+  vec(isa, x.data(), y.data(), static_cast<int64_t>(x.size()));
+  UlpErrors errors;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const long double want = reference(x[i]);
+    const double e = UlpError(y[i], want);
+    if (std::fabs(want) < std::numeric_limits<T>::min()) {
+      errors.subnormal = std::max(errors.subnormal, e);
+    } else if (e > errors.normal) {
+      errors.normal = e;
+      errors.worst_at = x[i];
+    }
+  }
+  return errors;
+}
+
+template <typename T>
+void VecExp(Isa isa, const T* x, T* y, int64_t n) {
+  VecExpFor(isa, x, y, n);
+}
+template <typename T>
+void VecLog(Isa isa, const T* x, T* y, int64_t n) {
+  vector_math_internal::VecLogFor(isa, x, y, n);
+}
+template <typename T>
+void VecSigmoid(Isa isa, const T* x, T* y, int64_t n) {
+  VecSigmoidFor(isa, x, y, n);
+}
+
+TEST(VectorMathTest, SelectsTheWidestSupportedIsa) {
+  const std::vector<Isa> isas = SupportedIsas();
+  EXPECT_EQ(vector_math_internal::SelectedIsa(), isas.back());
+  std::printf("vector_math on this CPU: %s\n", Name(isas.back()));
+}
+
+// Every 37th float32 bit pattern with a finite, nonzero result: the normal
+// range within 2 ulp, subnormal results within 1 ulp of the subnormal grid.
+TEST(VectorMathTest, ExpFloatSweep) {
+  std::vector<float> x;
+  for (uint64_t bits = 0; bits <= 0xffffffffu; bits += 37) {
+    const uint32_t b = static_cast<uint32_t>(bits);
+    float f;
+    std::memcpy(&f, &b, sizeof(f));
+    if (f > -104.0f && f < 88.8f) x.push_back(f);
+  }
+  for (Isa isa : SupportedIsas()) {
+    SCOPED_TRACE(Name(isa));
+    const UlpErrors e = MeasureUlp(isa, x, VecExp<float>, [](float v) {
+      return std::exp(static_cast<double>(v));
+    });
+    EXPECT_LE(e.normal, 2.0) << "at x = " << e.worst_at;
+    EXPECT_LE(e.subnormal, 1.0);
+    std::printf("%s: exp f32 max error %.3f ulp (%zu inputs), subnormal %.3f\n",
+                Name(isa), e.normal, x.size(), e.subnormal);
+  }
+}
+
+// Random doubles over the whole finite-result range and densely near 0,
+// against long double exp.
+TEST(VectorMathTest, ExpDoubleSweep) {
+  std::mt19937_64 gen(42);
+  std::uniform_real_distribution<double> wide(-745.2, 709.8), narrow(-2, 2);
+  std::vector<double> x;
+  for (int i = 0; i < 2000000; ++i) x.push_back(wide(gen));
+  for (int i = 0; i < 500000; ++i) x.push_back(narrow(gen));
+  for (Isa isa : SupportedIsas()) {
+    SCOPED_TRACE(Name(isa));
+    const UlpErrors e = MeasureUlp(isa, x, VecExp<double>, [](double v) {
+      return std::exp(static_cast<long double>(v));
+    });
+    EXPECT_LE(e.normal, 2.0) << "at x = " << e.worst_at;
+    EXPECT_LE(e.subnormal, 1.0);
+    std::printf("%s: exp f64 max error %.3f ulp, subnormal %.3f\n", Name(isa),
+                e.normal, e.subnormal);
+  }
+}
+
+template <typename T>
+void CheckExpEdges() {
+  using L = std::numeric_limits<T>;
+  const T inf = L::infinity();
+  // ln of the largest finite value, rounded down and up.
+  const T ln_max = std::log(L::max());
+  const T above = std::nextafter(ln_max, inf);
+  // Where the exact result is half the smallest subnormal (rounds to 0).
+  const T ln_half_min = std::log(L::denorm_min()) - std::log(T(2));
+  const std::vector<T> x = {0,
+                            -T(0),
+                            1,
+                            -1,
+                            inf,
+                            -inf,
+                            ln_max,
+                            above,
+                            T(1e30),
+                            -T(1e30),
+                            L::lowest(),
+                            L::max(),
+                            std::log(L::min()),
+                            std::log(L::denorm_min()),
+                            ln_half_min - T(0.01),
+                            -T(2000)};
+  for (Isa isa : SupportedIsas()) {
+    SCOPED_TRACE(Name(isa));
+    std::vector<T> y(x.size());
+    VecExpFor(isa, x.data(), y.data(), static_cast<int64_t>(x.size()));
+    for (size_t i = 0; i < x.size(); ++i) {
+      const T want = std::exp(x[i]);
+      if (std::isinf(want) || want == 0 || x[i] == 0) {
+        EXPECT_EQ(y[i], want) << "exp(" << x[i] << ")";
+      } else {
+        EXPECT_LE(UlpError(y[i], std::exp(static_cast<long double>(x[i]))), 2.0)
+            << "exp(" << x[i] << ") = " << y[i] << ", want " << want;
+      }
+    }
+    const T nan[] = {L::quiet_NaN(), -L::quiet_NaN()};
+    T out[2];
+    VecExpFor(isa, nan, out, 2);
+    EXPECT_TRUE(std::isnan(out[0]));
+    EXPECT_TRUE(std::isnan(out[1]));
+  }
+}
+
+TEST(VectorMathTest, ExpEdgesFloat) { CheckExpEdges<float>(); }
+TEST(VectorMathTest, ExpEdgesDouble) { CheckExpEdges<double>(); }
+
+template <typename T>
+void CheckSigmoid() {
+  std::vector<T> x;
+  // Steps of 1/2048 over [-110, 110], down into subnormal results.
+  for (int i = -225280; i <= 225280; ++i) x.push_back(T(i) / T(2048));
+  const T inf = std::numeric_limits<T>::infinity();
+  x.insert(x.end(), {T(-120), T(-800), T(60), T(800), inf, -inf});
+  for (Isa isa : SupportedIsas()) {
+    SCOPED_TRACE(Name(isa));
+    const UlpErrors e = MeasureUlp(isa, x, VecSigmoid<T>, [](T v) {
+      return 1.0L / (1.0L + std::exp(-static_cast<long double>(v)));
+    });
+    EXPECT_LE(e.max(), 3.0);
+    const T nan = std::numeric_limits<T>::quiet_NaN();
+    T out;
+    VecSigmoidFor(isa, &nan, &out, 1);
+    EXPECT_TRUE(std::isnan(out));
+  }
+}
+
+TEST(VectorMathTest, SigmoidFloat) { CheckSigmoid<float>(); }
+TEST(VectorMathTest, SigmoidDouble) { CheckSigmoid<double>(); }
+
+// Every 97th positive float32 bit pattern (subnormals included) and random
+// doubles over all positive exponents plus [0.5, 2], within 2 ulp; exact
+// special values.
+TEST(VectorMathTest, LogFloatSweep) {
+  std::vector<float> x;
+  for (uint32_t bits = 1; bits < 0x7f800000u; bits += 97) {
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    x.push_back(f);
+  }
+  for (Isa isa : SupportedIsas()) {
+    SCOPED_TRACE(Name(isa));
+    const UlpErrors e = MeasureUlp(isa, x, VecLog<float>, [](float v) {
+      return std::log(static_cast<double>(v));
+    });
+    EXPECT_LE(e.max(), 2.0) << "at x = " << e.worst_at;
+    std::printf("%s: log f32 max error %.3f ulp (%zu inputs)\n", Name(isa),
+                e.max(), x.size());
+  }
+}
+
+TEST(VectorMathTest, LogDoubleSweep) {
+  std::mt19937_64 gen(7);
+  std::uniform_real_distribution<double> near_one(0.5, 2);
+  std::vector<double> x;
+  for (int i = 0; i < 1000000; ++i) {
+    const uint64_t bits = gen() & 0x7fefffffffffffffull;  // positive, finite
+    double d;
+    std::memcpy(&d, &bits, sizeof(d));
+    x.push_back(d);
+  }
+  for (int i = 0; i < 500000; ++i) x.push_back(near_one(gen));
+  for (Isa isa : SupportedIsas()) {
+    SCOPED_TRACE(Name(isa));
+    const UlpErrors e = MeasureUlp(isa, x, VecLog<double>, [](double v) {
+      return std::log(static_cast<long double>(v));
+    });
+    EXPECT_LE(e.max(), 2.0) << "at x = " << e.worst_at;
+    std::printf("%s: log f64 max error %.3f ulp\n", Name(isa), e.max());
+  }
+}
+
+template <typename T>
+void CheckLogEdges() {
+  using L = std::numeric_limits<T>;
+  const T x[] = {0,
+                 -T(0),
+                 1,
+                 -1,
+                 L::infinity(),
+                 -L::infinity(),
+                 L::denorm_min(),
+                 L::min(),
+                 L::max(),
+                 L::quiet_NaN()};
+  constexpr int n = sizeof(x) / sizeof(x[0]);
+  for (Isa isa : SupportedIsas()) {
+    SCOPED_TRACE(Name(isa));
+    T y[n];
+    vector_math_internal::VecLogFor(isa, x, y, n);
+    for (int i = 0; i < n; ++i) {
+      const T want = std::log(x[i]);
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(y[i])) << "log(" << x[i] << ") = " << y[i];
+      } else {
+        EXPECT_EQ(y[i], want) << "log(" << x[i] << ")";
+      }
+    }
+  }
+}
+
+TEST(VectorMathTest, LogEdgesFloat) { CheckLogEdges<float>(); }
+TEST(VectorMathTest, LogEdgesDouble) { CheckLogEdges<double>(); }
+
+// The ops run the dispatched functions (lengths that leave vector tails).
+TEST(VectorMathTest, ExpSigmoidAndLogOps) {
+  OpExecutor ctx(DefaultRegistry());
+  for (int64_t n : {1, 7, 33, 1000}) {
+    std::vector<float> xf(n);
+    std::vector<double> xd(n);
+    for (int64_t i = 0; i < n; ++i) {
+      xf[i] = static_cast<float>(i % 17) - 8.5f;
+      xd[i] = xf[i];
+    }
+    for (const Tensor& x : {Tensor::FromVector<float>({n}, xf),
+                            Tensor::FromVector<double>({n}, xd)}) {
+      Tensors exp, sig, log;
+      ASSERT_TRUE(ctx.Execute("Exp", {x}, AttrMap(), &exp).ok());
+      ASSERT_TRUE(ctx.Execute("Sigmoid", {x}, AttrMap(), &sig).ok());
+      ASSERT_TRUE(ctx.Execute("Log", {exp[0]}, AttrMap(), &log).ok());
+      for (int64_t i = 0; i < n; ++i) {
+        const double v = x.ElementAsDouble(i);
+        EXPECT_NEAR(exp[0].ElementAsDouble(i), std::exp(v), 2e-7 * std::exp(v));
+        EXPECT_NEAR(sig[0].ElementAsDouble(i), 1 / (1 + std::exp(-v)), 2e-7);
+        EXPECT_NEAR(log[0].ElementAsDouble(i), v, 1e-5);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gradtape
