@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "core/base/status_macros.h"
 #include "gradtape/client/ops.h"
 
 namespace gradtape::examples {
@@ -74,29 +75,25 @@ absl::Status AdamMlp::Train(int steps, int log_every,
     GradientTape tape(session_);
     const Tensor loss = LossTensor();
     tape.Stop();
-    absl::StatusOr<std::vector<Tensor>> grads = tape.Gradient(loss, handles);
-    if (!grads.ok()) return grads.status();
-    if (absl::Status s = adam_.Apply(params_, *grads); !s.ok()) return s;
+    ASSIGN_OR_RETURN(std::vector<Tensor> grads, tape.Gradient(loss, handles));
+    RETURN_IF_ERROR(adam_.Apply(params_, grads));
     if (log_every > 0 && step % log_every == 0) {
       // The only wait inside the loop: the loss before this step's update.
-      absl::StatusOr<client::HostTensor> value = session_.Fetch(loss);
-      if (!value.ok()) return value.status();
-      if (on_log) on_log(step, value->at(0));
+      ASSIGN_OR_RETURN(client::HostTensor value, session_.Fetch(loss));
+      if (on_log) on_log(step, value.at(0));
     }
   }
   return session_.Sync();
 }
 
 absl::StatusOr<double> AdamMlp::Loss() {
-  absl::StatusOr<client::HostTensor> value = session_.Fetch(LossTensor());
-  if (!value.ok()) return value.status();
-  return value->at(0);
+  ASSIGN_OR_RETURN(client::HostTensor value, session_.Fetch(LossTensor()));
+  return value.at(0);
 }
 
 absl::StatusOr<double> AdamMlp::Accuracy() {
-  absl::StatusOr<client::HostTensor> logits = session_.Fetch(Logits());
-  if (!logits.ok()) return logits.status();
-  return ClassificationAccuracy(*logits, data_.labels, data_.num_classes);
+  ASSIGN_OR_RETURN(client::HostTensor logits, session_.Fetch(Logits()));
+  return ClassificationAccuracy(logits, data_.labels, data_.num_classes);
 }
 
 std::vector<Variable> AdamMlp::variables() const {
@@ -131,42 +128,27 @@ absl::StatusOr<TrainExampleReport> RunTrainExample(
       });
   if (!trained.ok()) return trained;
   report.train_seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  absl::StatusOr<double> accuracy = model.Accuracy();
-  if (!accuracy.ok()) return accuracy.status();
-  report.accuracy = *accuracy;
-  absl::StatusOr<double> saved_loss = model.Loss();
-  if (!saved_loss.ok()) return saved_loss.status();
-  report.saved_loss = *saved_loss;
-  absl::StatusOr<client::CheckpointInfo> saved = model.Save(options.checkpoint);
-  if (!saved.ok()) return saved.status();
-  report.checkpoint = *saved;
+  ASSIGN_OR_RETURN(report.accuracy, model.Accuracy());
+  ASSIGN_OR_RETURN(report.saved_loss, model.Loss());
+  ASSIGN_OR_RETURN(report.checkpoint, model.Save(options.checkpoint));
 
   // A fresh session: same names, nothing initialized, then the restore.
   auto second = client::Session::Connect(address);
   if (!second.ok()) return second.status();
   AdamMlp restored(**second, data, options.model, /*initialize=*/false);
-  absl::StatusOr<client::CheckpointInfo> info =
-      restored.Restore(options.checkpoint);
-  if (!info.ok()) return info.status();
-  absl::StatusOr<double> restored_loss = restored.Loss();
-  if (!restored_loss.ok()) return restored_loss.status();
-  report.restored_loss = *restored_loss;
+  ASSIGN_OR_RETURN(client::CheckpointInfo info,
+                   restored.Restore(options.checkpoint));
+  ASSIGN_OR_RETURN(report.restored_loss, restored.Loss());
 
   // Same steps on both: equal only if Adam's slots and step came back too.
   for (AdamMlp* m : {&model, &restored}) {
-    if (absl::Status s = m->Train(options.steps_after_restore); !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(m->Train(options.steps_after_restore));
   }
-  absl::StatusOr<double> a = model.Loss();
-  if (!a.ok()) return a.status();
-  absl::StatusOr<double> b = restored.Loss();
-  if (!b.ok()) return b.status();
-  report.continued_loss = *a;
-  report.continued_restored_loss = *b;
+  ASSIGN_OR_RETURN(report.continued_loss, model.Loss());
+  ASSIGN_OR_RETURN(report.continued_restored_loss, restored.Loss());
   report.batches_sent = (*first)->counters().batches_sent;
-  if (absl::Status s = (*second)->Close(); !s.ok()) return s;
-  if (absl::Status s = (*first)->Close(); !s.ok()) return s;
+  RETURN_IF_ERROR((*second)->Close());
+  RETURN_IF_ERROR((*first)->Close());
   return report;
 }
 

@@ -4,6 +4,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
 #include "gradtape/client/ops.h"
 
 namespace gradtape::examples {
@@ -112,27 +113,22 @@ absl::StatusOr<MlpReport> TrainMlp(
         client::SparseSoftmaxCrossEntropyWithLogits(logits_of(params), y).loss);
     tape.Stop();
     if (log) {
-      absl::StatusOr<HostTensor> value = session.Fetch(loss);
-      if (!value.ok()) return value.status();
-      report.final_loss = value->at(0);
+      ASSIGN_OR_RETURN(HostTensor value, session.Fetch(loss));
+      report.final_loss = value.at(0);
       report.losses.emplace_back(step, report.final_loss);
       if (on_log) on_log(step, report.final_loss);
     }
     if (step == options.steps) break;
-    absl::StatusOr<std::vector<Tensor>> grads = tape.Gradient(loss, params);
-    if (!grads.ok()) return grads.status();
+    ASSIGN_OR_RETURN(std::vector<Tensor> grads, tape.Gradient(loss, params));
     for (size_t i = 0; i < params.size(); ++i) {
       // The old handle dies here: its release rides the next batch.
-      params[i] = params[i] - lr * (*grads)[i];
+      params[i] = params[i] - lr * grads[i];
     }
   }
 
-  absl::StatusOr<HostTensor> logits = session.Fetch(logits_of(params));
-  if (!logits.ok()) return logits.status();
-  absl::StatusOr<double> accuracy =
-      ClassificationAccuracy(*logits, data.labels, data.num_classes);
-  if (!accuracy.ok()) return accuracy.status();
-  report.accuracy = *accuracy;
+  ASSIGN_OR_RETURN(HostTensor logits, session.Fetch(logits_of(params)));
+  ASSIGN_OR_RETURN(report.accuracy, ClassificationAccuracy(logits, data.labels,
+                                                           data.num_classes));
   return report;
 }
 

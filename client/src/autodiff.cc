@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/src/session_core.h"
+#include "core/base/status_macros.h"
 #include "gradtape/client/ops.h"
 
 namespace gradtape::client {
@@ -62,14 +63,13 @@ absl::StatusOr<std::vector<Tensor>> GradientTape::BatchJacobian(
 absl::StatusOr<std::vector<int64_t>> GradientTape::WatchedVariableIds() {
   v1::Command command;
   command.mutable_watched_variables()->set_tape_id(id_);
-  absl::StatusOr<v1::CommandResult> result = core_->Call(std::move(command));
-  if (!result.ok()) return result.status();
-  if (!result->has_watched_variables()) {
+  ASSIGN_OR_RETURN(v1::CommandResult result, core_->Call(std::move(command)));
+  if (!result.has_watched_variables()) {
     return absl::InternalError(absl::StrCat(
         "WatchedVariableIds on tape ", id_,
-        ": the server's result for command ", result->seq(), " holds no ids"));
+        ": the server's result for command ", result.seq(), " holds no ids"));
   }
-  const auto& ids = result->watched_variables().ids();
+  const auto& ids = result.watched_variables().ids();
   return std::vector<int64_t>(ids.begin(), ids.end());
 }
 
@@ -140,13 +140,12 @@ absl::StatusOr<std::optional<HostTensor>> ForwardAccumulator::JvpValue(
   const int64_t id = core_->NewTensorId();
   fetch->set_result_id(id);
   Tensor handle = core_->MakeTensor(id);
-  absl::StatusOr<v1::CommandResult> result = core_->Call(std::move(command));
-  if (!result.ok()) return result.status();
-  v1::GradientValues* values = result->mutable_jvp();
-  if (!result->has_jvp() || values->values_size() != 1) {
+  ASSIGN_OR_RETURN(v1::CommandResult result, core_->Call(std::move(command)));
+  v1::GradientValues* values = result.mutable_jvp();
+  if (!result.has_jvp() || values->values_size() != 1) {
     return absl::InternalError(
-        absl::StrCat("JvpValue: the server's result for command ",
-                     result->seq(), " holds no value"));
+        absl::StrCat("JvpValue: the server's result for command ", result.seq(),
+                     " holds no value"));
   }
   if (values->is_none_size() > 0 && values->is_none(0)) return std::nullopt;
   return internal::FromProto(values->mutable_values(0));

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "client/src/session_core.h"
+#include "core/base/status_macros.h"
 
 namespace gradtape::client {
 namespace internal {
@@ -505,7 +506,7 @@ internal::SessionCore* SessionOf(const Tensor& t) {
 absl::StatusOr<std::unique_ptr<Session>> Session::Connect(
     absl::string_view address, const SessionOptions& options) {
   auto core = std::make_shared<internal::SessionCore>(options);
-  if (absl::Status s = core->Open(address); !s.ok()) return s;
+  RETURN_IF_ERROR(core->Open(address));
   return std::unique_ptr<Session>(new Session(std::move(core)));
 }
 
@@ -550,14 +551,13 @@ absl::StatusOr<HostTensor> Session::Fetch(const Tensor& tensor) {
   }
   v1::Command command;
   command.mutable_fetch()->set_id(id);
-  absl::StatusOr<v1::CommandResult> result = core_->Call(std::move(command));
-  if (!result.ok()) return result.status();
-  if (!result->has_tensor()) {
+  ASSIGN_OR_RETURN(v1::CommandResult result, core_->Call(std::move(command)));
+  if (!result.has_tensor()) {
     return absl::InternalError(
-        absl::StrCat("Fetch: the server's result for command ", result->seq(),
+        absl::StrCat("Fetch: the server's result for command ", result.seq(),
                      " holds no tensor"));
   }
-  return internal::FromProto(result->mutable_tensor());
+  return internal::FromProto(result.mutable_tensor());
 }
 
 void Session::StopRecording() {
@@ -577,14 +577,13 @@ absl::Status Session::Sync() { return core_->Sync(); }
 absl::StatusOr<SessionStats> Session::Stats() {
   v1::Command command;
   command.mutable_stats();
-  absl::StatusOr<v1::CommandResult> result = core_->Call(std::move(command));
-  if (!result.ok()) return result.status();
-  if (!result->has_stats()) {
+  ASSIGN_OR_RETURN(v1::CommandResult result, core_->Call(std::move(command)));
+  if (!result.has_stats()) {
     return absl::InternalError(
-        absl::StrCat("Stats: the server's result for command ", result->seq(),
+        absl::StrCat("Stats: the server's result for command ", result.seq(),
                      " holds no statistics"));
   }
-  const v1::SessionStats& s = result->stats();
+  const v1::SessionStats& s = result.stats();
   SessionStats stats;
   stats.live_tensors = s.live_tensors();
   stats.poisoned_ids = s.poisoned_ids();
@@ -739,18 +738,17 @@ GradientTape::GradientValues(absl::Span<const Tensor> targets,
   v1::Gradient* gradient = command.mutable_gradient();
   // The results still get ids (released when `handles` goes, after this
   // call).
-  absl::StatusOr<std::vector<Tensor>> handles =
-      BuildGradient(*core_, id_, targets, sources, options, gradient);
-  if (!handles.ok()) return handles.status();
+  ASSIGN_OR_RETURN(
+      std::vector<Tensor> handles,
+      BuildGradient(*core_, id_, targets, sources, options, gradient));
   gradient->set_return_values(true);
-  absl::StatusOr<v1::CommandResult> result = core_->Call(std::move(command));
-  if (!result.ok()) return result.status();
-  v1::GradientValues* values = result->mutable_gradient();
-  if (!result->has_gradient() ||
+  ASSIGN_OR_RETURN(v1::CommandResult result, core_->Call(std::move(command)));
+  v1::GradientValues* values = result.mutable_gradient();
+  if (!result.has_gradient() ||
       values->values_size() != static_cast<int>(sources.size())) {
     return absl::InternalError(absl::StrCat(
         "GradientValues on tape ", id_, ": the server's result for command ",
-        result->seq(), " does not hold one value per source"));
+        result.seq(), " does not hold one value per source"));
   }
   std::vector<std::optional<HostTensor>> out(sources.size());
   for (size_t i = 0; i < sources.size(); ++i) {

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/src/session_core.h"
+#include "core/base/status_macros.h"
 #include "gradtape/client/ops.h"
 
 namespace gradtape::client {
@@ -41,18 +42,17 @@ absl::StatusOr<CheckpointInfo> CheckpointCall(Session& session,
     return absl::InvalidArgumentError(
         absl::StrCat(what, " '", name, "': ", problem));
   }
-  absl::StatusOr<v1::CommandResult> result = core.Call(std::move(command));
-  if (!result.ok()) return result.status();
-  if (!result->has_checkpoint()) {
+  ASSIGN_OR_RETURN(v1::CommandResult result, core.Call(std::move(command)));
+  if (!result.has_checkpoint()) {
     return absl::InternalError(
-        absl::StrCat(what, ": the server's result for command ", result->seq(),
+        absl::StrCat(what, ": the server's result for command ", result.seq(),
                      " holds no checkpoint info"));
   }
   CheckpointInfo info;
-  info.name = result->checkpoint().name();
-  info.variables.assign(result->checkpoint().variable_names().begin(),
-                        result->checkpoint().variable_names().end());
-  info.file_bytes = result->checkpoint().file_bytes();
+  info.name = result.checkpoint().name();
+  info.variables.assign(result.checkpoint().variable_names().begin(),
+                        result.checkpoint().variable_names().end());
+  info.file_bytes = result.checkpoint().file_bytes();
   return info;
 }
 
@@ -196,7 +196,7 @@ absl::Status Optimizer::Build(absl::Span<const Variable> vars) {
 
 absl::Status Optimizer::Apply(absl::Span<const Variable> vars,
                               absl::Span<const Tensor> grads) {
-  if (absl::Status s = CheckAndBuild(vars, grads, true); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckAndBuild(vars, grads, true));
   if (vars.empty()) return absl::OkStatus();
   BeginStep();
   for (size_t i = 0; i < vars.size(); ++i) {

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/autodiff/grad_context.h"
 #include "core/autodiff/tape.h"
+#include "core/base/status_macros.h"
 
 namespace gradtape {
 namespace {
@@ -102,24 +103,18 @@ absl::Status ValidateGradientProgram(const OpRegistry& registry,
           "custom gradient of ", op.name, ": step ", s, ": ", st.message()));
     }
     for (size_t j = 0; j < step.inputs.size(); ++j) {
-      if (absl::Status st =
-              CheckRef(op, p, step.inputs[j], static_cast<int>(s),
-                       absl::StrCat("step ", s, " (", step.op, ") input ", j));
-          !st.ok()) {
-        return st;
-      }
+      RETURN_IF_ERROR(
+          CheckRef(op, p, step.inputs[j], static_cast<int>(s),
+                   absl::StrCat("step ", s, " (", step.op, ") input ", j)));
       note(step.inputs[j]);
     }
     p.step_ops.push_back(step_op);
   }
   for (size_t i = 0; i < p.input_grads.size(); ++i) {
     if (!p.input_grads[i].has_value()) continue;
-    if (absl::Status st =
-            CheckRef(op, p, *p.input_grads[i], static_cast<int>(p.steps.size()),
-                     absl::StrCat("the gradient of input ", i));
-        !st.ok()) {
-      return st;
-    }
+    RETURN_IF_ERROR(CheckRef(op, p, *p.input_grads[i],
+                             static_cast<int>(p.steps.size()),
+                             absl::StrCat("the gradient of input ", i)));
     note(*p.input_grads[i]);
   }
   return absl::OkStatus();

@@ -7,6 +7,7 @@
 #include "core/autodiff/grad_context.h"
 #include "core/autodiff/op_executor.h"
 #include "core/autodiff/tape.h"
+#include "core/base/status_macros.h"
 
 namespace gradtape {
 
@@ -63,9 +64,8 @@ absl::Status AccumulatorSet::Push(int64_t id) {
 }
 
 absl::Status AccumulatorSet::Pop(int64_t id) {
-  absl::StatusOr<ForwardAccumulator*> acc = Find(id);
-  if (!acc.ok()) return acc.status();
-  auto it = std::find(active_.begin(), active_.end(), *acc);
+  ASSIGN_OR_RETURN(ForwardAccumulator * acc, Find(id));
+  auto it = std::find(active_.begin(), active_.end(), acc);
   if (it == active_.end()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "accumulator ", id, " is not accumulating (already popped)"));

@@ -3,6 +3,7 @@
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
 
 namespace gradtape {
 namespace {
@@ -29,8 +30,8 @@ absl::Status OpExecutor::Execute(
     return absl::InvalidArgumentError(absl::StrCat(
         op.name, ": takes ", op.num_inputs(), " inputs, got ", inputs.size()));
   }
-  if (absl::Status s = op.ResolveAttrs(&attrs); !s.ok()) return s;
-  if (absl::Status s = op.CheckInputKinds(inputs); !s.ok()) return s;
+  RETURN_IF_ERROR(op.ResolveAttrs(&attrs));
+  RETURN_IF_ERROR(op.CheckInputKinds(inputs));
   outputs->clear();
   outputs->resize(op.num_outputs());
   KernelContext kernel(op, inputs, attrs, outputs);

@@ -159,9 +159,7 @@ absl::Status BroadcastToKernel(KernelContext& ctx) {
     return ctx.InvalidArgument("cannot broadcast ", x.DebugString(), " to ",
                                ShapeString(shape));
   }
-  absl::StatusOr<Tensor> allocated = Allocate(ctx, x.dtype(), shape);
-  if (!allocated.ok()) return allocated.status();
-  Tensor y = *std::move(allocated);
+  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, x.dtype(), shape));
   DispatchAny(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = x.data<T>();
@@ -205,7 +203,7 @@ int64_t IndexAt(const Tensor& t, int64_t i) {
 // GatherV2 with batch_dims 0: output = params.shape[:axis] + indices.shape +
 // params.shape[axis+1:], output[o, n, i] = params[o, indices[n], i].
 absl::Status GatherV2Kernel(KernelContext& ctx) {
-  if (absl::Status s = ctx.RequireIndexDType(1); !s.ok()) return s;
+  RETURN_IF_ERROR(ctx.RequireIndexDType(1));
   const Tensor& params = ctx.input(0);
   const Tensor& indices = ctx.input(1);
   if (const int64_t b = ctx.attrs().Int("batch_dims"); b != 0) {

@@ -21,20 +21,19 @@ DType RealOf(DType complex) {
 
 // out = real + i imag, numpy broadcasting.
 absl::Status ComplexKernel(KernelContext& ctx) {
-  if (absl::Status s = ctx.RequireFloat(0); !s.ok()) return s;
-  if (absl::Status s = ctx.RequireSameDType(0, 1); !s.ok()) return s;
+  RETURN_IF_ERROR(ctx.RequireFloat(0));
+  RETURN_IF_ERROR(ctx.RequireSameDType(0, 1));
   const Tensor& re = ctx.input(0);
   const Tensor& im = ctx.input(1);
-  absl::StatusOr<Shape> shape = BroadcastShapes(ctx, re.shape(), im.shape());
-  if (!shape.ok()) return shape.status();
-  ASSIGN_OR_RETURN(Tensor out, Allocate(ctx, ComplexOf(re.dtype()), *shape));
+  ASSIGN_OR_RETURN(Shape shape, BroadcastShapes(ctx, re.shape(), im.shape()));
+  ASSIGN_OR_RETURN(Tensor out, Allocate(ctx, ComplexOf(re.dtype()), shape));
   DispatchFloat(re.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* pr = re.data<T>();
     const T* pi = im.data<T>();
     auto* po = out.mutable_data<std::complex<T>>();
-    const int rank = static_cast<int>(shape->size());
-    ForEachStrided(*shape, BroadcastStrides(re.shape(), rank),
+    const int rank = static_cast<int>(shape.size());
+    ForEachStrided(shape, BroadcastStrides(re.shape(), rank),
                    BroadcastStrides(im.shape(), rank),
                    [&](int64_t o, int64_t i, int64_t j) {
                      po[o] = std::complex<T>(pr[i], pi[j]);

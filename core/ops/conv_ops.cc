@@ -35,6 +35,7 @@
 
 #include "Eigen/Core"
 #include "core/autodiff/grad_context.h"
+#include "core/base/status_macros.h"
 #include "core/ops/gemm.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
@@ -195,15 +196,9 @@ absl::StatusOr<WindowGeometry> MakeGeometry(const KernelContext& ctx,
   g.kind = &kind;
   const int spatial = kind.spatial;
   const int lift = kMaxSpatial - spatial;
-  if (absl::Status s = ReadWindowAttr(ctx, "strides", spatial, &g.stride);
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s =
-          ReadWindowAttr(ctx, kind.dilation_attr, spatial, &g.dilation);
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(ReadWindowAttr(ctx, "strides", spatial, &g.stride));
+  RETURN_IF_ERROR(
+      ReadWindowAttr(ctx, kind.dilation_attr, spatial, &g.dilation));
   if (static_cast<int>(input.size()) != spatial + 2) {
     return ctx.InvalidArgument(input_what, " must have rank ", spatial + 2, " ",
                                InputLayout(kind), ", got shape ",
@@ -216,8 +211,8 @@ absl::StatusOr<WindowGeometry> MakeGeometry(const KernelContext& ctx,
                                " ", FilterLayoutName(kind), ", got shape ",
                                ShapeString(filter));
   }
-  if (absl::Status s = CheckDims(ctx, input_what, input); !s.ok()) return s;
-  if (absl::Status s = CheckDims(ctx, filter_what, filter); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckDims(ctx, input_what, input));
+  RETURN_IF_ERROR(CheckDims(ctx, filter_what, filter));
   g.batch = input[0];
   g.in_channels = input[spatial + 1];
   if (filter[spatial] != g.in_channels) {
@@ -294,9 +289,9 @@ absl::Status CheckOutBackprop(const KernelContext& ctx, int i,
 
 // Checks that the inputs are floating, all of one dtype.
 absl::Status CheckFloatInputs(const KernelContext& ctx) {
-  if (absl::Status s = ctx.RequireFloat(0); !s.ok()) return s;
+  RETURN_IF_ERROR(ctx.RequireFloat(0));
   for (int i = 1; i < ctx.num_inputs(); ++i) {
-    if (absl::Status s = ctx.RequireSameDType(0, i); !s.ok()) return s;
+    RETURN_IF_ERROR(ctx.RequireSameDType(0, i));
   }
   return absl::OkStatus();
 }
@@ -498,78 +493,63 @@ void ConvBackpropFilter(const WindowGeometry& g, const T* x, const T* dy, T* df,
 
 // Conv2D, Conv3D, DepthwiseConv2dNative: (input, filter) -> output.
 absl::Status ConvKernel(KernelContext& ctx, const WindowKind& kind) {
-  if (absl::Status s = CheckFloatInputs(ctx); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckFloatInputs(ctx));
   const Tensor& x = ctx.input(0);
   const Tensor& f = ctx.input(1);
-  absl::StatusOr<WindowGeometry> g =
-      MakeGeometry(ctx, kind, x.shape(), "input", f.shape(), "filter");
-  if (!g.ok()) return g.status();
-  absl::StatusOr<Tensor> y = Allocate(ctx, x.dtype(), g->OutputShape());
-  if (!y.ok()) return y.status();
-  absl::StatusOr<Tensor> scratch = AllocatePatches(ctx, *g, x.dtype());
-  if (!scratch.ok()) return scratch.status();
+  ASSIGN_OR_RETURN(WindowGeometry g, MakeGeometry(ctx, kind, x.shape(), "input",
+                                                  f.shape(), "filter"));
+  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, x.dtype(), g.OutputShape()));
+  ASSIGN_OR_RETURN(Tensor scratch, AllocatePatches(ctx, g, x.dtype()));
   DispatchFloat(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    ConvForward<T>(*g, x.data<T>(), f.data<T>(), y->mutable_data<T>(),
-                   scratch->valid() ? scratch->mutable_data<T>() : nullptr);
+    ConvForward<T>(g, x.data<T>(), f.data<T>(), y.mutable_data<T>(),
+                   scratch.valid() ? scratch.mutable_data<T>() : nullptr);
   });
-  ctx.set_output(0, *std::move(y));
+  ctx.set_output(0, std::move(y));
   return absl::OkStatus();
 }
 
 // The *BackpropInput ops: (filter, out_backprop) -> the input gradient of
 // shape attr input_sizes.
 absl::Status BackpropInputKernel(KernelContext& ctx, const WindowKind& kind) {
-  if (absl::Status s = CheckFloatInputs(ctx); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckFloatInputs(ctx));
   const Tensor& f = ctx.input(0);
   const Tensor& dy = ctx.input(1);
   const std::vector<int64_t>& sizes = ctx.attrs().IntList("input_sizes");
-  absl::StatusOr<WindowGeometry> g =
-      MakeGeometry(ctx, kind, sizes, "input_sizes", f.shape(), "filter");
-  if (!g.ok()) return g.status();
-  if (absl::Status s = CheckOutBackprop(ctx, 1, *g, sizes, f.shape());
-      !s.ok()) {
-    return s;
-  }
-  absl::StatusOr<Tensor> dx = Allocate(ctx, f.dtype(), sizes);
-  if (!dx.ok()) return dx.status();
-  absl::StatusOr<Tensor> scratch = AllocatePatches(ctx, *g, f.dtype());
-  if (!scratch.ok()) return scratch.status();
+  ASSIGN_OR_RETURN(
+      WindowGeometry g,
+      MakeGeometry(ctx, kind, sizes, "input_sizes", f.shape(), "filter"));
+  RETURN_IF_ERROR(CheckOutBackprop(ctx, 1, g, sizes, f.shape()));
+  ASSIGN_OR_RETURN(Tensor dx, Allocate(ctx, f.dtype(), sizes));
+  ASSIGN_OR_RETURN(Tensor scratch, AllocatePatches(ctx, g, f.dtype()));
   DispatchFloat(f.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    ConvBackpropInput<T>(
-        *g, f.data<T>(), dy.data<T>(), dx->mutable_data<T>(),
-        scratch->valid() ? scratch->mutable_data<T>() : nullptr);
+    ConvBackpropInput<T>(g, f.data<T>(), dy.data<T>(), dx.mutable_data<T>(),
+                         scratch.valid() ? scratch.mutable_data<T>() : nullptr);
   });
-  ctx.set_output(0, *std::move(dx));
+  ctx.set_output(0, std::move(dx));
   return absl::OkStatus();
 }
 
 // The *BackpropFilter ops: (input, out_backprop) -> the filter gradient of
 // shape attr filter_sizes.
 absl::Status BackpropFilterKernel(KernelContext& ctx, const WindowKind& kind) {
-  if (absl::Status s = CheckFloatInputs(ctx); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckFloatInputs(ctx));
   const Tensor& x = ctx.input(0);
   const Tensor& dy = ctx.input(1);
   const std::vector<int64_t>& sizes = ctx.attrs().IntList("filter_sizes");
-  absl::StatusOr<WindowGeometry> g =
-      MakeGeometry(ctx, kind, x.shape(), "input", sizes, "filter_sizes");
-  if (!g.ok()) return g.status();
-  if (absl::Status s = CheckOutBackprop(ctx, 1, *g, x.shape(), sizes);
-      !s.ok()) {
-    return s;
-  }
-  absl::StatusOr<Tensor> df = Allocate(ctx, x.dtype(), sizes);
-  if (!df.ok()) return df.status();
-  absl::StatusOr<Tensor> scratch = AllocatePatches(ctx, *g, x.dtype());
-  if (!scratch.ok()) return scratch.status();
+  ASSIGN_OR_RETURN(WindowGeometry g, MakeGeometry(ctx, kind, x.shape(), "input",
+                                                  sizes, "filter_sizes"));
+  RETURN_IF_ERROR(CheckOutBackprop(ctx, 1, g, x.shape(), sizes));
+  ASSIGN_OR_RETURN(Tensor df, Allocate(ctx, x.dtype(), sizes));
+  ASSIGN_OR_RETURN(Tensor scratch, AllocatePatches(ctx, g, x.dtype()));
   DispatchFloat(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     ConvBackpropFilter<T>(
-        *g, x.data<T>(), dy.data<T>(), df->mutable_data<T>(),
-        scratch->valid() ? scratch->mutable_data<T>() : nullptr);
+        g, x.data<T>(), dy.data<T>(), df.mutable_data<T>(),
+        scratch.valid() ? scratch.mutable_data<T>() : nullptr);
   });
-  ctx.set_output(0, *std::move(df));
+  ctx.set_output(0, std::move(df));
   return absl::OkStatus();
 }
 
@@ -625,22 +605,19 @@ enum class DilationMode {
 };
 
 absl::Status DilationKernel(KernelContext& ctx, DilationMode mode) {
-  if (absl::Status s = CheckFloatInputs(ctx); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckFloatInputs(ctx));
   const Tensor& x = ctx.input(0);
   const Tensor& f = ctx.input(1);
-  absl::StatusOr<WindowGeometry> g =
-      MakeGeometry(ctx, kDilationKind, x.shape(), "input", f.shape(), "filter");
-  if (!g.ok()) return g.status();
-  Shape out_shape = g->OutputShape();
+  ASSIGN_OR_RETURN(WindowGeometry g,
+                   MakeGeometry(ctx, kDilationKind, x.shape(), "input",
+                                f.shape(), "filter"));
+  Shape out_shape = g.OutputShape();
   switch (mode) {
     case DilationMode::kForward:
       break;
     case DilationMode::kBackpropInput:
     case DilationMode::kBackpropFilter:
-      if (absl::Status s = CheckOutBackprop(ctx, 2, *g, x.shape(), f.shape());
-          !s.ok()) {
-        return s;
-      }
+      RETURN_IF_ERROR(CheckOutBackprop(ctx, 2, g, x.shape(), f.shape()));
       out_shape = mode == DilationMode::kBackpropInput ? x.shape() : f.shape();
       break;
     case DilationMode::kBackpropInputGrad:
@@ -656,14 +633,13 @@ absl::Status DilationKernel(KernelContext& ctx, DilationMode mode) {
     }
   }
   // Zero-filled, as the backprop modes' scatter-adds need.
-  absl::StatusOr<Tensor> y = Allocate(ctx, x.dtype(), out_shape);
-  if (!y.ok()) return y.status();
+  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, x.dtype(), out_shape));
   DispatchFloat(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    T* out = y->mutable_data<T>();
+    T* out = y.mutable_data<T>();
     const T* third =
         mode == DilationMode::kForward ? nullptr : ctx.input(2).data<T>();
-    ForEachDilationMax<T>(*g, x.data<T>(), f.data<T>(),
+    ForEachDilationMax<T>(g, x.data<T>(), f.data<T>(),
                           [&](int64_t o, int64_t in, int64_t tap, T best) {
                             switch (mode) {
                               case DilationMode::kForward:
@@ -684,7 +660,7 @@ absl::Status DilationKernel(KernelContext& ctx, DilationMode mode) {
                             }
                           });
   });
-  ctx.set_output(0, *std::move(y));
+  ctx.set_output(0, std::move(y));
   return absl::OkStatus();
 }
 

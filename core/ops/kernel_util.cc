@@ -126,22 +126,21 @@ absl::StatusOr<ProductDims> MatrixDims(const KernelContext& ctx, bool tx,
 }
 
 absl::Status MatMulKernel(KernelContext& ctx) {
-  if (absl::Status s = ctx.RequireFloat(0); !s.ok()) return s;
-  if (absl::Status s = ctx.RequireSameDType(0, 1); !s.ok()) return s;
-  if (absl::Status s = ctx.RequireRank(0, 2); !s.ok()) return s;
-  if (absl::Status s = ctx.RequireRank(1, 2); !s.ok()) return s;
+  RETURN_IF_ERROR(ctx.RequireFloat(0));
+  RETURN_IF_ERROR(ctx.RequireSameDType(0, 1));
+  RETURN_IF_ERROR(ctx.RequireRank(0, 2));
+  RETURN_IF_ERROR(ctx.RequireRank(1, 2));
   const Tensor& a = ctx.input(0);
   const Tensor& b = ctx.input(1);
   const bool ta = ctx.attrs().Bool("transpose_a");
   const bool tb = ctx.attrs().Bool("transpose_b");
-  absl::StatusOr<ProductDims> d =
-      MatrixDims(ctx, ta, tb, "transpose_a", "transpose_b");
-  if (!d.ok()) return d.status();
-  ASSIGN_OR_RETURN(Tensor c, Allocate(ctx, a.dtype(), {d->m, d->n}));
+  ASSIGN_OR_RETURN(ProductDims d,
+                   MatrixDims(ctx, ta, tb, "transpose_a", "transpose_b"));
+  ASSIGN_OR_RETURN(Tensor c, Allocate(ctx, a.dtype(), {d.m, d.n}));
   DispatchFloat(a.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    Gemm<T>(ta, tb, d->m, d->n, d->k, a.data<T>(), a.dim(1), b.data<T>(),
-            b.dim(1), c.mutable_data<T>(), d->n);
+    Gemm<T>(ta, tb, d.m, d.n, d.k, a.data<T>(), a.dim(1), b.data<T>(), b.dim(1),
+            c.mutable_data<T>(), d.n);
   });
   ctx.set_output(0, std::move(c));
   return absl::OkStatus();

@@ -118,7 +118,7 @@ absl::Status MatMulKernel(KernelContext& ctx);
 // [](const auto& x) { return x.exp(); }), for inputs of the dtypes `kinds`.
 template <DTypes kKinds, typename F>
 absl::Status UnaryKernel(KernelContext& ctx, F f) {
-  if (absl::Status s = RequireDTypes(ctx, 0, kKinds); !s.ok()) return s;
+  RETURN_IF_ERROR(RequireDTypes(ctx, 0, kKinds));
   const Tensor& x = ctx.input(0);
   ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, x.dtype(), x.shape()));
   DispatchKinds<kKinds>(x.dtype(), [&](auto zero) {
@@ -138,13 +138,12 @@ absl::Status UnaryFloatKernel(KernelContext& ctx, F f) {
 // b; }.
 template <DTypes kKinds, typename F>
 absl::Status BinaryKernel(KernelContext& ctx, F f) {
-  if (absl::Status s = RequireDTypes(ctx, 0, kKinds); !s.ok()) return s;
-  if (absl::Status s = ctx.RequireSameDType(0, 1); !s.ok()) return s;
+  RETURN_IF_ERROR(RequireDTypes(ctx, 0, kKinds));
+  RETURN_IF_ERROR(ctx.RequireSameDType(0, 1));
   const Tensor& a = ctx.input(0);
   const Tensor& b = ctx.input(1);
-  absl::StatusOr<Shape> shape = BroadcastShapes(ctx, a.shape(), b.shape());
-  if (!shape.ok()) return shape.status();
-  ASSIGN_OR_RETURN(Tensor z, Allocate(ctx, a.dtype(), *shape));
+  ASSIGN_OR_RETURN(Shape shape, BroadcastShapes(ctx, a.shape(), b.shape()));
+  ASSIGN_OR_RETURN(Tensor z, Allocate(ctx, a.dtype(), shape));
   DispatchKinds<kKinds>(a.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* pa = a.data<T>();
@@ -160,10 +159,10 @@ absl::Status BinaryKernel(KernelContext& ctx, F f) {
       const T s = pa[0];
       for (int64_t i = 0; i < n; ++i) pz[i] = f(s, pb[i]);
     } else {
-      const int rank = static_cast<int>(shape->size());
+      const int rank = static_cast<int>(shape.size());
       Shape sa = BroadcastStrides(a.shape(), rank);
       Shape sb = BroadcastStrides(b.shape(), rank);
-      ForEachStrided(*shape, sa, sb, [&](int64_t o, int64_t i, int64_t j) {
+      ForEachStrided(shape, sa, sb, [&](int64_t o, int64_t i, int64_t j) {
         pz[o] = f(pa[i], pb[j]);
       });
     }

@@ -16,8 +16,8 @@ namespace {
 // BatchMatMul (broadcast = false: batch dims must be equal) and
 // BatchMatMulV2 (batch dims broadcast numpy-style).
 absl::Status BatchMatMulKernel(KernelContext& ctx, bool broadcast) {
-  if (absl::Status s = ctx.RequireFloat(0); !s.ok()) return s;
-  if (absl::Status s = ctx.RequireSameDType(0, 1); !s.ok()) return s;
+  RETURN_IF_ERROR(ctx.RequireFloat(0));
+  RETURN_IF_ERROR(ctx.RequireSameDType(0, 1));
   const Tensor& x = ctx.input(0);
   const Tensor& y = ctx.input(1);
   for (int i = 0; i < 2; ++i) {
@@ -29,9 +29,8 @@ absl::Status BatchMatMulKernel(KernelContext& ctx, bool broadcast) {
   }
   const bool adj_x = ctx.attrs().Bool("adj_x");
   const bool adj_y = ctx.attrs().Bool("adj_y");
-  absl::StatusOr<ProductDims> d =
-      MatrixDims(ctx, adj_x, adj_y, "adj_x", "adj_y");
-  if (!d.ok()) return d.status();
+  ASSIGN_OR_RETURN(ProductDims d,
+                   MatrixDims(ctx, adj_x, adj_y, "adj_x", "adj_y"));
   absl::Span<const int64_t> bx(x.shape().data(), x.rank() - 2);
   absl::Span<const int64_t> by(y.shape().data(), y.rank() - 2);
   Shape batch;
@@ -53,8 +52,8 @@ absl::Status BatchMatMulKernel(KernelContext& ctx, bool broadcast) {
     batch = *std::move(b);
   }
   Shape out_shape = batch;
-  out_shape.push_back(d->m);
-  out_shape.push_back(d->n);
+  out_shape.push_back(d.m);
+  out_shape.push_back(d.n);
   if (NumElements(out_shape) < 0) {
     return ctx.InvalidArgument("output shape ", ShapeString(out_shape),
                                " is too large");
@@ -64,7 +63,7 @@ absl::Status BatchMatMulKernel(KernelContext& ctx, bool broadcast) {
     using T = decltype(zero);
     const int64_t xr = x.dim(x.rank() - 2), xc = x.dim(x.rank() - 1);
     const int64_t yr = y.dim(y.rank() - 2), yc = y.dim(y.rank() - 1);
-    const int64_t x_size = xr * xc, y_size = yr * yc, z_size = d->m * d->n;
+    const int64_t x_size = xr * xc, y_size = yr * yc, z_size = d.m * d.n;
     const int rank = static_cast<int>(batch.size());
     Shape sx = BroadcastStrides(bx, rank);  // in matrices
     Shape sy = BroadcastStrides(by, rank);
@@ -72,8 +71,8 @@ absl::Status BatchMatMulKernel(KernelContext& ctx, bool broadcast) {
     const T* py = y.data<T>();
     T* pz = z.mutable_data<T>();
     ForEachStrided(batch, sx, sy, [&](int64_t o, int64_t i, int64_t j) {
-      Gemm<T>(adj_x, adj_y, d->m, d->n, d->k, px + i * x_size, xc,
-              py + j * y_size, yc, pz + o * z_size, d->n);
+      Gemm<T>(adj_x, adj_y, d.m, d.n, d.k, px + i * x_size, xc, py + j * y_size,
+              yc, pz + o * z_size, d.n);
     });
   });
   ctx.set_output(0, std::move(z));
@@ -100,10 +99,8 @@ void BatchMatMulGrad(GradContext& g, const char* op_name) {
 }
 
 absl::Status CrossKernel(KernelContext& ctx) {
-  if (absl::Status s = RequireDTypes(ctx, 0, DTypes::kNumeric); !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = ctx.RequireSameDType(0, 1); !s.ok()) return s;
+  RETURN_IF_ERROR(RequireDTypes(ctx, 0, DTypes::kNumeric));
+  RETURN_IF_ERROR(ctx.RequireSameDType(0, 1));
   const Tensor& a = ctx.input(0);
   const Tensor& b = ctx.input(1);
   if (a.shape() != b.shape()) {

@@ -29,8 +29,8 @@ Op GradHelper(const char* name) {
 }
 
 absl::Status SameShapeBinary(KernelContext& ctx) {
-  if (absl::Status s = ctx.RequireFloat(0); !s.ok()) return s;
-  if (absl::Status s = ctx.RequireSameDType(0, 1); !s.ok()) return s;
+  RETURN_IF_ERROR(ctx.RequireFloat(0));
+  RETURN_IF_ERROR(ctx.RequireSameDType(0, 1));
   if (ctx.input(0).shape() != ctx.input(1).shape()) {
     return ctx.InvalidArgument("y ", ShapeString(ctx.input(0).shape()),
                                " and dy ", ShapeString(ctx.input(1).shape()),
@@ -42,7 +42,7 @@ absl::Status SameShapeBinary(KernelContext& ctx) {
 // z = f(y, dy) for the *Grad helpers (same shapes, floating).
 template <typename F>
 absl::Status GradHelperKernel(KernelContext& ctx, F f) {
-  if (absl::Status s = SameShapeBinary(ctx); !s.ok()) return s;
+  RETURN_IF_ERROR(SameShapeBinary(ctx));
   return BinaryKernel<DTypes::kFloating>(ctx, f);
 }
 
@@ -50,9 +50,7 @@ absl::Status GradHelperKernel(KernelContext& ctx, F f) {
 // (f(const T* x, T* y, int64_t n)).
 template <typename F>
 absl::Status ArrayFloatKernel(KernelContext& ctx, F f) {
-  if (absl::Status s = RequireDTypes(ctx, 0, DTypes::kFloating); !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(RequireDTypes(ctx, 0, DTypes::kFloating));
   const Tensor& x = ctx.input(0);
   ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, x.dtype(), x.shape()));
   DispatchFloat(x.dtype(), [&](auto zero) {
@@ -69,22 +67,18 @@ enum class Reduction { kSum, kMean, kProd };
 // dtypes only (its gradient has no complex form here).
 absl::Status ReduceKernel(KernelContext& ctx, Reduction kind) {
   const bool prod = kind == Reduction::kProd;
-  if (absl::Status s =
-          RequireDTypes(ctx, 0, prod ? DTypes::kNumeric : DTypes::kArithmetic);
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(
+      RequireDTypes(ctx, 0, prod ? DTypes::kNumeric : DTypes::kArithmetic));
   const Tensor& x = ctx.input(0);
-  absl::StatusOr<std::vector<bool>> mask =
-      AxesMask(ctx, ctx.attrs().IntList("axis"), x.shape());
-  if (!mask.ok()) return mask.status();
+  ASSIGN_OR_RETURN(std::vector<bool> mask,
+                   AxesMask(ctx, ctx.attrs().IntList("axis"), x.shape()));
   const bool keep_dims = ctx.attrs().Bool("keep_dims");
   Shape kept, out_shape;  // kept: reduced dims as 1
   int64_t count = 1;
   for (int i = 0; i < x.rank(); ++i) {
-    kept.push_back((*mask)[i] ? 1 : x.dim(i));
-    if ((*mask)[i]) count *= x.dim(i);
-    if (!(*mask)[i] || keep_dims) out_shape.push_back(kept.back());
+    kept.push_back(mask[i] ? 1 : x.dim(i));
+    if (mask[i]) count *= x.dim(i);
+    if (!mask[i] || keep_dims) out_shape.push_back(kept.back());
   }
   ASSIGN_OR_RETURN(Tensor y,
                    AllocateFilled(ctx, x.dtype(), out_shape, prod ? 1.0 : 0.0));
@@ -171,11 +165,8 @@ Tensor ProdOthers(GradContext& g) {
 // Cumsum (prod = false) or Cumprod along the attr "axis", TensorFlow's
 // exclusive / reverse semantics.
 absl::Status ScanKernel(KernelContext& ctx, bool prod) {
-  if (absl::Status s =
-          RequireDTypes(ctx, 0, prod ? DTypes::kNumeric : DTypes::kArithmetic);
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(
+      RequireDTypes(ctx, 0, prod ? DTypes::kNumeric : DTypes::kArithmetic));
   const Tensor& x = ctx.input(0);
   const int64_t rank = x.rank();
   int64_t axis = ctx.attrs().Int("axis");
@@ -232,9 +223,7 @@ T Conj(T v) {
 // ReciprocalGrad: z = -dy * conj(y)^2 (0 where dy is 0, so an infinite y
 // with no gradient flowing gives 0, as TensorFlow's kernel does).
 absl::Status ReciprocalGradKernel(KernelContext& ctx) {
-  if (absl::Status s = RequireDTypes(ctx, 0, DTypes::kInexact); !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(RequireDTypes(ctx, 0, DTypes::kInexact));
   if (ctx.input(0).shape() != ctx.input(1).shape()) {
     return ctx.InvalidArgument("y ", ctx.input(0).DebugString(), " and dy ",
                                ctx.input(1).DebugString(),
@@ -281,23 +270,20 @@ void ForEachBroadcast(const Shape& shape, const Shape& a, const Shape& b,
 template <bool kOrdered, typename F>
 absl::Status CompareKernel(KernelContext& ctx, F f) {
   if constexpr (kOrdered) {
-    if (absl::Status s = RequireDTypes(ctx, 0, DTypes::kNumeric); !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(RequireDTypes(ctx, 0, DTypes::kNumeric));
   }
-  if (absl::Status s = ctx.RequireSameDType(0, 1); !s.ok()) return s;
+  RETURN_IF_ERROR(ctx.RequireSameDType(0, 1));
   const Tensor& a = ctx.input(0);
   const Tensor& b = ctx.input(1);
-  absl::StatusOr<Shape> shape = BroadcastShapes(ctx, a.shape(), b.shape());
-  if (!shape.ok()) return shape.status();
-  ASSIGN_OR_RETURN(Tensor z, Allocate(ctx, DType::kBool, *shape));
+  ASSIGN_OR_RETURN(Shape shape, BroadcastShapes(ctx, a.shape(), b.shape()));
+  ASSIGN_OR_RETURN(Tensor z, Allocate(ctx, DType::kBool, shape));
   auto run = [&](auto zero) {
     using T = decltype(zero);
     const T* pa = a.data<T>();
     const T* pb = b.data<T>();
     bool* pz = z.mutable_data<bool>();
     ForEachBroadcast(
-        *shape, a.shape(), b.shape(),
+        shape, a.shape(), b.shape(),
         [&](int64_t o, int64_t i, int64_t j) { pz[o] = f(pa[i], pb[j]); });
   };
   if constexpr (kOrdered) {
@@ -318,7 +304,7 @@ absl::Status SelectKernel(KernelContext& ctx) {
   if (c.dtype() != DType::kBool) {
     return ctx.InvalidArgument("condition must be bool, got ", c.DebugString());
   }
-  if (absl::Status s = ctx.RequireSameDType(1, 2); !s.ok()) return s;
+  RETURN_IF_ERROR(ctx.RequireSameDType(1, 2));
   if (t.shape() != e.shape()) {
     return ctx.InvalidArgument("t ", t.DebugString(), " and e ",
                                e.DebugString(), " must have the same shape");
@@ -575,7 +561,7 @@ void RegisterMoreArithmeticOps(OpRegistry& r) {
             .Inputs({"t"})
             .Outputs({"output"})
             .Forward([](KernelContext& ctx) {
-              if (absl::Status s = ctx.RequireFloat(0); !s.ok()) return s;
+              RETURN_IF_ERROR(ctx.RequireFloat(0));
               const Tensor& t = ctx.input(0);
               ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, t.dtype(), {}));
               DispatchFloat(t.dtype(), [&](auto zero) {

@@ -25,7 +25,7 @@ Rows LastAxisRows(const Tensor& x) {
 }
 
 absl::Status SoftmaxKernel(KernelContext& ctx, bool log) {
-  if (absl::Status s = ctx.RequireFloat(0); !s.ok()) return s;
+  RETURN_IF_ERROR(ctx.RequireFloat(0));
   const Tensor& x = ctx.input(0);
   if (x.rank() < 1) {
     return ctx.InvalidArgument("logits must have rank >= 1, got ",
@@ -55,10 +55,10 @@ absl::Status SoftmaxKernel(KernelContext& ctx, bool log) {
 }
 
 absl::Status SparseXentKernel(KernelContext& ctx) {
-  if (absl::Status s = ctx.RequireFloat(0); !s.ok()) return s;
-  if (absl::Status s = ctx.RequireRank(0, 2); !s.ok()) return s;
-  if (absl::Status s = ctx.RequireIndexDType(1); !s.ok()) return s;
-  if (absl::Status s = ctx.RequireRank(1, 1); !s.ok()) return s;
+  RETURN_IF_ERROR(ctx.RequireFloat(0));
+  RETURN_IF_ERROR(ctx.RequireRank(0, 2));
+  RETURN_IF_ERROR(ctx.RequireIndexDType(1));
+  RETURN_IF_ERROR(ctx.RequireRank(1, 1));
   const Tensor& logits = ctx.input(0);
   const Tensor& labels = ctx.input(1);
   const int64_t batch = logits.dim(0), classes = logits.dim(1);
@@ -112,8 +112,8 @@ absl::Status RequireChannelsLast(const KernelContext& ctx) {
 
 // BiasAdd and BiasAddV1 (which has no data_format attr).
 absl::Status BiasAddKernel(KernelContext& ctx) {
-  if (absl::Status s = RequireChannelsLast(ctx); !s.ok()) return s;
-  if (absl::Status s = ctx.RequireRank(1, 1); !s.ok()) return s;
+  RETURN_IF_ERROR(RequireChannelsLast(ctx));
+  RETURN_IF_ERROR(ctx.RequireRank(1, 1));
   const Tensor& value = ctx.input(0);
   const Tensor& bias = ctx.input(1);
   if (value.rank() < 1 || value.dim(value.rank() - 1) != bias.dim(0)) {
@@ -126,8 +126,8 @@ absl::Status BiasAddKernel(KernelContext& ctx) {
 }
 
 absl::Status BiasAddGradKernel(KernelContext& ctx) {
-  if (absl::Status s = RequireChannelsLast(ctx); !s.ok()) return s;
-  if (absl::Status s = ctx.RequireNumeric(0); !s.ok()) return s;
+  RETURN_IF_ERROR(RequireChannelsLast(ctx));
+  RETURN_IF_ERROR(ctx.RequireNumeric(0));
   const Tensor& dy = ctx.input(0);
   if (dy.rank() < 1) {
     return ctx.InvalidArgument("out_backprop must have rank >= 1, got ",
@@ -148,7 +148,7 @@ absl::Status BiasAddGradKernel(KernelContext& ctx) {
 }
 
 absl::Status OneHotKernel(KernelContext& ctx) {
-  if (absl::Status s = ctx.RequireIndexDType(0); !s.ok()) return s;
+  RETURN_IF_ERROR(ctx.RequireIndexDType(0));
   const Tensor& indices = ctx.input(0);
   const int64_t depth = ctx.attrs().Int("depth");
   DType dtype = ctx.attrs().Type("T");
@@ -159,9 +159,7 @@ absl::Status OneHotKernel(KernelContext& ctx) {
   }
   Shape shape = indices.shape();
   shape.push_back(depth);
-  absl::StatusOr<Tensor> allocated = Allocate(ctx, dtype, shape);
-  if (!allocated.ok()) return allocated.status();
-  Tensor y = *std::move(allocated);
+  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, dtype, shape));
   const double off = ctx.attrs().Float("off_value");
   DispatchFloat(dtype, [&](auto zero) {
     y.flat<decltype(zero)>().setConstant(static_cast<decltype(zero)>(off));
@@ -202,8 +200,8 @@ absl::Status ActivationKernel(KernelContext& ctx, F f) {
 // of one shape (other: the features or the outputs of the forward op).
 template <typename F>
 absl::Status ActivationGradKernel(KernelContext& ctx, F f) {
-  if (absl::Status s = ctx.RequireFloat(0); !s.ok()) return s;
-  if (absl::Status s = ctx.RequireSameDType(0, 1); !s.ok()) return s;
+  RETURN_IF_ERROR(ctx.RequireFloat(0));
+  RETURN_IF_ERROR(ctx.RequireSameDType(0, 1));
   if (ctx.input(0).shape() != ctx.input(1).shape()) {
     return ctx.InvalidArgument(
         ctx.op().input_names[0], " ", ctx.input(0).DebugString(), " and ",

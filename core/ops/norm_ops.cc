@@ -23,12 +23,12 @@ namespace {
 // its last dim in the same dtype. Returns the channel count.
 absl::StatusOr<int64_t> CheckBatchNormInputs(
     const KernelContext& ctx, std::initializer_list<int> channel_inputs) {
-  if (absl::Status s = ctx.RequireFloat(0); !s.ok()) return s;
-  if (absl::Status s = ctx.RequireRank(0, 4); !s.ok()) return s;
+  RETURN_IF_ERROR(ctx.RequireFloat(0));
+  RETURN_IF_ERROR(ctx.RequireRank(0, 4));
   const Tensor& t = ctx.input(0);
   const int64_t depth = t.dim(3);
   for (int i : channel_inputs) {
-    if (absl::Status s = ctx.RequireSameDType(0, i); !s.ok()) return s;
+    RETURN_IF_ERROR(ctx.RequireSameDType(0, i));
     const Tensor& p = ctx.input(i);
     if (p.rank() != 1 || p.dim(0) != depth) {
       return ctx.InvalidArgument(ctx.op().input_names[i], " ", p.DebugString(),
@@ -56,8 +56,7 @@ std::vector<T> Scales(const KernelContext& ctx, const Tensor& v,
 
 // Inputs t, m, v, beta, gamma.
 absl::Status BatchNormKernel(KernelContext& ctx) {
-  absl::StatusOr<int64_t> depth = CheckBatchNormInputs(ctx, {1, 2, 3, 4});
-  if (!depth.ok()) return depth.status();
+  ASSIGN_OR_RETURN(int64_t depth, CheckBatchNormInputs(ctx, {1, 2, 3, 4}));
   const Tensor& t = ctx.input(0);
   ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, t.dtype(), t.shape()));
   DispatchFloat(t.dtype(), [&](auto zero) {
@@ -67,11 +66,11 @@ absl::Status BatchNormKernel(KernelContext& ctx) {
     const T* beta = ctx.input(3).data<T>();
     const T* px = t.data<T>();
     T* py = y.mutable_data<T>();
-    const int64_t rows = *depth == 0 ? 0 : t.num_elements() / *depth;
+    const int64_t rows = depth == 0 ? 0 : t.num_elements() / depth;
     for (int64_t i = 0; i < rows; ++i) {
-      const T* in = px + i * *depth;
-      T* out = py + i * *depth;
-      for (int64_t c = 0; c < *depth; ++c) {
+      const T* in = px + i * depth;
+      T* out = py + i * depth;
+      for (int64_t c = 0; c < depth; ++c) {
         out[c] = (in[c] - m[c]) * a[c] + beta[c];
       }
     }
@@ -85,16 +84,15 @@ absl::Status BatchNormKernel(KernelContext& ctx) {
 //   dv = -1/2 r^3 s P,  dg = r P if scale_after_normalization else 0
 // (sums over all but the last axis).
 absl::Status BatchNormGradKernel(KernelContext& ctx) {
-  absl::StatusOr<int64_t> depth = CheckBatchNormInputs(ctx, {1, 2, 3});
-  if (!depth.ok()) return depth.status();
-  if (absl::Status s = ctx.RequireSameDType(0, 4); !s.ok()) return s;
+  ASSIGN_OR_RETURN(int64_t depth, CheckBatchNormInputs(ctx, {1, 2, 3}));
+  RETURN_IF_ERROR(ctx.RequireSameDType(0, 4));
   const Tensor& t = ctx.input(0);
   const Tensor& bp = ctx.input(4);
   if (bp.shape() != t.shape()) {
     return ctx.InvalidArgument("backprop ", bp.DebugString(),
                                " must have the shape of t ", t.DebugString());
   }
-  const int64_t n = *depth;
+  const int64_t n = depth;
   const bool scale = ctx.attrs().Bool("scale_after_normalization");
   ASSIGN_OR_RETURN(Tensor dx, Allocate(ctx, t.dtype(), t.shape()));
   ASSIGN_OR_RETURN(Tensor dm, Allocate(ctx, t.dtype(), {n}));

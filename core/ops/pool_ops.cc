@@ -218,18 +218,17 @@ void WindowMax(const Window& w, const T* x, int64_t channels, T* best) {
 
 // AvgPool / AvgPool3D and MaxPool / MaxPool3D.
 absl::Status PoolKernel(KernelContext& ctx, int spatial, bool max) {
-  if (absl::Status s = ctx.RequireFloat(0); !s.ok()) return s;
+  RETURN_IF_ERROR(ctx.RequireFloat(0));
   const Tensor& x = ctx.input(0);
-  absl::StatusOr<PoolGeometry> g =
-      MakePoolGeometry(ctx, spatial, x.shape(), "input");
-  if (!g.ok()) return g.status();
-  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, x.dtype(), g->OutputShape()));
-  const int64_t channels = g->channels;
+  ASSIGN_OR_RETURN(PoolGeometry g,
+                   MakePoolGeometry(ctx, spatial, x.shape(), "input"));
+  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, x.dtype(), g.OutputShape()));
+  const int64_t channels = g.channels;
   DispatchFloat(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = x.data<T>();
     T* py = y.mutable_data<T>();
-    ForEachWindow(*g, [&](int64_t o, const Window& w) {
+    ForEachWindow(g, [&](int64_t o, const Window& w) {
       T* out = py + o * channels;
       if (max) {
         WindowMax(w, px, channels, out);
@@ -251,12 +250,11 @@ absl::Status PoolKernel(KernelContext& ctx, int spatial, bool max) {
 // AvgPoolGrad / AvgPool3DGrad: each output gradient is spread evenly over
 // the valid pixels of its window.
 absl::Status AvgPoolGradKernel(KernelContext& ctx, int spatial) {
-  if (absl::Status s = ctx.RequireFloat(0); !s.ok()) return s;
+  RETURN_IF_ERROR(ctx.RequireFloat(0));
   const Tensor& dy = ctx.input(0);
   const std::vector<int64_t>& orig = ctx.attrs().IntList("orig_input_shape");
-  absl::StatusOr<PoolGeometry> g =
-      MakePoolGeometry(ctx, spatial, orig, "orig_input_shape");
-  if (!g.ok()) return g.status();
+  ASSIGN_OR_RETURN(PoolGeometry g,
+                   MakePoolGeometry(ctx, spatial, orig, "orig_input_shape"));
   // A small grad can stand for a huge orig_input_shape (strides up to 2^31):
   // refuse sizes whose byte count overflows, and failed allocations.
   const int64_t n = NumElements(orig);
@@ -264,22 +262,20 @@ absl::Status AvgPoolGradKernel(KernelContext& ctx, int spatial) {
     return ctx.InvalidArgument("orig_input_shape ", ShapeString(orig),
                                " has too many elements");
   }
-  if (dy.shape() != g->OutputShape()) {
+  if (dy.shape() != g.OutputShape()) {
     return ctx.InvalidArgument("grad ", dy.DebugString(),
                                " does not match the pooled shape ",
-                               ShapeString(g->OutputShape()),
+                               ShapeString(g.OutputShape()),
                                " of orig_input_shape ", ShapeString(orig));
   }
-  absl::StatusOr<Tensor> allocated = Allocate(ctx, dy.dtype(), orig);
-  if (!allocated.ok()) return allocated.status();
-  Tensor dx = *std::move(allocated);
-  const int64_t channels = g->channels;
+  ASSIGN_OR_RETURN(Tensor dx, Allocate(ctx, dy.dtype(), orig));
+  const int64_t channels = g.channels;
   DispatchFloat(dy.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* pdy = dy.data<T>();
     T* pdx = dx.mutable_data<T>();
     std::fill(pdx, pdx + n, T(0));
-    ForEachWindow(*g, [&](int64_t o, const Window& w) {
+    ForEachWindow(g, [&](int64_t o, const Window& w) {
       const T inv = T(1) / static_cast<T>(w.count());
       const T* in = pdy + o * channels;
       w.ForEachPixel([&](int64_t p) {
@@ -302,17 +298,16 @@ absl::Status AvgPoolGradKernel(KernelContext& ctx, int spatial) {
 absl::Status MaxPoolGradKernel(KernelContext& ctx, int spatial,
                                bool grad_grad) {
   for (int i = 0; i < 3; ++i) {
-    if (absl::Status s = ctx.RequireFloat(i); !s.ok()) return s;
+    RETURN_IF_ERROR(ctx.RequireFloat(i));
   }
-  if (absl::Status s = ctx.RequireSameDType(0, 1); !s.ok()) return s;
-  if (absl::Status s = ctx.RequireSameDType(0, 2); !s.ok()) return s;
+  RETURN_IF_ERROR(ctx.RequireSameDType(0, 1));
+  RETURN_IF_ERROR(ctx.RequireSameDType(0, 2));
   const Tensor& x = ctx.input(0);
   const Tensor& y = ctx.input(1);
   const Tensor& grad = ctx.input(2);
-  absl::StatusOr<PoolGeometry> g =
-      MakePoolGeometry(ctx, spatial, x.shape(), "orig_input");
-  if (!g.ok()) return g.status();
-  const Shape pooled = g->OutputShape();
+  ASSIGN_OR_RETURN(PoolGeometry g,
+                   MakePoolGeometry(ctx, spatial, x.shape(), "orig_input"));
+  const Shape pooled = g.OutputShape();
   if (y.shape() != pooled) {
     return ctx.InvalidArgument(
         "orig_output ", y.DebugString(), " does not match the pooled shape ",
@@ -326,7 +321,7 @@ absl::Status MaxPoolGradKernel(KernelContext& ctx, int spatial,
   }
   ASSIGN_OR_RETURN(Tensor out,
                    Allocate(ctx, x.dtype(), grad_grad ? pooled : x.shape()));
-  const int64_t channels = g->channels;
+  const int64_t channels = g.channels;
   DispatchFloat(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = x.data<T>();
@@ -339,7 +334,7 @@ absl::Status MaxPoolGradKernel(KernelContext& ctx, int spatial,
     // the channel loops (an order of magnitude faster than an argmax).
     if (x.num_elements() == 0) return;  // `channels` may be huge
     std::vector<T> found(channels);
-    ForEachWindow(*g, [&](int64_t o, const Window& w) {
+    ForEachWindow(g, [&](int64_t o, const Window& w) {
       const T* max = py + o * channels;
       std::fill(found.begin(), found.end(), T(0));
       if (grad_grad) {

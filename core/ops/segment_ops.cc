@@ -18,6 +18,7 @@
 
 #include "Eigen/Core"
 #include "core/autodiff/grad_context.h"
+#include "core/base/status_macros.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
 
@@ -43,8 +44,8 @@ int64_t IndexAt(const Tensor& t, int64_t i) {
 // and sets *num_segments to last id + 1 (0 when there are none).
 absl::Status CheckSortedIds(const KernelContext& ctx, int i,
                             int64_t* num_segments) {
-  if (absl::Status s = ctx.RequireIndexDType(i); !s.ok()) return s;
-  if (absl::Status s = ctx.RequireRank(i, 1); !s.ok()) return s;
+  RETURN_IF_ERROR(ctx.RequireIndexDType(i));
+  RETURN_IF_ERROR(ctx.RequireRank(i, 1));
   const Tensor& ids = ctx.input(i);
   const std::string& name = ctx.op().input_names[i];
   int64_t previous = 0;
@@ -86,9 +87,7 @@ int64_t InnerSize(const Shape& shape, int from) {
 
 // SegmentSum, SegmentMean, SegmentMin, SegmentMax.
 absl::Status SegmentKernel(KernelContext& ctx, Reduction reduction) {
-  if (absl::Status s = RequireDTypes(ctx, 0, DTypes::kNumeric); !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(RequireDTypes(ctx, 0, DTypes::kNumeric));
   const Tensor& data = ctx.input(0);
   const Tensor& ids = ctx.input(1);
   if (data.rank() < 1) {
@@ -96,19 +95,14 @@ absl::Status SegmentKernel(KernelContext& ctx, Reduction reduction) {
                                data.DebugString());
   }
   int64_t num_segments = 0;
-  if (absl::Status s = CheckSortedIds(ctx, 1, &num_segments); !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(CheckSortedIds(ctx, 1, &num_segments));
   if (ids.num_elements() != data.dim(0)) {
     return ctx.InvalidArgument("segment_ids ", ShapeString(ids.shape()),
                                " must have one id per row of data ",
                                ShapeString(data.shape()));
   }
-  absl::StatusOr<Shape> shape = OutputShape(ctx, num_segments, 1);
-  if (!shape.ok()) return shape.status();
-  absl::StatusOr<Tensor> allocated = Allocate(ctx, data.dtype(), *shape);
-  if (!allocated.ok()) return allocated.status();
-  Tensor y = *std::move(allocated);
+  ASSIGN_OR_RETURN(Shape shape, OutputShape(ctx, num_segments, 1));
+  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, data.dtype(), shape));
   const int64_t inner = InnerSize(data.shape(), 1);
   const int64_t n = data.dim(0);
   DispatchNumeric(data.dtype(), [&](auto zero) {
@@ -147,10 +141,8 @@ absl::Status SegmentKernel(KernelContext& ctx, Reduction reduction) {
 
 // UnsortedSegmentSum, UnsortedSegmentMax.
 absl::Status UnsortedSegmentKernel(KernelContext& ctx, Reduction reduction) {
-  if (absl::Status s = RequireDTypes(ctx, 0, DTypes::kNumeric); !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = ctx.RequireIndexDType(1); !s.ok()) return s;
+  RETURN_IF_ERROR(RequireDTypes(ctx, 0, DTypes::kNumeric));
+  RETURN_IF_ERROR(ctx.RequireIndexDType(1));
   const Tensor& data = ctx.input(0);
   const Tensor& ids = ctx.input(1);
   const int64_t num_segments = ctx.attrs().Int("num_segments");
@@ -171,11 +163,8 @@ absl::Status UnsortedSegmentKernel(KernelContext& ctx, Reduction reduction) {
                                  " is out of range [0, ", num_segments, ")");
     }
   }
-  absl::StatusOr<Shape> shape = OutputShape(ctx, num_segments, ids.rank());
-  if (!shape.ok()) return shape.status();
-  absl::StatusOr<Tensor> allocated = Allocate(ctx, data.dtype(), *shape);
-  if (!allocated.ok()) return allocated.status();
-  Tensor y = *std::move(allocated);
+  ASSIGN_OR_RETURN(Shape shape, OutputShape(ctx, num_segments, ids.rank()));
+  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, data.dtype(), shape));
   const int64_t inner = InnerSize(ds, ids.rank());
   const int64_t n = ids.num_elements();
   DispatchNumeric(data.dtype(), [&](auto zero) {
@@ -201,9 +190,9 @@ absl::Status UnsortedSegmentKernel(KernelContext& ctx, Reduction reduction) {
 absl::Status SparseSegmentKernel(KernelContext& ctx, Reduction reduction) {
   const DTypes kinds =
       reduction == Reduction::kSum ? DTypes::kNumeric : DTypes::kFloating;
-  if (absl::Status s = RequireDTypes(ctx, 0, kinds); !s.ok()) return s;
-  if (absl::Status s = ctx.RequireIndexDType(1); !s.ok()) return s;
-  if (absl::Status s = ctx.RequireRank(1, 1); !s.ok()) return s;
+  RETURN_IF_ERROR(RequireDTypes(ctx, 0, kinds));
+  RETURN_IF_ERROR(ctx.RequireIndexDType(1));
+  RETURN_IF_ERROR(ctx.RequireRank(1, 1));
   const Tensor& data = ctx.input(0);
   const Tensor& indices = ctx.input(1);
   const Tensor& ids = ctx.input(2);
@@ -212,9 +201,7 @@ absl::Status SparseSegmentKernel(KernelContext& ctx, Reduction reduction) {
                                data.DebugString());
   }
   int64_t num_segments = 0;
-  if (absl::Status s = CheckSortedIds(ctx, 2, &num_segments); !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(CheckSortedIds(ctx, 2, &num_segments));
   const int64_t n = indices.num_elements();
   if (ids.num_elements() != n) {
     return ctx.InvalidArgument("indices ", ShapeString(indices.shape()),
@@ -230,11 +217,8 @@ absl::Status SparseSegmentKernel(KernelContext& ctx, Reduction reduction) {
           ") (the rows of data ", ShapeString(data.shape()), ")");
     }
   }
-  absl::StatusOr<Shape> shape = OutputShape(ctx, num_segments, 1);
-  if (!shape.ok()) return shape.status();
-  absl::StatusOr<Tensor> allocated = Allocate(ctx, data.dtype(), *shape);
-  if (!allocated.ok()) return allocated.status();
-  Tensor y = *std::move(allocated);
+  ASSIGN_OR_RETURN(Shape shape, OutputShape(ctx, num_segments, 1));
+  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, data.dtype(), shape));
   const int64_t inner = InnerSize(data.shape(), 1);
   DispatchNumeric(data.dtype(), [&](auto zero) {
     using T = decltype(zero);

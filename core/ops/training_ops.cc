@@ -123,9 +123,7 @@ absl::Status ApplyKernel(KernelContext& ctx, const ApplyLayout& layout,
                          Update update) {
   std::vector<Variable*> vars;
   DType dtype = DType::kInvalid;
-  if (absl::Status s = CheckApply(ctx, layout, &vars, &dtype); !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(CheckApply(ctx, layout, &vars, &dtype));
   std::vector<Tensor> values;
   values.reserve(vars.size());
   for (Variable* var : vars) {

@@ -65,31 +65,29 @@ absl::Status VarHandleKernel(KernelContext& ctx) {
 }
 
 absl::Status ReadVariableKernel(KernelContext& ctx) {
-  absl::StatusOr<Variable*> var = VariableInput(ctx, 0);
-  if (!var.ok()) return var.status();
-  if (absl::Status s = CheckDType(ctx, **var); !s.ok()) return s;
-  if (!(*var)->value.valid()) {
+  ASSIGN_OR_RETURN(Variable * var, VariableInput(ctx, 0));
+  RETURN_IF_ERROR(CheckDType(ctx, *var));
+  if (!(var)->value.valid()) {
     return absl::FailedPreconditionError(
-        absl::StrCat(ctx.op().name, ": variable '", (*var)->name,
+        absl::StrCat(ctx.op().name, ": variable '", (var)->name,
                      "' is uninitialized; assign it first (AssignVariableOp)"));
   }
-  ctx.set_output(0, (*var)->value);
+  ctx.set_output(0, (var)->value);
   return absl::OkStatus();
 }
 
 absl::Status AssignVariableKernel(KernelContext& ctx) {
-  absl::StatusOr<Variable*> var = VariableInput(ctx, 0);
-  if (!var.ok()) return var.status();
-  if (absl::Status s = CheckDType(ctx, **var); !s.ok()) return s;
+  ASSIGN_OR_RETURN(Variable * var, VariableInput(ctx, 0));
+  RETURN_IF_ERROR(CheckDType(ctx, *var));
   const Tensor& value = ctx.input(1);
-  if (value.dtype() != (*var)->dtype || value.shape() != (*var)->shape) {
+  if (value.dtype() != (var)->dtype || value.shape() != (var)->shape) {
     return ctx.InvalidArgument(
-        "variable '", (*var)->name, "' is ", DTypeName((*var)->dtype),
-        ShapeString((*var)->shape), "; cannot assign ", value.DebugString());
+        "variable '", (var)->name, "' is ", DTypeName((var)->dtype),
+        ShapeString((var)->shape), "; cannot assign ", value.DebugString());
   }
   Tensor stored = value;
   stored.set_id(0);
-  (*var)->value = std::move(stored);
+  (var)->value = std::move(stored);
   return absl::OkStatus();
 }
 
@@ -97,33 +95,32 @@ absl::Status AssignVariableKernel(KernelContext& ctx) {
 // a new buffer (earlier reads keep the old one).
 template <typename Combine>
 absl::Status AssignUpdateKernel(KernelContext& ctx, Combine combine) {
-  absl::StatusOr<Variable*> var = VariableInput(ctx, 0);
-  if (!var.ok()) return var.status();
-  if (absl::Status s = CheckDType(ctx, **var); !s.ok()) return s;
+  ASSIGN_OR_RETURN(Variable * var, VariableInput(ctx, 0));
+  RETURN_IF_ERROR(CheckDType(ctx, *var));
   const Tensor& delta = ctx.input(1);
-  if (delta.dtype() != (*var)->dtype || delta.shape() != (*var)->shape) {
-    return ctx.InvalidArgument("variable '", (*var)->name, "' is ",
-                               DTypeName((*var)->dtype),
-                               ShapeString((*var)->shape),
+  if (delta.dtype() != (var)->dtype || delta.shape() != (var)->shape) {
+    return ctx.InvalidArgument("variable '", (var)->name, "' is ",
+                               DTypeName((var)->dtype),
+                               ShapeString((var)->shape),
                                "; cannot update it by ", delta.DebugString());
   }
-  if (!(*var)->value.valid()) {
+  if (!(var)->value.valid()) {
     return absl::FailedPreconditionError(
-        absl::StrCat(ctx.op().name, ": variable '", (*var)->name,
+        absl::StrCat(ctx.op().name, ": variable '", (var)->name,
                      "' is uninitialized; assign it first (AssignVariableOp)"));
   }
-  const Tensor& old = (*var)->value;
+  const Tensor& old = (var)->value;
   ASSIGN_OR_RETURN(Tensor updated, Allocate(ctx, old.dtype(), old.shape()));
   const bool supported = DispatchArithmetic(old.dtype(), [&](auto zero) {
     using T = decltype(zero);
     updated.flat<T>() = combine(old.flat<T>(), delta.flat<T>());
   });
   if (!supported) {
-    return ctx.InvalidArgument("variable '", (*var)->name, "' is ",
+    return ctx.InvalidArgument("variable '", (var)->name, "' is ",
                                DTypeName(old.dtype()),
                                "; only numeric variables can be updated");
   }
-  (*var)->value = std::move(updated);
+  (var)->value = std::move(updated);
   return absl::OkStatus();
 }
 

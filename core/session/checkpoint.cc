@@ -17,6 +17,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/base/status_macros.h"
 
 namespace gradtape {
 namespace {
@@ -101,7 +102,7 @@ absl::Status MakeDirs(const std::string& dir) {
   }
   const size_t slash = dir.find_last_of('/');
   if (slash != std::string::npos && slash > 0) {
-    if (absl::Status s = MakeDirs(dir.substr(0, slash)); !s.ok()) return s;
+    RETURN_IF_ERROR(MakeDirs(dir.substr(0, slash)));
   }
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
     return Errno("cannot create checkpoint directory", dir);
@@ -157,7 +158,7 @@ absl::Status CheckDistinctNames(absl::Span<Variable* const> vars) {
 // Every variable name of `vars` passes ValidateVariableName.
 absl::Status CheckVariableNames(absl::Span<Variable* const> vars) {
   for (const Variable* var : vars) {
-    if (absl::Status s = ValidateVariableName(var->name); !s.ok()) return s;
+    RETURN_IF_ERROR(ValidateVariableName(var->name));
   }
   return absl::OkStatus();
 }
@@ -374,8 +375,8 @@ absl::StatusOr<std::vector<CheckpointEntry>> DecodeCheckpoint(
 absl::StatusOr<int64_t> WriteCheckpointFile(const std::string& dir,
                                             absl::string_view name,
                                             absl::string_view contents) {
-  if (absl::Status s = ValidateCheckpointName(name); !s.ok()) return s;
-  if (absl::Status s = MakeDirs(dir); !s.ok()) return s;
+  RETURN_IF_ERROR(ValidateCheckpointName(name));
+  RETURN_IF_ERROR(MakeDirs(dir));
   const std::string tmp = PathOf(dir, TempName(name));
   const std::string path = PathOf(dir, name);
   const int fd =
@@ -403,7 +404,7 @@ absl::StatusOr<int64_t> WriteCheckpointFile(const std::string& dir,
 absl::StatusOr<std::string> ReadCheckpointFile(const std::string& dir,
                                                absl::string_view name,
                                                int64_t max_bytes) {
-  if (absl::Status s = ValidateCheckpointName(name); !s.ok()) return s;
+  RETURN_IF_ERROR(ValidateCheckpointName(name));
   const std::string path = PathOf(dir, name);
   const std::string quoted = QuoteName(name);
   // O_NOFOLLOW: a symbolic link fails with ELOOP instead of being followed
@@ -471,9 +472,9 @@ absl::StatusOr<std::string> ReadCheckpointFile(const std::string& dir,
 absl::StatusOr<CheckpointSummary> SaveVariables(
     const std::string& dir, absl::string_view name,
     absl::Span<Variable* const> vars) {
-  if (absl::Status s = ValidateCheckpointName(name); !s.ok()) return s;
-  if (absl::Status s = CheckVariableNames(vars); !s.ok()) return s;
-  if (absl::Status s = CheckDistinctNames(vars); !s.ok()) return s;
+  RETURN_IF_ERROR(ValidateCheckpointName(name));
+  RETURN_IF_ERROR(CheckVariableNames(vars));
+  RETURN_IF_ERROR(CheckDistinctNames(vars));
   CheckpointSummary summary;
   summary.name = std::string(name);
   std::vector<CheckpointEntry> entries;
@@ -487,23 +488,20 @@ absl::StatusOr<CheckpointSummary> SaveVariables(
     entries.push_back({var->name, var->value});
     summary.variables.push_back(var->name);
   }
-  absl::StatusOr<int64_t> bytes =
-      WriteCheckpointFile(dir, name, EncodeCheckpoint(entries));
-  if (!bytes.ok()) return bytes.status();
-  summary.file_bytes = *bytes;
+  ASSIGN_OR_RETURN(summary.file_bytes,
+                   WriteCheckpointFile(dir, name, EncodeCheckpoint(entries)));
   return summary;
 }
 
 absl::StatusOr<CheckpointSummary> RestoreVariables(
     const std::string& dir, absl::string_view name,
     absl::Span<Variable* const> vars, int64_t max_bytes) {
-  if (absl::Status s = CheckVariableNames(vars); !s.ok()) return s;
-  if (absl::Status s = CheckDistinctNames(vars); !s.ok()) return s;
-  absl::StatusOr<std::string> contents =
-      ReadCheckpointFile(dir, name, max_bytes);
-  if (!contents.ok()) return contents.status();
+  RETURN_IF_ERROR(CheckVariableNames(vars));
+  RETURN_IF_ERROR(CheckDistinctNames(vars));
+  ASSIGN_OR_RETURN(std::string contents,
+                   ReadCheckpointFile(dir, name, max_bytes));
   absl::StatusOr<std::vector<CheckpointEntry>> entries =
-      DecodeCheckpoint(*contents);
+      DecodeCheckpoint(contents);
   if (!entries.ok()) {
     return absl::Status(
         entries.status().code(),
@@ -532,7 +530,7 @@ absl::StatusOr<CheckpointSummary> RestoreVariables(
   }
   CheckpointSummary summary;
   summary.name = std::string(name);
-  summary.file_bytes = static_cast<int64_t>(contents->size());
+  summary.file_bytes = static_cast<int64_t>(contents.size());
   for (size_t i = 0; i < vars.size(); ++i) {
     vars[i]->value = matched[i]->value;
     summary.variables.push_back(vars[i]->name);

@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/base/status_macros.h"
 #include "core/tensor/variable.h"
 
 namespace gradtape {
@@ -109,9 +110,8 @@ absl::Status Session::ResolveAll(int64_t seq, absl::string_view what,
   out->clear();
   out->reserve(ids.size());
   for (int64_t id : ids) {
-    absl::StatusOr<Tensor> t = Resolve(seq, what, id);
-    if (!t.ok()) return t.status();
-    out->push_back(*std::move(t));
+    ASSIGN_OR_RETURN(Tensor t, Resolve(seq, what, id));
+    out->push_back(std::move(t));
   }
   return absl::OkStatus();
 }
@@ -208,12 +208,8 @@ absl::Status Session::ExecuteOp(int64_t seq, absl::string_view op_name,
           " inputs, got ", inputs.size(), " input ids ", IdList(inputs)));
     }
     Tensors in;
-    if (absl::Status s = ResolveAll(seq, op_name, inputs, &in); !s.ok()) {
-      return s;
-    }
-    if (absl::Status s = CheckFreeOutputs(seq, op_name, outputs); !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(ResolveAll(seq, op_name, inputs, &in));
+    RETURN_IF_ERROR(CheckFreeOutputs(seq, op_name, outputs));
     Tensors out;
     if (absl::Status s = ctx_.Execute(*op, in, std::move(attrs), &out);
         !s.ok()) {
@@ -306,9 +302,7 @@ absl::Status Session::Watch(int64_t seq, int64_t tape_id,
   absl::StatusOr<Tape*> tape = ctx_.tapes().Find(tape_id);
   if (!tape.ok()) return Annotate(tape.status(), seq, "Watch");
   Tensors tensors;
-  if (absl::Status s = ResolveAll(seq, "Watch", ids, &tensors); !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(ResolveAll(seq, "Watch", ids, &tensors));
   for (size_t i = 0; i < ids.size(); ++i) {
     if (!IsTrainable(tensors[i].dtype())) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -352,27 +346,17 @@ absl::StatusOr<std::vector<Tensor>> Session::Gradient(
     absl::StatusOr<Tape*> tape = ctx_.tapes().Find(request.tape);
     if (!tape.ok()) return Annotate(tape.status(), seq, "Gradient");
     Tensors targets, sources, output_grads;
-    if (absl::Status s = ResolveAll(seq, "Gradient", request.targets, &targets);
-        !s.ok()) {
-      return s;
-    }
-    if (absl::Status s = ResolveAll(seq, "Gradient", request.sources, &sources);
-        !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(ResolveAll(seq, "Gradient", request.targets, &targets));
+    RETURN_IF_ERROR(ResolveAll(seq, "Gradient", request.sources, &sources));
     for (int64_t id : request.output_gradients) {
       if (id == 0) {
         output_grads.push_back(Tensor());
         continue;
       }
-      absl::StatusOr<Tensor> t = Resolve(seq, "Gradient", id);
-      if (!t.ok()) return t.status();
-      output_grads.push_back(*std::move(t));
+      ASSIGN_OR_RETURN(Tensor t, Resolve(seq, "Gradient", id));
+      output_grads.push_back(std::move(t));
     }
-    if (absl::Status s = CheckFreeOutputs(seq, "Gradient", request.result_ids);
-        !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(CheckFreeOutputs(seq, "Gradient", request.result_ids));
     absl::StatusOr<std::vector<Tensor>> grads = ctx_.Gradient(
         **tape, targets, sources, output_grads, request.unconnected);
     if (!grads.ok()) {
@@ -438,12 +422,11 @@ absl::StatusOr<std::vector<Variable*>> Session::CheckpointVariables(
     return vars;
   }
   for (int64_t id : ids) {
-    absl::StatusOr<Tensor> t = Resolve(seq, what, id);
-    if (!t.ok()) return t.status();
-    Variable* var = VariableOf(*t);
+    ASSIGN_OR_RETURN(Tensor t, Resolve(seq, what, id));
+    Variable* var = VariableOf(t);
     if (var == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
-          what, " (command ", seq, "): id ", id, " is ", t->DebugString(),
+          what, " (command ", seq, "): id ", id, " is ", t.DebugString(),
           ", not a variable handle (VarHandleOp's output)"));
     }
     if (seen.insert(var).second) vars.push_back(var);
@@ -455,11 +438,11 @@ absl::StatusOr<CheckpointSummary> Session::SaveCheckpoint(
     int64_t seq, absl::string_view name,
     absl::Span<const int64_t> variable_ids) {
   last_seq_ = seq;
-  absl::StatusOr<std::vector<Variable*>> vars =
-      CheckpointVariables(seq, "SaveCheckpoint", name, variable_ids);
-  if (!vars.ok()) return vars.status();
+  ASSIGN_OR_RETURN(
+      std::vector<Variable*> vars,
+      CheckpointVariables(seq, "SaveCheckpoint", name, variable_ids));
   absl::StatusOr<CheckpointSummary> summary =
-      SaveVariables(checkpoint_dir_, name, *vars);
+      SaveVariables(checkpoint_dir_, name, vars);
   if (!summary.ok()) {
     return Annotate(summary.status(), seq, "SaveCheckpoint",
                     absl::StrCat("checkpoint '", name, "'"));
@@ -472,11 +455,11 @@ absl::StatusOr<CheckpointSummary> Session::RestoreCheckpoint(
     absl::Span<const int64_t> variable_ids) {
   last_seq_ = seq;
   ScopedMemoryAccount scope(account_);
-  absl::StatusOr<std::vector<Variable*>> vars =
-      CheckpointVariables(seq, "RestoreCheckpoint", name, variable_ids);
-  if (!vars.ok()) return vars.status();
+  ASSIGN_OR_RETURN(
+      std::vector<Variable*> vars,
+      CheckpointVariables(seq, "RestoreCheckpoint", name, variable_ids));
   absl::StatusOr<CheckpointSummary> summary = RestoreVariables(
-      checkpoint_dir_, name, *vars,
+      checkpoint_dir_, name, vars,
       // The file may use what is left of the budget.
       std::min(account_->remaining(), kMaxCheckpointFileBytes));
   if (!summary.ok()) {

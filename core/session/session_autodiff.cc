@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/autodiff/jacobian.h"
+#include "core/base/status_macros.h"
 #include "core/session/session.h"
 #include "core/tensor/variable.h"
 
@@ -29,21 +30,14 @@ absl::StatusOr<std::vector<Tensor>> Session::Jacobian(
     }
     absl::StatusOr<Tape*> tape = ctx_.tapes().Find(request.tape);
     if (!tape.ok()) return Annotate(tape.status(), seq, what);
-    absl::StatusOr<Tensor> target = Resolve(seq, what, request.target);
-    if (!target.ok()) return target.status();
+    ASSIGN_OR_RETURN(Tensor target, Resolve(seq, what, request.target));
     Tensors sources;
-    if (absl::Status s = ResolveAll(seq, what, request.sources, &sources);
-        !s.ok()) {
-      return s;
-    }
-    if (absl::Status s = CheckFreeOutputs(seq, what, request.result_ids);
-        !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(ResolveAll(seq, what, request.sources, &sources));
+    RETURN_IF_ERROR(CheckFreeOutputs(seq, what, request.result_ids));
     absl::StatusOr<std::vector<Tensor>> jac =
         request.batch
-            ? BatchJacobian(ctx_, **tape, *target, sources, request.unconnected)
-            : gradtape::Jacobian(ctx_, **tape, *target, sources,
+            ? BatchJacobian(ctx_, **tape, target, sources, request.unconnected)
+            : gradtape::Jacobian(ctx_, **tape, target, sources,
                                  request.unconnected);
     if (!jac.ok()) {
       return Annotate(
@@ -134,13 +128,8 @@ absl::Status Session::AccumulatorWatch(int64_t seq, int64_t accumulator,
                      tangent_ids.size(), " tangent ids"));
   }
   Tensors primals, tangents;
-  if (absl::Status s = ResolveAll(seq, kWhat, ids, &primals); !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = ResolveAll(seq, kWhat, tangent_ids, &tangents);
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(ResolveAll(seq, kWhat, ids, &primals));
+  RETURN_IF_ERROR(ResolveAll(seq, kWhat, tangent_ids, &tangents));
   for (size_t i = 0; i < ids.size(); ++i) {
     const Tensor& p = primals[i];
     if (!IsTrainable(p.dtype()) || p.dtype() == DType::kResource) {
@@ -174,12 +163,9 @@ absl::StatusOr<Tensor> Session::FetchJvp(int64_t seq, int64_t accumulator,
     absl::StatusOr<ForwardAccumulator*> acc =
         ctx_.accumulators().Find(accumulator);
     if (!acc.ok()) return Annotate(acc.status(), seq, kWhat);
-    absl::StatusOr<Tensor> primal = Resolve(seq, kWhat, id);
-    if (!primal.ok()) return primal.status();
-    if (absl::Status s = CheckFreeOutputs(seq, kWhat, result_ids); !s.ok()) {
-      return s;
-    }
-    ForwardAccumulator::Entry* entry = (*acc)->FindMutable(primal->id());
+    ASSIGN_OR_RETURN(Tensor primal, Resolve(seq, kWhat, id));
+    RETURN_IF_ERROR(CheckFreeOutputs(seq, kWhat, result_ids));
+    ForwardAccumulator::Entry* entry = (*acc)->FindMutable(primal.id());
     if (entry != nullptr) {
       if (entry->owned) {
         // The client's id takes over the trace the accumulator held.
@@ -189,10 +175,10 @@ absl::StatusOr<Tensor> Session::FetchJvp(int64_t seq, int64_t accumulator,
         result = ctx_.Adopt(entry->tangent);
       }
     } else if (unconnected == Unconnected::kZero &&
-               IsTrainable(primal->dtype()) &&
-               primal->dtype() != DType::kResource) {
+               IsTrainable(primal.dtype()) &&
+               primal.dtype() != DType::kResource) {
       absl::StatusOr<Tensor> zeros =
-          Tensor::Zeros(primal->dtype(), primal->shape());
+          Tensor::Zeros(primal.dtype(), primal.shape());
       if (!zeros.ok()) return Annotate(zeros.status(), seq, kWhat);
       result = ctx_.Adopt(*std::move(zeros));
     }
@@ -234,29 +220,25 @@ absl::Status Session::ExecuteOpWithGradient(
           inputs.size(), " input ids and ", outputs.size(), " output ids"));
     }
     Tensors in;
-    if (absl::Status s = ResolveAll(seq, op_name, inputs, &in); !s.ok()) {
-      return s;
-    }
-    if (absl::Status s = CheckFreeOutputs(seq, op_name, outputs); !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(ResolveAll(seq, op_name, inputs, &in));
+    RETURN_IF_ERROR(CheckFreeOutputs(seq, op_name, outputs));
     // Captured tensors.
     auto resolve = [&](GradientRef& ref) -> absl::Status {
       if (ref.kind != GradientRef::kTensor) return absl::OkStatus();
-      absl::StatusOr<Tensor> t = Resolve(
-          seq, absl::StrCat(op_name, " custom gradient"), ref.client_id);
-      if (!t.ok()) return t.status();
-      ref.tensor = *std::move(t);
+      ASSIGN_OR_RETURN(Tensor t,
+                       Resolve(seq, absl::StrCat(op_name, " custom gradient"),
+                               ref.client_id));
+      ref.tensor = std::move(t);
       return absl::OkStatus();
     };
     for (GradientStep& step : program.steps) {
       for (GradientRef& ref : step.inputs) {
-        if (absl::Status s = resolve(ref); !s.ok()) return s;
+        RETURN_IF_ERROR(resolve(ref));
       }
     }
     for (auto& ref : program.input_grads) {
       if (!ref.has_value()) continue;
-      if (absl::Status s = resolve(*ref); !s.ok()) return s;
+      RETURN_IF_ERROR(resolve(*ref));
     }
     if (absl::Status s =
             ValidateGradientProgram(ctx_.registry(), *op, &program);

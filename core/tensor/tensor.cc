@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/base/status_macros.h"
 
 namespace gradtape {
 namespace {
@@ -331,10 +332,9 @@ struct Tensor::Buffer {
 
 absl::StatusOr<Tensor> Tensor::Empty(DType dtype,
                                      absl::Span<const int64_t> shape) {
-  absl::StatusOr<TensorSize> size = CheckedTensorSize(dtype, shape);
-  if (!size.ok()) return size.status();
+  ASSIGN_OR_RETURN(TensorSize size, CheckedTensorSize(dtype, shape));
   const std::shared_ptr<MemoryAccount>& account = t_account;
-  const int64_t charge = ChargedBytes(size->bytes);
+  const int64_t charge = ChargedBytes(size.bytes);
   if (account != nullptr && !account->TryCharge(charge)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "session memory limit exceeded: ", DTypeName(dtype), ShapeString(shape),
@@ -342,21 +342,20 @@ absl::StatusOr<Tensor> Tensor::Empty(DType dtype,
         account->limit(), "; release tensors or delete tapes"));
   }
   Allocation allocation;
-  if (size->bytes > 0) {
-    allocation = AllocateZeroed(static_cast<size_t>(size->bytes));
+  if (size.bytes > 0) {
+    allocation = AllocateZeroed(static_cast<size_t>(size.bytes));
     if (allocation.data == nullptr) {
       if (account != nullptr) account->Add(-charge);
       return absl::ResourceExhaustedError(
           absl::StrCat("cannot allocate ", DTypeName(dtype), ShapeString(shape),
-                       ": out of memory for ", size->bytes, " bytes"));
+                       ": out of memory for ", size.bytes, " bytes"));
     }
   }
   Tensor t;
   t.dtype_ = dtype;
   t.shape_.assign(shape.begin(), shape.end());
-  t.num_elements_ = size->elements;
-  t.buffer_ =
-      std::make_shared<Buffer>(allocation, size->bytes, charge, account);
+  t.num_elements_ = size.elements;
+  t.buffer_ = std::make_shared<Buffer>(allocation, size.bytes, charge, account);
   return t;
 }
 
@@ -395,20 +394,19 @@ absl::StatusOr<Tensor> Tensor::FromBytes(DType dtype,
     return absl::InvalidArgumentError(
         "resource tensors are made by ops (VarHandleOp), not sent");
   }
-  absl::StatusOr<TensorSize> size = CheckedTensorSize(dtype, shape);
-  if (!size.ok()) return size.status();
-  if (static_cast<int64_t>(bytes.size()) != size->bytes) {
+  ASSIGN_OR_RETURN(TensorSize size, CheckedTensorSize(dtype, shape));
+  if (static_cast<int64_t>(bytes.size()) != size.bytes) {
     return absl::InvalidArgumentError(
         absl::StrCat(DTypeName(dtype), ShapeString(shape), " needs ",
-                     size->bytes, " bytes of data, got ", bytes.size()));
+                     size.bytes, " bytes of data, got ", bytes.size()));
   }
   absl::StatusOr<Tensor> t = Empty(dtype, shape);
   if (!t.ok()) return t;
   if (dtype == DType::kBool) {  // Any nonzero byte is true.
     bool* out = t->mutable_data<bool>();
-    for (int64_t i = 0; i < size->elements; ++i) out[i] = bytes[i] != 0;
-  } else if (size->bytes > 0) {
-    std::memcpy(t->raw_mutable_data(), bytes.data(), size->bytes);
+    for (int64_t i = 0; i < size.elements; ++i) out[i] = bytes[i] != 0;
+  } else if (size.bytes > 0) {
+    std::memcpy(t->raw_mutable_data(), bytes.data(), size.bytes);
   }
   return t;
 }
