@@ -37,20 +37,9 @@ std::string CutUtf8(std::string text, size_t max) {
 
 }  // namespace
 
-absl::Status Session::Annotate(const absl::Status& s, int64_t seq,
-                               absl::string_view what,
-                               absl::string_view where) {
-  absl::string_view detail = s.message();
-  std::string prefix = absl::StrCat(what, ": ");
-  if (absl::StartsWith(detail, prefix)) detail.remove_prefix(prefix.size());
-  return absl::Status(
-      s.code(), absl::StrCat(what, " (command ", seq, where.empty() ? "" : ", ",
-                             where, "): ", detail));
-}
-
 Session::Session(const OpRegistry& registry, SessionOptions options)
-    : account_(std::make_shared<MemoryAccount>()), ctx_(registry) {
-  ctx_.SetMemoryLimit(account_, options.memory_limit_bytes);
+    : account_(std::make_shared<MemoryAccount>()), exec_(registry) {
+  exec_.SetMemoryLimit(account_, options.memory_limit_bytes);
   checkpoint_dir_ = options.checkpoint_dir;
 }
 
@@ -81,64 +70,58 @@ std::shared_ptr<const std::string> Session::MakeReason(std::string text) const {
       });
 }
 
-absl::StatusOr<Tensor> Session::Resolve(int64_t seq, absl::string_view what,
-                                        int64_t id) const {
+absl::StatusOr<Tensor> Session::Resolve(const Command& cmd, int64_t id) const {
   auto it = slots_.find(id);
   if (it == slots_.end()) {
-    return absl::NotFoundError(absl::StrCat(what, " (command ", seq,
-                                            "): unknown tensor id ", id,
-                                            " (never created, or released)"));
+    return cmd.Error(absl::StatusCode::kNotFound, "unknown tensor id ", id,
+                     " (never created, or released)");
   }
   const Slot& slot = it->second;
   if (slot.kind == Slot::kTensor) return slot.tensor;
   if (slot.kind == Slot::kNone) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        what, " (command ", seq, "): tensor id ", id, " ", *slot.reason));
+    return cmd.Error(absl::StatusCode::kFailedPrecondition, "tensor id ", id,
+                     " ", *slot.reason);
   }
-  poisoned_read_seq_ = seq;
+  poisoned_read_seq_ = cmd.seq;
   poisoned_read_reason_ = slot.reason;
-  return absl::FailedPreconditionError(absl::StrCat(
-      what, " (command ", seq, "): tensor id ", id, " is poisoned: command ",
-      slot.poisoned_by,
-      ", which should have produced it, failed; the first failure was: ",
-      *slot.reason));
+  return cmd.Error(absl::StatusCode::kFailedPrecondition, "tensor id ", id,
+                   " is poisoned: command ", slot.poisoned_by,
+                   ", which should have produced it, failed; the first "
+                   "failure was: ",
+                   *slot.reason);
 }
 
-absl::Status Session::ResolveAll(int64_t seq, absl::string_view what,
+absl::Status Session::ResolveAll(const Command& cmd,
                                  absl::Span<const int64_t> ids,
                                  Tensors* out) const {
   out->clear();
   out->reserve(ids.size());
   for (int64_t id : ids) {
-    ASSIGN_OR_RETURN(Tensor t, Resolve(seq, what, id));
+    ASSIGN_OR_RETURN(Tensor t, Resolve(cmd, id));
     out->push_back(std::move(t));
   }
   return absl::OkStatus();
 }
 
-absl::Status Session::CheckFreeOutputs(int64_t seq, absl::string_view what,
+absl::Status Session::CheckFreeOutputs(const Command& cmd,
                                        absl::Span<const int64_t> ids) const {
   absl::flat_hash_set<int64_t> seen;
   seen.reserve(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) {
-    int64_t id = ids[i];
+  for (int64_t id : ids) {
     if (id == 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, " (command ", seq,
-                       "): output id 0 is reserved; ids are "
-                       "nonzero"));
+      return cmd.Error(absl::StatusCode::kInvalidArgument,
+                       "output id 0 is reserved; ids are nonzero");
     }
     if (!seen.insert(id).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, " (command ", seq, "): output id ", id,
-                       " appears twice in ", IdList(ids)));
+      return cmd.Error(absl::StatusCode::kInvalidArgument, "output id ", id,
+                       " appears twice in ", IdList(ids));
     }
     auto it = slots_.find(id);
     if (it != slots_.end() && it->second.kind == Slot::kTensor) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          what, " (command ", seq, "): output id ", id,
-          " already holds a tensor (", it->second.tensor.DebugString(),
-          "); release it first or choose a new id"));
+      return cmd.Error(absl::StatusCode::kAlreadyExists, "output id ", id,
+                       " already holds a tensor (",
+                       it->second.tensor.DebugString(),
+                       "); release it first or choose a new id");
     }
   }
   return absl::OkStatus();
@@ -163,8 +146,7 @@ void Session::Poison(int64_t seq, absl::Span<const int64_t> ids,
 
 void Session::Fail(int64_t seq, absl::Span<const int64_t> outputs,
                    const absl::Status& failure) {
-  last_seq_ = seq;
-  Poison(seq, outputs, failure);
+  Run(seq, "", outputs, [&](const Command&) { return failure; }).IgnoreError();
 }
 
 void Session::Store(int64_t id, Tensor t) {
@@ -181,65 +163,69 @@ void Session::Drop(int64_t id) {
   int64_t tensor_id = it->second.tensor.id();
   slots_.erase(it);
   account_->Add(-kSlotBytes);
-  if (tensor_id != 0) ctx_.Forget(tensor_id);
+  if (tensor_id != 0) exec_.Forget(tensor_id);
+}
+
+absl::StatusOr<const OpDef*> Session::PrepareOp(
+    const Command& cmd, absl::Span<const int64_t> inputs,
+    absl::Span<const int64_t> outputs, Tensors* in) const {
+  const OpDef* op = exec_.registry().Find(cmd.what);
+  if (op == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("command ", cmd.seq, ": unknown op ", QuoteName(cmd.what),
+                     " (ListOps returns the registered ops)"));
+  }
+  if (static_cast<int>(outputs.size()) != op->num_outputs()) {
+    return cmd.Error(absl::StatusCode::kInvalidArgument, "has ",
+                     op->num_outputs(), " outputs, got ", outputs.size(),
+                     " output ids ", IdList(outputs));
+  }
+  if (static_cast<int>(inputs.size()) != op->num_inputs()) {
+    return cmd.Error(absl::StatusCode::kInvalidArgument, "takes ",
+                     op->num_inputs(), " inputs, got ", inputs.size(),
+                     " input ids ", IdList(inputs));
+  }
+  RETURN_IF_ERROR(ResolveAll(cmd, inputs, in));
+  RETURN_IF_ERROR(CheckFreeOutputs(cmd, outputs));
+  return op;
+}
+
+absl::Status Session::ExecuteAndStore(
+    const Command& cmd, const OpDef& op, absl::Span<const int64_t> inputs,
+    const Tensors& in, absl::Span<const int64_t> outputs, AttrMap attrs,
+    std::shared_ptr<const GradientProgram> custom) {
+  Tensors out;
+  RETURN_IF_ERROR(cmd.Annotate(
+      exec_.Execute(op, in, std::move(attrs), &out, std::move(custom)),
+      absl::StrCat("input ids ", IdList(inputs))));
+  for (size_t i = 0; i < outputs.size(); ++i) Store(outputs[i], out[i]);
+  return absl::OkStatus();
 }
 
 absl::Status Session::ExecuteOp(int64_t seq, absl::string_view op_name,
                                 absl::Span<const int64_t> inputs,
                                 absl::Span<const int64_t> outputs,
                                 AttrMap attrs) {
-  last_seq_ = seq;
-  ScopedMemoryAccount scope(account_);
-  absl::Status status = [&]() -> absl::Status {
-    const OpDef* op = ctx_.registry().Find(op_name);
-    if (op == nullptr) {
-      return absl::NotFoundError(
-          absl::StrCat("command ", seq, ": unknown op ", QuoteName(op_name),
-                       " (ListOps returns the registered ops)"));
-    }
-    if (static_cast<int>(outputs.size()) != op->num_outputs()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          op_name, " (command ", seq, "): has ", op->num_outputs(),
-          " outputs, got ", outputs.size(), " output ids ", IdList(outputs)));
-    }
-    if (static_cast<int>(inputs.size()) != op->num_inputs()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          op_name, " (command ", seq, "): takes ", op->num_inputs(),
-          " inputs, got ", inputs.size(), " input ids ", IdList(inputs)));
-    }
+  return Run(seq, op_name, outputs, [&](const Command& cmd) -> absl::Status {
     Tensors in;
-    RETURN_IF_ERROR(ResolveAll(seq, op_name, inputs, &in));
-    RETURN_IF_ERROR(CheckFreeOutputs(seq, op_name, outputs));
-    Tensors out;
-    if (absl::Status s = ctx_.Execute(*op, in, std::move(attrs), &out);
-        !s.ok()) {
-      return Annotate(s, seq, op_name,
-                      absl::StrCat("input ids ", IdList(inputs)));
-    }
-    for (size_t i = 0; i < outputs.size(); ++i) Store(outputs[i], out[i]);
-    return absl::OkStatus();
-  }();
-  if (!status.ok()) Poison(seq, outputs, status);
-  return status;
+    ASSIGN_OR_RETURN(const OpDef* op, PrepareOp(cmd, inputs, outputs, &in));
+    return ExecuteAndStore(cmd, *op, inputs, in, outputs, std::move(attrs),
+                           nullptr);
+  });
 }
 
 absl::Status Session::PutTensor(int64_t seq, int64_t id, DType dtype,
                                 absl::Span<const int64_t> shape,
                                 absl::string_view bytes) {
-  last_seq_ = seq;
-  ScopedMemoryAccount scope(account_);
-  int64_t ids[] = {id};
-  absl::Status status = CheckFreeOutputs(seq, "PutTensor", ids);
-  if (status.ok()) {
-    absl::StatusOr<Tensor> t = Tensor::FromBytes(dtype, shape, bytes);
-    if (!t.ok()) {
-      status = Annotate(t.status(), seq, "PutTensor", absl::StrCat("id ", id));
-    } else {
-      Store(id, ctx_.Adopt(*std::move(t)));
-    }
-  }
-  if (!status.ok()) Poison(seq, ids, status);
-  return status;
+  const int64_t ids[] = {id};
+  return Run(seq, "PutTensor", ids, [&](const Command& cmd) -> absl::Status {
+    RETURN_IF_ERROR(CheckFreeOutputs(cmd, ids));
+    ASSIGN_OR_RETURN(Tensor t,
+                     cmd.Annotate(Tensor::FromBytes(dtype, shape, bytes),
+                                  absl::StrCat("id ", id)));
+    Store(id, exec_.Adopt(std::move(t)));
+    return absl::OkStatus();
+  });
 }
 
 absl::Status Session::PutTensor(int64_t seq, int64_t id, const Tensor& value) {
@@ -249,160 +235,147 @@ absl::Status Session::PutTensor(int64_t seq, int64_t id, const Tensor& value) {
 }
 
 absl::StatusOr<Tensor> Session::FetchTensor(int64_t seq, int64_t id) {
-  last_seq_ = seq;
-  return Resolve(seq, "FetchTensor", id);
+  return Run(seq, "FetchTensor", {},
+             [&](const Command& cmd) { return Resolve(cmd, id); });
 }
 
 absl::Status Session::ReleaseTensors(int64_t seq,
                                      absl::Span<const int64_t> ids) {
-  last_seq_ = seq;
-  for (int64_t id : ids) {
-    if (!slots_.contains(id)) {
-      return absl::NotFoundError(absl::StrCat("ReleaseTensors (command ", seq,
-                                              "): unknown tensor id ", id,
-                                              "; nothing was released"));
-    }
-  }
-  ScopedMemoryAccount scope(account_);
-  for (int64_t id : ids) Drop(id);
-  return absl::OkStatus();
+  return Run(
+      seq, "ReleaseTensors", {}, [&](const Command& cmd) -> absl::Status {
+        for (int64_t id : ids) {
+          if (!slots_.contains(id)) {
+            return cmd.Error(absl::StatusCode::kNotFound, "unknown tensor id ",
+                             id, "; nothing was released");
+          }
+        }
+        for (int64_t id : ids) Drop(id);
+        return absl::OkStatus();
+      });
 }
 
 absl::Status Session::PushTape(int64_t seq, int64_t tape, bool persistent,
                                bool watch_accessed_variables) {
-  last_seq_ = seq;
-  if (account_->remaining() < Tape::kTapeBytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "PushTape (command ", seq, "): session memory limit exceeded (",
-        account_->bytes(), " bytes in use, limit ", account_->limit(),
-        "); release tensors or delete tapes"));
-  }
-  ScopedMemoryAccount scope(account_);
-  absl::Status s =
-      ctx_.tapes().Push(tape, persistent, watch_accessed_variables);
-  return s.ok() ? s : Annotate(s, seq, "PushTape");
+  return Run(seq, "PushTape", {}, [&](const Command& cmd) -> absl::Status {
+    if (account_->remaining() < Tape::kTapeBytes) {
+      return cmd.Error(absl::StatusCode::kResourceExhausted,
+                       "session memory limit exceeded (", account_->bytes(),
+                       " bytes in use, limit ", account_->limit(),
+                       "); release tensors or delete tapes");
+    }
+    return cmd.Annotate(
+        exec_.tapes().Push(tape, persistent, watch_accessed_variables));
+  });
 }
 
 absl::Status Session::PopTape(int64_t seq, int64_t tape) {
-  last_seq_ = seq;
-  absl::Status s = ctx_.tapes().Pop(tape);
-  return s.ok() ? s : Annotate(s, seq, "PopTape");
+  return Run(seq, "PopTape", {}, [&](const Command& cmd) {
+    return cmd.Annotate(exec_.tapes().Pop(tape));
+  });
 }
 
 absl::Status Session::DeleteTape(int64_t seq, int64_t tape) {
-  last_seq_ = seq;
-  ScopedMemoryAccount scope(account_);
-  absl::Status s = ctx_.tapes().Delete(tape);
-  return s.ok() ? s : Annotate(s, seq, "DeleteTape");
+  return Run(seq, "DeleteTape", {}, [&](const Command& cmd) {
+    return cmd.Annotate(exec_.tapes().Delete(tape));
+  });
 }
 
 absl::Status Session::Watch(int64_t seq, int64_t tape_id,
                             absl::Span<const int64_t> ids) {
-  last_seq_ = seq;
-  absl::StatusOr<Tape*> tape = ctx_.tapes().Find(tape_id);
-  if (!tape.ok()) return Annotate(tape.status(), seq, "Watch");
-  Tensors tensors;
-  RETURN_IF_ERROR(ResolveAll(seq, "Watch", ids, &tensors));
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (!IsTrainable(tensors[i].dtype())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Watch (command ", seq, "): tensor id ", ids[i], " is ",
-          tensors[i].DebugString(),
-          "; only floating, complex and variable-handle tensors can be "
-          "watched"));
+  return Run(seq, "Watch", {}, [&](const Command& cmd) -> absl::Status {
+    ASSIGN_OR_RETURN(Tape * tape, cmd.Annotate(exec_.tapes().Find(tape_id)));
+    Tensors tensors;
+    RETURN_IF_ERROR(ResolveAll(cmd, ids, &tensors));
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (!IsTrainable(tensors[i].dtype())) {
+        return cmd.Error(absl::StatusCode::kInvalidArgument, "tensor id ",
+                         ids[i], " is ", tensors[i].DebugString(),
+                         "; only floating, complex and variable-handle "
+                         "tensors can be watched");
+      }
     }
-  }
-  for (const Tensor& t : tensors) (*tape)->Watch(t);
-  return absl::OkStatus();
+    for (const Tensor& t : tensors) tape->Watch(t);
+    return absl::OkStatus();
+  });
 }
 
 absl::Status Session::StopRecording(int64_t seq) {
-  last_seq_ = seq;
-  ctx_.tapes().StopRecording();
-  return absl::OkStatus();
+  return Run(seq, "StopRecording", {}, [&](const Command&) {
+    exec_.tapes().StopRecording();
+    return absl::OkStatus();
+  });
 }
 
 absl::Status Session::StartRecording(int64_t seq) {
-  last_seq_ = seq;
-  ctx_.tapes().StartRecording();
-  return absl::OkStatus();
+  return Run(seq, "StartRecording", {}, [&](const Command&) {
+    exec_.tapes().StartRecording();
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<Session::Differentiation> Session::PrepareDifferentiation(
+    const Command& cmd, int64_t tape, absl::Span<const int64_t> targets,
+    absl::Span<const int64_t> sources,
+    absl::Span<const int64_t> result_ids) {
+  if (result_ids.size() != sources.size()) {
+    return cmd.Error(absl::StatusCode::kInvalidArgument, sources.size(),
+                     " sources but ", result_ids.size(), " result ids");
+  }
+  if (targets.empty()) {
+    return cmd.Error(absl::StatusCode::kInvalidArgument, "no targets");
+  }
+  Differentiation d;
+  ASSIGN_OR_RETURN(d.tape, cmd.Annotate(exec_.tapes().Find(tape)));
+  RETURN_IF_ERROR(ResolveAll(cmd, targets, &d.targets));
+  RETURN_IF_ERROR(ResolveAll(cmd, sources, &d.sources));
+  return d;
 }
 
 absl::StatusOr<std::vector<Tensor>> Session::Gradient(
     int64_t seq, const GradientRequest& request) {
-  last_seq_ = seq;
-  ScopedMemoryAccount scope(account_);
-  std::vector<Tensor> results;
-  absl::Status status = [&]() -> absl::Status {
-    if (request.result_ids.size() != request.sources.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Gradient (command ", seq, "): ", request.sources.size(),
-          " sources but ", request.result_ids.size(), " result ids"));
-    }
-    if (request.targets.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Gradient (command ", seq, "): no targets"));
-    }
-    absl::StatusOr<Tape*> tape = ctx_.tapes().Find(request.tape);
-    if (!tape.ok()) return Annotate(tape.status(), seq, "Gradient");
-    Tensors targets, sources, output_grads;
-    RETURN_IF_ERROR(ResolveAll(seq, "Gradient", request.targets, &targets));
-    RETURN_IF_ERROR(ResolveAll(seq, "Gradient", request.sources, &sources));
-    for (int64_t id : request.output_gradients) {
-      if (id == 0) {
-        output_grads.push_back(Tensor());
-        continue;
-      }
-      ASSIGN_OR_RETURN(Tensor t, Resolve(seq, "Gradient", id));
-      output_grads.push_back(std::move(t));
-    }
-    RETURN_IF_ERROR(CheckFreeOutputs(seq, "Gradient", request.result_ids));
-    absl::StatusOr<std::vector<Tensor>> grads = ctx_.Gradient(
-        **tape, targets, sources, output_grads, request.unconnected);
-    if (!grads.ok()) {
-      return Annotate(grads.status(), seq, "Gradient",
-                      absl::StrCat("tape ", request.tape));
-    }
-    results = *std::move(grads);
-    absl::flat_hash_set<int64_t> stored;
-    for (size_t i = 0; i < results.size(); ++i) {
-      Tensor& r = results[i];
-      if (!r.valid()) {
-        StoreNone(request.result_ids[i],
-                  absl::StrCat(
-                      "is a None gradient: source id ", request.sources[i],
-                      " is not connected to the targets on tape ", request.tape,
-                      " (ask for unconnected_gradients=ZERO to get "
-                      "zeros)"));
-        continue;
-      }
-      // One id, one handle: a repeated source gets its own copy of the id.
-      if (!stored.insert(r.id()).second) r = ctx_.Adopt(r);
-      Store(request.result_ids[i], r);
-    }
-    return absl::OkStatus();
-  }();
-  if (!status.ok()) {
-    Poison(seq, request.result_ids, status);
-    return status;
-  }
-  return results;
+  return Run(
+      seq, "Gradient", request.result_ids,
+      [&](const Command& cmd) -> absl::StatusOr<std::vector<Tensor>> {
+        ASSIGN_OR_RETURN(
+            Differentiation d,
+            PrepareDifferentiation(cmd, request.tape, request.targets,
+                                   request.sources, request.result_ids));
+        Tensors output_grads;
+        for (int64_t id : request.output_gradients) {
+          if (id == 0) {
+            output_grads.push_back(Tensor());  // ones
+            continue;
+          }
+          ASSIGN_OR_RETURN(Tensor t, Resolve(cmd, id));
+          output_grads.push_back(std::move(t));
+        }
+        RETURN_IF_ERROR(CheckFreeOutputs(cmd, request.result_ids));
+        ASSIGN_OR_RETURN(
+            std::vector<Tensor> results,
+            cmd.Annotate(exec_.Gradient(*d.tape, d.targets, d.sources,
+                                        output_grads, request.unconnected),
+                         absl::StrCat("tape ", request.tape)));
+        StoreResults(results, request.result_ids, [&](size_t i) {
+          return absl::StrCat(
+              "is a None gradient: source id ", request.sources[i],
+              " is not connected to the targets on tape ", request.tape,
+              " (ask for unconnected_gradients=ZERO to get zeros)");
+        });
+        return results;
+      });
 }
 
 // --- Training: checkpoints --------------------------------------------------
 
 absl::StatusOr<std::vector<Variable*>> Session::CheckpointVariables(
-    int64_t seq, absl::string_view what, absl::string_view name,
+    const Command& cmd, absl::string_view name,
     absl::Span<const int64_t> ids) const {
   if (checkpoint_dir_.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        what, " (command ", seq,
-        "): checkpoints are disabled on this server; start gradtape-server "
-        "with --checkpoint_dir=DIR"));
+    return cmd.Error(absl::StatusCode::kFailedPrecondition,
+                     "checkpoints are disabled on this server; start "
+                     "gradtape-server with --checkpoint_dir=DIR");
   }
-  if (absl::Status s = ValidateCheckpointName(name); !s.ok()) {
-    return Annotate(s, seq, what);
-  }
+  RETURN_IF_ERROR(cmd.Annotate(ValidateCheckpointName(name)));
   std::vector<Variable*> vars;
   absl::flat_hash_set<Variable*> seen;
   if (ids.empty()) {
@@ -416,18 +389,18 @@ absl::StatusOr<std::vector<Variable*>> Session::CheckpointVariables(
         [](const Variable* a, const Variable* b) { return a->name < b->name; });
     if (vars.empty()) {
       return absl::FailedPreconditionError(
-          absl::StrCat(what, " (command ", seq, ", checkpoint '", name,
+          absl::StrCat(cmd.what, " (command ", cmd.seq, ", checkpoint '", name,
                        "'): the session holds no variable handle"));
     }
     return vars;
   }
   for (int64_t id : ids) {
-    ASSIGN_OR_RETURN(Tensor t, Resolve(seq, what, id));
+    ASSIGN_OR_RETURN(Tensor t, Resolve(cmd, id));
     Variable* var = VariableOf(t);
     if (var == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, " (command ", seq, "): id ", id, " is ", t.DebugString(),
-          ", not a variable handle (VarHandleOp's output)"));
+      return cmd.Error(absl::StatusCode::kInvalidArgument, "id ", id, " is ",
+                       t.DebugString(),
+                       ", not a variable handle (VarHandleOp's output)");
     }
     if (seen.insert(var).second) vars.push_back(var);
   }
@@ -437,36 +410,29 @@ absl::StatusOr<std::vector<Variable*>> Session::CheckpointVariables(
 absl::StatusOr<CheckpointSummary> Session::SaveCheckpoint(
     int64_t seq, absl::string_view name,
     absl::Span<const int64_t> variable_ids) {
-  last_seq_ = seq;
-  ASSIGN_OR_RETURN(
-      std::vector<Variable*> vars,
-      CheckpointVariables(seq, "SaveCheckpoint", name, variable_ids));
-  absl::StatusOr<CheckpointSummary> summary =
-      SaveVariables(checkpoint_dir_, name, vars);
-  if (!summary.ok()) {
-    return Annotate(summary.status(), seq, "SaveCheckpoint",
-                    absl::StrCat("checkpoint '", name, "'"));
-  }
-  return summary;
+  return Run(seq, "SaveCheckpoint", {},
+             [&](const Command& cmd) -> absl::StatusOr<CheckpointSummary> {
+               ASSIGN_OR_RETURN(std::vector<Variable*> vars,
+                                CheckpointVariables(cmd, name, variable_ids));
+               return cmd.Annotate(SaveVariables(checkpoint_dir_, name, vars),
+                                   absl::StrCat("checkpoint '", name, "'"));
+             });
 }
 
 absl::StatusOr<CheckpointSummary> Session::RestoreCheckpoint(
     int64_t seq, absl::string_view name,
     absl::Span<const int64_t> variable_ids) {
-  last_seq_ = seq;
-  ScopedMemoryAccount scope(account_);
-  ASSIGN_OR_RETURN(
-      std::vector<Variable*> vars,
-      CheckpointVariables(seq, "RestoreCheckpoint", name, variable_ids));
-  absl::StatusOr<CheckpointSummary> summary = RestoreVariables(
-      checkpoint_dir_, name, vars,
-      // The file may use what is left of the budget.
-      std::min(account_->remaining(), kMaxCheckpointFileBytes));
-  if (!summary.ok()) {
-    return Annotate(summary.status(), seq, "RestoreCheckpoint",
-                    absl::StrCat("checkpoint '", name, "'"));
-  }
-  return summary;
+  return Run(seq, "RestoreCheckpoint", {},
+             [&](const Command& cmd) -> absl::StatusOr<CheckpointSummary> {
+               ASSIGN_OR_RETURN(std::vector<Variable*> vars,
+                                CheckpointVariables(cmd, name, variable_ids));
+               // The file may use what is left of the budget.
+               const int64_t max_file_bytes =
+                   std::min(account_->remaining(), kMaxCheckpointFileBytes);
+               return cmd.Annotate(RestoreVariables(checkpoint_dir_, name, vars,
+                                                    max_file_bytes),
+                                   absl::StrCat("checkpoint '", name, "'"));
+             });
 }
 
 absl::StatusOr<Tensor> Session::Peek(int64_t id) const {
@@ -477,6 +443,12 @@ absl::StatusOr<Tensor> Session::Peek(int64_t id) const {
   return it->second.tensor;
 }
 
+SessionStats Session::Stats(int64_t seq) {
+  return *Run(
+      seq, "Stats", {},
+      [&](const Command&) -> absl::StatusOr<SessionStats> { return Stats(); });
+}
+
 SessionStats Session::Stats() const {
   SessionStats stats;
   for (const auto& [id, slot] : slots_) {
@@ -484,8 +456,8 @@ SessionStats Session::Stats() const {
     if (slot.kind == Slot::kPoisoned) ++stats.poisoned_ids;
   }
   stats.bytes_in_use = account_->bytes();
-  stats.tapes = ctx_.tapes().num_tapes();
-  ctx_.tapes().ForEach([&](const Tape& tape) {
+  stats.tapes = exec_.tapes().num_tapes();
+  exec_.tapes().ForEach([&](const Tape& tape) {
     stats.tape_entries += tape.num_entries();
     stats.tape_saved_bytes += tape.SavedBytes();
   });

@@ -22,12 +22,15 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "core/autodiff/custom_gradient.h"
 #include "core/autodiff/op_executor.h"
 #include "core/registry/op_registry.h"
 #include "core/session/checkpoint.h"
+#include "core/session/command.h"
 #include "core/tensor/tensor.h"
 
 namespace gradtape {
@@ -162,13 +165,10 @@ class Session {
   // changes): for callers that must size a result before applying it.
   absl::StatusOr<Tensor> Peek(int64_t id) const;
   // Stats as a command of the log (advances last_seq).
-  SessionStats Stats(int64_t seq) {
-    last_seq_ = seq;
-    return Stats();
-  }
+  SessionStats Stats(int64_t seq);
   // Sequence number of the last command processed (applied or failed).
   int64_t last_seq() const { return last_seq_; }
-  OpExecutor& context() { return ctx_; }
+  OpExecutor& executor() { return exec_; }
 
  private:
   struct Slot {
@@ -180,19 +180,68 @@ class Session {
     int64_t poisoned_by = 0;  // kPoisoned: seq of the command that failed
   };
 
-  // "<what> (command <seq>[, <where>]): <detail>", where a detail that
-  // already starts with "<what>: " (kernel messages do) loses that prefix.
-  static absl::Status Annotate(const absl::Status& s, int64_t seq,
-                               absl::string_view what,
-                               absl::string_view where = "");
-  // The tensor behind `id`, or an error naming `what` (the op or command),
-  // seq and id.
-  absl::StatusOr<Tensor> Resolve(int64_t seq, absl::string_view what,
-                                 int64_t id) const;
-  absl::Status ResolveAll(int64_t seq, absl::string_view what,
-                          absl::Span<const int64_t> ids, Tensors* out) const;
+  // Runs one command; every command of the session goes through here. It
+  // records `seq` as the last command processed, makes the session's memory
+  // account current (every allocation is charged to it, and refused past
+  // its limit), runs `body(cmd)` and, when that fails, poisons the free ids
+  // among `outputs` with the failure. A body checks everything before it
+  // changes anything, so a failed command leaves the session as it was but
+  // for the poisoned ids. `body` returns absl::Status or absl::StatusOr.
+  template <typename Body>
+  auto Run(int64_t seq, absl::string_view what,
+           absl::Span<const int64_t> outputs, Body&& body) {
+    last_seq_ = seq;
+    ScopedMemoryAccount scope(account_);
+    const Command cmd{seq, what};
+    auto result = body(cmd);
+    if (!result.ok()) Poison(seq, outputs, StatusOf(result));
+    return result;
+  }
+  static const absl::Status& StatusOf(const absl::Status& s) { return s; }
+  template <typename T>
+  static const absl::Status& StatusOf(const absl::StatusOr<T>& s) {
+    return s.status();
+  }
+
+  // The checks ExecuteOp and ExecuteOpWithGradient share: the op exists,
+  // the id counts match its arity, the inputs resolve and the outputs are
+  // free. Fills `in` and returns the op.
+  absl::StatusOr<const OpDef*> PrepareOp(const Command& cmd,
+                                         absl::Span<const int64_t> inputs,
+                                         absl::Span<const int64_t> outputs,
+                                         Tensors* in) const;
+  // Runs `op` on `in` (with the custom backward, if any) and stores its
+  // outputs at `outputs`.
+  absl::Status ExecuteAndStore(const Command& cmd, const OpDef& op,
+                               absl::Span<const int64_t> inputs,
+                               const Tensors& in,
+                               absl::Span<const int64_t> outputs, AttrMap attrs,
+                               std::shared_ptr<const GradientProgram> custom);
+  // What Gradient and Jacobian share before they differentiate: one result
+  // id per source, at least one target, the tape, the targets and sources.
+  struct Differentiation {
+    Tape* tape = nullptr;
+    Tensors targets;
+    Tensors sources;
+  };
+  absl::StatusOr<Differentiation> PrepareDifferentiation(
+      const Command& cmd, int64_t tape, absl::Span<const int64_t> targets,
+      absl::Span<const int64_t> sources,
+      absl::Span<const int64_t> result_ids);
+  // ... and after: stores results[i] at result_ids[i], a None slot (saying
+  // `none_reason(i)`) for an invalid one. A tensor returned for two
+  // sources gets a second handle, so each id owns its own.
+  template <typename NoneReason>
+  void StoreResults(std::vector<Tensor>& results,
+                    absl::Span<const int64_t> result_ids,
+                    NoneReason none_reason);
+
+  // The tensor behind `id`, or an error naming the command and id.
+  absl::StatusOr<Tensor> Resolve(const Command& cmd, int64_t id) const;
+  absl::Status ResolveAll(const Command& cmd, absl::Span<const int64_t> ids,
+                          Tensors* out) const;
   // OK if every id is nonzero, distinct and free (unused or poisoned/None).
-  absl::Status CheckFreeOutputs(int64_t seq, absl::string_view what,
+  absl::Status CheckFreeOutputs(const Command& cmd,
                                 absl::Span<const int64_t> ids) const;
   // Poisons the free ids among `ids` for command `seq`'s failure. When the
   // command failed because it read a poisoned id, its ids inherit that
@@ -207,16 +256,16 @@ class Session {
   Slot& SlotFor(int64_t id);
   // `text`, cut to kMaxReasonBytes, charged to the account while it lives.
   std::shared_ptr<const std::string> MakeReason(std::string text) const;
-  // For checkpoint command `what` on checkpoint `name`: the variables
+  // For checkpoint command `cmd` on checkpoint `name`: the variables
   // behind `ids` (all of the session's, by name, when empty), after checking
   // that checkpoints are enabled and the name is valid; or an error naming
-  // `what`, seq and the offending id or name.
+  // the command and the offending id or name.
   absl::StatusOr<std::vector<Variable*>> CheckpointVariables(
-      int64_t seq, absl::string_view what, absl::string_view name,
+      const Command& cmd, absl::string_view name,
       absl::Span<const int64_t> ids) const;
 
   std::shared_ptr<MemoryAccount> account_;
-  OpExecutor ctx_;
+  OpExecutor exec_;
   absl::flat_hash_map<int64_t, Slot> slots_;
   // The first failure behind the last poisoned id that Resolve refused, and
   // the command that read it: Poison lets that command's outputs inherit it.
@@ -225,6 +274,23 @@ class Session {
   int64_t last_seq_ = 0;
   std::string checkpoint_dir_;
 };
+
+template <typename NoneReason>
+void Session::StoreResults(std::vector<Tensor>& results,
+                           absl::Span<const int64_t> result_ids,
+                           NoneReason none_reason) {
+  absl::flat_hash_set<int64_t> stored;
+  for (size_t i = 0; i < results.size(); ++i) {
+    Tensor& r = results[i];
+    if (!r.valid()) {
+      StoreNone(result_ids[i], none_reason(i));
+      continue;
+    }
+    // One id, one handle: a repeated source gets its own copy of the id.
+    if (!stored.insert(r.id()).second) r = exec_.Adopt(r);
+    Store(result_ids[i], r);
+  }
+}
 
 }  // namespace gradtape
 
