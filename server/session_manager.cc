@@ -9,6 +9,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "grpc/support/log.h"
 
 namespace gradtape::server {
@@ -117,13 +118,10 @@ absl::StatusOr<SessionManager::Created> SessionManager::Create(
                      absl::ToInt64Seconds(lease)));
   }
   if (lease == absl::ZeroDuration()) lease = options_.default_lease;
-  absl::StatusOr<std::string> token = RandomHex(kTokenBytes);
-  if (!token.ok()) return token.status();
+  ASSIGN_OR_RETURN(std::string token, RandomHex(kTokenBytes));
   std::string session_id(id);
   if (session_id.empty()) {
-    absl::StatusOr<std::string> random_id = RandomHex(kSessionIdBytes);
-    if (!random_id.ok()) return random_id.status();
-    session_id = *std::move(random_id);
+    ASSIGN_OR_RETURN(session_id, RandomHex(kSessionIdBytes));
   }
 
   absl::MutexLock lock(&mu_);
@@ -143,9 +141,9 @@ absl::StatusOr<SessionManager::Created> SessionManager::Create(
   session_options.memory_limit_bytes = options_.session_memory_limit_bytes;
   session_options.checkpoint_dir = options_.checkpoint_dir;
   auto entry = std::make_shared<SessionEntry>(registry_, session_options,
-                                              session_id, *token, lease);
+                                              session_id, token, lease);
   sessions_.emplace(session_id, entry);
-  return Created{std::move(entry), *std::move(token)};
+  return Created{std::move(entry), std::move(token)};
 }
 
 absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Authenticate(
