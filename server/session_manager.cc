@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "grpc/support/log.h"
+#include "openssl/crypto.h"
 
 namespace gradtape::server {
 namespace {
@@ -54,13 +55,11 @@ absl::Status SessionEntry::ClosedError() const {
 }
 
 bool SessionEntry::TokenMatches(absl::string_view token) const {
-  // The length of a token is not secret (always 64); its bytes are.
-  if (token.size() != token_.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < token.size(); ++i) {
-    diff |= static_cast<unsigned char>(token[i] ^ token_[i]);
-  }
-  return diff == 0;
+  // The length of a token is not secret (always 64 hex digits): a wrong
+  // length is refused at once. Its bytes are: CRYPTO_memcmp takes the same
+  // time wherever they differ.
+  return token.size() == token_.size() &&
+         CRYPTO_memcmp(token.data(), token_.data(), token_.size()) == 0;
 }
 
 bool SessionEntry::IdleAt(int64_t now_ns) const {
