@@ -24,6 +24,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "bench/load_sessions.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
 #include "gradtape/v1/tape_service.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 
@@ -60,9 +62,17 @@ int Create(v1::TapeService::Stub& stub) {
     return absl::StrCat("{{index (list `", absl::StrJoin(values, "` `"),
                         "`) (mod .RequestNumber ", values.size(), ")}}");
   };
+  google::protobuf::Struct metadata;
+  auto& fields = *metadata.mutable_fields();
+  fields["gradtape-session-id"].set_string_value(pick(ids));
+  fields["gradtape-session-token"].set_string_value(pick(tokens));
+  std::string json;
+  if (!google::protobuf::util::MessageToJsonString(metadata, &json).ok()) {
+    std::fprintf(stderr, "cannot write the metadata as JSON\n");
+    return 1;
+  }
   std::ofstream md(absl::GetFlag(FLAGS_metadata_out));
-  md << "{\"gradtape-session-id\": \"" << pick(ids)
-     << "\", \"gradtape-session-token\": \"" << pick(tokens) << "\"}\n";
+  md << json << "\n";
   return sessions && md ? 0 : 1;
 }
 

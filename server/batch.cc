@@ -12,17 +12,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/types/span.h"
+#include "core/base/status_macros.h"
 #include "core/tensor/variable.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "server/convert.h"
 
 namespace gradtape::server {
 namespace {
-
-template <typename Repeated>
-absl::Span<const int64_t> Ids(const Repeated& ids) {
-  return absl::MakeConstSpan(ids.data(), ids.size());
-}
 
 // ---------------------------------------------------------------------------
 // The reply budget.
@@ -321,193 +317,82 @@ absl::Status Refuse(const Prediction& p, int64_t seq,
       " are poisoned); ", p.advice, kChunkedLater));
 }
 
-absl::Status Execute(Session& session, int64_t seq, const v1::ExecuteOp& cmd) {
-  AttrMap attrs;
-  for (const auto& [name, value] : cmd.attrs()) {
-    absl::StatusOr<AttrValue> converted = FromProto(name, value);
-    if (!converted.ok()) {
-      absl::Status failure = absl::InvalidArgumentError(absl::StrCat(
-          cmd.op(), " (command ", seq, "): ", converted.status().message()));
-      session.Fail(seq, Ids(cmd.output_ids()), failure);
-      return failure;
-    }
-    attrs.Set(name, *std::move(converted));
-  }
-  return session.ExecuteOp(seq, cmd.op(), Ids(cmd.input_ids()),
-                           Ids(cmd.output_ids()), std::move(attrs));
+// A command whose op or attrs do not convert fails before it reaches the
+// core: INVALID_ARGUMENT "<op> (command <seq>): <why>", its outputs
+// poisoned.
+absl::Status FailOp(Session& session, int64_t seq, const v1::ExecuteOp& op,
+                    const absl::Status& why) {
+  absl::Status failure = absl::InvalidArgumentError(
+      absl::StrCat(op.op(), " (command ", seq, "): ", why.message()));
+  session.Fail(seq, Ids(op.output_ids()), failure);
+  return failure;
 }
 
-// Returned values (an invalid Tensor is a None value). A value that cannot be
-// serialised (a core bug) is an INTERNAL error that says the command was
-// applied.
-absl::Status ValuesToProto(int64_t seq, absl::string_view what,
-                           absl::Span<const Tensor> values,
-                           v1::GradientValues* out) {
-  for (const Tensor& t : values) {
-    v1::TensorValue* value = out->add_values();
-    out->add_is_none(!t.valid());
-    if (!t.valid()) continue;
-    if (absl::Status s = ToProto(t, value); !s.ok()) {
-      return absl::InternalError(absl::StrCat(
-          what, " (command ", seq, "): it was applied, but value ",
-          out->values_size() - 1, " cannot be returned: ", s.message()));
-    }
+absl::Status Execute(Session& session, int64_t seq, const v1::ExecuteOp& cmd) {
+  absl::StatusOr<AttrMap> attrs = AttrsFromProto(cmd.attrs());
+  if (!attrs.ok()) return FailOp(session, seq, cmd, attrs.status());
+  return session.ExecuteOp(seq, cmd.op(), Ids(cmd.input_ids()),
+                           Ids(cmd.output_ids()), *std::move(attrs));
+}
+
+// Returned values into `out`. A value that cannot be serialised (a core bug)
+// is an INTERNAL error that says the command was applied.
+absl::Status ReturnValues(int64_t seq, absl::string_view what,
+                          absl::Span<const Tensor> values,
+                          v1::GradientValues* out) {
+  if (absl::Status s = ToProto(values, out); !s.ok()) {
+    return absl::InternalError(absl::StrCat(
+        what, " (command ", seq, "): it was applied, but ", s.message()));
   }
   return absl::OkStatus();
 }
 
 absl::Status Gradient(Session& session, int64_t seq, const v1::Gradient& cmd,
                       v1::CommandResult* result) {
-  GradientRequest request;
-  request.tape = cmd.tape_id();
-  request.targets.assign(cmd.target_ids().begin(), cmd.target_ids().end());
-  request.sources.assign(cmd.source_ids().begin(), cmd.source_ids().end());
-  request.output_gradients.assign(cmd.output_gradient_ids().begin(),
-                                  cmd.output_gradient_ids().end());
-  request.unconnected = cmd.unconnected() == v1::UNCONNECTED_ZERO
-                            ? Unconnected::kZero
-                            : Unconnected::kNone;
-  request.result_ids.assign(cmd.result_ids().begin(), cmd.result_ids().end());
-  absl::StatusOr<std::vector<Tensor>> grads = session.Gradient(seq, request);
-  if (!grads.ok()) return grads.status();
+  ASSIGN_OR_RETURN(std::vector<Tensor> grads,
+                   session.Gradient(seq, FromProto(cmd)));
   if (!cmd.return_values()) return absl::OkStatus();
-  return ValuesToProto(seq, "Gradient", *grads, result->mutable_gradient());
+  return ReturnValues(seq, "Gradient", grads, result->mutable_gradient());
 }
 
 // Training: SaveCheckpoint / RestoreCheckpoint answer a CheckpointInfo.
-void CheckpointToProto(const CheckpointSummary& summary,
-                       v1::CheckpointInfo* out) {
-  out->set_name(summary.name);
-  for (const std::string& name : summary.variables) {
-    out->add_variable_names(name);
-  }
-  out->set_file_bytes(summary.file_bytes);
-}
-
 absl::Status Checkpoint(absl::StatusOr<CheckpointSummary> summary,
                         v1::CommandResult* result) {
-  if (!summary.ok()) return summary.status();
-  CheckpointToProto(*summary, result->mutable_checkpoint());
+  RETURN_IF_ERROR(summary.status());
+  ToProto(*summary, result->mutable_checkpoint());
   return absl::OkStatus();
 }
 
 // Jacobians, forward mode, custom gradients.
-Unconnected UnconnectedFromProto(v1::UnconnectedGradients u) {
-  return u == v1::UNCONNECTED_ZERO ? Unconnected::kZero : Unconnected::kNone;
-}
-
 absl::Status Jacobian(Session& session, int64_t seq, const v1::Jacobian& cmd,
                       v1::CommandResult* result) {
-  JacobianRequest request;
-  request.tape = cmd.tape_id();
-  request.target = cmd.target_id();
-  request.sources.assign(cmd.source_ids().begin(), cmd.source_ids().end());
-  request.unconnected = UnconnectedFromProto(cmd.unconnected());
-  request.batch = cmd.batch();
-  request.result_ids.assign(cmd.result_ids().begin(), cmd.result_ids().end());
-  absl::StatusOr<std::vector<Tensor>> jac = session.Jacobian(seq, request);
-  if (!jac.ok()) return jac.status();
+  ASSIGN_OR_RETURN(std::vector<Tensor> jac,
+                   session.Jacobian(seq, FromProto(cmd)));
   if (!cmd.return_values()) return absl::OkStatus();
-  return ValuesToProto(seq, cmd.batch() ? "BatchJacobian" : "Jacobian", *jac,
-                       result->mutable_jacobian());
+  return ReturnValues(seq, cmd.batch() ? "BatchJacobian" : "Jacobian", jac,
+                      result->mutable_jacobian());
 }
 
 absl::Status FetchJvp(Session& session, int64_t seq, const v1::FetchJvp& cmd,
                       v1::CommandResult* result) {
-  absl::StatusOr<Tensor> jvp =
-      session.FetchJvp(seq, cmd.accumulator_id(), cmd.id(), cmd.result_id(),
-                       UnconnectedFromProto(cmd.unconnected()));
-  if (!jvp.ok()) return jvp.status();
+  ASSIGN_OR_RETURN(Tensor jvp, session.FetchJvp(seq, cmd.accumulator_id(),
+                                                cmd.id(), cmd.result_id(),
+                                                FromProto(cmd.unconnected())));
   if (!cmd.return_value()) return absl::OkStatus();
-  return ValuesToProto(seq, "FetchJvp", absl::MakeConstSpan(&*jvp, 1),
-                       result->mutable_jvp());
-}
-
-absl::StatusOr<GradientRef> RefFromProto(const v1::GradientRef& ref,
-                                         absl::string_view where) {
-  GradientRef r;
-  switch (ref.ref_case()) {
-    case v1::GradientRef::kUpstream:
-      r.kind = GradientRef::kUpstream;
-      r.index = ref.upstream();
-      return r;
-    case v1::GradientRef::kInput:
-      r.kind = GradientRef::kInput;
-      r.index = ref.input();
-      return r;
-    case v1::GradientRef::kOutput:
-      r.kind = GradientRef::kOutput;
-      r.index = ref.output();
-      return r;
-    case v1::GradientRef::kStep:
-      r.kind = GradientRef::kStep;
-      r.index = ref.step().step();
-      r.output = ref.step().output();
-      return r;
-    case v1::GradientRef::kTensorId:
-      r.kind = GradientRef::kTensor;
-      r.client_id = ref.tensor_id();
-      return r;
-    case v1::GradientRef::REF_NOT_SET:
-      break;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat(where,
-                   " sets no reference (upstream, input, output, "
-                   "step or tensor_id)"));
+  return ReturnValues(seq, "FetchJvp", absl::MakeConstSpan(&jvp, 1),
+                      result->mutable_jvp());
 }
 
 absl::Status ExecuteWithGradient(Session& session, int64_t seq,
                                  const v1::ExecuteWithGradient& cmd) {
   const v1::ExecuteOp& op = cmd.op();
-  auto fail = [&](const absl::Status& s) {
-    absl::Status failure = absl::InvalidArgumentError(
-        absl::StrCat(op.op(), " (command ", seq, "): ", s.message()));
-    session.Fail(seq, Ids(op.output_ids()), failure);
-    return failure;
-  };
-  AttrMap attrs;
-  for (const auto& [name, value] : op.attrs()) {
-    absl::StatusOr<AttrValue> converted = FromProto(name, value);
-    if (!converted.ok()) return fail(converted.status());
-    attrs.Set(name, *std::move(converted));
-  }
-  GradientProgram program;
-  for (int s = 0; s < cmd.steps_size(); ++s) {
-    const v1::GradientStep& step = cmd.steps(s);
-    GradientStep out;
-    out.op = step.op();
-    for (int j = 0; j < step.inputs_size(); ++j) {
-      absl::StatusOr<GradientRef> ref =
-          RefFromProto(step.inputs(j),
-                       absl::StrCat("custom gradient step ", s, " input ", j));
-      if (!ref.ok()) return fail(ref.status());
-      out.inputs.push_back(*std::move(ref));
-    }
-    for (const auto& [name, value] : step.attrs()) {
-      absl::StatusOr<AttrValue> converted = FromProto(name, value);
-      if (!converted.ok()) {
-        return fail(absl::InvalidArgumentError(absl::StrCat(
-            "custom gradient step ", s, ": ", converted.status().message())));
-      }
-      out.attrs.Set(name, *std::move(converted));
-    }
-    program.steps.push_back(std::move(out));
-  }
-  for (int i = 0; i < cmd.input_gradients_size(); ++i) {
-    const v1::InputGradient& g = cmd.input_gradients(i);
-    if (!g.has_ref()) {
-      program.input_grads.push_back(std::nullopt);
-      continue;
-    }
-    absl::StatusOr<GradientRef> ref =
-        RefFromProto(g.ref(), absl::StrCat("the custom gradient of input ", i));
-    if (!ref.ok()) return fail(ref.status());
-    program.input_grads.push_back(*std::move(ref));
-  }
+  absl::StatusOr<AttrMap> attrs = AttrsFromProto(op.attrs());
+  if (!attrs.ok()) return FailOp(session, seq, op, attrs.status());
+  absl::StatusOr<GradientProgram> program = GradientProgramFromProto(cmd);
+  if (!program.ok()) return FailOp(session, seq, op, program.status());
   return session.ExecuteOpWithGradient(seq, op.op(), Ids(op.input_ids()),
-                                       Ids(op.output_ids()), std::move(attrs),
-                                       std::move(program));
+                                       Ids(op.output_ids()), *std::move(attrs),
+                                       *std::move(program));
 }
 
 absl::Status Put(Session& session, int64_t seq, const v1::PutTensor& cmd) {
@@ -530,9 +415,8 @@ absl::Status Put(Session& session, int64_t seq, const v1::PutTensor& cmd) {
 // nothing but last_seq, so the refusal is as atomic as any failed fetch).
 absl::Status Fetch(Session& session, int64_t seq, const v1::FetchTensor& cmd,
                    const ReplyBudget& budget, v1::CommandResult* result) {
-  absl::StatusOr<Tensor> tensor = session.FetchTensor(seq, cmd.id());
-  if (!tensor.ok()) return tensor.status();
-  std::vector<ValueSize> values = {SizeOfTensor(*tensor)};
+  ASSIGN_OR_RETURN(Tensor tensor, session.FetchTensor(seq, cmd.id()));
+  std::vector<ValueSize> values = {SizeOfTensor(tensor)};
   ResultSize size = SizeOfResult(seq, v1::CommandResult::kTensorFieldNumber,
                                  std::move(values), /*single_tensor=*/true);
   if (!budget.Fits(size.reply_bytes)) {
@@ -543,7 +427,7 @@ absl::Status Fetch(Session& session, int64_t seq, const v1::FetchTensor& cmd,
         RoomForMessage(budget, size.reply_bytes),
         "; fetch it in a batch of its own", kChunkedLater));
   }
-  if (absl::Status s = ToProto(*tensor, result->mutable_tensor()); !s.ok()) {
+  if (absl::Status s = ToProto(tensor, result->mutable_tensor()); !s.ok()) {
     return absl::InternalError(absl::StrCat("FetchTensor (command ", seq,
                                             "): tensor id ", cmd.id(), ": ",
                                             s.message()));
@@ -597,11 +481,11 @@ absl::Status Apply(Session& session, const v1::Command& cmd,
     case v1::Command::kJacobian:
       return Jacobian(session, seq, cmd.jacobian(), result);
     case v1::Command::kWatchedVariables: {
-      absl::StatusOr<std::vector<int64_t>> ids =
-          session.WatchedVariables(seq, cmd.watched_variables().tape_id());
-      if (!ids.ok()) return ids.status();
-      result->mutable_watched_variables()->mutable_ids()->Add(ids->begin(),
-                                                              ids->end());
+      ASSIGN_OR_RETURN(
+          std::vector<int64_t> ids,
+          session.WatchedVariables(seq, cmd.watched_variables().tape_id()));
+      result->mutable_watched_variables()->mutable_ids()->Add(ids.begin(),
+                                                              ids.end());
       return absl::OkStatus();
     }
     case v1::Command::kPushAccumulator:

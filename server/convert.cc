@@ -1,12 +1,15 @@
 #include "server/convert.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <variant>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
 
 namespace gradtape::server {
 
@@ -98,6 +101,136 @@ void ToProto(const AttrValue& value, v1::AttrValue* out) {
         }
       },
       value);
+}
+
+absl::StatusOr<AttrMap> AttrsFromProto(
+    const google::protobuf::Map<std::string, v1::AttrValue>& attrs) {
+  AttrMap out;
+  for (const auto& [name, value] : attrs) {
+    ASSIGN_OR_RETURN(AttrValue converted, FromProto(name, value));
+    out.Set(name, std::move(converted));
+  }
+  return out;
+}
+
+Unconnected FromProto(v1::UnconnectedGradients unconnected) {
+  return unconnected == v1::UNCONNECTED_ZERO ? Unconnected::kZero
+                                             : Unconnected::kNone;
+}
+
+GradientRequest FromProto(const v1::Gradient& cmd) {
+  GradientRequest request;
+  request.tape = cmd.tape_id();
+  request.targets.assign(cmd.target_ids().begin(), cmd.target_ids().end());
+  request.sources.assign(cmd.source_ids().begin(), cmd.source_ids().end());
+  request.output_gradients.assign(cmd.output_gradient_ids().begin(),
+                                  cmd.output_gradient_ids().end());
+  request.unconnected = FromProto(cmd.unconnected());
+  request.result_ids.assign(cmd.result_ids().begin(), cmd.result_ids().end());
+  return request;
+}
+
+JacobianRequest FromProto(const v1::Jacobian& cmd) {
+  JacobianRequest request;
+  request.tape = cmd.tape_id();
+  request.target = cmd.target_id();
+  request.sources.assign(cmd.source_ids().begin(), cmd.source_ids().end());
+  request.unconnected = FromProto(cmd.unconnected());
+  request.batch = cmd.batch();
+  request.result_ids.assign(cmd.result_ids().begin(), cmd.result_ids().end());
+  return request;
+}
+
+absl::StatusOr<GradientRef> FromProto(const v1::GradientRef& ref,
+                                      absl::string_view where) {
+  GradientRef r;
+  switch (ref.ref_case()) {
+    case v1::GradientRef::kUpstream:
+      r.kind = GradientRef::kUpstream;
+      r.index = ref.upstream();
+      return r;
+    case v1::GradientRef::kInput:
+      r.kind = GradientRef::kInput;
+      r.index = ref.input();
+      return r;
+    case v1::GradientRef::kOutput:
+      r.kind = GradientRef::kOutput;
+      r.index = ref.output();
+      return r;
+    case v1::GradientRef::kStep:
+      r.kind = GradientRef::kStep;
+      r.index = ref.step().step();
+      r.output = ref.step().output();
+      return r;
+    case v1::GradientRef::kTensorId:
+      r.kind = GradientRef::kTensor;
+      r.client_id = ref.tensor_id();
+      return r;
+    case v1::GradientRef::REF_NOT_SET:
+      break;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(where,
+                   " sets no reference (upstream, input, output, "
+                   "step or tensor_id)"));
+}
+
+absl::StatusOr<GradientProgram> GradientProgramFromProto(
+    const v1::ExecuteWithGradient& cmd) {
+  GradientProgram program;
+  for (int s = 0; s < cmd.steps_size(); ++s) {
+    const v1::GradientStep& step = cmd.steps(s);
+    GradientStep out;
+    out.op = step.op();
+    for (int j = 0; j < step.inputs_size(); ++j) {
+      ASSIGN_OR_RETURN(
+          GradientRef ref,
+          FromProto(step.inputs(j),
+                    absl::StrCat("custom gradient step ", s, " input ", j)));
+      out.inputs.push_back(std::move(ref));
+    }
+    absl::StatusOr<AttrMap> attrs = AttrsFromProto(step.attrs());
+    if (!attrs.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "custom gradient step ", s, ": ", attrs.status().message()));
+    }
+    out.attrs = *std::move(attrs);
+    program.steps.push_back(std::move(out));
+  }
+  for (int i = 0; i < cmd.input_gradients_size(); ++i) {
+    const v1::InputGradient& g = cmd.input_gradients(i);
+    if (!g.has_ref()) {
+      program.input_grads.push_back(std::nullopt);
+      continue;
+    }
+    ASSIGN_OR_RETURN(
+        GradientRef ref,
+        FromProto(g.ref(), absl::StrCat("the custom gradient of input ", i)));
+    program.input_grads.push_back(std::move(ref));
+  }
+  return program;
+}
+
+absl::Status ToProto(absl::Span<const Tensor> values, v1::GradientValues* out) {
+  for (const Tensor& t : values) {
+    v1::TensorValue* value = out->add_values();
+    out->add_is_none(!t.valid());
+    if (!t.valid()) continue;
+    if (absl::Status s = ToProto(t, value); !s.ok()) {
+      return absl::InternalError(
+          absl::StrCat("value ", out->values_size() - 1,
+                       " cannot be returned: ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void ToProto(const CheckpointSummary& summary, v1::CheckpointInfo* out) {
+  out->set_name(summary.name);
+  for (const std::string& name : summary.variables) {
+    out->add_variable_names(name);
+  }
+  out->set_file_bytes(summary.file_bytes);
 }
 
 void ToProto(const SessionStats& stats, v1::SessionStats* out) {

@@ -1,15 +1,25 @@
 // The one place where proto messages meet core types: dtypes, tensors, attrs,
-// statistics, the op registry and statuses. Everything here is a pure
-// function of its arguments (thread-safe).
+// id lists, gradient and Jacobian requests, custom gradient programs,
+// returned values, checkpoint summaries, statistics, the op registry and
+// statuses. Everything here is a pure function of its arguments
+// (thread-safe). Messages say what is wrong but not where: callers prefix
+// them with the op and command.
 #ifndef GRADTAPE_SERVER_CONVERT_H_
 #define GRADTAPE_SERVER_CONVERT_H_
 
+#include <cstdint>
+#include <string>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "core/registry/op_registry.h"
 #include "core/session/session.h"
 #include "core/tensor/attrs.h"
 #include "core/tensor/tensor.h"
+#include "google/protobuf/map.h"
+#include "google/protobuf/repeated_field.h"
 #include "gradtape/v1/tape_service.pb.h"
 #include "grpcpp/support/status.h"
 
@@ -33,6 +43,42 @@ absl::Status ToProto(const Tensor& tensor, v1::TensorValue* out);
 absl::StatusOr<AttrValue> FromProto(absl::string_view attr_name,
                                     const v1::AttrValue& value);
 void ToProto(const AttrValue& value, v1::AttrValue* out);
+
+// The attrs of an op or a custom gradient step: every entry through
+// FromProto(name, value). The first entry that does not convert fails the
+// whole map with FromProto's message.
+absl::StatusOr<AttrMap> AttrsFromProto(
+    const google::protobuf::Map<std::string, v1::AttrValue>& attrs);
+
+// A repeated id field as the span core takes (no copy; valid while `ids`
+// is).
+inline absl::Span<const int64_t> Ids(
+    const google::protobuf::RepeatedField<int64_t>& ids) {
+  return absl::MakeConstSpan(ids.data(), ids.size());
+}
+
+// UNCONNECTED_ZERO is kZero; everything else (UNCONNECTED_NONE, an unknown
+// value) is kNone.
+Unconnected FromProto(v1::UnconnectedGradients unconnected);
+GradientRequest FromProto(const v1::Gradient& cmd);
+JacobianRequest FromProto(const v1::Jacobian& cmd);
+
+// One reference of a custom gradient program. INVALID_ARGUMENT "<where> sets
+// no reference (...)" when the oneof is unset.
+absl::StatusOr<GradientRef> FromProto(const v1::GradientRef& ref,
+                                      absl::string_view where);
+// The program of `cmd`: its steps and input_gradients (cmd.op() is the
+// caller's). INVALID_ARGUMENT naming the step and input for a reference
+// that is not set, or the step for an attr that does not convert.
+absl::StatusOr<GradientProgram> GradientProgramFromProto(
+    const v1::ExecuteWithGradient& cmd);
+
+// Returned values, in order; an invalid Tensor is a None value (is_none,
+// an empty TensorValue). INTERNAL "value <i> cannot be returned: ..." for a
+// value ToProto(Tensor) refuses; `out` then holds the values before it.
+absl::Status ToProto(absl::Span<const Tensor> values, v1::GradientValues* out);
+
+void ToProto(const CheckpointSummary& summary, v1::CheckpointInfo* out);
 
 void ToProto(const SessionStats& stats, v1::SessionStats* out);
 void ToProto(const OpDef& op, v1::OpInfo* out);

@@ -9,7 +9,9 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
 #include "grpc/support/log.h"
+#include "openssl/crypto.h"
 
 namespace gradtape::server {
 namespace {
@@ -53,13 +55,11 @@ absl::Status SessionEntry::ClosedError() const {
 }
 
 bool SessionEntry::TokenMatches(absl::string_view token) const {
-  // The length of a token is not secret (always 64); its bytes are.
-  if (token.size() != token_.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < token.size(); ++i) {
-    diff |= static_cast<unsigned char>(token[i] ^ token_[i]);
-  }
-  return diff == 0;
+  // The length of a token is not secret (always 64 hex digits): a wrong
+  // length is refused at once. Its bytes are: CRYPTO_memcmp takes the same
+  // time wherever they differ.
+  return token.size() == token_.size() &&
+         CRYPTO_memcmp(token.data(), token_.data(), token_.size()) == 0;
 }
 
 bool SessionEntry::IdleAt(int64_t now_ns) const {
@@ -117,13 +117,10 @@ absl::StatusOr<SessionManager::Created> SessionManager::Create(
                      absl::ToInt64Seconds(lease)));
   }
   if (lease == absl::ZeroDuration()) lease = options_.default_lease;
-  absl::StatusOr<std::string> token = RandomHex(kTokenBytes);
-  if (!token.ok()) return token.status();
+  ASSIGN_OR_RETURN(std::string token, RandomHex(kTokenBytes));
   std::string session_id(id);
   if (session_id.empty()) {
-    absl::StatusOr<std::string> random_id = RandomHex(kSessionIdBytes);
-    if (!random_id.ok()) return random_id.status();
-    session_id = *std::move(random_id);
+    ASSIGN_OR_RETURN(session_id, RandomHex(kSessionIdBytes));
   }
 
   absl::MutexLock lock(&mu_);
@@ -143,9 +140,9 @@ absl::StatusOr<SessionManager::Created> SessionManager::Create(
   session_options.memory_limit_bytes = options_.session_memory_limit_bytes;
   session_options.checkpoint_dir = options_.checkpoint_dir;
   auto entry = std::make_shared<SessionEntry>(registry_, session_options,
-                                              session_id, *token, lease);
+                                              session_id, token, lease);
   sessions_.emplace(session_id, entry);
-  return Created{std::move(entry), *std::move(token)};
+  return Created{std::move(entry), std::move(token)};
 }
 
 absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Authenticate(

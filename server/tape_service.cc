@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "core/base/status_macros.h"
 #include "google/protobuf/arena.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 #include "server/batch.h"
@@ -320,9 +321,8 @@ grpc::ServerUnaryReactor* TapeServiceImpl::Run(
     grpc::ByteBuffer* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::Status status = [&]() -> absl::Status {
-    absl::StatusOr<std::shared_ptr<SessionEntry>> entry =
-        Authenticate(*context);
-    if (!entry.ok()) return entry.status();
+    ASSIGN_OR_RETURN(std::shared_ptr<SessionEntry> entry,
+                     Authenticate(*context));
     google::protobuf::Arena arena(BatchArenaOptions());
     v1::CommandBatch* batch =
         google::protobuf::Arena::CreateMessage<v1::CommandBatch>(&arena);
@@ -332,10 +332,7 @@ grpc::ServerUnaryReactor* TapeServiceImpl::Run(
     }
     // The results move into the reply: keep it off the arena.
     v1::BatchReply reply;
-    if (absl::Status s = RunBatch(**entry, *batch, max_reply_bytes_, &reply);
-        !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(RunBatch(*entry, *batch, max_reply_bytes_, &reply));
     return SerializeReply(reply, response);
   }();
   reactor->Finish(ToGrpcStatus(status));

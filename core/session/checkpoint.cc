@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <cstring>
 #include <limits>
@@ -18,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/base/status_macros.h"
+#include "zlib.h"
 
 namespace gradtape {
 namespace {
@@ -214,20 +214,9 @@ absl::Status ValidateCheckpointName(absl::string_view name) {
 }
 
 uint32_t Crc32(absl::string_view data) {
-  static const std::array<uint32_t, 256> table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  uint32_t crc = 0xFFFFFFFFu;
-  for (char ch : data) {
-    crc = table[(crc ^ static_cast<unsigned char>(ch)) & 0xFF] ^ (crc >> 8);
-  }
-  return crc ^ 0xFFFFFFFFu;
+  // crc32_z: a size_t length (crc32's is 32 bits; checkpoints may be larger).
+  return static_cast<uint32_t>(
+      crc32_z(0, reinterpret_cast<const Bytef*>(data.data()), data.size()));
 }
 
 std::string EncodeCheckpoint(absl::Span<const CheckpointEntry> entries) {
@@ -252,122 +241,157 @@ std::string EncodeCheckpoint(absl::Span<const CheckpointEntry> entries) {
   return out;
 }
 
-absl::StatusOr<std::vector<CheckpointEntry>> DecodeCheckpoint(
-    absl::string_view contents) {
-  auto loss = [](auto... pieces) {
-    return absl::DataLossError(absl::StrCat("corrupt checkpoint: ", pieces...));
-  };
+namespace {
+
+// DecodeCheckpoint's steps. Every failure is DATA_LOSS "corrupt checkpoint:
+// ..." (Loss).
+
+template <typename... Pieces>
+absl::Status Loss(const Pieces&... pieces) {
+  return absl::DataLossError(absl::StrCat("corrupt checkpoint: ", pieces...));
+}
+
+struct Header {
+  uint32_t count = 0;
+  uint64_t payload_length = 0;
+};
+
+// Magic, version, and that the file is exactly header + payload + trailer.
+absl::StatusOr<Header> DecodeHeader(absl::string_view contents) {
   if (contents.size() < kHeaderBytes + kTrailerBytes) {
-    return loss("truncated: ", contents.size(), " bytes, shorter than the ",
+    return Loss("truncated: ", contents.size(), " bytes, shorter than the ",
                 kHeaderBytes + kTrailerBytes, "-byte minimum");
   }
   if (contents.substr(0, sizeof(kMagic)) !=
       absl::string_view(kMagic, sizeof(kMagic))) {
-    return loss("bad magic number (not a gradtape checkpoint)");
+    return Loss("bad magic number (not a gradtape checkpoint)");
   }
-  Reader header(contents.substr(sizeof(kMagic)));
-  uint32_t version = 0, count = 0;
-  uint64_t payload_length = 0;
-  header.U32(&version);
-  header.U32(&count);
-  header.U64(&payload_length);
+  Reader reader(contents.substr(sizeof(kMagic)));
+  uint32_t version = 0;
+  Header header;
+  reader.U32(&version);
+  reader.U32(&header.count);
+  reader.U64(&header.payload_length);
   if (version != kVersion) {
-    return loss("format version ", version, ", this server reads version ",
+    return Loss("format version ", version, ", this server reads version ",
                 kVersion);
   }
-  if (payload_length > contents.size()) {
-    return loss("truncated: the header announces a ", payload_length,
+  if (header.payload_length > contents.size()) {
+    return Loss("truncated: the header announces a ", header.payload_length,
                 "-byte payload, the file has ", contents.size(), " bytes");
   }
-  const uint64_t expected = kHeaderBytes + payload_length + kTrailerBytes;
+  const uint64_t expected =
+      kHeaderBytes + header.payload_length + kTrailerBytes;
   if (contents.size() != expected) {
-    return loss(contents.size() < expected ? "truncated" : "trailing bytes",
+    return Loss(contents.size() < expected ? "truncated" : "trailing bytes",
                 ": the header announces ", expected, " bytes, the file has ",
                 contents.size());
   }
+  return header;
+}
+
+// The stored CRC-32 covers everything before it (a size DecodeHeader
+// checked).
+absl::Status CheckTrailer(absl::string_view contents, const Header& header) {
   const absl::string_view covered =
-      contents.substr(0, kHeaderBytes + payload_length);
+      contents.substr(0, kHeaderBytes + header.payload_length);
   Reader trailer(contents.substr(covered.size()));
   uint32_t stored_crc = 0;
   trailer.U32(&stored_crc);
   const uint32_t crc = Crc32(covered);
   if (crc != stored_crc) {
-    return loss("checksum mismatch (stored CRC-32 ", stored_crc, ", computed ",
+    return Loss("checksum mismatch (stored CRC-32 ", stored_crc, ", computed ",
                 crc, "): the file was modified or damaged");
   }
+  return absl::OkStatus();
+}
 
-  if (count > payload_length / kMinRecordBytes) {
-    return loss("the header announces ", count, " records, more than a ",
-                payload_length, "-byte payload can hold");
+// Record `i` at the cursor of `r`; `names` holds the names read so far.
+absl::StatusOr<CheckpointEntry> DecodeRecord(
+    Reader& r, uint32_t i, absl::flat_hash_set<std::string>& names) {
+  auto bad = [&](absl::string_view what) {
+    return Loss("record ", i, " at payload offset ", r.pos(), ": ", what);
+  };
+  uint32_t name_length = 0, dtype = 0, rank = 0;
+  absl::string_view name, data;
+  if (!r.U32(&name_length) || name_length > r.remaining() ||
+      !r.Bytes(name_length, &name)) {
+    return bad("bad name length");
   }
-  Reader r(contents.substr(kHeaderBytes, payload_length));
+  if (absl::Status s = ValidateVariableName(name); !s.ok()) {
+    return bad(s.message());
+  }
+  const std::string quoted = QuoteName(name);
+  if (!names.insert(std::string(name)).second) {
+    return bad(absl::StrCat("variable ", quoted, " appears twice"));
+  }
+  if (!r.U32(&dtype) || !IsValidDType(static_cast<int>(dtype)) ||
+      static_cast<DType>(dtype) == DType::kResource ||
+      static_cast<DType>(dtype) == DType::kInvalid) {
+    return bad(absl::StrCat("bad dtype ", dtype, " for ", quoted));
+  }
+  if (!r.U32(&rank) || rank > kMaxRank) {
+    return bad(absl::StrCat("bad rank for ", quoted));
+  }
+  std::vector<uint64_t> dims(rank);
+  for (uint32_t d = 0; d < rank; ++d) {
+    if (!r.U64(&dims[d])) return bad(absl::StrCat("bad shape for ", quoted));
+  }
+  // The size rule every tensor obeys (core/tensor/tensor.h).
+  auto not_a_size = [&](absl::string_view why) {
+    return bad(absl::StrCat("shape [", absl::StrJoin(dims, ","), "] of ",
+                            quoted, " is not a tensor size: ", why));
+  };
+  Shape shape;
+  for (uint64_t d : dims) {
+    if (d > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return not_a_size("a dim past int64");
+    }
+    shape.push_back(static_cast<int64_t>(d));
+  }
+  absl::StatusOr<TensorSize> size =
+      CheckedTensorSize(static_cast<DType>(dtype), shape);
+  if (!size.ok()) return not_a_size(size.status().message());
+  const uint64_t expected_bytes = static_cast<uint64_t>(size->bytes);
+  uint64_t length = 0;
+  if (!r.U64(&length) || length > r.remaining() ||
+      !r.Bytes(static_cast<size_t>(length), &data)) {
+    return bad(absl::StrCat("bad data length for ", quoted));
+  }
+  if (length != expected_bytes) {
+    return bad(absl::StrCat(quoted, " has ", length, " data bytes, its ",
+                            DTypeName(static_cast<DType>(dtype)),
+                            " shape needs ", expected_bytes));
+  }
+  absl::StatusOr<Tensor> value =
+      Tensor::FromBytes(static_cast<DType>(dtype), shape, data);
+  if (!value.ok()) {
+    return bad(
+        absl::StrCat("variable ", quoted, ": ", value.status().message()));
+  }
+  return CheckpointEntry{std::string(name), *std::move(value)};
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<CheckpointEntry>> DecodeCheckpoint(
+    absl::string_view contents) {
+  ASSIGN_OR_RETURN(const Header header, DecodeHeader(contents));
+  RETURN_IF_ERROR(CheckTrailer(contents, header));
+  if (header.count > header.payload_length / kMinRecordBytes) {
+    return Loss("the header announces ", header.count, " records, more than a ",
+                header.payload_length, "-byte payload can hold");
+  }
+  Reader r(contents.substr(kHeaderBytes, header.payload_length));
   std::vector<CheckpointEntry> entries;
   absl::flat_hash_set<std::string> names;
-  for (uint32_t i = 0; i < count; ++i) {
-    auto bad = [&](absl::string_view what) {
-      return loss("record ", i, " at payload offset ", r.pos(), ": ", what);
-    };
-    uint32_t name_length = 0, dtype = 0, rank = 0;
-    absl::string_view name, data;
-    if (!r.U32(&name_length) || name_length > r.remaining() ||
-        !r.Bytes(name_length, &name)) {
-      return bad("bad name length");
-    }
-    if (absl::Status s = ValidateVariableName(name); !s.ok()) {
-      return bad(s.message());
-    }
-    const std::string quoted = QuoteName(name);
-    if (!names.insert(std::string(name)).second) {
-      return bad(absl::StrCat("variable ", quoted, " appears twice"));
-    }
-    if (!r.U32(&dtype) || !IsValidDType(static_cast<int>(dtype)) ||
-        static_cast<DType>(dtype) == DType::kResource ||
-        static_cast<DType>(dtype) == DType::kInvalid) {
-      return bad(absl::StrCat("bad dtype ", dtype, " for ", quoted));
-    }
-    if (!r.U32(&rank) || rank > kMaxRank) {
-      return bad(absl::StrCat("bad rank for ", quoted));
-    }
-    std::vector<uint64_t> dims(rank);
-    for (uint32_t d = 0; d < rank; ++d) {
-      if (!r.U64(&dims[d])) return bad(absl::StrCat("bad shape for ", quoted));
-    }
-    // The size rule every tensor obeys (core/tensor/tensor.h).
-    auto not_a_size = [&](absl::string_view why) {
-      return bad(absl::StrCat("shape [", absl::StrJoin(dims, ","), "] of ",
-                              quoted, " is not a tensor size: ", why));
-    };
-    Shape shape;
-    for (uint64_t d : dims) {
-      if (d > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        return not_a_size("a dim past int64");
-      }
-      shape.push_back(static_cast<int64_t>(d));
-    }
-    absl::StatusOr<TensorSize> size =
-        CheckedTensorSize(static_cast<DType>(dtype), shape);
-    if (!size.ok()) return not_a_size(size.status().message());
-    const uint64_t expected_bytes = static_cast<uint64_t>(size->bytes);
-    uint64_t length = 0;
-    if (!r.U64(&length) || length > r.remaining() ||
-        !r.Bytes(static_cast<size_t>(length), &data)) {
-      return bad(absl::StrCat("bad data length for ", quoted));
-    }
-    if (length != expected_bytes) {
-      return bad(absl::StrCat(quoted, " has ", length, " data bytes, its ",
-                              DTypeName(static_cast<DType>(dtype)),
-                              " shape needs ", expected_bytes));
-    }
-    absl::StatusOr<Tensor> value =
-        Tensor::FromBytes(static_cast<DType>(dtype), shape, data);
-    if (!value.ok()) {
-      return bad(
-          absl::StrCat("variable ", quoted, ": ", value.status().message()));
-    }
-    entries.push_back({std::string(name), *std::move(value)});
+  for (uint32_t i = 0; i < header.count; ++i) {
+    ASSIGN_OR_RETURN(CheckpointEntry entry, DecodeRecord(r, i, names));
+    entries.push_back(std::move(entry));
   }
   if (r.remaining() != 0) {
-    return loss(r.remaining(), " bytes after the last of ", count, " records");
+    return Loss(r.remaining(), " bytes after the last of ", header.count,
+                " records");
   }
   return entries;
 }
@@ -488,8 +512,9 @@ absl::StatusOr<CheckpointSummary> SaveVariables(
     entries.push_back({var->name, var->value});
     summary.variables.push_back(var->name);
   }
-  ASSIGN_OR_RETURN(summary.file_bytes,
+  ASSIGN_OR_RETURN(int64_t bytes,
                    WriteCheckpointFile(dir, name, EncodeCheckpoint(entries)));
+  summary.file_bytes = bytes;
   return summary;
 }
 

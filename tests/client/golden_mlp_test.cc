@@ -16,11 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "core/registry/op_registry.h"
 #include "core/session/session.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "tests/client/core_mlp.h"
 
@@ -108,19 +107,25 @@ void Reference(Golden& g) {
   g.grads = {dw1, db1, dw2, db2};
 }
 
-std::string JsonArray(const std::vector<double>& v) {
-  return absl::StrCat("[",
-                      absl::StrJoin(v, ", ",
-                                    [](std::string* out, double d) {
-                                      absl::StrAppendFormat(out, "%.17g", d);
-                                    }),
-                      "]");
+// JSON through protobuf's well-known Struct/Value (doubles printed so that
+// they parse back to the same bits).
+using ::google::protobuf::ListValue;
+using ::google::protobuf::Struct;
+using ::google::protobuf::Value;
+
+template <typename T>
+void AddNumbers(const std::vector<T>& v, ListValue* out) {
+  for (T x : v) out->add_values()->set_number_value(static_cast<double>(x));
 }
 
-std::string JsonTensor(std::vector<int64_t> shape,
-                       const std::vector<double>& v) {
-  return absl::StrCat("{\"shape\": [", absl::StrJoin(shape, ", "),
-                      "], \"values\": ", JsonArray(v), "}");
+// {"shape": [...], "values": [...]}
+template <typename T>
+Value JsonTensor(std::vector<int64_t> shape, const std::vector<T>& v) {
+  Value tensor;
+  auto& fields = *tensor.mutable_struct_value()->mutable_fields();
+  AddNumbers(shape, fields["shape"].mutable_list_value());
+  AddNumbers(v, fields["values"].mutable_list_value());
+  return tensor;
 }
 
 TEST(GoldenMlpTest, CoreMatchesHandWrittenBackpropAndWritesTheGoldenFile) {
@@ -154,25 +159,49 @@ TEST(GoldenMlpTest, CoreMatchesHandWrittenBackpropAndWritesTheGoldenFile) {
   std::filesystem::create_directories(dir);
   const std::filesystem::path path = dir / "mlp_golden.json";
   const std::filesystem::path tmp = dir / "mlp_golden.json.tmp";
-  std::string labels = absl::StrCat("[", absl::StrJoin(got.labels, ", "), "]");
-  std::string json = absl::StrCat(
-      "{\n  \"generated_by\": \"tests/client/golden_mlp_test.cc (gradtape "
-      "core, float64)\",\n",
-      "  \"model\": \"loss = "
+  Struct golden;
+  auto& fields = *golden.mutable_fields();
+  fields["generated_by"].set_string_value(
+      "tests/client/golden_mlp_test.cc (gradtape core, float64)");
+  fields["model"].set_string_value(
+      "loss = "
       "mean(SparseSoftmaxCrossEntropyWithLogits(BiasAdd(MatMul(Tanh(BiasAdd("
-      "MatMul(x, w1), b1)), w2), b2), labels).loss)\",\n",
-      "  \"x\": ", JsonTensor({kBatch, kIn}, got.x), ",\n",
-      "  \"labels\": {\"shape\": [", kBatch, "], \"values\": ", labels, "},\n",
-      "  \"w1\": ", JsonTensor({kIn, kHidden}, got.w1), ",\n",
-      "  \"b1\": ", JsonTensor({kHidden}, got.b1), ",\n",
-      "  \"w2\": ", JsonTensor({kHidden, kClasses}, got.w2), ",\n",
-      "  \"b2\": ", JsonTensor({kClasses}, got.b2), ",\n",
-      "  \"loss\": ", absl::StrFormat("%.17g", got.loss), ",\n",
-      "  \"gradients\": {\n",
-      "    \"w1\": ", JsonTensor({kIn, kHidden}, got.grads[0]), ",\n",
-      "    \"b1\": ", JsonTensor({kHidden}, got.grads[1]), ",\n",
-      "    \"w2\": ", JsonTensor({kHidden, kClasses}, got.grads[2]), ",\n",
-      "    \"b2\": ", JsonTensor({kClasses}, got.grads[3]), "\n", "  }\n}\n");
+      "MatMul(x, w1), b1)), w2), b2), labels).loss)");
+  fields["x"] = JsonTensor({kBatch, kIn}, got.x);
+  fields["labels"] = JsonTensor({kBatch}, got.labels);
+  fields["w1"] = JsonTensor({kIn, kHidden}, got.w1);
+  fields["b1"] = JsonTensor({kHidden}, got.b1);
+  fields["w2"] = JsonTensor({kHidden, kClasses}, got.w2);
+  fields["b2"] = JsonTensor({kClasses}, got.b2);
+  fields["loss"].set_number_value(got.loss);
+  auto& gradients =
+      *fields["gradients"].mutable_struct_value()->mutable_fields();
+  gradients["w1"] = JsonTensor({kIn, kHidden}, got.grads[0]);
+  gradients["b1"] = JsonTensor({kHidden}, got.grads[1]);
+  gradients["w2"] = JsonTensor({kHidden, kClasses}, got.grads[2]);
+  gradients["b2"] = JsonTensor({kClasses}, got.grads[3]);
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  std::string json;
+  ASSERT_TRUE(
+      google::protobuf::util::MessageToJsonString(golden, &json, options).ok());
+  json.push_back('\n');
+  // What the Go test reads back: the same numbers, bit for bit.
+  Struct parsed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json, &parsed).ok());
+  EXPECT_EQ(parsed.fields().at("loss").number_value(), got.loss);
+  EXPECT_EQ(parsed.fields()
+                .at("gradients")
+                .struct_value()
+                .fields()
+                .at("w1")
+                .struct_value()
+                .fields()
+                .at("values")
+                .list_value()
+                .values(0)
+                .number_value(),
+            got.grads[0][0]);
   std::FILE* f = std::fopen(tmp.c_str(), "w");
   ASSERT_NE(f, nullptr) << "cannot write " << tmp;
   ASSERT_EQ(std::fwrite(json.data(), 1, json.size(), f), json.size());
