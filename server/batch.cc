@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/types/span.h"
 #include "core/base/status_macros.h"
+#include "core/session/command.h"
 #include "core/tensor/variable.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "server/convert.h"
@@ -306,15 +307,15 @@ absl::Status Refuse(const Prediction& p, int64_t seq,
   for (const ValueSize& v : p.size.values) {
     data_bytes = SaturatingAdd(data_bytes, v.data_bytes);
   }
-  return absl::ResourceExhaustedError(absl::StrCat(
-      p.what, " (command ", seq, "): its returned values (",
+  return Command{seq, p.what}.Error(
+      absl::StatusCode::kResourceExhausted, "its returned values (",
       ValuesForMessage(p.size.values), ": ",
       data_bytes == kInt64Max ? std::string("more than 2^63")
                               : absl::StrCat(data_bytes),
       " bytes of data) do not fit in this reply: ",
       RoomForMessage(budget, p.size.reply_bytes),
       "; nothing was applied (result ids ", ListForMessage(p.output_ids),
-      " are poisoned); ", p.advice, kChunkedLater));
+      " are poisoned); ", p.advice, kChunkedLater);
 }
 
 // A command whose op or attrs do not convert fails before it reaches the
@@ -322,8 +323,8 @@ absl::Status Refuse(const Prediction& p, int64_t seq,
 // poisoned.
 absl::Status FailOp(Session& session, int64_t seq, const v1::ExecuteOp& op,
                     const absl::Status& why) {
-  absl::Status failure = absl::InvalidArgumentError(
-      absl::StrCat(op.op(), " (command ", seq, "): ", why.message()));
+  absl::Status failure = Command{seq, op.op()}.Error(
+      absl::StatusCode::kInvalidArgument, why.message());
   session.Fail(seq, Ids(op.output_ids()), failure);
   return failure;
 }
@@ -341,8 +342,8 @@ absl::Status ReturnValues(int64_t seq, absl::string_view what,
                           absl::Span<const Tensor> values,
                           v1::GradientValues* out) {
   if (absl::Status s = ToProto(values, out); !s.ok()) {
-    return absl::InternalError(absl::StrCat(
-        what, " (command ", seq, "): it was applied, but ", s.message()));
+    return Command{seq, what}.Error(absl::StatusCode::kInternal,
+                                    "it was applied, but ", s.message());
   }
   return absl::OkStatus();
 }
@@ -399,9 +400,9 @@ absl::Status Put(Session& session, int64_t seq, const v1::PutTensor& cmd) {
   const v1::TensorValue& value = cmd.value();
   absl::StatusOr<DType> dtype = FromProto(value.dtype());
   if (!dtype.ok()) {
-    absl::Status failure = absl::InvalidArgumentError(
-        absl::StrCat("PutTensor (command ", seq, ", id ", cmd.id(),
-                     "): ", dtype.status().message()));
+    absl::Status failure = Command{seq, "PutTensor"}.Annotate(
+        absl::InvalidArgumentError(dtype.status().message()),
+        absl::StrCat("id ", cmd.id()));
     const int64_t ids[] = {cmd.id()};
     session.Fail(seq, ids, failure);
     return failure;
@@ -420,17 +421,16 @@ absl::Status Fetch(Session& session, int64_t seq, const v1::FetchTensor& cmd,
   ResultSize size = SizeOfResult(seq, v1::CommandResult::kTensorFieldNumber,
                                  std::move(values), /*single_tensor=*/true);
   if (!budget.Fits(size.reply_bytes)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "FetchTensor (command ", seq, "): tensor id ", cmd.id(), " (",
+    return Command{seq, "FetchTensor"}.Error(
+        absl::StatusCode::kResourceExhausted, "tensor id ", cmd.id(), " (",
         ValuesForMessage(size.values), ", ", size.values[0].data_bytes,
         " bytes) does not fit in this reply: ",
         RoomForMessage(budget, size.reply_bytes),
-        "; fetch it in a batch of its own", kChunkedLater));
+        "; fetch it in a batch of its own", kChunkedLater);
   }
   if (absl::Status s = ToProto(tensor, result->mutable_tensor()); !s.ok()) {
-    return absl::InternalError(absl::StrCat("FetchTensor (command ", seq,
-                                            "): tensor id ", cmd.id(), ": ",
-                                            s.message()));
+    return Command{seq, "FetchTensor"}.Error(
+        absl::StatusCode::kInternal, "tensor id ", cmd.id(), ": ", s.message());
   }
   return absl::OkStatus();
 }
