@@ -38,7 +38,7 @@ class SampleList {
   std::vector<OpSample> samples_;
 };
 
-// One function per op family file (tests/core/samples_<family>.cc).
+// One function per op family file (tests/core/ops/samples_<family>.cc).
 void AddMathSamples(SampleList& s);
 void AddArraySamples(SampleList& s);
 void AddNnSamples(SampleList& s);
