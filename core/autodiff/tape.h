@@ -8,7 +8,7 @@
 // the tape" if it was watched or produced by a recorded op. Op ids increase
 // with recording order, so an op's inputs were produced by ops with smaller
 // ids: descending op id is a reverse topological order, which is what
-// ComputeGradient (gradient.h) walks.
+// the gradient engine (core/autodiff/gradient.h) walks.
 //
 // Lifetime (DeleteTrace): every tensor on the tape has a usage count of one
 // for the handle that names it plus one per recorded op that consumes it.
@@ -97,7 +97,7 @@ class Tape {
   // The handle of tensor `id` was released.
   void DeleteTrace(int64_t id);
 
-  // For ComputeGradient and introspection.
+  // For the gradient engine and introspection.
   // The op that produced tensor `id` on this tape, kWatched or kNotOnTape.
   int64_t Producer(int64_t id) const {
     auto it = tensors_.find(id);
@@ -212,8 +212,8 @@ class TapeSet {
     for (const auto& [id, tape] : tapes_) fn(*tape);
   }
 
-  // Keeps `tape` from recording while it exists (ComputeGradient on a tape
-  // that is still pushed must not record its own backward).
+  // Keeps `tape` from recording while it exists (a gradient on a tape that
+  // is still pushed must not record its own backward).
   class ScopedSuspend {
    public:
     ScopedSuspend(TapeSet& set, Tape* tape);

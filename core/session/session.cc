@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/autodiff/gradient.h"
 #include "core/base/status_macros.h"
 #include "core/tensor/variable.h"
 
@@ -357,8 +358,8 @@ absl::StatusOr<std::vector<Tensor>> Session::Gradient(
       output_grads.push_back(std::move(t));
     }
     RETURN_IF_ERROR(CheckFreeOutputs(seq, "Gradient", request.result_ids));
-    absl::StatusOr<std::vector<Tensor>> grads = ctx_.Gradient(
-        **tape, targets, sources, output_grads, request.unconnected);
+    absl::StatusOr<std::vector<Tensor>> grads = gradtape::Gradient(
+        ctx_, **tape, targets, sources, output_grads, request.unconnected);
     if (!grads.ok()) {
       return Annotate(grads.status(), seq, "Gradient",
                       absl::StrCat("tape ", request.tape));
