@@ -1,137 +1,23 @@
-// How ComputeGradient works
-//
-// 1. Reach: from the targets, follow producers on the tape (tensor id ->
-//    op id) to collect every recorded op that the targets depend on.
-// 2. Prune: walk those ops in ascending op id (a topological order, since an
-//    op's inputs were produced before it was recorded) and keep the ops with
-//    a differentiable, trainable input that is a source or was produced by a
-//    kept op. Only kept ops run their backward; inputs that do not lead to a
-//    source are marked as not needing a gradient.
-// 3. Seed each target with ones of its shape (or the given output gradient).
-// 4. Walk the kept ops in descending op id (reverse topological): by the time
-//    an op is reached, every consumer of its outputs has added its share, so
-//    its output gradients are complete. Run the backward, add each input
-//    gradient into the running sum for that tensor id (fan-in aggregation,
-//    with AddV2 through the executor so outer tapes see it). A
-//    non-persistent tape drops the entry (and its saved tensors) right after.
-// 5. Read the sums at the sources; an unreached source is None or zeros.
-//
-// Every tensor the backward functions create goes through OpExecutor::Execute,
-// so tapes other than this one record the backward (higher-order
-// gradients). Those intermediates have no client handle: when the gradient
-// is done, their traces are deleted unless they are results.
+// The gradient engine; the algorithm is described in gradient.h. Each step
+// is one function below, in the order Gradient calls them.
+#include "core/autodiff/gradient.h"
+
 #include <algorithm>
+#include <string>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "core/autodiff/custom_gradient.h"
 #include "core/autodiff/grad_context.h"
+#include "core/base/status_macros.h"
 #include "core/tensor/variable.h"
 
 namespace gradtape {
 namespace {
 
-const AttrMap& EmptyAttrs() {
-  static const AttrMap* empty = new AttrMap;
-  return *empty;
-}
-
-}  // namespace
-
-GradContext::GradContext(OpExecutor& ctx, const TapeEntry& entry,
-                         Tensors output_grads, std::vector<bool> needs_grad)
-    : RuleContext(ctx, "the backward of", entry.op->name),
-      entry_(entry),
-      output_grads_(std::move(output_grads)),
-      needs_grad_(std::move(needs_grad)),
-      input_grads_(entry.inputs.size()) {}
-
-const AttrMap& GradContext::attrs() const {
-  return entry_.attrs ? *entry_.attrs : EmptyAttrs();
-}
-
-Tensor GradContext::Grad(int i) {
-  if (!output_grads_[i].valid()) {
-    const TensorMeta& meta = entry_.outputs[i];
-    output_grads_[i] = Filled(meta.dtype, meta.shape, 0.0);
-  }
-  return output_grads_[i];
-}
-
-Tensor GradContext::Input(int i) {
-  if (!entry_.op->input_saved[i]) {
-    Fail(absl::InternalError(absl::StrCat(
-        "backward of ", op().name, " read input ", i, " (", op().input_names[i],
-        ") which its registration does not save; add it to SavesInputs")));
-    return Tensor();
-  }
-  return entry_.saved_inputs[i];
-}
-
-Tensor GradContext::Output(int i) {
-  if (!entry_.op->output_saved[i]) {
-    Fail(absl::InternalError(absl::StrCat(
-        "backward of ", op().name, " read output ", i, " (",
-        op().output_names[i],
-        ") which its registration does not save; add it to SavesOutputs")));
-    return Tensor();
-  }
-  return entry_.saved_outputs[i];
-}
-
-void GradContext::RunBackward() {
-  if (op().backward_supported()) {
-    op().backward(*this);
-    return;
-  }
-  std::string message;
-  if (const AttrValue* m = attrs().Find("message");
-      m != nullptr && TypeOf(*m) == AttrType::kString &&
-      !std::get<std::string>(*m).empty()) {
-    message = absl::StrCat(" (message: ", std::get<std::string>(*m), ")");
-  }
-  Fail(absl::UnimplementedError(
-      absl::StrCat("the gradient of ", op().name,
-                   " is not supported: ", op().backward_unsupported, message)));
-}
-
-void GradContext::SetGrad(int i, Tensor grad) {
-  if (!ok()) return;
-  input_grads_[i] = std::move(grad);
-}
-
-Tensor GradContext::Reshape(Tensor a, const Shape& shape) {
-  if (ok() && a.shape() == shape) return a;
-  return Op("Reshape", {a},
-            {{"shape", std::vector<int64_t>(shape.begin(), shape.end())}});
-}
-
-Tensor GradContext::SumToShape(Tensor grad, const Shape& shape) {
-  if (!ok() || grad.shape() == shape) return grad;
-  const int rank = grad.rank();
-  const int pad = rank - static_cast<int>(shape.size());
-  std::vector<int64_t> axes;
-  for (int i = 0; i < rank; ++i) {
-    if (i < pad || (shape[i - pad] == 1 && grad.dim(i) != 1)) axes.push_back(i);
-  }
-  Tensor summed =
-      axes.empty()
-          ? grad
-          : Op("Sum", {grad}, {{"axis", std::move(axes)}, {"keep_dims", true}});
-  return Reshape(summed, shape);
-}
-
-absl::StatusOr<std::vector<Tensor>> OpExecutor::Gradient(
-    Tape& tape, absl::Span<const Tensor> targets,
-    absl::Span<const Tensor> sources, absl::Span<const Tensor> output_gradients,
-    Unconnected unconnected) {
-  if (tape.used()) {
-    return absl::FailedPreconditionError(
-        "a non-persistent tape can compute one set of gradients only, and "
-        "this one already did; push the tape with persistent=true to call "
-        "gradient more than once");
-  }
+absl::Status CheckOutputGradients(absl::Span<const Tensor> targets,
+                                  absl::Span<const Tensor> output_gradients) {
   if (!output_gradients.empty() && output_gradients.size() != targets.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("got ", output_gradients.size(), " output gradients for ",
@@ -146,8 +32,11 @@ absl::StatusOr<std::vector<Tensor>> OpExecutor::Gradient(
                        " but target ", i, " is ", targets[i].DebugString()));
     }
   }
+  return absl::OkStatus();
+}
 
-  // 1. Reach.
+// Step 1: the ids of the recorded ops the targets depend on, ascending.
+std::vector<int64_t> Reach(const Tape& tape, absl::Span<const Tensor> targets) {
   absl::flat_hash_set<int64_t> reached;
   std::vector<int64_t> stack;
   for (const Tensor& t : targets) stack.push_back(t.id());
@@ -163,162 +52,261 @@ absl::StatusOr<std::vector<Tensor>> OpExecutor::Gradient(
   }
   std::vector<int64_t> order(reached.begin(), reached.end());
   std::sort(order.begin(), order.end());
+  return order;
+}
 
-  // 2. Prune.
-  absl::flat_hash_set<int64_t> leads_to_source;
-  for (const Tensor& s : sources) leads_to_source.insert(s.id());
-  auto needs = [&](const OpDef& op, const TensorMeta& in, int i) {
-    return op.input_differentiable[i] && IsTrainable(in.dtype) &&
-           leads_to_source.contains(in.id);
-  };
-  std::vector<int64_t> kept;
-  for (int64_t op_id : order) {
-    const TapeEntry* entry = tape.FindEntry(op_id);
-    if (entry == nullptr) continue;
-    const TapeEntry& e = *entry;
-    bool keep = false;
-    for (int i = 0; i < static_cast<int>(e.inputs.size()) && !keep; ++i) {
-      keep = needs(*e.op, e.inputs[i], i);
+// The running gradient sum per tensor id (steps 3 to 5).
+class GradientSums {
+ public:
+  explicit GradientSums(OpExecutor& exec) : exec_(exec) {}
+
+  // Adds `g` into the sum for `id`, with AddV2 through the executor.
+  absl::Status Add(int64_t id, Tensor g) {
+    auto [it, inserted] = sums_.try_emplace(id, g);
+    if (inserted) return absl::OkStatus();
+    Tensors out;
+    RETURN_IF_ERROR(exec_.Execute("AddV2", {it->second, g}, {}, &out));
+    it->second = out[0];
+    return absl::OkStatus();
+  }
+  // The complete gradients of `entry`'s outputs (invalid where none
+  // arrived); false if none did. Sums of non-sources are consumed.
+  bool TakeOutputGrads(const TapeEntry& entry, const GradientPlan& plan,
+                       Tensors* out_grads) {
+    out_grads->assign(entry.outputs.size(), Tensor());
+    bool any = false;
+    for (size_t j = 0; j < entry.outputs.size(); ++j) {
+      auto it = sums_.find(entry.outputs[j].id);
+      if (it == sums_.end()) continue;
+      (*out_grads)[j] = it->second;
+      any = true;
+      if (!plan.IsSource(entry.outputs[j].id)) sums_.erase(it);
     }
-    if (!keep) continue;
-    kept.push_back(op_id);
-    for (const TensorMeta& out : e.outputs) leads_to_source.insert(out.id);
+    return any;
+  }
+  const Tensor* Find(int64_t id) const {
+    auto it = sums_.find(id);
+    return it == sums_.end() ? nullptr : &it->second;
   }
 
-  // The backward's intermediates are collected to delete their traces.
-  std::vector<int64_t> created;
-  ScopedCreatedIds created_scope(*this, &created);
-  TapeSet::ScopedSuspend suspend(tapes_, &tape);
+ private:
+  OpExecutor& exec_;
+  absl::flat_hash_map<int64_t, Tensor> sums_;
+};
 
-  // 3. Seed.
-  absl::flat_hash_map<int64_t, Tensor> sums;
-  absl::Status status;
-  auto accumulate = [&](int64_t id, Tensor g) {
-    auto [it, inserted] = sums.try_emplace(id, g);
-    if (inserted) return;
-    Tensors out;
-    absl::Status s = Execute("AddV2", {it->second, g}, {}, &out);
-    if (!s.ok()) {
-      status.Update(s);
-      return;
-    }
-    it->second = out[0];
-  };
-  for (size_t i = 0; i < targets.size() && status.ok(); ++i) {
+// Step 3: ones (or the given output gradient) for every target.
+absl::Status Seed(absl::Span<const Tensor> targets,
+                  absl::Span<const Tensor> output_gradients,
+                  GradientSums& sums) {
+  for (size_t i = 0; i < targets.size(); ++i) {
     const Tensor& t = targets[i];
     if (i < output_gradients.size() && output_gradients[i].valid()) {
-      accumulate(t.id(), output_gradients[i]);
+      RETURN_IF_ERROR(sums.Add(t.id(), output_gradients[i]));
       continue;
     }
     absl::StatusOr<Tensor> ones = Tensor::Filled(t.dtype(), t.shape(), 1.0);
     if (!ones.ok()) {
-      status = absl::Status(ones.status().code(),
-                            absl::StrCat("the seed (ones) of target ", i, ": ",
-                                         ones.status().message()));
-      break;
+      return absl::Status(ones.status().code(),
+                          absl::StrCat("the seed (ones) of target ", i, ": ",
+                                       ones.status().message()));
     }
-    accumulate(t.id(), *std::move(ones));
+    RETURN_IF_ERROR(sums.Add(t.id(), *std::move(ones)));
   }
-  absl::flat_hash_set<int64_t> source_ids;
-  for (const Tensor& s : sources) source_ids.insert(s.id());
+  return absl::OkStatus();
+}
 
-  // 4. Backward walk.
-  for (auto op_it = kept.rbegin(); op_it != kept.rend() && status.ok();
-       ++op_it) {
-    const TapeEntry& e = *tape.FindEntry(*op_it);
-    Tensors out_grads(e.outputs.size());
-    bool any = false;
-    for (size_t j = 0; j < e.outputs.size(); ++j) {
-      auto it = sums.find(e.outputs[j].id);
-      if (it == sums.end()) continue;
-      out_grads[j] = it->second;
-      any = true;
-      if (!source_ids.contains(e.outputs[j].id)) sums.erase(it);
-    }
-    if (!any) continue;
-    std::vector<bool> needs_grad(e.inputs.size());
-    for (size_t i = 0; i < e.inputs.size(); ++i) {
-      needs_grad[i] = needs(*e.op, e.inputs[i], static_cast<int>(i));
-    }
-    GradContext g(*this, e, std::move(out_grads), std::move(needs_grad));
-    if (e.custom != nullptr) {
-      RunGradientProgram(*e.custom, e, g);
-    } else {
-      g.RunBackward();
-    }
-    if (!g.ok()) {
-      status = g.status();
-      break;
-    }
-    for (size_t i = 0; i < e.inputs.size() && status.ok(); ++i) {
-      if (!g.NeedsGrad(static_cast<int>(i))) continue;
-      Tensor& grad = g.input_grads()[i];
-      if (!grad.valid()) continue;  // The backward says: no gradient.
-      const TensorMeta& in = e.inputs[i];
-      // A variable handle's gradient has the variable's dtype and shape.
-      if (in.dtype != DType::kResource &&
-          (grad.shape() != in.shape || grad.dtype() != in.dtype)) {
-        // A registered backward that does this is a bug of gradtape's; a
-        // custom gradient is the client's program.
-        const std::string what =
-            e.custom != nullptr
-                ? absl::StrCat("the custom gradient of ", e.op->name)
-                : absl::StrCat("backward of ", e.op->name);
-        const std::string message = absl::StrCat(
-            what, " produced ", grad.DebugString(), " for input ", i,
-            " which is ", DTypeName(in.dtype), ShapeString(in.shape));
-        status = e.custom != nullptr ? absl::InvalidArgumentError(message)
-                                     : absl::InternalError(message);
-        break;
-      }
-      accumulate(in.id, std::move(grad));
-    }
+// Runs the backward of `entry` (its custom gradient, if it has one) on
+// `out_grads`; its input gradients go to `input_grads`.
+absl::Status RunBackwardOf(OpExecutor& exec, const TapeEntry& entry,
+                           const GradientPlan& plan, Tensors out_grads,
+                           Tensors* input_grads) {
+  std::vector<bool> needs_grad(entry.inputs.size());
+  for (size_t i = 0; i < entry.inputs.size(); ++i) {
+    needs_grad[i] = plan.NeedsGrad(entry, static_cast<int>(i));
+  }
+  GradContext g(exec, entry, std::move(out_grads), std::move(needs_grad));
+  if (entry.custom != nullptr) {
+    RunGradientProgram(*entry.custom, entry, g);
+  } else {
+    g.RunBackward();
+  }
+  if (!g.ok()) return g.status();
+  *input_grads = std::move(g.input_grads());
+  return absl::OkStatus();
+}
+
+// An input gradient must have its input's dtype and shape (a variable
+// handle's gradient has the variable's).
+absl::Status CheckInputGradient(const TapeEntry& entry, size_t i,
+                                const Tensor& grad) {
+  const TensorMeta& in = entry.inputs[i];
+  if (in.dtype == DType::kResource ||
+      (grad.shape() == in.shape && grad.dtype() == in.dtype)) {
+    return absl::OkStatus();
+  }
+  // A registered backward that does this is a bug of gradtape's; a custom
+  // gradient is the client's program.
+  const std::string what =
+      entry.custom != nullptr
+          ? absl::StrCat("the custom gradient of ", entry.op->name)
+          : absl::StrCat("backward of ", entry.op->name);
+  const std::string message =
+      absl::StrCat(what, " produced ", grad.DebugString(), " for input ", i,
+                   " which is ", DTypeName(in.dtype), ShapeString(in.shape));
+  return entry.custom != nullptr ? absl::InvalidArgumentError(message)
+                                 : absl::InternalError(message);
+}
+
+// Step 4 for one op: its output gradients through its backward into the
+// sums of its inputs.
+absl::Status Backprop(OpExecutor& exec, const TapeEntry& entry,
+                      const GradientPlan& plan, GradientSums& sums) {
+  Tensors out_grads;
+  if (!sums.TakeOutputGrads(entry, plan, &out_grads)) return absl::OkStatus();
+  Tensors input_grads;
+  RETURN_IF_ERROR(
+      RunBackwardOf(exec, entry, plan, std::move(out_grads), &input_grads));
+  for (size_t i = 0; i < entry.inputs.size(); ++i) {
+    if (!plan.NeedsGrad(entry, static_cast<int>(i))) continue;
+    Tensor& grad = input_grads[i];
+    if (!grad.valid()) continue;  // The backward says: no gradient.
+    RETURN_IF_ERROR(CheckInputGradient(entry, i, grad));
+    RETURN_IF_ERROR(sums.Add(entry.inputs[i].id, std::move(grad)));
+  }
+  return absl::OkStatus();
+}
+
+// Step 4: the kept ops in reverse topological order.
+absl::Status Walk(OpExecutor& exec, Tape& tape, const GradientPlan& plan,
+                  GradientSums& sums) {
+  for (auto op_it = plan.ops().rbegin(); op_it != plan.ops().rend(); ++op_it) {
+    RETURN_IF_ERROR(Backprop(exec, *tape.FindEntry(*op_it), plan, sums));
     if (!tape.persistent()) tape.ForgetEntry(*op_it);
   }
-  if (!tape.persistent()) tape.MarkUsed();
+  return absl::OkStatus();
+}
 
-  // 5. Results.
+// Step 5: one result per source.
+absl::StatusOr<std::vector<Tensor>> Collect(
+    OpExecutor& exec, absl::Span<const Tensor> sources,
+    const GradientSums& sums, const absl::flat_hash_set<int64_t>& created,
+    Unconnected unconnected) {
   std::vector<Tensor> results;
-  absl::flat_hash_set<int64_t> created_set(created.begin(), created.end());
-  if (status.ok()) {
-    results.reserve(sources.size());
-    for (const Tensor& s : sources) {
-      auto it = sums.find(s.id());
-      Tensor r;
-      if (it != sums.end() && IsTrainable(s.dtype())) {
-        r = it->second;
-        // A seed or a given output gradient reached the source unchanged
-        // (target == source): give it its own id so each handle owns one.
-        if (!created_set.contains(r.id())) r = Adopt(r);
-      } else if (unconnected == Unconnected::kZero) {
-        const Variable* var = VariableOf(s);
-        absl::StatusOr<Tensor> zeros =
-            var != nullptr ? Tensor::Zeros(var->dtype, var->shape)
-                           : Tensor::Zeros(s.dtype(), s.shape());
-        if (!zeros.ok()) {
-          status = absl::Status(
-              zeros.status().code(),
-              absl::StrCat("the ZERO gradient of source ", results.size(), ": ",
-                           zeros.status().message()));
-          break;
-        }
-        r = Adopt(*std::move(zeros));
+  results.reserve(sources.size());
+  for (const Tensor& s : sources) {
+    const Tensor* sum = sums.Find(s.id());
+    Tensor r;
+    if (sum != nullptr && IsTrainable(s.dtype())) {
+      r = *sum;
+      // A seed or a given output gradient reached the source unchanged
+      // (target == source): give it its own id so each handle owns one.
+      if (!created.contains(r.id())) r = exec.Adopt(r);
+    } else if (unconnected == Unconnected::kZero) {
+      absl::StatusOr<Tensor> zeros =
+          Tensor::Zeros(ValueDType(s), ValueShape(s));
+      if (!zeros.ok()) {
+        return absl::Status(
+            zeros.status().code(),
+            absl::StrCat("the ZERO gradient of source ", results.size(), ": ",
+                         zeros.status().message()));
       }
-      results.push_back(std::move(r));
+      r = exec.Adopt(*std::move(zeros));
+    }
+    results.push_back(std::move(r));
+  }
+  return results;
+}
+
+}  // namespace
+
+absl::Status CheckTapeUnused(const Tape& tape, absl::string_view call) {
+  if (!tape.used()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "a non-persistent tape can compute one set of gradients only, and "
+      "this one already did; push the tape with persistent=true to call ",
+      call, " more than once"));
+}
+
+Shape ValueShape(const Tensor& source) {
+  const Variable* var = VariableOf(source);
+  return var != nullptr ? var->shape : source.shape();
+}
+
+DType ValueDType(const Tensor& source) {
+  const Variable* var = VariableOf(source);
+  return var != nullptr ? var->dtype : source.dtype();
+}
+
+// Step 2 (prune) on step 1 (reach): a reached op is kept if an input needs
+// a gradient, and then its outputs lead to a source too.
+GradientPlan::GradientPlan(const Tape& tape, absl::Span<const Tensor> targets,
+                           absl::Span<const Tensor> sources) {
+  for (const Tensor& s : sources) source_ids_.insert(s.id());
+  leads_to_source_ = source_ids_;
+  for (int64_t op_id : Reach(tape, targets)) {
+    const TapeEntry* entry = tape.FindEntry(op_id);
+    if (entry == nullptr) continue;
+    bool keep = false;
+    for (int i = 0; i < static_cast<int>(entry->inputs.size()) && !keep; ++i) {
+      keep = NeedsGrad(*entry, i);
+    }
+    if (!keep) continue;
+    kept_.push_back(op_id);
+    for (const TensorMeta& out : entry->outputs) {
+      leads_to_source_.insert(out.id);
     }
   }
-  if (!status.ok()) results.clear();
+}
+
+bool GradientPlan::NeedsGrad(const TapeEntry& entry, int i) const {
+  const TensorMeta& in = entry.inputs[i];
+  return entry.op->input_differentiable[i] && IsTrainable(in.dtype) &&
+         leads_to_source_.contains(in.id);
+}
+
+absl::StatusOr<std::vector<Tensor>> RunGradient(
+    OpExecutor& exec, Tape& tape, const GradientPlan& plan,
+    absl::Span<const Tensor> targets, absl::Span<const Tensor> sources,
+    absl::Span<const Tensor> output_gradients, Unconnected unconnected) {
+  // The backward's intermediates are collected to delete their traces.
+  std::vector<int64_t> created;
+  OpExecutor::ScopedCreatedIds created_scope(exec, &created);
+  TapeSet::ScopedSuspend suspend(exec.tapes(), &tape);
+  GradientSums sums(exec);
+  absl::Status status = Seed(targets, output_gradients, sums);
+  if (status.ok()) status = Walk(exec, tape, plan, sums);
+  if (!tape.persistent()) tape.MarkUsed();
+  absl::StatusOr<std::vector<Tensor>> results =
+      status.ok() ? Collect(exec, sources, sums,
+                            absl::flat_hash_set<int64_t>(created.begin(),
+                                                         created.end()),
+                            unconnected)
+                  : absl::StatusOr<std::vector<Tensor>>(status);
+  // Forget the intermediates; the results' ids pass up to an enclosing
+  // scope (e.g. a Jacobian's, or forward mode's).
   absl::flat_hash_set<int64_t> result_ids;
-  for (const Tensor& r : results) result_ids.insert(r.id());
+  if (results.ok()) {
+    for (const Tensor& r : *results) result_ids.insert(r.id());
+  }
   for (int64_t id : created) {
     if (!result_ids.contains(id)) {
-      Forget(id);
+      exec.Forget(id);
     } else {
       created_scope.PassUp(id);
     }
   }
-  if (!status.ok()) return status;
   return results;
+}
+
+absl::StatusOr<std::vector<Tensor>> Gradient(
+    OpExecutor& exec, Tape& tape, absl::Span<const Tensor> targets,
+    absl::Span<const Tensor> sources, absl::Span<const Tensor> output_gradients,
+    Unconnected unconnected) {
+  RETURN_IF_ERROR(CheckTapeUnused(tape, "gradient"));
+  RETURN_IF_ERROR(CheckOutputGradients(targets, output_gradients));
+  const GradientPlan plan(tape, targets, sources);
+  return RunGradient(exec, tape, plan, targets, sources, output_gradients,
+                     unconnected);
 }
 
 }  // namespace gradtape

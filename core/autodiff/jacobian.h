@@ -1,12 +1,15 @@
 // Jacobians on the server (TensorFlow's tape.jacobian and
 // tape.batch_jacobian), without a client round trip per row.
 //
-// How it works. One reverse pass per row: OpExecutor::Gradient on the tape,
-// seeded with a one-hot output gradient on the target, gives row r of
-// d target / d source for every source at once; the rows are copied into
-// the result. batch_jacobian assumes, as TensorFlow does, that batch row b
-// of the target depends only on batch row b of the source, so it seeds all
-// batch rows at once: one pass per element of target.shape[1:].
+// How it works. One reverse pass per row: the gradient engine
+// (core/autodiff/gradient.h), seeded with a one-hot output gradient on the
+// target, gives row r of d target / d source for every source at once; the
+// rows are copied into the result. The ops between target and sources are
+// found once (a GradientPlan: reach and prune), and each row runs only the
+// seed, the walk and the collection. batch_jacobian assumes, as TensorFlow
+// does, that batch row b of the target depends only on batch row b of the
+// source, so it seeds all batch rows at once: one pass per element of
+// target.shape[1:].
 //
 // The rows are computed with recording stopped: the Jacobian is recorded on
 // no tape and no forward accumulator (a Jacobian of a Jacobian needs the

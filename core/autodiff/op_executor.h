@@ -2,6 +2,7 @@
 // backward function runs -- goes through Execute, which runs the kernel,
 // gives the outputs fresh tensor ids and records the op on the tapes that
 // watch an input. That is why gradients of gradients need nothing special.
+// Gradients are computed by Gradient (core/autodiff/gradient.h) on top of it.
 //
 // Not thread-safe: owned by a session, guarded by its lock.
 #ifndef GRADTAPE_CORE_AUTODIFF_OP_EXECUTOR_H_
@@ -20,6 +21,8 @@
 
 namespace gradtape {
 
+// What a gradient (or Jacobian) gives a source the targets do not depend
+// on: None (an invalid Tensor) or zeros.
 enum class Unconnected { kNone, kZero };
 struct GradientProgram;
 
@@ -94,14 +97,6 @@ class OpExecutor {
     t.set_id(++last_id_);
     return t;
   }
-
-  // d(sum of targets)/d(sources) on `tape` (see gradient.cc for the
-  // algorithm). `output_gradients` is empty or has one entry per target (an
-  // invalid Tensor there means "ones"). A None result is an invalid Tensor.
-  absl::StatusOr<std::vector<Tensor>> Gradient(
-      Tape& tape, absl::Span<const Tensor> targets,
-      absl::Span<const Tensor> sources,
-      absl::Span<const Tensor> output_gradients, Unconnected unconnected);
 
  private:
   const OpRegistry& registry_;

@@ -73,14 +73,39 @@ void Tape::DeleteTrace(int64_t id) {
   if (--it->second.usage > 0) return;
   const int64_t op_id = it->second.producer;
   if (op_id == kWatched) return;  // Sources stay watched for the tape's life.
-  tensors_.erase(it);
-  if (op_id == kNotOnTape) return;
+  TapeEntry* entry = op_id >= 0 ? entries_.Find(op_id) : nullptr;
+  if (entry == nullptr) {
+    // Not produced here, or the producer was consumed by a gradient.
+    tensors_.erase(it);
+    return;
+  }
+  bool saved = false;  // by this entry, for its backward
+  bool alive = false;  // another output is used
+  for (size_t j = 0; j < entry->outputs.size(); ++j) {
+    if (entry->outputs[j].id == id) {
+      saved = entry->saved_outputs[j].valid();
+      continue;
+    }
+    auto out_it = tensors_.find(entry->outputs[j].id);
+    alive = alive || (out_it != tensors_.end() && out_it->second.usage > 0);
+  }
+  if (!alive) {
+    EraseEntry(op_id);
+    return;
+  }
+  // The entry stays. An output it saves stays on the tape with it, unused:
+  // the ops its backward runs on the saved tensor must be recorded (by an
+  // outer tape) as depending on this op.
+  if (!saved) tensors_.erase(it);
+}
+
+void Tape::EraseEntry(int64_t op_id) {
   TapeEntry* entry = entries_.Find(op_id);
-  if (entry == nullptr) return;  // Already consumed by a gradient.
+  // Its outputs leave the tape (the unused saved ones were kept for it).
   for (const TensorMeta& out : entry->outputs) {
     auto out_it = tensors_.find(out.id);
-    if (out_it != tensors_.end() && out_it->second.usage > 0) {
-      return;  // Another output is alive.
+    if (out_it != tensors_.end() && out_it->second.producer == op_id) {
+      tensors_.erase(out_it);
     }
   }
   // Move the inputs out before erasing: DeleteTrace recurses into entries_.

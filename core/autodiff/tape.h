@@ -8,13 +8,19 @@
 // the tape" if it was watched or produced by a recorded op. Op ids increase
 // with recording order, so an op's inputs were produced by ops with smaller
 // ids: descending op id is a reverse topological order, which is what
-// ComputeGradient (gradient.h) walks.
+// the gradient engine (core/autodiff/gradient.h) walks.
 //
 // Lifetime (DeleteTrace): every tensor on the tape has a usage count of one
 // for the handle that names it plus one per recorded op that consumes it.
-// When the handle is released and no recorded op uses it, the tensor leaves
-// the tape; when no output of an op is used any more, the entry is erased,
-// which frees its saved tensors and releases its inputs in turn.
+// When no output of an op is used any more, the entry is erased, which
+// frees its saved tensors, takes its outputs off the tape and releases its
+// inputs in turn. When the handle of a tensor is released and no recorded op
+// uses it, the tensor leaves the tape -- unless its producer's entry stays
+// (another output is used) and saves it for its backward: then it stays on
+// the tape, unused, until the entry goes. A backward that reads a saved
+// tensor runs ops on it, and a tape that records those ops (a gradient of a
+// gradient) must see them depend on the tensor's producer, whatever the
+// client released. A released tensor that nothing saves leaves at once.
 //
 // Not thread-safe: a tape belongs to one session, whose lock guards it.
 #ifndef GRADTAPE_CORE_AUTODIFF_TAPE_H_
@@ -97,7 +103,7 @@ class Tape {
   // The handle of tensor `id` was released.
   void DeleteTrace(int64_t id);
 
-  // For ComputeGradient and introspection.
+  // For the gradient engine and introspection.
   // The op that produced tensor `id` on this tape, kWatched or kNotOnTape.
   int64_t Producer(int64_t id) const {
     auto it = tensors_.find(id);
@@ -163,10 +169,15 @@ class Tape {
     size_t live_ = 0;
   };
 
+  // Erases live entry `op_id` and its outputs' states, and releases its
+  // inputs.
+  void EraseEntry(int64_t op_id);
+
   // Per tensor id, one lookup for both: the op that produced it (kWatched,
   // or kNotOnTape for a tensor only consumed by recorded ops) and its usage
   // (live handles + recorded consumers). An id leaves the map when it is
-  // neither on the tape nor used; a source stays for the tape's life.
+  // neither on the tape nor used, but an output its live producer entry
+  // saves stays with usage 0; a source stays for the tape's life.
   struct TensorState {
     int64_t producer = kNotOnTape;
     int64_t usage = 0;
@@ -212,8 +223,8 @@ class TapeSet {
     for (const auto& [id, tape] : tapes_) fn(*tape);
   }
 
-  // Keeps `tape` from recording while it exists (ComputeGradient on a tape
-  // that is still pushed must not record its own backward).
+  // Keeps `tape` from recording while it exists (a gradient on a tape that
+  // is still pushed must not record its own backward).
   class ScopedSuspend {
    public:
     ScopedSuspend(TapeSet& set, Tape* tape);

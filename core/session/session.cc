@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/autodiff/gradient.h"
 #include "core/base/status_macros.h"
 #include "core/tensor/variable.h"
 
@@ -315,8 +316,7 @@ absl::Status Session::StartRecording(int64_t seq) {
 
 absl::StatusOr<Session::Differentiation> Session::PrepareDifferentiation(
     const Command& cmd, int64_t tape, absl::Span<const int64_t> targets,
-    absl::Span<const int64_t> sources,
-    absl::Span<const int64_t> result_ids) {
+    absl::Span<const int64_t> sources, absl::Span<const int64_t> result_ids) {
   if (result_ids.size() != sources.size()) {
     return cmd.Error(absl::StatusCode::kInvalidArgument, sources.size(),
                      " sources but ", result_ids.size(), " result ids");
@@ -333,36 +333,36 @@ absl::StatusOr<Session::Differentiation> Session::PrepareDifferentiation(
 
 absl::StatusOr<std::vector<Tensor>> Session::Gradient(
     int64_t seq, const GradientRequest& request) {
-  return Run(
-      seq, "Gradient", request.result_ids,
-      [&](const Command& cmd) -> absl::StatusOr<std::vector<Tensor>> {
-        ASSIGN_OR_RETURN(
-            Differentiation d,
-            PrepareDifferentiation(cmd, request.tape, request.targets,
-                                   request.sources, request.result_ids));
-        Tensors output_grads;
-        for (int64_t id : request.output_gradients) {
-          if (id == 0) {
-            output_grads.push_back(Tensor());  // ones
-            continue;
-          }
-          ASSIGN_OR_RETURN(Tensor t, Resolve(cmd, id));
-          output_grads.push_back(std::move(t));
-        }
-        RETURN_IF_ERROR(CheckFreeOutputs(cmd, request.result_ids));
-        ASSIGN_OR_RETURN(
-            std::vector<Tensor> results,
-            cmd.Annotate(exec_.Gradient(*d.tape, d.targets, d.sources,
-                                        output_grads, request.unconnected),
-                         absl::StrCat("tape ", request.tape)));
-        StoreResults(results, request.result_ids, [&](size_t i) {
-          return absl::StrCat(
-              "is a None gradient: source id ", request.sources[i],
-              " is not connected to the targets on tape ", request.tape,
-              " (ask for unconnected_gradients=ZERO to get zeros)");
-        });
-        return results;
-      });
+  return Run(seq, "Gradient", request.result_ids,
+             [&](const Command& cmd) -> absl::StatusOr<std::vector<Tensor>> {
+               ASSIGN_OR_RETURN(
+                   Differentiation d,
+                   PrepareDifferentiation(cmd, request.tape, request.targets,
+                                          request.sources, request.result_ids));
+               Tensors output_grads;
+               for (int64_t id : request.output_gradients) {
+                 if (id == 0) {
+                   output_grads.push_back(Tensor());  // ones
+                   continue;
+                 }
+                 ASSIGN_OR_RETURN(Tensor t, Resolve(cmd, id));
+                 output_grads.push_back(std::move(t));
+               }
+               RETURN_IF_ERROR(CheckFreeOutputs(cmd, request.result_ids));
+               ASSIGN_OR_RETURN(
+                   std::vector<Tensor> results,
+                   cmd.Annotate(
+                       gradtape::Gradient(exec_, *d.tape, d.targets, d.sources,
+                                          output_grads, request.unconnected),
+                       absl::StrCat("tape ", request.tape)));
+               StoreResults(results, request.result_ids, [&](size_t i) {
+                 return absl::StrCat(
+                     "is a None gradient: source id ", request.sources[i],
+                     " is not connected to the targets on tape ", request.tape,
+                     " (ask for unconnected_gradients=ZERO to get zeros)");
+               });
+               return results;
+             });
 }
 
 // --- Training: checkpoints --------------------------------------------------

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "absl/container/flat_hash_set.h"
+#include "core/autodiff/gradient.h"
 #include "core/autodiff/op_executor.h"
 #include "core/ops/ops.h"
 #include "core/registry/op_registry.h"
@@ -98,8 +99,8 @@ TEST_P(SecondOrder, GradientOfGradientMatchesDifferences) {
     Tensors out;
     EXPECT_TRUE(ctx.Execute(*op, in, s.attrs, &out).ok());
     EXPECT_TRUE(ctx.tapes().Pop(2).ok());
-    auto g = ctx.Gradient(**ctx.tapes().Find(2), {out[0]}, sources, {w},
-                          Unconnected::kZero);
+    auto g = Gradient(ctx, **ctx.tapes().Find(2), {out[0]}, sources, {w},
+                      Unconnected::kZero);
     EXPECT_TRUE(g.ok()) << g.status();
     EXPECT_TRUE(ctx.tapes().Delete(2).ok());
     if (outer) {
@@ -115,7 +116,7 @@ TEST_P(SecondOrder, GradientOfGradientMatchesDifferences) {
   std::vector<Tensor> sources;
   for (int i : wrt) sources.push_back(x[i]);
   auto h =
-      ctx.Gradient(**ctx.tapes().Find(1), g, sources, u, Unconnected::kZero);
+      Gradient(ctx, **ctx.tapes().Find(1), g, sources, u, Unconnected::kZero);
   ASSERT_TRUE(h.ok()) << s.op << ": " << h.status();
   ASSERT_TRUE(ctx.tapes().Delete(1).ok());
 

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "core/autodiff/gradient.h"
 #include "core/autodiff/op_executor.h"
 #include "core/ops/ops.h"
 #include "core/registry/op_registry.h"
@@ -117,8 +118,8 @@ TEST_F(ArrayOpsTest, GatherV2GradientScattersRepeatedIndices) {
                {params, Tensor::FromVector<int32_t>({2, 2}, {2, 0, 2, 2})});
   ASSERT_TRUE(y.ok()) << y.status();
   ASSERT_TRUE(ctx_.tapes().Pop(1).ok());
-  auto g = ctx_.Gradient(**ctx_.tapes().Find(1), {(*y)[0]}, {params}, {},
-                         Unconnected::kNone);
+  auto g = Gradient(ctx_, **ctx_.tapes().Find(1), {(*y)[0]}, {params}, {},
+                    Unconnected::kNone);
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_EQ(Values((*g)[0]), (std::vector<double>{1, 1, 0, 0, 3, 3}));
 }

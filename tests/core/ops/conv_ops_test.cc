@@ -12,6 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/autodiff/gradient.h"
 #include "core/autodiff/op_executor.h"
 #include "core/ops/ops.h"
 #include "core/registry/op_registry.h"
@@ -463,7 +464,7 @@ TEST_F(ConvOpsTest, GradientOfAGradient) {
   Tensor y = MustRun("Conv2D", {x, f}, attrs);
   ASSERT_TRUE(ctx_.tapes().Pop(2).ok());
   auto df =
-      ctx_.Gradient(**ctx_.tapes().Find(2), {y}, {f}, {u}, Unconnected::kNone);
+      Gradient(ctx_, **ctx_.tapes().Find(2), {y}, {f}, {u}, Unconnected::kNone);
   ASSERT_TRUE(df.ok()) << df.status();
   ExpectNear((*df)[0],
              MustRun("Conv2DBackpropFilter", {x, u},
@@ -472,7 +473,7 @@ TEST_F(ConvOpsTest, GradientOfAGradient) {
   Tensor s = MustRun("Sum", {MustRun("Mul", {(*df)[0], w}, {})}, {});
   ASSERT_TRUE(ctx_.tapes().Pop(1).ok());
   auto dx =
-      ctx_.Gradient(**ctx_.tapes().Find(1), {s}, {x}, {}, Unconnected::kNone);
+      Gradient(ctx_, **ctx_.tapes().Find(1), {s}, {x}, {}, Unconnected::kNone);
   ASSERT_TRUE(dx.ok()) << dx.status();
   ExpectNear((*dx)[0],
              MustRun("Conv2DBackpropInput", {w, u},

@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/autodiff/grad_context.h"
+#include "core/autodiff/gradient.h"
 #include "core/autodiff/op_executor.h"
 #include "core/ops/ops.h"
 #include "core/registry/op_registry.h"
@@ -95,7 +96,7 @@ TEST(ElisionEnforcement, BackwardReadingAnUndeclaredTensorFails) {
   ASSERT_TRUE(ctx.Execute("ExpMissingSave", {x}, {}, &y).ok());
   EXPECT_EQ((*ctx.tapes().Find(1))->SavedBytes(), 0);
   auto grads =
-      ctx.Gradient(**ctx.tapes().Find(1), {y[0]}, {x}, {}, Unconnected::kNone);
+      Gradient(ctx, **ctx.tapes().Find(1), {y[0]}, {x}, {}, Unconnected::kNone);
   ASSERT_FALSE(grads.ok());
   EXPECT_EQ(grads.status().code(), absl::StatusCode::kInternal);
   EXPECT_TRUE(absl::StrContains(grads.status().message(),

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "core/autodiff/gradient.h"
 #include "core/autodiff/op_executor.h"
 #include "core/registry/op_registry.h"
 #include "gtest/gtest.h"
@@ -193,12 +194,12 @@ TEST_F(LinalgOpsTest, BatchMatMulV2SecondOrderThroughBroadcast) {
   auto z = Run("BatchMatMulV2", {x, y});
   ASSERT_TRUE(z.ok()) << z.status();
   ASSERT_TRUE(ctx_.tapes().Pop(2).ok());
-  auto dx = ctx_.Gradient(**ctx_.tapes().Find(2), {(*z)[0]}, {x}, {},
-                          Unconnected::kNone);
+  auto dx = Gradient(ctx_, **ctx_.tapes().Find(2), {(*z)[0]}, {x}, {},
+                     Unconnected::kNone);
   ASSERT_TRUE(dx.ok()) << dx.status();
   ASSERT_TRUE(ctx_.tapes().Pop(1).ok());
-  auto dy = ctx_.Gradient(**ctx_.tapes().Find(1), {(*dx)[0]}, {y}, {},
-                          Unconnected::kNone);
+  auto dy = Gradient(ctx_, **ctx_.tapes().Find(1), {(*dx)[0]}, {y}, {},
+                     Unconnected::kNone);
   ASSERT_TRUE(dy.ok()) << dy.status();
   ASSERT_EQ((*dy)[0].shape(), y.shape());
   for (int64_t i = 0; i < y.num_elements(); ++i) {

@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
+#include "core/autodiff/gradient.h"
 #include "core/autodiff/op_executor.h"
 #include "core/ops/ops.h"
 #include "core/registry/op_registry.h"
@@ -52,7 +53,7 @@ void CheckSecondOrder(const OpSample& s) {
     Tensors out;
     EXPECT_TRUE(ctx.Execute(s.op, inputs, s.attrs, &out).ok());
     EXPECT_TRUE(ctx.tapes().Pop(2).ok());
-    auto g = ctx.Gradient(*tape, {out[0]}, sources, {w}, Unconnected::kZero);
+    auto g = Gradient(ctx, *tape, {out[0]}, sources, {w}, Unconnected::kZero);
     EXPECT_TRUE(g.ok()) << g.status();
     EXPECT_TRUE(ctx.tapes().Delete(2).ok());
     return g.ok() ? *g : std::vector<Tensor>(wrt.size());
@@ -77,7 +78,7 @@ void CheckSecondOrder(const OpSample& s) {
   }
   std::vector<Tensor> g = first_order(inputs);
   ASSERT_TRUE(ctx.tapes().Pop(1).ok());
-  auto hvp = ctx.Gradient(*outer, g, sources, u, Unconnected::kZero);
+  auto hvp = Gradient(ctx, *outer, g, sources, u, Unconnected::kZero);
   ASSERT_TRUE(hvp.ok()) << hvp.status();
   constexpr double kStep = 1e-6;
   for (size_t k = 0; k < wrt.size(); ++k) {
@@ -233,8 +234,8 @@ TEST_F(MathOpsTest, SelectGradientRoutesByCondition) {
   Tensors out;
   ASSERT_TRUE(ctx_.Execute("Select", {ctx_.Adopt(c), t, e}, {}, &out).ok());
   ASSERT_TRUE(ctx_.tapes().Pop(1).ok());
-  auto grads = ctx_.Gradient(*tape, {out[0]}, {t, e}, {D({3}, {10, 20, 30})},
-                             Unconnected::kNone);
+  auto grads = Gradient(ctx_, *tape, {out[0]}, {t, e}, {D({3}, {10, 20, 30})},
+                        Unconnected::kNone);
   ASSERT_TRUE(grads.ok()) << grads.status();
   EXPECT_EQ(Values((*grads)[0]), (std::vector<double>{10, 0, 30}));
   EXPECT_EQ(Values((*grads)[1]), (std::vector<double>{0, 20, 0}));
@@ -368,7 +369,7 @@ class MathOpsGradTest : public MathOpsTest {
     EXPECT_TRUE(s.ok()) << s;
     EXPECT_TRUE(ctx_.tapes().Pop(1).ok());
     auto grads =
-        ctx_.Gradient(*tape, {out[0]}, sources, {seed}, Unconnected::kZero);
+        Gradient(ctx_, *tape, {out[0]}, sources, {seed}, Unconnected::kZero);
     EXPECT_TRUE(grads.ok()) << grads.status();
     EXPECT_TRUE(ctx_.tapes().Delete(1).ok());
     return grads.ok() ? *grads : std::vector<Tensor>();

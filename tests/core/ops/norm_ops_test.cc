@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/autodiff/gradient.h"
 #include "core/autodiff/op_executor.h"
 #include "core/ops/ops.h"
 #include "core/registry/op_registry.h"
@@ -123,7 +124,7 @@ TEST_F(NormOpsTest, TapeGradientIsTheGradOp) {
   EXPECT_EQ(tape->SavedBytes(), bytes);
   ASSERT_TRUE(ctx_.tapes().Pop(1).ok());
   Tensor bp = Make<double>(kShape, kBp);
-  auto grads = ctx_.Gradient(*tape, {(*y)[0]}, in, {bp}, Unconnected::kNone);
+  auto grads = Gradient(ctx_, *tape, {(*y)[0]}, in, {bp}, Unconnected::kNone);
   ASSERT_TRUE(grads.ok()) << grads.status();
   auto want = Run("BatchNormWithGlobalNormalizationGrad",
                   {in[0], in[1], in[2], in[4], bp}, BnAttrs(kEps, true));

@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/autodiff/gradient.h"
 #include "core/autodiff/op_executor.h"
 #include "core/ops/ops.h"
 #include "core/registry/op_registry.h"
@@ -299,12 +300,13 @@ TEST_F(PoolOpsTest, SecondOrderThroughTheTape) {
     inner->Watch(x);
     Tensor y = MustRun(op, {x}, attrs);
     ASSERT_TRUE(ctx_.tapes().Pop(2).ok());
-    auto dx = ctx_.Gradient(*inner, {y}, {x}, {dy}, Unconnected::kZero);
+    auto dx = Gradient(ctx_, *inner, {y}, {x}, {dy}, Unconnected::kZero);
     ASSERT_TRUE(dx.ok()) << dx.status();
     ASSERT_TRUE(ctx_.tapes().Pop(1).ok());
     // <dx, w> is linear in dy: its gradient wrt dy is the forward op on w.
     Tensor w = D({1, 3, 3, 1}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
-    auto ddy = ctx_.Gradient(*outer, {(*dx)[0]}, {dy}, {w}, Unconnected::kZero);
+    auto ddy =
+        Gradient(ctx_, *outer, {(*dx)[0]}, {dy}, {w}, Unconnected::kZero);
     ASSERT_TRUE(ddy.ok()) << ddy.status();
     if (std::string(op) == "MaxPool") {
       // Maxima of x at cells 1, 1, 4, 5 (0-based): w there is 2, 2, 5, 6.

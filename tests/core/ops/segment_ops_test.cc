@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "core/autodiff/gradient.h"
 #include "core/autodiff/op_executor.h"
 #include "core/ops/ops.h"
 #include "core/registry/op_registry.h"
@@ -98,8 +99,8 @@ class SegmentOpsTest : public testing::OpTest {
     auto y = Run(op, rest, std::move(attrs));
     EXPECT_TRUE(y.ok()) << y.status();
     EXPECT_TRUE(ctx_.tapes().Pop(8).ok());
-    auto g = ctx_.Gradient(**ctx_.tapes().Find(8), {(*y)[0]}, {x}, {dy},
-                           Unconnected::kZero);
+    auto g = Gradient(ctx_, **ctx_.tapes().Find(8), {(*y)[0]}, {x}, {dy},
+                      Unconnected::kZero);
     EXPECT_TRUE(g.ok()) << g.status();
     EXPECT_TRUE(ctx_.tapes().Delete(8).ok());
     std::vector<double> v;
@@ -343,7 +344,7 @@ TEST(SegmentOpsSeedMistake, SegmentMaxWithoutSavedOutputIsCaught) {
     EXPECT_TRUE(ctx.Execute("SegmentMax", {x, ctx.Adopt(ids)}, {}, &y).ok());
     EXPECT_TRUE(ctx.tapes().Pop(1).ok());
     const int64_t kept = tape->SavedBytes();
-    auto g = ctx.Gradient(*tape, {y[0]}, {x}, {}, Unconnected::kNone);
+    auto g = Gradient(ctx, *tape, {y[0]}, {x}, {}, Unconnected::kNone);
     return std::make_pair(kept, g.status());
   };
   auto [seed_kept, seed_status] = gradient(seed);
