@@ -347,6 +347,7 @@ void RegisterArrayOps(OpRegistry& r) {
             .Inputs({"x"})
             .Outputs({"y"})
             .Attr("DstT", AttrType::kType)
+            .OutputDType(DTypeRule::FromAttr("DstT"))
             .Forward(CastKernel)
             // dx = cast(dy, dtype(x)); no gradient flows into integers
             .Backward([](GradContext& g) {
@@ -396,6 +397,7 @@ void RegisterArrayOps(OpRegistry& r) {
             .Inputs({"input"})
             .Outputs({"output"})
             .Attr("out_type", DType::kInt32)
+            .OutputDType(DTypeRule::FromAttr("out_type"))
             .Forward(ShapeKernel)
             .NotDifferentiable()
             .Summary("the dims of input as a vector of out_type (int32 or "

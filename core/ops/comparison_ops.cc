@@ -110,6 +110,7 @@ template <bool kOrdered, typename F>
 Op Comparison(Op op, F f, const char* summary) {
   return std::move(op.Inputs({"x", "y"})
                        .Outputs({"z"})
+                       .OutputDType(DTypeRule::Fixed(DType::kBool))
                        .Forward([f](KernelContext& ctx) {
                          return CompareKernel<kOrdered>(ctx, f);
                        })
@@ -141,6 +142,7 @@ void RegisterComparisonOps(OpRegistry& r) {
   r.Add(Op("Select")
             .Inputs({"condition", "t", "e"})
             .Outputs({"output"})
+            .OutputDType(DTypeRule::SameAsInput(1))
             .Forward(SelectKernel)
             // dt = select(c, dz, 0), de = select(c, 0, dz)
             .Backward([](GradContext& g) {

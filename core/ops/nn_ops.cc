@@ -537,6 +537,7 @@ void RegisterNnOps(OpRegistry& r) {
             .Outputs({"output"})
             .Attr("depth", AttrType::kInt)
             .Attr("T", DType::kFloat32)
+            .OutputDType(DTypeRule::FromAttr("T"))
             .Attr("on_value", 1.0)
             .Attr("off_value", 0.0)
             .Forward(OneHotKernel)
