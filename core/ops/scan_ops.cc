@@ -83,6 +83,44 @@ Tensor ScanLike(GradContext& g, const char* op, Tensor t, bool flip) {
                {"reverse", a.Bool("reverse") != flip}});
 }
 
+// Cumprod's dx, exact where x holds zeros. With the forward
+// y_j = prod_{k<=j} x_k (k < j when exclusive; the other way when reverse),
+//   dx_i = sum_{j>=i} dy_j prod_{k<=j, k!=i} x_k   (j > i when exclusive).
+// Where x_i != 0 that is cumsum(dy * y, flipped)_i / x_i (TensorFlow's
+// formula), right also after a zero: every y_j there is 0. At the first zero
+// z of a scan (in scan order) the product skips x_z:
+//   dx_z = cumsum(dy * cumprod(x with x_z := 1), flipped)_z,
+// and at a later zero every term has the factor x_z = 0: dx = 0, which the
+// first formula gives with x_i read as 1. Written in registered ops with the
+// zero masks constant, so it is exact to first order everywhere and to
+// second order where a scan holds at most one zero (with more, the second
+// derivative at a later zero with respect to an earlier one comes out 0).
+void CumprodGrad(GradContext& g) {
+  const AttrMap& a = g.attrs();
+  const DType dtype = g.InputDType(0);
+  Tensor x = g.Input(0), dy = g.Grad(0);
+  Tensor zero = g.Const(0.0, dtype), one = g.Const(1.0, dtype);
+  Tensor ones = g.Op("OnesLike", {x});
+  Tensor is_zero = g.Op("Equal", {x, zero});
+  // first: x_i == 0 with no zero before it in scan order.
+  Tensor nonzero =
+      g.Op("Cast", {g.Op("NotEqual", {x, zero})}, {{"DstT", dtype}});
+  Tensor none_before = g.Op("Cumprod", {nonzero},
+                            {{"axis", a.Int("axis")},
+                             {"exclusive", true},
+                             {"reverse", a.Bool("reverse")}});
+  Tensor first = g.Op("Equal", {g.Mul(none_before, g.Sub(one, nonzero)), one});
+  // Away from the first zero: cumsum(dy * y, flipped) / x, zeros read as 1.
+  Tensor y = ScanLike(g, "Cumprod", x, /*flip=*/false);
+  Tensor away = g.Div(ScanLike(g, "Cumsum", g.Mul(dy, y), /*flip=*/true),
+                      g.Op("Select", {is_zero, ones, x}));
+  // At the first zero: the scan of x with that zero read as 1.
+  Tensor skipped =
+      ScanLike(g, "Cumprod", g.Op("Select", {first, ones, x}), /*flip=*/false);
+  Tensor at_first = ScanLike(g, "Cumsum", g.Mul(dy, skipped), /*flip=*/true);
+  g.SetGrad(0, g.Op("Select", {first, at_first, away}));
+}
+
 }  // namespace
 
 void RegisterScanOps(OpRegistry& r) {
@@ -94,13 +132,9 @@ void RegisterScanOps(OpRegistry& r) {
             .Summary("cumulative sum along `axis` (an attr); exclusive / "
                      "reverse as in TensorFlow"));
   r.Add(Scan(Op("Cumprod"), /*prod=*/true)
-            // dx = cumsum(cumprod(x) * dy, exclusive, !reverse) / x
-            // (TensorFlow's formula: valid where x != 0)
-            .Backward([](GradContext& g) {
-              Tensor x = g.Input(0);
-              Tensor t = g.Mul(ScanLike(g, "Cumprod", x, false), g.Grad(0));
-              g.SetGrad(0, g.Div(ScanLike(g, "Cumsum", t, true), x));
-            })
+            // dx_i = sum_{j>=i} dy_j prod_{k<=j, k!=i} x_k, exact with
+            // zeros in x (see CumprodGrad)
+            .Backward(CumprodGrad)
             .SavesInputs({0})
             .Summary("cumulative product along `axis` (an attr), real dtypes; "
                      "exclusive / reverse as in TensorFlow"));
