@@ -262,6 +262,33 @@ void ToProto(const OpDef& op, v1::OpInfo* out) {
     if (!op.input_differentiable[i]) out->add_non_differentiable_inputs(i);
   }
   out->set_summary(op.summary);
+  for (const DTypeRule& rule : op.output_dtypes) {
+    v1::OutputDTypeRule* r = out->add_output_dtypes();
+    switch (rule.kind) {
+      case DTypeRule::Kind::kSameAsInput:
+        r->set_same_as_input(rule.input);
+        break;
+      case DTypeRule::Kind::kFromAttr:
+        r->set_from_attr(rule.attr);
+        break;
+      case DTypeRule::Kind::kFixed:
+        r->set_fixed(ToProto(rule.dtype));
+        break;
+      case DTypeRule::Kind::kRealOfInput:
+        r->set_real_of_input(rule.input);
+        break;
+      case DTypeRule::Kind::kComplexOfInput:
+        r->set_complex_of_input(rule.input);
+        break;
+    }
+  }
+  for (int i = 0; i < op.num_inputs(); ++i) {
+    if (op.input_kinds[i] == OpDef::InputKind::kHandle) {
+      out->add_resource_inputs(i);
+    } else if (op.input_kinds[i] == OpDef::InputKind::kAny) {
+      out->add_any_kind_inputs(i);
+    }
+  }
 }
 
 namespace {

@@ -283,6 +283,21 @@ void GatherV2Grad(GradContext& g) {
   g.SetGrad(0, g.Reshape(dx, params));
 }
 
+// ZerosLike (value 0) and OnesLike (value 1).
+Op FilledLike(Op op, double value) {
+  return std::move(op.Inputs({"x"})
+                       .Outputs({"y"})
+                       .Forward([value](KernelContext& ctx) {
+                         const Tensor& x = ctx.input(0);
+                         ASSIGN_OR_RETURN(
+                             Tensor y,
+                             AllocateFilled(ctx, x.dtype(), x.shape(), value));
+                         ctx.set_output(0, std::move(y));
+                         return absl::OkStatus();
+                       })
+                       .NotDifferentiable());
+}
+
 }  // namespace
 
 void RegisterArrayOps(OpRegistry& r) {
@@ -332,6 +347,7 @@ void RegisterArrayOps(OpRegistry& r) {
             .Inputs({"x"})
             .Outputs({"y"})
             .Attr("DstT", AttrType::kType)
+            .OutputDType(DTypeRule::FromAttr("DstT"))
             .Forward(CastKernel)
             // dx = cast(dy, dtype(x)); no gradient flows into integers
             .Backward([](GradContext& g) {
@@ -374,25 +390,14 @@ void RegisterArrayOps(OpRegistry& r) {
             })
             .BackwardUnsupported("the gradient is explicitly disabled")
             .Summary("output = input; any gradient through it is an error"));
-  for (double value : {0.0, 1.0}) {
-    r.Add(Op(value == 0.0 ? "ZerosLike" : "OnesLike")
-              .Inputs({"x"})
-              .Outputs({"y"})
-              .Forward([value](KernelContext& ctx) {
-                const Tensor& x = ctx.input(0);
-                ASSIGN_OR_RETURN(
-                    Tensor y, AllocateFilled(ctx, x.dtype(), x.shape(), value));
-                ctx.set_output(0, std::move(y));
-                return absl::OkStatus();
-              })
-              .NotDifferentiable()
-              .Summary(value == 0.0 ? "zeros of x's shape and dtype"
-                                    : "ones of x's shape and dtype"));
-  }
+  r.Add(
+      FilledLike(Op("ZerosLike"), 0.0).Summary("zeros of x's shape and dtype"));
+  r.Add(FilledLike(Op("OnesLike"), 1.0).Summary("ones of x's shape and dtype"));
   r.Add(Op("Shape")
             .Inputs({"input"})
             .Outputs({"output"})
             .Attr("out_type", DType::kInt32)
+            .OutputDType(DTypeRule::FromAttr("out_type"))
             .Forward(ShapeKernel)
             .NotDifferentiable()
             .Summary("the dims of input as a vector of out_type (int32 or "

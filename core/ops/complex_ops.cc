@@ -84,6 +84,7 @@ void RegisterComplexOps(OpRegistry& r) {
   r.Add(Op("Complex")
             .Inputs({"real", "imag"})
             .Outputs({"out"})
+            .OutputDType(DTypeRule::ComplexOfInput(0))
             .Forward(ComplexKernel)
             // d real = Re(dz), d imag = Im(dz) (summed over broadcast axes)
             .Backward([](GradContext& g) {
@@ -101,6 +102,7 @@ void RegisterComplexOps(OpRegistry& r) {
   r.Add(Op("Real")
             .Inputs({"input"})
             .Outputs({"output"})
+            .OutputDType(DTypeRule::RealOfInput(0))
             .Forward([](KernelContext& ctx) {
               return ComplexToRealKernel(ctx, [](auto z) { return z.real(); });
             })
@@ -113,6 +115,7 @@ void RegisterComplexOps(OpRegistry& r) {
   r.Add(Op("Imag")
             .Inputs({"input"})
             .Outputs({"output"})
+            .OutputDType(DTypeRule::RealOfInput(0))
             .Forward([](KernelContext& ctx) {
               return ComplexToRealKernel(ctx, [](auto z) { return z.imag(); });
             })
@@ -125,6 +128,7 @@ void RegisterComplexOps(OpRegistry& r) {
   r.Add(Op("Angle")
             .Inputs({"input"})
             .Outputs({"output"})
+            .OutputDType(DTypeRule::RealOfInput(0))
             .Forward([](KernelContext& ctx) {
               return ComplexToRealKernel(ctx,
                                          [](auto z) { return std::arg(z); });

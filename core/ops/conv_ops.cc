@@ -168,15 +168,10 @@ absl::Status CheckDims(const KernelContext& ctx, absl::string_view what,
                              " has a negative dim or too many elements");
 }
 
-// Validates the attrs and the input / filter shapes of a window op of
-// `kind` and computes its geometry. `input_what` / `filter_what` name where
-// the shapes come from ("input" or the attr "input_sizes", ...).
-absl::StatusOr<WindowGeometry> MakeGeometry(const KernelContext& ctx,
-                                            const WindowKind& kind,
-                                            absl::Span<const int64_t> input,
-                                            absl::string_view input_what,
-                                            absl::Span<const int64_t> filter,
-                                            absl::string_view filter_what) {
+// Checks data_format (when the kind has one) and padding; returns whether
+// padding is SAME.
+absl::StatusOr<bool> ReadPadding(const KernelContext& ctx,
+                                 const WindowKind& kind) {
   const AttrMap& attrs = ctx.attrs();
   if (kind.data_format != nullptr) {
     const std::string& format = attrs.Get<std::string>("data_format");
@@ -191,14 +186,16 @@ absl::StatusOr<WindowGeometry> MakeGeometry(const KernelContext& ctx,
     return ctx.InvalidArgument("padding \"", padding,
                                "\" must be \"SAME\" or \"VALID\"");
   }
-  const bool same = padding == "SAME";
-  WindowGeometry g;
-  g.kind = &kind;
+  return padding == "SAME";
+}
+
+// Checks the ranks and dims of the input and the filter.
+absl::Status CheckWindowShapes(const KernelContext& ctx, const WindowKind& kind,
+                               absl::Span<const int64_t> input,
+                               absl::string_view input_what,
+                               absl::Span<const int64_t> filter,
+                               absl::string_view filter_what) {
   const int spatial = kind.spatial;
-  const int lift = kMaxSpatial - spatial;
-  RETURN_IF_ERROR(ReadWindowAttr(ctx, "strides", spatial, &g.stride));
-  RETURN_IF_ERROR(
-      ReadWindowAttr(ctx, kind.dilation_attr, spatial, &g.dilation));
   if (static_cast<int>(input.size()) != spatial + 2) {
     return ctx.InvalidArgument(input_what, " must have rank ", spatial + 2, " ",
                                InputLayout(kind), ", got shape ",
@@ -213,14 +210,74 @@ absl::StatusOr<WindowGeometry> MakeGeometry(const KernelContext& ctx,
   }
   RETURN_IF_ERROR(CheckDims(ctx, input_what, input));
   RETURN_IF_ERROR(CheckDims(ctx, filter_what, filter));
-  g.batch = input[0];
-  g.in_channels = input[spatial + 1];
-  if (filter[spatial] != g.in_channels) {
+  if (filter[spatial] != input[spatial + 1]) {
     return ctx.InvalidArgument(filter_what, " ", ShapeString(filter),
                                " expects ", filter[spatial],
                                " input channels but ", input_what, " ",
-                               ShapeString(input), " has ", g.in_channels);
+                               ShapeString(input), " has ", input[spatial + 1]);
   }
+  return absl::OkStatus();
+}
+
+// Sets the filter size, padding and output size of spatial dim `d` (lifted
+// to kMaxSpatial dims) of `g` from `input` / `filter` dim `i`, with g's
+// stride and dilation already read.
+absl::Status SetSpatialDim(const KernelContext& ctx, bool same, int i, int d,
+                           absl::Span<const int64_t> input,
+                           absl::string_view input_what,
+                           absl::Span<const int64_t> filter,
+                           absl::string_view filter_what, WindowGeometry* g) {
+  g->in[d] = input[i + 1];
+  g->k[d] = filter[i];
+  if (g->k[d] < 1) {
+    return ctx.InvalidArgument(filter_what, " ", ShapeString(filter),
+                               " must have spatial dims >= 1");
+  }
+  int64_t span;  // (k - 1) * dilation: the effective filter size - 1
+  if (__builtin_mul_overflow(g->k[d] - 1, g->dilation[d], &span) ||
+      span >= (int64_t{1} << 62)) {
+    return ctx.InvalidArgument(filter_what, " ", ShapeString(filter), " with ",
+                               g->kind->dilation_attr, " ", g->dilation[d],
+                               " is too large");
+  }
+  if (same) {
+    g->out[d] = g->in[d] / g->stride[d] + (g->in[d] % g->stride[d] != 0);
+    const int64_t needed = std::max<int64_t>(
+        (g->out[d] - 1) * g->stride[d] + span + 1 - g->in[d], 0);
+    g->pad[d] = needed / 2;
+    return absl::OkStatus();
+  }
+  if (span >= g->in[d]) {
+    return ctx.InvalidArgument(
+        "with padding VALID the effective filter size ", span + 1, " (filter ",
+        ShapeString(filter), ", ", g->kind->dilation_attr, " ", g->dilation[d],
+        ") exceeds the size ", g->in[d], " of spatial dim ", i, " of ",
+        input_what, " ", ShapeString(input));
+  }
+  g->out[d] = (g->in[d] - span - 1) / g->stride[d] + 1;
+  return absl::OkStatus();
+}
+
+// Validates the attrs and the input / filter shapes of a window op of
+// `kind` and computes its geometry. `input_what` / `filter_what` name where
+// the shapes come from ("input" or the attr "input_sizes", ...).
+absl::StatusOr<WindowGeometry> MakeGeometry(const KernelContext& ctx,
+                                            const WindowKind& kind,
+                                            absl::Span<const int64_t> input,
+                                            absl::string_view input_what,
+                                            absl::Span<const int64_t> filter,
+                                            absl::string_view filter_what) {
+  ASSIGN_OR_RETURN(const bool same, ReadPadding(ctx, kind));
+  WindowGeometry g;
+  g.kind = &kind;
+  const int spatial = kind.spatial;
+  RETURN_IF_ERROR(ReadWindowAttr(ctx, "strides", spatial, &g.stride));
+  RETURN_IF_ERROR(
+      ReadWindowAttr(ctx, kind.dilation_attr, spatial, &g.dilation));
+  RETURN_IF_ERROR(
+      CheckWindowShapes(ctx, kind, input, input_what, filter, filter_what));
+  g.batch = input[0];
+  g.in_channels = input[spatial + 1];
   switch (kind.layout) {
     case FilterLayout::kConv:
       g.out_channels = filter[spatial + 1];
@@ -234,35 +291,8 @@ absl::StatusOr<WindowGeometry> MakeGeometry(const KernelContext& ctx,
       break;
   }
   for (int i = 0; i < spatial; ++i) {
-    const int d = lift + i;
-    g.in[d] = input[i + 1];
-    g.k[d] = filter[i];
-    if (g.k[d] < 1) {
-      return ctx.InvalidArgument(filter_what, " ", ShapeString(filter),
-                                 " must have spatial dims >= 1");
-    }
-    int64_t span;  // (k - 1) * dilation: the effective filter size - 1
-    if (__builtin_mul_overflow(g.k[d] - 1, g.dilation[d], &span) ||
-        span >= (int64_t{1} << 62)) {
-      return ctx.InvalidArgument(filter_what, " ", ShapeString(filter),
-                                 " with ", kind.dilation_attr, " ",
-                                 g.dilation[d], " is too large");
-    }
-    if (same) {
-      g.out[d] = g.in[d] / g.stride[d] + (g.in[d] % g.stride[d] != 0);
-      const int64_t needed = std::max<int64_t>(
-          (g.out[d] - 1) * g.stride[d] + span + 1 - g.in[d], 0);
-      g.pad[d] = needed / 2;
-    } else {
-      if (span >= g.in[d]) {
-        return ctx.InvalidArgument(
-            "with padding VALID the effective filter size ", span + 1,
-            " (filter ", ShapeString(filter), ", ", kind.dilation_attr, " ",
-            g.dilation[d], ") exceeds the size ", g.in[d], " of spatial dim ",
-            i, " of ", input_what, " ", ShapeString(input));
-      }
-      g.out[d] = (g.in[d] - span - 1) / g.stride[d] + 1;
-    }
+    RETURN_IF_ERROR(SetSpatialDim(ctx, same, i, kMaxSpatial - spatial + i,
+                                  input, input_what, filter, filter_what, &g));
   }
   if (NumElements({g.OutPositions(), g.PatchCols()}) < 0 ||
       NumElements(g.OutputShape()) < 0) {
@@ -683,9 +713,8 @@ AttrMap FamilyAttrs(
 
 // An op of `kind` with its window attrs: strides (required), padding
 // (required), dilations / rates, data_format.
-Op WindowOp(const char* name, const WindowKind& kind,
-            std::vector<std::string> inputs, const char* output) {
-  Op op(name);
+Op WindowOp(Op op, const WindowKind& kind, std::vector<std::string> inputs,
+            const char* output) {
   op.Inputs(std::move(inputs))
       .Outputs({output})
       .Attr("strides", AttrType::kIntList)
@@ -701,116 +730,137 @@ Op WindowOp(const char* name, const WindowKind& kind,
   return op;
 }
 
-// The names of one convolution family.
+// The names of one convolution family (each op's backward runs the other
+// two).
 struct ConvNames {
   const char* conv;
   const char* backprop_input;
   const char* backprop_filter;
   const char* what;  // for summaries
 };
+constexpr ConvNames kConv2DNames{
+    "Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter",
+    "2-D convolution of input [N,H,W,C] with filter [KH,KW,C,O]"};
+constexpr ConvNames kDepthwiseNames{
+    "DepthwiseConv2dNative", "DepthwiseConv2dNativeBackpropInput",
+    "DepthwiseConv2dNativeBackpropFilter",
+    "depthwise 2-D convolution of input [N,H,W,C] with filter [KH,KW,C,M] "
+    "into C*M channels"};
+constexpr ConvNames kConv3DNames{
+    "Conv3D", "Conv3DBackpropInputV2", "Conv3DBackpropFilterV2",
+    "3-D convolution of input [N,D,H,W,C] with filter [KD,KH,KW,C,O]"};
 
-// Registers conv(input, filter), its BackpropInput(filter, out_backprop)
-// and BackpropFilter(input, out_backprop). All three are bilinear, so each
-// backward runs the other two.
-void RegisterConvFamily(OpRegistry& r, const WindowKind& kind,
-                        const ConvNames& n) {
+// One convolution family: conv(input, filter), its BackpropInput(filter,
+// out_backprop) and BackpropFilter(input, out_backprop). All three are
+// bilinear, so each backward runs the other two.
+Op Conv(Op op, const WindowKind& kind, const ConvNames& n) {
   const WindowKind* k = &kind;
-  r.Add(WindowOp(n.conv, kind, {"input", "filter"}, "output")
-            .Forward([k](KernelContext& ctx) { return ConvKernel(ctx, *k); })
-            // dinput = BackpropInput(filter, dy), dfilter =
-            // BackpropFilter(input, dy)
-            .Backward([n](GradContext& g) {
-              Tensor dy = g.Grad(0);
-              if (g.NeedsGrad(0)) {
-                g.SetGrad(0, g.Op(n.backprop_input, {g.Input(1), dy},
-                                  FamilyAttrs(g, {{"input_sizes",
-                                                   Sizes(g.InputShape(0))}})));
-              }
-              if (g.NeedsGrad(1)) {
-                g.SetGrad(1, g.Op(n.backprop_filter, {g.Input(0), dy},
-                                  FamilyAttrs(g, {{"filter_sizes",
-                                                   Sizes(g.InputShape(1))}})));
-              }
-            })
-            .SavesInputs({0, 1})
-            .Summary(absl::StrCat(n.what, " (", kind.data_format,
-                                  "), padding SAME or VALID")));
-  r.Add(WindowOp(n.backprop_input, kind, {"filter", "out_backprop"}, "output")
-            .Attr("input_sizes", AttrType::kIntList)
-            .Forward([k](KernelContext& ctx) {
-              return BackpropInputKernel(ctx, *k);
-            })
-            // z = BackpropInput(f, dy) is linear in each:
-            // df = BackpropFilter(dz, dy), d(dy) = conv(dz, f)
-            .Backward([n](GradContext& g) {
-              Tensor dz = g.Grad(0);
-              if (g.NeedsGrad(0)) {
-                g.SetGrad(0, g.Op(n.backprop_filter, {dz, g.Input(1)},
-                                  FamilyAttrs(g, {{"filter_sizes",
-                                                   Sizes(g.InputShape(0))}})));
-              }
-              if (g.NeedsGrad(1)) {
-                g.SetGrad(1, g.Op(n.conv, {dz, g.Input(0)}, FamilyAttrs(g)));
-              }
-            })
-            .SavesInputs({0, 1})
-            .Summary(absl::StrCat(
-                "the gradient of ", n.conv,
-                " wrt its input; TensorFlow's input_sizes tensor is an "
-                "attr")));
-  r.Add(WindowOp(n.backprop_filter, kind, {"input", "out_backprop"}, "output")
-            .Attr("filter_sizes", AttrType::kIntList)
-            .Forward([k](KernelContext& ctx) {
-              return BackpropFilterKernel(ctx, *k);
-            })
-            // w = BackpropFilter(x, dy) is linear in each:
-            // dx = BackpropInput(dw, dy), d(dy) = conv(x, dw)
-            .Backward([n](GradContext& g) {
-              Tensor dw = g.Grad(0);
-              if (g.NeedsGrad(0)) {
-                g.SetGrad(0, g.Op(n.backprop_input, {dw, g.Input(1)},
-                                  FamilyAttrs(g, {{"input_sizes",
-                                                   Sizes(g.InputShape(0))}})));
-              }
-              if (g.NeedsGrad(1)) {
-                g.SetGrad(1, g.Op(n.conv, {g.Input(0), dw}, FamilyAttrs(g)));
-              }
-            })
-            .SavesInputs({0, 1})
-            .Summary(absl::StrCat(
-                "the gradient of ", n.conv,
-                " wrt its filter; TensorFlow's filter_sizes tensor is an "
-                "attr")));
+  return std::move(
+      WindowOp(std::move(op), kind, {"input", "filter"}, "output")
+          .Forward([k](KernelContext& ctx) { return ConvKernel(ctx, *k); })
+          // dinput = BackpropInput(filter, dy), dfilter =
+          // BackpropFilter(input, dy)
+          .Backward([n](GradContext& g) {
+            Tensor dy = g.Grad(0);
+            if (g.NeedsGrad(0)) {
+              g.SetGrad(0, g.Op(n.backprop_input, {g.Input(1), dy},
+                                FamilyAttrs(g, {{"input_sizes",
+                                                 Sizes(g.InputShape(0))}})));
+            }
+            if (g.NeedsGrad(1)) {
+              g.SetGrad(1, g.Op(n.backprop_filter, {g.Input(0), dy},
+                                FamilyAttrs(g, {{"filter_sizes",
+                                                 Sizes(g.InputShape(1))}})));
+            }
+          })
+          .SavesInputs({0, 1})
+          .Summary(absl::StrCat(n.what, " (", kind.data_format,
+                                "), padding SAME or VALID")));
 }
 
-Op DilationOp(const char* name, std::vector<std::string> inputs,
-              const char* output, DilationMode mode) {
-  return std::move(WindowOp(name, kDilationKind, std::move(inputs), output)
-                       .Forward([mode](KernelContext& ctx) {
-                         return DilationKernel(ctx, mode);
-                       }));
+Op ConvBackpropInput(Op op, const WindowKind& kind, const ConvNames& n) {
+  const WindowKind* k = &kind;
+  return std::move(
+      WindowOp(std::move(op), kind, {"filter", "out_backprop"}, "output")
+          .Attr("input_sizes", AttrType::kIntList)
+          .Forward(
+              [k](KernelContext& ctx) { return BackpropInputKernel(ctx, *k); })
+          // z = BackpropInput(f, dy) is linear in each:
+          // df = BackpropFilter(dz, dy), d(dy) = conv(dz, f)
+          .Backward([n](GradContext& g) {
+            Tensor dz = g.Grad(0);
+            if (g.NeedsGrad(0)) {
+              g.SetGrad(0, g.Op(n.backprop_filter, {dz, g.Input(1)},
+                                FamilyAttrs(g, {{"filter_sizes",
+                                                 Sizes(g.InputShape(0))}})));
+            }
+            if (g.NeedsGrad(1)) {
+              g.SetGrad(1, g.Op(n.conv, {dz, g.Input(0)}, FamilyAttrs(g)));
+            }
+          })
+          .SavesInputs({0, 1})
+          .Summary(absl::StrCat(
+              "the gradient of ", n.conv,
+              " wrt its input; TensorFlow's input_sizes tensor is an "
+              "attr")));
+}
+
+Op ConvBackpropFilter(Op op, const WindowKind& kind, const ConvNames& n) {
+  const WindowKind* k = &kind;
+  return std::move(
+      WindowOp(std::move(op), kind, {"input", "out_backprop"}, "output")
+          .Attr("filter_sizes", AttrType::kIntList)
+          .Forward(
+              [k](KernelContext& ctx) { return BackpropFilterKernel(ctx, *k); })
+          // w = BackpropFilter(x, dy) is linear in each:
+          // dx = BackpropInput(dw, dy), d(dy) = conv(x, dw)
+          .Backward([n](GradContext& g) {
+            Tensor dw = g.Grad(0);
+            if (g.NeedsGrad(0)) {
+              g.SetGrad(0, g.Op(n.backprop_input, {dw, g.Input(1)},
+                                FamilyAttrs(g, {{"input_sizes",
+                                                 Sizes(g.InputShape(0))}})));
+            }
+            if (g.NeedsGrad(1)) {
+              g.SetGrad(1, g.Op(n.conv, {g.Input(0), dw}, FamilyAttrs(g)));
+            }
+          })
+          .SavesInputs({0, 1})
+          .Summary(absl::StrCat(
+              "the gradient of ", n.conv,
+              " wrt its filter; TensorFlow's filter_sizes tensor is an "
+              "attr")));
+}
+
+Op DilationOp(Op op, std::vector<std::string> inputs, const char* output,
+              DilationMode mode) {
+  return std::move(
+      WindowOp(std::move(op), kDilationKind, std::move(inputs), output)
+          .Forward([mode](KernelContext& ctx) {
+            return DilationKernel(ctx, mode);
+          }));
 }
 
 }  // namespace
 
 void RegisterConvOps(OpRegistry& r) {
-  RegisterConvFamily(r, kConv2DKind,
-                     {"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter",
-                      "2-D convolution of input [N,H,W,C] with filter "
-                      "[KH,KW,C,O]"});
-  RegisterConvFamily(
-      r, kDepthwiseKind,
-      {"DepthwiseConv2dNative", "DepthwiseConv2dNativeBackpropInput",
-       "DepthwiseConv2dNativeBackpropFilter",
-       "depthwise 2-D convolution of input [N,H,W,C] with filter "
-       "[KH,KW,C,M] into C*M channels"});
-  RegisterConvFamily(
-      r, kConv3DKind,
-      {"Conv3D", "Conv3DBackpropInputV2", "Conv3DBackpropFilterV2",
-       "3-D convolution of input [N,D,H,W,C] with filter "
-       "[KD,KH,KW,C,O]"});
+  r.Add(Conv(Op("Conv2D"), kConv2DKind, kConv2DNames));
+  r.Add(
+      ConvBackpropInput(Op("Conv2DBackpropInput"), kConv2DKind, kConv2DNames));
+  r.Add(ConvBackpropFilter(Op("Conv2DBackpropFilter"), kConv2DKind,
+                           kConv2DNames));
+  r.Add(Conv(Op("DepthwiseConv2dNative"), kDepthwiseKind, kDepthwiseNames));
+  r.Add(ConvBackpropInput(Op("DepthwiseConv2dNativeBackpropInput"),
+                          kDepthwiseKind, kDepthwiseNames));
+  r.Add(ConvBackpropFilter(Op("DepthwiseConv2dNativeBackpropFilter"),
+                           kDepthwiseKind, kDepthwiseNames));
+  r.Add(Conv(Op("Conv3D"), kConv3DKind, kConv3DNames));
+  r.Add(ConvBackpropInput(Op("Conv3DBackpropInputV2"), kConv3DKind,
+                          kConv3DNames));
+  r.Add(ConvBackpropFilter(Op("Conv3DBackpropFilterV2"), kConv3DKind,
+                           kConv3DNames));
 
-  r.Add(DilationOp("Dilation2D", {"input", "filter"}, "output",
+  r.Add(DilationOp(Op("Dilation2D"), {"input", "filter"}, "output",
                    DilationMode::kForward)
             // dinput = Dilation2DBackpropInput(x, f, dy),
             // dfilter = Dilation2DBackpropFilter(x, f, dy)
@@ -829,7 +879,7 @@ void RegisterConvOps(OpRegistry& r) {
             .Summary("grayscale morphological dilation: max over the window "
                      "of input [N,H,W,C] + filter [KH,KW,C]; rates dilate "
                      "the window"));
-  r.Add(DilationOp("Dilation2DBackpropInput",
+  r.Add(DilationOp(Op("Dilation2DBackpropInput"),
                    {"input", "filter", "out_backprop"}, "in_backprop",
                    DilationMode::kBackpropInput)
             // z = scatter of dy to the argmax inputs: d(dy) = dz gathered at
@@ -844,7 +894,7 @@ void RegisterConvOps(OpRegistry& r) {
             .SavesInputs({0, 1})
             .Summary("the gradient of Dilation2D wrt its input: "
                      "out_backprop routed to the maximizing input elements"));
-  r.Add(DilationOp("Dilation2DBackpropFilter",
+  r.Add(DilationOp(Op("Dilation2DBackpropFilter"),
                    {"input", "filter", "out_backprop"}, "filter_backprop",
                    DilationMode::kBackpropFilter)
             // z = scatter of dy to the argmax taps: d(dy) = dz gathered at
@@ -859,8 +909,9 @@ void RegisterConvOps(OpRegistry& r) {
             .SavesInputs({0, 1})
             .Summary("the gradient of Dilation2D wrt its filter: "
                      "out_backprop summed into the maximizing taps"));
-  r.Add(DilationOp("Dilation2DBackpropInputGrad", {"input", "filter", "grad"},
-                   "output", DilationMode::kBackpropInputGrad)
+  r.Add(DilationOp(Op("Dilation2DBackpropInputGrad"),
+                   {"input", "filter", "grad"}, "output",
+                   DilationMode::kBackpropInputGrad)
             // z = grad gathered at the argmax inputs (the transpose of
             // Dilation2DBackpropInput): d(grad) =
             // Dilation2DBackpropInput(x, f, dz); input, filter: zero a.e.
@@ -875,8 +926,9 @@ void RegisterConvOps(OpRegistry& r) {
             .Summary("gradtape-only (like MaxPoolGradGrad): grad [N,H,W,C] "
                      "read at each output's maximizing input element; the "
                      "gradient of Dilation2DBackpropInput wrt out_backprop"));
-  r.Add(DilationOp("Dilation2DBackpropFilterGrad", {"input", "filter", "grad"},
-                   "output", DilationMode::kBackpropFilterGrad)
+  r.Add(DilationOp(Op("Dilation2DBackpropFilterGrad"),
+                   {"input", "filter", "grad"}, "output",
+                   DilationMode::kBackpropFilterGrad)
             // z = grad gathered at the argmax taps (the transpose of
             // Dilation2DBackpropFilter): d(grad) =
             // Dilation2DBackpropFilter(x, f, dz); input, filter: zero a.e.

@@ -1,9 +1,10 @@
-// Batched and sparse matrix products, cross product.
+// Matrix products (MatMul, batched, sparse) and the cross product.
 //
 // Every product is one Gemm (core/ops/gemm.h) per matrix on the row-major
 // buffers, with transposes (adjoints; the dtypes here are real) passed as
 // flags, so no copy is made. Batched products walk the batch dims with
 // ForEachStrided, whose strides (in matrices) are 0 along a broadcast dim.
+#include "core/autodiff/forward_mode.h"
 #include "core/autodiff/grad_context.h"
 #include "core/base/status_macros.h"
 #include "core/ops/gemm.h"
@@ -129,30 +130,71 @@ absl::Status CrossKernel(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
+// BatchMatMul (broadcast = false) and BatchMatMulV2.
+Op BatchMatMul(Op op, bool broadcast) {
+  const char* name = broadcast ? "BatchMatMulV2" : "BatchMatMul";
+  return std::move(
+      op.Inputs({"x", "y"})
+          .Outputs({"output"})
+          .Attr("adj_x", false)
+          .Attr("adj_y", false)
+          .Forward([broadcast](KernelContext& ctx) {
+            return BatchMatMulKernel(ctx, broadcast);
+          })
+          // Z = op(X) op(Y):  dX = dZ op(Y)^T,  dY = op(X)^T dZ
+          // (transposes folded into adj_x/adj_y; V2 sums over the
+          // broadcast batch dims)
+          .Backward([name](GradContext& g) { BatchMatMulGrad(g, name); })
+          .SavesInputs({0, 1})
+          .Summary(broadcast ? "output[..., :, :] = op(x) @ op(y) per matrix, "
+                               "batch dims broadcast; op transposes when adj_*"
+                             : "output[..., :, :] = op(x) @ op(y) per matrix, "
+                               "equal batch dims; op transposes when adj_*"));
+}
+
 }  // namespace
 
 void RegisterLinalgOps(OpRegistry& r) {
-  for (bool broadcast : {false, true}) {
-    const char* name = broadcast ? "BatchMatMulV2" : "BatchMatMul";
-    r.Add(Op(name)
-              .Inputs({"x", "y"})
-              .Outputs({"output"})
-              .Attr("adj_x", false)
-              .Attr("adj_y", false)
-              .Forward([broadcast](KernelContext& ctx) {
-                return BatchMatMulKernel(ctx, broadcast);
-              })
-              // Z = op(X) op(Y):  dX = dZ op(Y)^T,  dY = op(X)^T dZ
-              // (transposes folded into adj_x/adj_y; V2 sums over the
-              // broadcast batch dims)
-              .Backward([name](GradContext& g) { BatchMatMulGrad(g, name); })
-              .SavesInputs({0, 1})
-              .Summary(broadcast
-                           ? "output[..., :, :] = op(x) @ op(y) per matrix, "
-                             "batch dims broadcast; op transposes when adj_*"
-                           : "output[..., :, :] = op(x) @ op(y) per matrix, "
-                             "equal batch dims; op transposes when adj_*"));
-  }
+  r.Add(Op("MatMul")
+            .Inputs({"a", "b"})
+            .Outputs({"product"})
+            .Attr("transpose_a", false)
+            .Attr("transpose_b", false)
+            .Forward(MatMulKernel)
+            // C = op(A) op(B):  dA = dC B^T,  dB = A^T dC  (with transposes
+            // folded into the MatMul attrs)
+            .Backward([](GradContext& g) {
+              const bool ta = g.attrs().Bool("transpose_a");
+              const bool tb = g.attrs().Bool("transpose_b");
+              Tensor a = g.Input(0), b = g.Input(1), dc = g.Grad(0);
+              auto matmul = [&](Tensor x, Tensor y, bool tx, bool ty) {
+                return g.Op("MatMul", {x, y},
+                            {{"transpose_a", tx}, {"transpose_b", ty}});
+              };
+              if (g.NeedsGrad(0)) {
+                g.SetGrad(0, !ta ? matmul(dc, b, false, !tb)
+                                 : matmul(b, dc, tb, true));
+              }
+              if (g.NeedsGrad(1)) {
+                g.SetGrad(1, !tb ? matmul(a, dc, !ta, false)
+                                 : matmul(dc, a, true, ta));
+              }
+            })
+            .SavesInputs({0, 1})
+            // tC = op(tA) op(B) + op(A) op(tB)
+            .Jvp([](JvpContext& j) {
+              Tensor a, b;
+              if (j.HasTangent(0)) {
+                a = j.Op("MatMul", {j.Tangent(0), j.Input(1)}, j.attrs());
+              }
+              if (j.HasTangent(1)) {
+                b = j.Op("MatMul", {j.Input(0), j.Tangent(1)}, j.attrs());
+              }
+              j.SetTangent(0, !a.valid() ? b : !b.valid() ? a : j.Add(a, b));
+            })
+            .Summary("product = op(a) @ op(b) for 2-D a, b"));
+  r.Add(BatchMatMul(Op("BatchMatMul"), /*broadcast=*/false));
+  r.Add(BatchMatMul(Op("BatchMatMulV2"), /*broadcast=*/true));
   r.Add(Op("SparseMatMul")
             .Inputs({"a", "b"})
             .Outputs({"product"})

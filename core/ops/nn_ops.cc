@@ -211,13 +211,12 @@ absl::Status ActivationGradKernel(KernelContext& ctx, F f) {
   return BinaryKernel<DTypes::kFloating>(ctx, f);
 }
 
-Op Activation(const char* name) {
-  return std::move(Op(name).Inputs({"features"}).Outputs({"activations"}));
+Op Activation(Op op) {
+  return std::move(op.Inputs({"features"}).Outputs({"activations"}));
 }
 // (gradients, features) or (gradients, outputs) -> backprops.
-Op ActivationGrad(const char* name, const char* second) {
-  return std::move(
-      Op(name).Inputs({"gradients", second}).Outputs({"backprops"}));
+Op ActivationGrad(Op op, const char* second) {
+  return std::move(op.Inputs({"gradients", second}).Outputs({"backprops"}));
 }
 
 // The second-order part shared by EluGrad and SeluGrad, whose z depends on
@@ -230,8 +229,45 @@ Tensor ExpLinearOutputsGrad(GradContext& g) {
               {negative, g.Mul(gz, g.Input(0)), g.Op("ZerosLike", {gz})});
 }
 
-void RegisterMoreActivations(OpRegistry& r) {
-  r.Add(Activation("Relu6")
+// Relu, Relu6, Elu, Selu, Softplus, Softsign and their *Grad ops.
+void RegisterActivations(OpRegistry& r) {
+  r.Add(Activation(Op("Relu"))
+            .Forward([](KernelContext& ctx) {
+              return UnaryFloatKernel(ctx, [](const auto& x) {
+                using T = typename std::decay_t<decltype(x)>::Scalar;
+                return x.max(T(0));
+              });
+            })
+            // dx = dy * (y > 0)
+            .Backward([](GradContext& g) {
+              g.SetGrad(0, g.Op("ReluGrad", {g.Grad(0), g.Output(0)}));
+            })
+            // ty = tx * (y > 0)
+            .Jvp([](JvpContext& j) {
+              j.SetTangent(0, j.Op("ReluGrad", {j.Tangent(0), j.Output(0)}));
+            })
+            .SavesOutputs({0})
+            .Summary("max(features, 0)"));
+  r.Add(ActivationGrad(Op("ReluGrad"), "features")
+            .Forward([](KernelContext& ctx) {
+              if (ctx.input(0).shape() != ctx.input(1).shape()) {
+                return ctx.InvalidArgument(
+                    "gradients ", ctx.input(0).DebugString(), " and features ",
+                    ctx.input(1).DebugString(), " must have the same shape");
+              }
+              return BinaryKernel<DTypes::kFloating>(ctx, [](auto dy, auto y) {
+                return y > 0 ? dy : decltype(dy)(0);
+              });
+            })
+            // z = g * (y > 0):  d(g) = ReluGrad(gz, y); features: zero a.e.
+            .Backward([](GradContext& g) {
+              if (g.NeedsGrad(0)) {
+                g.SetGrad(0, g.Op("ReluGrad", {g.Grad(0), g.Input(1)}));
+              }
+            })
+            .SavesInputs({1})
+            .Summary("gradients * (features > 0) (the gradient of Relu)"));
+  r.Add(Activation(Op("Relu6"))
             .Forward([](KernelContext& ctx) {
               return ActivationKernel(ctx, [](auto x) {
                 using T = decltype(x);
@@ -244,7 +280,7 @@ void RegisterMoreActivations(OpRegistry& r) {
             })
             .SavesInputs({0})
             .Summary("min(max(features, 0), 6)"));
-  r.Add(ActivationGrad("Relu6Grad", "features")
+  r.Add(ActivationGrad(Op("Relu6Grad"), "features")
             .Forward([](KernelContext& ctx) {
               return ActivationGradKernel(ctx, [](auto dy, auto x) {
                 using T = decltype(dy);
@@ -261,7 +297,7 @@ void RegisterMoreActivations(OpRegistry& r) {
             .SavesInputs({1})
             .Summary("gradients * (0 < features < 6) (the gradient of "
                      "Relu6)"));
-  r.Add(Activation("Elu")
+  r.Add(Activation(Op("Elu"))
             .Forward([](KernelContext& ctx) {
               return ActivationKernel(ctx, [](auto x) {
                 return x > decltype(x)(0) ? x : std::expm1(x);
@@ -273,7 +309,7 @@ void RegisterMoreActivations(OpRegistry& r) {
             })
             .SavesOutputs({0})
             .Summary("features > 0 ? features : e^features - 1"));
-  r.Add(ActivationGrad("EluGrad", "outputs")
+  r.Add(ActivationGrad(Op("EluGrad"), "outputs")
             .Forward([](KernelContext& ctx) {
               return ActivationGradKernel(ctx, [](auto dy, auto y) {
                 using T = decltype(dy);
@@ -291,7 +327,7 @@ void RegisterMoreActivations(OpRegistry& r) {
             .SavesInputs({0, 1})
             .Summary("gradients * (outputs < 0 ? outputs + 1 : 1) (the "
                      "gradient of Elu, from its outputs)"));
-  r.Add(Activation("Selu")
+  r.Add(Activation(Op("Selu"))
             .Forward([](KernelContext& ctx) {
               return ActivationKernel(ctx, [](auto x) {
                 using T = decltype(x);
@@ -306,7 +342,7 @@ void RegisterMoreActivations(OpRegistry& r) {
             .SavesOutputs({0})
             .Summary("scale * (features > 0 ? features : alpha * "
                      "(e^features - 1)), TensorFlow's constants"));
-  r.Add(ActivationGrad("SeluGrad", "outputs")
+  r.Add(ActivationGrad(Op("SeluGrad"), "outputs")
             .Forward([](KernelContext& ctx) {
               return ActivationGradKernel(ctx, [](auto dy, auto y) {
                 using T = decltype(dy);
@@ -325,7 +361,7 @@ void RegisterMoreActivations(OpRegistry& r) {
             .SavesInputs({0, 1})
             .Summary("gradients * (outputs < 0 ? outputs + scale * alpha : "
                      "scale) (the gradient of Selu, from its outputs)"));
-  r.Add(Activation("Softplus")
+  r.Add(Activation(Op("Softplus"))
             .Forward([](KernelContext& ctx) {
               // max(x, 0) + log(1 + e^-|x|): no overflow for large |x|.
               return ActivationKernel(ctx, [](auto x) {
@@ -339,7 +375,7 @@ void RegisterMoreActivations(OpRegistry& r) {
             })
             .SavesInputs({0})
             .Summary("log(1 + e^features)"));
-  r.Add(ActivationGrad("SoftplusGrad", "features")
+  r.Add(ActivationGrad(Op("SoftplusGrad"), "features")
             .Forward([](KernelContext& ctx) {
               return ActivationGradKernel(ctx, [](auto dy, auto x) {
                 using T = decltype(dy);
@@ -363,7 +399,7 @@ void RegisterMoreActivations(OpRegistry& r) {
             .SavesInputs({0, 1})
             .Summary("gradients / (1 + e^-features) (the gradient of "
                      "Softplus)"));
-  r.Add(Activation("Softsign")
+  r.Add(Activation(Op("Softsign"))
             .Forward([](KernelContext& ctx) {
               return ActivationKernel(ctx, [](auto x) {
                 return x / (decltype(x)(1) + std::abs(x));
@@ -375,7 +411,7 @@ void RegisterMoreActivations(OpRegistry& r) {
             })
             .SavesInputs({0})
             .Summary("features / (1 + |features|)"));
-  r.Add(ActivationGrad("SoftsignGrad", "features")
+  r.Add(ActivationGrad(Op("SoftsignGrad"), "features")
             .Forward([](KernelContext& ctx) {
               return ActivationGradKernel(ctx, [](auto dy, auto x) {
                 using T = decltype(dy);
@@ -407,46 +443,7 @@ void RegisterMoreActivations(OpRegistry& r) {
 }  // namespace
 
 void RegisterNnOps(OpRegistry& r) {
-  r.Add(Op("Relu")
-            .Inputs({"features"})
-            .Outputs({"activations"})
-            .Forward([](KernelContext& ctx) {
-              return UnaryFloatKernel(ctx, [](const auto& x) {
-                using T = typename std::decay_t<decltype(x)>::Scalar;
-                return x.max(T(0));
-              });
-            })
-            // dx = dy * (y > 0)
-            .Backward([](GradContext& g) {
-              g.SetGrad(0, g.Op("ReluGrad", {g.Grad(0), g.Output(0)}));
-            })
-            // ty = tx * (y > 0)
-            .Jvp([](JvpContext& j) {
-              j.SetTangent(0, j.Op("ReluGrad", {j.Tangent(0), j.Output(0)}));
-            })
-            .SavesOutputs({0})
-            .Summary("max(features, 0)"));
-  r.Add(Op("ReluGrad")
-            .Inputs({"gradients", "features"})
-            .Outputs({"backprops"})
-            .Forward([](KernelContext& ctx) {
-              if (ctx.input(0).shape() != ctx.input(1).shape()) {
-                return ctx.InvalidArgument(
-                    "gradients ", ctx.input(0).DebugString(), " and features ",
-                    ctx.input(1).DebugString(), " must have the same shape");
-              }
-              return BinaryKernel<DTypes::kFloating>(ctx, [](auto dy, auto y) {
-                return y > 0 ? dy : decltype(dy)(0);
-              });
-            })
-            // z = g * (y > 0):  d(g) = ReluGrad(gz, y); features: zero a.e.
-            .Backward([](GradContext& g) {
-              if (g.NeedsGrad(0)) {
-                g.SetGrad(0, g.Op("ReluGrad", {g.Grad(0), g.Input(1)}));
-              }
-            })
-            .SavesInputs({1})
-            .Summary("gradients * (features > 0) (the gradient of Relu)"));
+  RegisterActivations(r);
   // dvalue = dy, dbias = sum of dy over all but the last axis
   auto bias_add_backward = [](GradContext& g) {
     if (g.NeedsGrad(0)) g.SetGrad(0, g.Grad(0));
@@ -540,13 +537,13 @@ void RegisterNnOps(OpRegistry& r) {
             .Outputs({"output"})
             .Attr("depth", AttrType::kInt)
             .Attr("T", DType::kFloat32)
+            .OutputDType(DTypeRule::FromAttr("T"))
             .Attr("on_value", 1.0)
             .Attr("off_value", 0.0)
             .Forward(OneHotKernel)
             .NotDifferentiable()
             .Summary("indices -> one-hot rows of `depth` (out of range: all "
                      "off_value)"));
-  RegisterMoreActivations(r);
 }
 
 }  // namespace gradtape

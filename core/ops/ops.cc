@@ -3,7 +3,11 @@
 namespace gradtape {
 
 void RegisterAllOps(OpRegistry& registry) {
-  RegisterMathOps(registry);
+  RegisterUnaryOps(registry);
+  RegisterBinaryOps(registry);
+  RegisterComparisonOps(registry);
+  RegisterReductionOps(registry);
+  RegisterScanOps(registry);
   RegisterArrayOps(registry);
   RegisterNnOps(registry);
   RegisterConvOps(registry);

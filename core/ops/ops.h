@@ -7,8 +7,16 @@
 
 namespace gradtape {
 
-// Elementwise math (numpy broadcasting), MatMul, reductions.
-void RegisterMathOps(OpRegistry& registry);
+// Elementwise unary math and its *Grad helpers: Neg, Exp, Tanh, ...
+void RegisterUnaryOps(OpRegistry& registry);
+// Elementwise binary arithmetic, numpy broadcasting: AddV2, Mul, Maximum, ...
+void RegisterBinaryOps(OpRegistry& registry);
+// Comparisons (bool outputs) and Select.
+void RegisterComparisonOps(OpRegistry& registry);
+// Sum, Mean, Prod, L2Loss.
+void RegisterReductionOps(OpRegistry& registry);
+// Cumsum, Cumprod.
+void RegisterScanOps(OpRegistry& registry);
 // Shapes and dtypes: Identity, Reshape, Transpose, Cast, BroadcastTo, ...
 void RegisterArrayOps(OpRegistry& registry);
 // Activations, softmax and losses, BiasAdd.
@@ -19,7 +27,7 @@ void RegisterConvOps(OpRegistry& registry);
 void RegisterPoolOps(OpRegistry& registry);
 // Batch normalization.
 void RegisterNormOps(OpRegistry& registry);
-// Batched and sparse matrix products, cross product.
+// Matrix products (MatMul, batched, sparse), cross product.
 void RegisterLinalgOps(OpRegistry& registry);
 // Segment reductions and gathers.
 void RegisterSegmentOps(OpRegistry& registry);

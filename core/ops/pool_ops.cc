@@ -369,112 +369,117 @@ absl::Status MaxPoolGradKernel(KernelContext& ctx, int spatial,
   return absl::OkStatus();
 }
 
-std::string PoolName(const char* base, int spatial, const char* suffix = "") {
-  return absl::StrCat(base, spatial == 3 ? "3D" : "", suffix);
-}
-
 // An op with the pooling attrs common to the family.
-Op PoolOp(const std::string& name, int spatial) {
-  return std::move(Op(name)
-                       .Attr("ksize", AttrType::kIntList)
+Op PoolOp(Op op, int spatial) {
+  return std::move(op.Attr("ksize", AttrType::kIntList)
                        .Attr("strides", AttrType::kIntList)
                        .Attr("padding", AttrType::kString)
                        .Attr("data_format", std::string(Layout(spatial))));
 }
 
+// AvgPool / AvgPool3D; `grad` names its gradient op.
+Op AvgPool(Op op, int spatial, const char* grad) {
+  return std::move(
+      PoolOp(std::move(op), spatial)
+          .Inputs({spatial == 2 ? "value" : "input"})
+          .Outputs({"output"})
+          .Forward([spatial](KernelContext& ctx) {
+            return PoolKernel(ctx, spatial, /*max=*/false);
+          })
+          // dx = AvgPoolGrad(shape(x), dy)
+          .Backward([grad](GradContext& g) {
+            AttrMap attrs = PoolAttrs(g.attrs());
+            const Shape& in = g.InputShape(0);
+            attrs.Set("orig_input_shape",
+                      std::vector<int64_t>(in.begin(), in.end()));
+            g.SetGrad(0, g.Op(grad, {g.Grad(0)}, std::move(attrs)));
+          })
+          .Summary(absl::StrCat("average pooling (", Layout(spatial),
+                                "; SAME averages over valid cells only)")));
+}
+
+// AvgPoolGrad / AvgPool3DGrad, the gradient of `avg`.
+Op AvgPoolGrad(Op op, int spatial, const char* avg) {
+  return std::move(
+      PoolOp(std::move(op), spatial)
+          .Inputs({"grad"})
+          .Outputs({"output"})
+          .Attr("orig_input_shape", AttrType::kIntList)
+          .Forward([spatial](KernelContext& ctx) {
+            return AvgPoolGradKernel(ctx, spatial);
+          })
+          // linear in grad, the adjoint of AvgPool: dgrad = AvgPool(dz)
+          .Backward([avg](GradContext& g) {
+            g.SetGrad(0, g.Op(avg, {g.Grad(0)}, PoolAttrs(g.attrs())));
+          })
+          .Summary(absl::StrCat("the gradient of ", avg,
+                                " (orig_input_shape is an attr; TensorFlow "
+                                "takes a tensor)")));
+}
+
+// MaxPool / MaxPool3D; `grad` names its gradient op.
+Op MaxPool(Op op, int spatial, const char* grad) {
+  return std::move(
+      PoolOp(std::move(op), spatial)
+          .Inputs({"input"})
+          .Outputs({"output"})
+          .Forward([spatial](KernelContext& ctx) {
+            return PoolKernel(ctx, spatial, /*max=*/true);
+          })
+          // dx = MaxPoolGrad(x, y, dy): dy to the first max of its window
+          .Backward([grad](GradContext& g) {
+            g.SetGrad(0, g.Op(grad, {g.Input(0), g.Output(0), g.Grad(0)},
+                              PoolAttrs(g.attrs())));
+          })
+          .SavesInputs({0})
+          .SavesOutputs({0})
+          .Summary(absl::StrCat("max pooling (", Layout(spatial), ")")));
+}
+
+// MaxPoolGrad (grad_grad = false) or MaxPoolGradGrad (true), 2-D or 3-D:
+// the gradient of `of`. Each is linear in grad, with the other one
+// (`other`) as its gradient.
+Op MaxPoolGradOp(Op op, int spatial, bool grad_grad, const char* of,
+                 const char* other) {
+  return std::move(
+      PoolOp(std::move(op), spatial)
+          .Inputs({"orig_input", "orig_output", "grad"})
+          .Outputs({"output"})
+          .Forward([spatial, grad_grad](KernelContext& ctx) {
+            return MaxPoolGradKernel(ctx, spatial, grad_grad);
+          })
+          // linear in grad: dgrad = other(x, y, dz)
+          .Backward([other](GradContext& g) {
+            g.SetGrad(2, g.Op(other, {g.Input(0), g.Input(1), g.Grad(0)},
+                              PoolAttrs(g.attrs())));
+          })
+          .SavesInputs({0, 1})
+          .NonDifferentiableInputs({0, 1})
+          .Summary(absl::StrCat(
+              "the gradient of ", of,
+              grad_grad ? ": per window, grad at the first max (== "
+                          "orig_output) of orig_input"
+                        : ": grad routed to the first max (== orig_output) "
+                          "of each window of orig_input")));
+}
+
 }  // namespace
 
 void RegisterPoolOps(OpRegistry& r) {
-  for (int spatial : {2, 3}) {
-    const std::string avg = PoolName("AvgPool", spatial);
-    const std::string avg_grad = PoolName("AvgPool", spatial, "Grad");
-    const std::string max = PoolName("MaxPool", spatial);
-    const std::string max_grad = PoolName("MaxPool", spatial, "Grad");
-    const std::string max_grad_grad = PoolName("MaxPool", spatial, "GradGrad");
-    const std::string layout = Layout(spatial);
-
-    r.Add(PoolOp(avg, spatial)
-              .Inputs({spatial == 2 ? "value" : "input"})
-              .Outputs({"output"})
-              .Forward([spatial](KernelContext& ctx) {
-                return PoolKernel(ctx, spatial, /*max=*/false);
-              })
-              // dx = AvgPoolGrad(shape(x), dy)
-              .Backward([avg_grad](GradContext& g) {
-                AttrMap attrs = PoolAttrs(g.attrs());
-                const Shape& in = g.InputShape(0);
-                attrs.Set("orig_input_shape",
-                          std::vector<int64_t>(in.begin(), in.end()));
-                g.SetGrad(0, g.Op(avg_grad, {g.Grad(0)}, std::move(attrs)));
-              })
-              .Summary(absl::StrCat("average pooling (", layout,
-                                    "; SAME averages over valid cells only)")));
-    r.Add(PoolOp(avg_grad, spatial)
-              .Inputs({"grad"})
-              .Outputs({"output"})
-              .Attr("orig_input_shape", AttrType::kIntList)
-              .Forward([spatial](KernelContext& ctx) {
-                return AvgPoolGradKernel(ctx, spatial);
-              })
-              // linear in grad, the adjoint of AvgPool: dgrad = AvgPool(dz)
-              .Backward([avg](GradContext& g) {
-                g.SetGrad(0, g.Op(avg, {g.Grad(0)}, PoolAttrs(g.attrs())));
-              })
-              .Summary(absl::StrCat(
-                  "the gradient of ", avg,
-                  " (orig_input_shape is an attr; TensorFlow takes a "
-                  "tensor)")));
-    r.Add(PoolOp(max, spatial)
-              .Inputs({"input"})
-              .Outputs({"output"})
-              .Forward([spatial](KernelContext& ctx) {
-                return PoolKernel(ctx, spatial, /*max=*/true);
-              })
-              // dx = MaxPoolGrad(x, y, dy): dy to the first max of its window
-              .Backward([max_grad](GradContext& g) {
-                g.SetGrad(0,
-                          g.Op(max_grad, {g.Input(0), g.Output(0), g.Grad(0)},
-                               PoolAttrs(g.attrs())));
-              })
-              .SavesInputs({0})
-              .SavesOutputs({0})
-              .Summary(absl::StrCat("max pooling (", layout, ")")));
-    r.Add(PoolOp(max_grad, spatial)
-              .Inputs({"orig_input", "orig_output", "grad"})
-              .Outputs({"output"})
-              .Forward([spatial](KernelContext& ctx) {
-                return MaxPoolGradKernel(ctx, spatial, /*grad_grad=*/false);
-              })
-              // linear in grad: dgrad = MaxPoolGradGrad(x, y, dz)
-              .Backward([max_grad_grad](GradContext& g) {
-                g.SetGrad(
-                    2, g.Op(max_grad_grad, {g.Input(0), g.Input(1), g.Grad(0)},
-                            PoolAttrs(g.attrs())));
-              })
-              .SavesInputs({0, 1})
-              .NonDifferentiableInputs({0, 1})
-              .Summary(absl::StrCat(
-                  "the gradient of ", max,
-                  ": grad routed to the first max (== orig_output) of "
-                  "each window of orig_input")));
-    r.Add(PoolOp(max_grad_grad, spatial)
-              .Inputs({"orig_input", "orig_output", "grad"})
-              .Outputs({"output"})
-              .Forward([spatial](KernelContext& ctx) {
-                return MaxPoolGradKernel(ctx, spatial, /*grad_grad=*/true);
-              })
-              // linear in grad: dgrad = MaxPoolGrad(x, y, dz)
-              .Backward([max_grad](GradContext& g) {
-                g.SetGrad(2, g.Op(max_grad, {g.Input(0), g.Input(1), g.Grad(0)},
-                                  PoolAttrs(g.attrs())));
-              })
-              .SavesInputs({0, 1})
-              .NonDifferentiableInputs({0, 1})
-              .Summary(absl::StrCat(
-                  "the gradient of ", max_grad,
-                  ": per window, grad at the first max (== orig_output) of "
-                  "orig_input")));
-  }
+  r.Add(AvgPool(Op("AvgPool"), 2, "AvgPoolGrad"));
+  r.Add(AvgPoolGrad(Op("AvgPoolGrad"), 2, "AvgPool"));
+  r.Add(MaxPool(Op("MaxPool"), 2, "MaxPoolGrad"));
+  r.Add(MaxPoolGradOp(Op("MaxPoolGrad"), 2, /*grad_grad=*/false, "MaxPool",
+                      "MaxPoolGradGrad"));
+  r.Add(MaxPoolGradOp(Op("MaxPoolGradGrad"), 2, /*grad_grad=*/true,
+                      "MaxPoolGrad", "MaxPoolGrad"));
+  r.Add(AvgPool(Op("AvgPool3D"), 3, "AvgPool3DGrad"));
+  r.Add(AvgPoolGrad(Op("AvgPool3DGrad"), 3, "AvgPool3D"));
+  r.Add(MaxPool(Op("MaxPool3D"), 3, "MaxPool3DGrad"));
+  r.Add(MaxPoolGradOp(Op("MaxPool3DGrad"), 3, /*grad_grad=*/false, "MaxPool3D",
+                      "MaxPool3DGradGrad"));
+  r.Add(MaxPoolGradOp(Op("MaxPool3DGradGrad"), 3, /*grad_grad=*/true,
+                      "MaxPool3DGrad", "MaxPool3DGrad"));
 }
 
 }  // namespace gradtape

@@ -274,16 +274,14 @@ void MinOrMaxGrad(GradContext& g, const char* sum, AttrMap sum_attrs) {
             g.Op("Select", {is_selected, shared, g.Op("ZerosLike", {shared})}));
 }
 
-Op SegmentOp(const char* name) {
-  return std::move(Op(name)
-                       .Inputs({"data", "segment_ids"})
+Op SegmentOp(Op op) {
+  return std::move(op.Inputs({"data", "segment_ids"})
                        .Outputs({"output"})
                        .NonDifferentiableInputs({1}));
 }
 
-Op SparseSegmentOp(const char* name) {
-  return std::move(Op(name)
-                       .Inputs({"data", "indices", "segment_ids"})
+Op SparseSegmentOp(Op op) {
+  return std::move(op.Inputs({"data", "indices", "segment_ids"})
                        .Outputs({"output"})
                        .NonDifferentiableInputs({1, 2})
                        .SavesInputs({1, 2}));
@@ -305,10 +303,25 @@ void SparseSegmentGrad(GradContext& g, Reduction reduction) {
                     {{"num_segments", g.InputShape(0)[0]}}));
 }
 
+// SegmentMin and SegmentMax.
+Op SegmentMinOrMax(Op op, Reduction reduction) {
+  return std::move(
+      SegmentOp(std::move(op))
+          .Forward([reduction](KernelContext& ctx) {
+            return SegmentKernel(ctx, reduction);
+          })
+          // ddata = data == output[ids] ? dy[ids] / #ties : 0
+          .Backward([](GradContext& g) { MinOrMaxGrad(g, "SegmentSum", {}); })
+          // TensorFlow's seed set lists Segment{Min,Max} among the ops
+          // whose gradient needs no outputs; it reads output 0.
+          .SavesInputs({0, 1})
+          .SavesOutputs({0}));
+}
+
 }  // namespace
 
 void RegisterSegmentOps(OpRegistry& r) {
-  r.Add(SegmentOp("SegmentSum")
+  r.Add(SegmentOp(Op("SegmentSum"))
             .Forward([](KernelContext& ctx) {
               return SegmentKernel(ctx, Reduction::kSum);
             })
@@ -319,7 +332,7 @@ void RegisterSegmentOps(OpRegistry& r) {
             .SavesInputs({1})
             .Summary("output[s] = sum of data[i] with segment_ids[i] == s "
                      "(ids sorted, >= 0; empty segments 0)"));
-  r.Add(SegmentOp("SegmentMean")
+  r.Add(SegmentOp(Op("SegmentMean"))
             .Forward([](KernelContext& ctx) {
               return SegmentKernel(ctx, Reduction::kMean);
             })
@@ -333,25 +346,13 @@ void RegisterSegmentOps(OpRegistry& r) {
             .SavesInputs({1})
             .Summary("output[s] = mean of data[i] with segment_ids[i] == s "
                      "(ids sorted, >= 0; empty segments 0)"));
-  for (Reduction reduction : {Reduction::kMin, Reduction::kMax}) {
-    const bool max = reduction == Reduction::kMax;
-    r.Add(
-        SegmentOp(max ? "SegmentMax" : "SegmentMin")
-            .Forward([reduction](KernelContext& ctx) {
-              return SegmentKernel(ctx, reduction);
-            })
-            // ddata = data == output[ids] ? dy[ids] / #ties : 0
-            .Backward([](GradContext& g) { MinOrMaxGrad(g, "SegmentSum", {}); })
-            // TensorFlow's seed set lists Segment{Min,Max} among the ops
-            // whose gradient needs no outputs; it reads output 0.
-            .SavesInputs({0, 1})
-            .SavesOutputs({0})
-            .Summary(max ? "output[s] = max of data[i] with segment_ids[i] "
-                           "== s (ids sorted, >= 0; empty segments 0)"
-                         : "output[s] = min of data[i] with segment_ids[i] "
-                           "== s (ids sorted, >= 0; empty segments 0)"));
-  }
-  r.Add(SegmentOp("UnsortedSegmentSum")
+  r.Add(SegmentMinOrMax(Op("SegmentMin"), Reduction::kMin)
+            .Summary("output[s] = min of data[i] with segment_ids[i] == s "
+                     "(ids sorted, >= 0; empty segments 0)"));
+  r.Add(SegmentMinOrMax(Op("SegmentMax"), Reduction::kMax)
+            .Summary("output[s] = max of data[i] with segment_ids[i] == s "
+                     "(ids sorted, >= 0; empty segments 0)"));
+  r.Add(SegmentOp(Op("UnsortedSegmentSum"))
             .Attr("num_segments", AttrType::kInt)
             .Forward([](KernelContext& ctx) {
               return UnsortedSegmentKernel(ctx, Reduction::kSum);
@@ -365,7 +366,7 @@ void RegisterSegmentOps(OpRegistry& r) {
                      "== s; ids in any order, in [0, num_segments) (TF's "
                      "num_segments input is an attr here; TF drops negative "
                      "ids, here they are an error)"));
-  r.Add(SegmentOp("UnsortedSegmentMax")
+  r.Add(SegmentOp(Op("UnsortedSegmentMax"))
             .Attr("num_segments", AttrType::kInt)
             .Forward([](KernelContext& ctx) {
               return UnsortedSegmentKernel(ctx, Reduction::kMax);
@@ -381,7 +382,7 @@ void RegisterSegmentOps(OpRegistry& r) {
                      "== s; ids in any order, in [0, num_segments); empty "
                      "segments are the lowest value of the dtype (TF's "
                      "num_segments input is an attr here)"));
-  r.Add(SparseSegmentOp("SparseSegmentSum")
+  r.Add(SparseSegmentOp(Op("SparseSegmentSum"))
             .Forward([](KernelContext& ctx) {
               return SparseSegmentKernel(ctx, Reduction::kSum);
             })
@@ -390,7 +391,7 @@ void RegisterSegmentOps(OpRegistry& r) {
                 [](GradContext& g) { SparseSegmentGrad(g, Reduction::kSum); })
             .Summary("output[s] = sum of data[indices[i]] with "
                      "segment_ids[i] == s (ids sorted, >= 0)"));
-  r.Add(SparseSegmentOp("SparseSegmentMean")
+  r.Add(SparseSegmentOp(Op("SparseSegmentMean"))
             .Forward([](KernelContext& ctx) {
               return SparseSegmentKernel(ctx, Reduction::kMean);
             })
@@ -399,7 +400,7 @@ void RegisterSegmentOps(OpRegistry& r) {
                 [](GradContext& g) { SparseSegmentGrad(g, Reduction::kMean); })
             .Summary("output[s] = mean of data[indices[i]] with "
                      "segment_ids[i] == s (ids sorted, >= 0)"));
-  r.Add(SparseSegmentOp("SparseSegmentSqrtN")
+  r.Add(SparseSegmentOp(Op("SparseSegmentSqrtN"))
             .Forward([](KernelContext& ctx) {
               return SparseSegmentKernel(ctx, Reduction::kSqrtN);
             })

@@ -129,6 +129,7 @@ absl::Status AssignUpdateKernel(KernelContext& ctx, Combine combine) {
 void RegisterVariableOps(OpRegistry& r) {
   r.Add(Op("VarHandleOp")
             .Outputs({"resource"})
+            .OutputDType(DTypeRule::Fixed(DType::kResource))
             .Attr("dtype", AttrType::kType)
             .Attr("shape", AttrType::kIntList)
             .Attr("shared_name", std::string())
@@ -141,6 +142,8 @@ void RegisterVariableOps(OpRegistry& r) {
             .ResourceInputs({0})
             .Outputs({"value"})
             .Attr("dtype", DType::kInvalid)
+            // unset (kInvalid): the variable's, which no input dtype tells
+            .OutputDType(DTypeRule::FromAttr("dtype"))
             .Forward(ReadVariableKernel)
             // d variable = dvalue
             .Backward([](GradContext& g) { g.SetGrad(0, g.Grad(0)); })

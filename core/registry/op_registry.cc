@@ -13,7 +13,96 @@ namespace {
   std::abort();
 }
 
+// One rule per output: the declared one or input 0's dtype. Aborts on a
+// rule that can never apply (no such input, no such type attr).
+std::vector<DTypeRule> OutputDTypes(const OpDef& def,
+                                    const std::optional<DTypeRule>& declared) {
+  if (!declared.has_value() && def.num_inputs() == 0 && def.num_outputs() > 0) {
+    RegistrationError(def.name, "no inputs: declare its OutputDType");
+  }
+  const DTypeRule rule = declared.value_or(DTypeRule::SameAsInput(0));
+  switch (rule.kind) {
+    case DTypeRule::Kind::kSameAsInput:
+    case DTypeRule::Kind::kRealOfInput:
+    case DTypeRule::Kind::kComplexOfInput:
+      if (rule.input < 0 || rule.input >= def.num_inputs()) {
+        RegistrationError(def.name,
+                          absl::StrCat("OutputDType: ", rule.DebugString(),
+                                       ": no such input"));
+      }
+      break;
+    case DTypeRule::Kind::kFromAttr: {
+      const AttrSpec* spec = def.FindAttr(rule.attr);
+      if (spec == nullptr || spec->type != AttrType::kType) {
+        RegistrationError(
+            def.name, absl::StrCat("OutputDType: no type attr ", rule.attr));
+      }
+      break;
+    }
+    case DTypeRule::Kind::kFixed:
+      if (rule.dtype == DType::kInvalid) {
+        RegistrationError(def.name, "OutputDType: Fixed(kInvalid)");
+      }
+      break;
+  }
+  return std::vector<DTypeRule>(def.num_outputs(), rule);
+}
+
 }  // namespace
+
+DType DTypeRule::Apply(absl::Span<const DType> input_dtypes,
+                       const AttrMap& attrs) const {
+  const bool has_input =
+      input >= 0 && input < static_cast<int>(input_dtypes.size());
+  switch (kind) {
+    case Kind::kSameAsInput:
+      return has_input ? input_dtypes[input] : DType::kInvalid;
+    case Kind::kFromAttr: {
+      const AttrValue* value = attrs.Find(attr);
+      const DType* d = value == nullptr ? nullptr : std::get_if<DType>(value);
+      return d == nullptr ? DType::kInvalid : *d;
+    }
+    case Kind::kFixed:
+      return dtype;
+    case Kind::kRealOfInput:
+      if (!has_input) return DType::kInvalid;
+      switch (input_dtypes[input]) {
+        case DType::kComplex64:
+          return DType::kFloat32;
+        case DType::kComplex128:
+          return DType::kFloat64;
+        default:
+          return input_dtypes[input];
+      }
+    case Kind::kComplexOfInput:
+      if (!has_input) return DType::kInvalid;
+      switch (input_dtypes[input]) {
+        case DType::kFloat32:
+          return DType::kComplex64;
+        case DType::kFloat64:
+          return DType::kComplex128;
+        default:
+          return DType::kInvalid;
+      }
+  }
+  return DType::kInvalid;
+}
+
+std::string DTypeRule::DebugString() const {
+  switch (kind) {
+    case Kind::kSameAsInput:
+      return absl::StrCat("same as input ", input);
+    case Kind::kFromAttr:
+      return absl::StrCat("attr ", attr);
+    case Kind::kFixed:
+      return std::string(DTypeName(dtype));
+    case Kind::kRealOfInput:
+      return absl::StrCat("real of input ", input);
+    case Kind::kComplexOfInput:
+      return absl::StrCat("complex of input ", input);
+  }
+  return "?";
+}
 
 KernelContext::KernelContext(const OpDef& op, absl::Span<const Tensor> inputs,
                              const AttrMap& attrs, Tensors* outputs)
@@ -141,6 +230,11 @@ Op& Op::Attr(std::string name, AttrValue default_value) {
   return *this;
 }
 
+Op& Op::OutputDType(DTypeRule rule) {
+  output_dtype_ = std::move(rule);
+  return *this;
+}
+
 Op& Op::Forward(ForwardFn fn) {
   def_.forward = std::move(fn);
   return *this;
@@ -260,6 +354,7 @@ void OpRegistry::Add(Op op) {
   };
   mark_kind(op.resource_inputs_, OpDef::InputKind::kHandle);
   mark_kind(op.any_kind_inputs_, OpDef::InputKind::kAny);
+  def->output_dtypes = OutputDTypes(*def, op.output_dtype_);
   def->index = static_cast<int>(ops_.size());
   by_name_[name] = def.get();
   ops_.push_back(std::move(def));

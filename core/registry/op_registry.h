@@ -82,6 +82,44 @@ using BackwardFn = std::function<void(GradContext&)>;
 // op's inputs and outputs) with registered ops (core/autodiff/forward_mode.h).
 using JvpFn = std::function<void(JvpContext&)>;
 
+// How an output's dtype follows from the op's input dtypes and attrs,
+// declared at the op's registration (Op::OutputDType) and served by ListOps,
+// so a client knows every output's dtype without asking for it.
+// tests/core/ops/output_dtype_test.cc checks each rule against what the
+// kernel produces for every op sample.
+struct DTypeRule {
+  enum class Kind {
+    kSameAsInput,     // the dtype of input `input`
+    kFromAttr,        // the value of the type attr `attr`
+    kFixed,           // `dtype`
+    kRealOfInput,     // input `input`'s real dtype (complex64 -> float32,
+                      // complex128 -> float64, real dtypes as they are)
+    kComplexOfInput,  // input `input`'s complex dtype (float32 ->
+                      // complex64, float64 -> complex128)
+  };
+  Kind kind = Kind::kSameAsInput;
+  int input = 0;                  // kSameAsInput, kRealOfInput, kComplexOfInput
+  std::string attr;               // kFromAttr
+  DType dtype = DType::kInvalid;  // kFixed
+
+  static DTypeRule SameAsInput(int i) { return {Kind::kSameAsInput, i}; }
+  static DTypeRule FromAttr(std::string name) {
+    return {Kind::kFromAttr, 0, std::move(name)};
+  }
+  static DTypeRule Fixed(DType d) { return {Kind::kFixed, 0, "", d}; }
+  static DTypeRule RealOfInput(int i) { return {Kind::kRealOfInput, i}; }
+  static DTypeRule ComplexOfInput(int i) { return {Kind::kComplexOfInput, i}; }
+
+  // The dtype for an op run with inputs of `input_dtypes` and `attrs`
+  // (defaults filled in); kInvalid when the rule does not apply (no such
+  // input or attr, the complex dtype of a non-floating dtype) or leaves the
+  // dtype open (a type attr left at kInvalid: ReadVariableOp without its
+  // dtype gives the variable's).
+  DType Apply(absl::Span<const DType> input_dtypes, const AttrMap& attrs) const;
+  // "same as input 0", "attr DstT", "bool", "real of input 0", ...
+  std::string DebugString() const;
+};
+
 struct AttrSpec {
   std::string name;
   AttrType type;
@@ -93,6 +131,8 @@ struct OpDef {
   std::vector<std::string> input_names;
   std::vector<std::string> output_names;
   std::vector<AttrSpec> attrs;
+  // One per output (default: input 0's dtype).
+  std::vector<DTypeRule> output_dtypes;
   ForwardFn forward;
   BackwardFn backward;  // empty: not differentiable, or BackwardUnsupported
   // Non-empty: the op is recorded, but its backward is deliberately missing
@@ -146,6 +186,9 @@ class Op {
   Op& Outputs(std::vector<std::string> names);
   Op& Attr(std::string name, AttrType type);  // required attr
   Op& Attr(std::string name, AttrValue default_value);
+  // Every output's dtype (the default: SameAsInput(0); an op without inputs
+  // must declare it).
+  Op& OutputDType(DTypeRule rule);
   Op& Forward(ForwardFn fn);
   Op& Backward(BackwardFn fn);
   Op& SavesInputs(std::vector<int> indices);
@@ -176,6 +219,7 @@ class Op {
   OpDef def_;
   bool declared_not_differentiable_ = false;
   bool declared_backward_ = false;
+  std::optional<DTypeRule> output_dtype_;
   std::vector<int> non_differentiable_inputs_;
   std::vector<int> resource_inputs_;
   std::vector<int> any_kind_inputs_;

@@ -231,8 +231,9 @@ class Variable:
     """A server-side resource variable (VarHandleOp + AssignVariableOp).
 
     Passing a Variable to an op reads it (ReadVariableOp), as TensorFlow
-    does, except for ops that take the resource itself (names starting with
-    "Resource" or containing "VariableOp"), which get the handle. Reading a
+    does, except at the inputs that take the resource itself (ListOps'
+    resource_inputs: ResourceApply*, Assign*VariableOp, ...), which get the
+    handle. Reading a
     variable inside a ``GradientTape(watch_accessed_variables=True)`` (the
     default) watches it, so ``tape.gradient(loss, variable)`` works.
     """
@@ -656,39 +657,47 @@ def _pack_like(structure: Any, flat: List[Any]) -> Any:
 # Ops generated from ListOps
 
 
-_BOOL_OUTPUT = {"Equal", "NotEqual", "Greater", "GreaterEqual", "Less", "LessEqual"}
 _TO_REAL = {np.dtype(np.complex64): np.dtype(np.float32), np.dtype(np.complex128): np.dtype(np.float64)}
 _TO_COMPLEX = {v: k for k, v in _TO_REAL.items()}
 
 
-def _output_dtype(op: str, inputs: Sequence[Tensor], attrs: Mapping[str, Any], index: int) -> Optional[np.dtype]:
-    """Best guess of an output's dtype without asking the server (None: unknown)."""
-    for key in ("DstT", "out_type", "Tout", "T", "dtype"):
-        if key in attrs and not op.startswith(("ReadVariable", "VarHandle")):
-            try:
-                return _dtypes.as_numpy_dtype(attrs[key])
-            except TypeError:
-                return None
-    if op == "VarHandleOp":
-        return _dtypes.RESOURCE
-    if op == "ReadVariableOp" and "dtype" in attrs:
-        return _dtypes.as_numpy_dtype(attrs["dtype"])
-    if op in _BOOL_OUTPUT:
-        return np.dtype(np.bool_)
-    if op == "Shape":
-        return np.dtype(np.int32)
-    if op == "OneHot":
-        return np.dtype(np.float32)
-    known = [t._dtype for t in inputs if t._dtype is not None and t._dtype != _dtypes.RESOURCE]
-    if op == "Select":
-        return inputs[1]._dtype if len(inputs) > 1 else None
-    if not known:
-        return None
-    if op in ("Real", "Imag", "Angle", "ComplexAbs"):
-        return _TO_REAL.get(known[0], known[0])
-    if op == "Complex":
-        return _TO_COMPLEX.get(known[0])
-    return known[0]
+def _attr_dtype(info: pb.OpInfo, attrs: Mapping[str, Any], name: str) -> Optional[np.dtype]:
+    """The type attr `name` as given, else its declared default (None: unset)."""
+    if name in attrs:
+        try:
+            return _dtypes.as_numpy_dtype(attrs[name])
+        except TypeError:
+            return None  # the server reports the bad attr
+    for a in info.attrs:
+        if a.name == name and a.default_value.WhichOneof("value") == "type" and a.default_value.type:
+            return _dtypes.from_pb_dtype(a.default_value.type)
+    return None
+
+
+def _output_dtypes(info: Optional[pb.OpInfo], inputs: Sequence[Tensor], attrs: Mapping[str, Any]) -> List[Optional[np.dtype]]:
+    """Each output's dtype by the rules the server declares in ListOps
+    (OpInfo.output_dtypes); None where a rule leaves it open (an input of
+    unknown dtype, ReadVariableOp without its dtype attr, a server that
+    sends no rules): Tensor.dtype then asks the server."""
+    if info is None:
+        return []
+    dtypes: List[Optional[np.dtype]] = []
+    for rule in info.output_dtypes:
+        kind = rule.WhichOneof("rule")
+        d: Optional[np.dtype] = None
+        if kind == "from_attr":
+            d = _attr_dtype(info, attrs, rule.from_attr)
+        elif kind == "fixed":
+            d = _dtypes.from_pb_dtype(rule.fixed) if rule.fixed else None
+        elif kind is not None:
+            i = getattr(rule, kind)
+            d = inputs[i]._dtype if i < len(inputs) else None
+            if d is not None and kind == "real_of_input":
+                d = _TO_REAL.get(d, d)
+            elif d is not None and kind == "complex_of_input":
+                d = _TO_COMPLEX.get(d)
+        dtypes.append(d)
+    return dtypes
 
 
 class OpFunction:
@@ -703,7 +712,9 @@ class OpFunction:
         self.__name__ = snake_case(info.name)
         self._inputs = list(info.input_names)
         self._attrs = {a.name: a for a in info.attrs}
-        self._takes_resource = info.name.startswith("Resource") or "VariableOp" in info.name
+        # Inputs that take a variable handle (ListOps): a Variable passed
+        # there is passed as its handle, elsewhere read.
+        self._resource_inputs = set(info.resource_inputs)
         self._outputs_type = (
             NamedTuple(info.name + "Outputs", [(snake_case(n) or f"output_{i}", Any) for i, n in enumerate(info.output_names)])
             if len(info.output_names) > 1
@@ -745,9 +756,9 @@ class OpFunction:
             if d is not None and d != _dtypes.RESOURCE:
                 hint = d
                 break
-        for v in values:
+        for i, v in enumerate(values):
             if isinstance(v, Variable):
-                tensors.append(v.handle if self._takes_resource else v.read_value())
+                tensors.append(v.handle if i in self._resource_inputs else v.read_value())
             else:
                 tensors.append(s.convert_to_tensor(v, dtype_hint=hint))
         outputs = s.execute(self.name, tensors, attrs, num_outputs=len(self.info.output_names))
@@ -974,9 +985,11 @@ class Session:
         if num_outputs is None:
             num_outputs = len(info.output_names) if info is not None else 1
         input_ids = [self._input_id(t, f"{op}: input {i}") for i, t in enumerate(inputs)]
+        dtypes = _output_dtypes(info, inputs, attrs)
         outputs = []
         for i in range(num_outputs):
-            outputs.append(Tensor(self, self._core.new_id(), _output_dtype(op, inputs, attrs, i)))
+            dtype = dtypes[i] if i < len(dtypes) else None
+            outputs.append(Tensor(self, self._core.new_id(), dtype))
         execute = pb.ExecuteOp(op=op, input_ids=input_ids, output_ids=[o.id for o in outputs])
         declared = {a.name: a.type for a in info.attrs} if info is not None else {}
         for name, value in attrs.items():

@@ -9,6 +9,8 @@ void AddVariableSamples(SampleList& s) {
   s.Add("VarHandleOp", "float64 matrix", {},
         {{"dtype", DType::kFloat64}, {"shape", L({2, 3})}});
   s.Add("ReadVariableOp", "initialized", {VariableHandle(R({2, 3}, 301))});
+  s.Add("ReadVariableOp", "initialized, dtype given",
+        {VariableHandle(R({2, 3}, 308))}, {{"dtype", DType::kFloat64}});
   s.Add("AssignVariableOp", "same shape",
         {VariableHandle(R({2, 3}, 302)), R({2, 3}, 303)});
   s.Add("AssignAddVariableOp", "same shape",

@@ -294,6 +294,8 @@ TEST_F(SegmentOpsTest, BadInputsAreInvalidArgumentAndRecordNothing) {
 Op CopyOf(const OpDef& def) {
   Op op(def.name);
   op.Inputs(def.input_names).Outputs(def.output_names).Forward(def.forward);
+  // One rule for all outputs, as the builder declares them.
+  if (!def.output_dtypes.empty()) op.OutputDType(def.output_dtypes[0]);
   for (const AttrSpec& a : def.attrs) {
     if (a.default_value.has_value()) {
       op.Attr(a.name, *a.default_value);

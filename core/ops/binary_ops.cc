@@ -1,0 +1,182 @@
+// Elementwise binary arithmetic with numpy broadcasting: AddV2 (Add), Sub,
+// Mul, RealDiv (Div), Maximum, Minimum, SquaredDifference. Each backward sums
+// an input's gradient over the axes that input was broadcast along.
+#include "core/autodiff/forward_mode.h"
+#include "core/autodiff/grad_context.h"
+#include "core/base/status_macros.h"
+#include "core/ops/kernel_util.h"
+#include "core/ops/ops.h"
+
+namespace gradtape {
+namespace {
+
+Op Binary(Op op) { return std::move(op.Inputs({"x", "y"}).Outputs({"z"})); }
+
+// AddV2 and Add (TensorFlow's older name for it).
+Op Addition(Op op) {
+  return std::move(
+      Binary(std::move(op))
+          .Forward([](KernelContext& ctx) {
+            return BinaryKernel<DTypes::kArithmetic>(
+                ctx, [](auto a, auto b) { return a + b; });
+          })
+          // dx = dy, dy' = dy (each summed over its broadcast axes)
+          .Backward([](GradContext& g) {
+            for (int i = 0; i < 2; ++i) {
+              if (g.NeedsGrad(i)) {
+                g.SetGrad(i, g.SumToShape(g.Grad(0), g.InputShape(i)));
+              }
+            }
+          })
+          // tz = tx + ty
+          .Jvp([](JvpContext& j) {
+            j.SetTangent(0, j.Add(j.Tangent(0), j.Tangent(1)));
+          })
+          .Summary("z = x + y, with numpy broadcasting"));
+}
+
+// RealDiv and Div (both floating or complex here: no integer division).
+Op Division(Op op) {
+  return std::move(
+      Binary(std::move(op))
+          .Forward([](KernelContext& ctx) {
+            return BinaryKernel<DTypes::kInexact>(
+                ctx, [](auto a, auto b) { return a / b; });
+          })
+          // dx = dz / conj(y), dy = -dz * conj(x) / conj(y)^2
+          .Backward([](GradContext& g) {
+            Tensor x = g.Conj(g.Input(0)), y = g.Conj(g.Input(1));
+            Tensor dz = g.Grad(0);
+            if (g.NeedsGrad(0)) {
+              g.SetGrad(0, g.SumToShape(g.Div(dz, y), g.InputShape(0)));
+            }
+            if (g.NeedsGrad(1)) {
+              Tensor t = g.Div(g.Div(g.Mul(dz, x), y), y);
+              g.SetGrad(1, g.SumToShape(g.Neg(t), g.InputShape(1)));
+            }
+          })
+          .SavesInputs({0, 1})
+          // tz = tx / y - z * ty / y
+          .Jvp([](JvpContext& j) {
+            Tensor y = j.Input(1), t;
+            if (j.HasTangent(0)) t = j.Div(j.Tangent(0), y);
+            if (j.HasTangent(1)) {
+              Tensor u = j.Div(j.Mul(j.Output(0), j.Tangent(1)), y);
+              t = t.valid() ? j.Sub(t, u) : j.Neg(u);
+            }
+            j.SetTangent(0, t);
+          })
+          .Summary("z = x / y (floating or complex), with numpy "
+                   "broadcasting"));
+}
+
+// Maximum / Minimum: dx gets dz where `selector`(x, y) holds (GreaterEqual /
+// LessEqual: ties go to x, as in TensorFlow), dy elsewhere; each summed over
+// its broadcast axes.
+Op MaxMin(Op op, bool max) {
+  const char* selector = max ? "GreaterEqual" : "LessEqual";
+  return std::move(
+      Binary(std::move(op))
+          .Forward([max](KernelContext& ctx) {
+            if (max) {
+              return BinaryKernel<DTypes::kNumeric>(
+                  ctx, [](auto a, auto b) { return a >= b ? a : b; });
+            }
+            return BinaryKernel<DTypes::kNumeric>(
+                ctx, [](auto a, auto b) { return a <= b ? a : b; });
+          })
+          // m = x >= y (Maximum) or x <= y (Minimum):
+          //   dx = select(m, dz, 0),  dy = select(m, 0, dz)
+          .Backward([selector](GradContext& g) {
+            Tensor dz = g.Grad(0);
+            Tensor mask = g.Op(selector, {g.Input(0), g.Input(1)});
+            Tensor zeros = g.Op("ZerosLike", {dz});
+            if (g.NeedsGrad(0)) {
+              g.SetGrad(0, g.SumToShape(g.Op("Select", {mask, dz, zeros}),
+                                        g.InputShape(0)));
+            }
+            if (g.NeedsGrad(1)) {
+              g.SetGrad(1, g.SumToShape(g.Op("Select", {mask, zeros, dz}),
+                                        g.InputShape(1)));
+            }
+          })
+          .SavesInputs({0, 1})
+          .Summary(max ? "z = max(x, y), with numpy broadcasting"
+                       : "z = min(x, y), with numpy broadcasting"));
+}
+
+}  // namespace
+
+void RegisterBinaryOps(OpRegistry& r) {
+  r.Add(Addition(Op("AddV2")));
+  r.Add(Addition(Op("Add")));
+  r.Add(Binary(Op("Sub"))
+            .Forward([](KernelContext& ctx) {
+              return BinaryKernel<DTypes::kArithmetic>(
+                  ctx, [](auto a, auto b) { return a - b; });
+            })
+            // dx = dz, dy = -dz
+            .Backward([](GradContext& g) {
+              if (g.NeedsGrad(0)) {
+                g.SetGrad(0, g.SumToShape(g.Grad(0), g.InputShape(0)));
+              }
+              if (g.NeedsGrad(1)) {
+                g.SetGrad(1, g.SumToShape(g.Neg(g.Grad(0)), g.InputShape(1)));
+              }
+            })
+            // tz = tx - ty
+            .Jvp([](JvpContext& j) {
+              j.SetTangent(0, j.Sub(j.Tangent(0), j.Tangent(1)));
+            })
+            .Summary("z = x - y, with numpy broadcasting"));
+  r.Add(Binary(Op("Mul"))
+            .Forward([](KernelContext& ctx) {
+              return BinaryKernel<DTypes::kArithmetic>(
+                  ctx, [](auto a, auto b) { return a * b; });
+            })
+            // dx = dz * conj(y), dy = dz * conj(x)  (conj: complex only)
+            .Backward([](GradContext& g) {
+              if (g.NeedsGrad(0)) {
+                g.SetGrad(0, g.SumToShape(g.Mul(g.Grad(0), g.Conj(g.Input(1))),
+                                          g.InputShape(0)));
+              }
+              if (g.NeedsGrad(1)) {
+                g.SetGrad(1, g.SumToShape(g.Mul(g.Grad(0), g.Conj(g.Input(0))),
+                                          g.InputShape(1)));
+              }
+            })
+            .SavesInputs({0, 1})
+            // tz = tx * y + x * ty (each term broadcasts to z's shape)
+            .Jvp([](JvpContext& j) {
+              Tensor a, b;
+              if (j.HasTangent(0)) a = j.Mul(j.Tangent(0), j.Input(1));
+              if (j.HasTangent(1)) b = j.Mul(j.Input(0), j.Tangent(1));
+              j.SetTangent(0, !a.valid() ? b : !b.valid() ? a : j.Add(a, b));
+            })
+            .Summary("z = x * y, with numpy broadcasting"));
+  r.Add(Division(Op("RealDiv")));
+  r.Add(Division(Op("Div")));
+  r.Add(MaxMin(Op("Maximum"), /*max=*/true));
+  r.Add(MaxMin(Op("Minimum"), /*max=*/false));
+  r.Add(Binary(Op("SquaredDifference"))
+            .Forward([](KernelContext& ctx) {
+              return BinaryKernel<DTypes::kNumeric>(
+                  ctx, [](auto a, auto b) { return (a - b) * (a - b); });
+            })
+            // dx = 2 (x - y) dz,  dy = -dx (each summed to its shape)
+            .Backward([](GradContext& g) {
+              Tensor two = g.Const(2.0, g.InputDType(0));
+              Tensor t =
+                  g.Mul(g.Mul(two, g.Grad(0)), g.Sub(g.Input(0), g.Input(1)));
+              if (g.NeedsGrad(0)) {
+                g.SetGrad(0, g.SumToShape(t, g.InputShape(0)));
+              }
+              if (g.NeedsGrad(1)) {
+                g.SetGrad(1, g.SumToShape(g.Neg(t), g.InputShape(1)));
+              }
+            })
+            .SavesInputs({0, 1})
+            .Summary("z = (x - y)^2 (real dtypes), with numpy broadcasting"));
+}
+
+}  // namespace gradtape

@@ -1,0 +1,359 @@
+// Elementwise unary math: Neg, Abs, Sign, Square, Sqrt, Exp, Expm1, Log,
+// Log1p, Sin, Cos, Tan, Tanh, Sigmoid, Reciprocal (Inv), and the helpers
+// their backwards run, TensorFlow's SqrtGrad, TanhGrad, SigmoidGrad and
+// ReciprocalGrad (inputs (y, dy), y the forward output).
+#include <complex>
+#include <type_traits>
+
+#include "Eigen/Core"
+#include "core/autodiff/forward_mode.h"
+#include "core/autodiff/grad_context.h"
+#include "core/base/status_macros.h"
+#include "core/ops/kernel_util.h"
+#include "core/ops/ops.h"
+#include "core/ops/vector_math.h"
+
+namespace gradtape {
+namespace {
+
+Op Unary(Op op) { return std::move(op.Inputs({"x"}).Outputs({"y"})); }
+// TensorFlow's *Grad helpers take (y, dy): y the forward output.
+Op GradHelper(Op op) {
+  return std::move(op.Inputs({"y", "dy"}).Outputs({"z"}));
+}
+
+absl::Status SameShapeBinary(KernelContext& ctx) {
+  RETURN_IF_ERROR(ctx.RequireFloat(0));
+  RETURN_IF_ERROR(ctx.RequireSameDType(0, 1));
+  if (ctx.input(0).shape() != ctx.input(1).shape()) {
+    return ctx.InvalidArgument("y ", ShapeString(ctx.input(0).shape()),
+                               " and dy ", ShapeString(ctx.input(1).shape()),
+                               " must have the same shape");
+  }
+  return absl::OkStatus();
+}
+
+// z = f(y, dy) for the *Grad helpers (same shapes, floating).
+template <typename F>
+absl::Status GradHelperKernel(KernelContext& ctx, F f) {
+  RETURN_IF_ERROR(SameShapeBinary(ctx));
+  return BinaryKernel<DTypes::kFloating>(ctx, f);
+}
+
+// y = f(x) for floating x, with f an array function of vector_math.h
+// (f(const T* x, T* y, int64_t n)).
+template <typename F>
+absl::Status ArrayFloatKernel(KernelContext& ctx, F f) {
+  RETURN_IF_ERROR(RequireDTypes(ctx, 0, DTypes::kFloating));
+  const Tensor& x = ctx.input(0);
+  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, x.dtype(), x.shape()));
+  DispatchFloat(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    f(x.data<T>(), y.mutable_data<T>(), x.num_elements());
+  });
+  ctx.set_output(0, std::move(y));
+  return absl::OkStatus();
+}
+
+template <typename T>
+T Conj(T v) {
+  if constexpr (std::is_same_v<T, complex64> || std::is_same_v<T, complex128>) {
+    return std::conj(v);
+  } else {
+    return v;
+  }
+}
+
+// ReciprocalGrad: z = -dy * conj(y)^2 (0 where dy is 0, so an infinite y
+// with no gradient flowing gives 0, as TensorFlow's kernel does).
+absl::Status ReciprocalGradKernel(KernelContext& ctx) {
+  RETURN_IF_ERROR(RequireDTypes(ctx, 0, DTypes::kInexact));
+  if (ctx.input(0).shape() != ctx.input(1).shape()) {
+    return ctx.InvalidArgument("y ", ctx.input(0).DebugString(), " and dy ",
+                               ctx.input(1).DebugString(),
+                               " must have the same shape");
+  }
+  return BinaryKernel<DTypes::kInexact>(ctx, [](auto y, auto dy) {
+    using T = decltype(y);
+    if (dy == T(0)) return T(0);
+    const T cy = Conj(y);
+    return -dy * cy * cy;
+  });
+}
+
+// Reciprocal and Inv (TensorFlow's older name for it).
+Op Reciprocal(Op op) {
+  return std::move(
+      Unary(std::move(op))
+          .Forward([](KernelContext& ctx) {
+            return UnaryKernel<DTypes::kInexact>(
+                ctx, [](const auto& x) { return x.inverse(); });
+          })
+          // dx = -dy * conj(y)^2 = ReciprocalGrad(y, dy)
+          .Backward([](GradContext& g) {
+            g.SetGrad(0, g.Op("ReciprocalGrad", {g.Output(0), g.Grad(0)}));
+          })
+          .SavesOutputs({0})
+          .Summary("y = 1 / x (floating or complex)"));
+}
+
+}  // namespace
+
+void RegisterUnaryOps(OpRegistry& r) {
+  r.Add(Unary(Op("Neg"))
+            .Forward([](KernelContext& ctx) {
+              return UnaryKernel<DTypes::kArithmetic>(
+                  ctx, [](const auto& x) { return -x; });
+            })
+            // dx = -dy
+            .Backward([](GradContext& g) { g.SetGrad(0, g.Neg(g.Grad(0))); })
+            .Jvp(LinearUnaryJvp)  // ty = -tx
+            .Summary("y = -x"));
+  r.Add(Unary(Op("Square"))
+            .Forward([](KernelContext& ctx) {
+              return UnaryFloatKernel(ctx, [](const auto& x) { return x * x; });
+            })
+            // dx = dy * 2x
+            .Backward([](GradContext& g) {
+              Tensor two = g.Const(2.0, g.InputDType(0));
+              g.SetGrad(0, g.Mul(g.Grad(0), g.Mul(two, g.Input(0))));
+            })
+            .SavesInputs({0})
+            // ty = 2x * tx
+            .Jvp([](JvpContext& j) {
+              Tensor two = j.Const(2.0, j.Input(0).dtype());
+              j.SetTangent(0, j.Mul(j.Mul(two, j.Input(0)), j.Tangent(0)));
+            })
+            .Summary("y = x^2"));
+  r.Add(Unary(Op("Sqrt"))
+            .Forward([](KernelContext& ctx) {
+              return UnaryFloatKernel(ctx,
+                                      [](const auto& x) { return x.sqrt(); });
+            })
+            // dx = dy * 0.5 / y
+            .Backward([](GradContext& g) {
+              g.SetGrad(0, g.Op("SqrtGrad", {g.Output(0), g.Grad(0)}));
+            })
+            .SavesOutputs({0})
+            // ty = 0.5 tx / y
+            .Jvp([](JvpContext& j) {
+              j.SetTangent(0, j.Op("SqrtGrad", {j.Output(0), j.Tangent(0)}));
+            })
+            .Summary("y = sqrt(x)"));
+  r.Add(GradHelper(Op("SqrtGrad"))
+            .Forward([](KernelContext& ctx) {
+              return GradHelperKernel(ctx, [](auto y, auto dy) {
+                return static_cast<decltype(y)>(0.5) * dy / y;
+              });
+            })
+            // z = 0.5 dy / y:  dy' = 0.5 g / y,  d(y) = -g z / y
+            .Backward([](GradContext& g) {
+              Tensor ga = g.Div(g.Grad(0), g.Input(0));
+              if (g.NeedsGrad(0)) g.SetGrad(0, g.Neg(g.Mul(ga, g.Output(0))));
+              if (g.NeedsGrad(1)) {
+                g.SetGrad(1, g.Mul(g.Const(0.5, g.InputDType(0)), ga));
+              }
+            })
+            .SavesInputs({0})
+            .SavesOutputs({0})
+            .Summary("z = 0.5 * dy / y (the gradient of Sqrt)"));
+  r.Add(Unary(Op("Exp"))
+            .Forward([](KernelContext& ctx) {
+              return ArrayFloatKernel(ctx, [](const auto* x, auto* y,
+                                              int64_t n) { VecExp(x, y, n); });
+            })
+            // dx = dy * y
+            .Backward([](GradContext& g) {
+              g.SetGrad(0, g.Mul(g.Grad(0), g.Output(0)));
+            })
+            .SavesOutputs({0})
+            // ty = tx * y
+            .Jvp([](JvpContext& j) {
+              j.SetTangent(0, j.Mul(j.Tangent(0), j.Output(0)));
+            })
+            .Summary("y = e^x"));
+  r.Add(Unary(Op("Log"))
+            .Forward([](KernelContext& ctx) {
+              return ArrayFloatKernel(ctx, [](const auto* x, auto* y,
+                                              int64_t n) { VecLog(x, y, n); });
+            })
+            // dx = dy / x
+            .Backward([](GradContext& g) {
+              g.SetGrad(0, g.Div(g.Grad(0), g.Input(0)));
+            })
+            .SavesInputs({0})
+            // ty = tx / x
+            .Jvp([](JvpContext& j) {
+              j.SetTangent(0, j.Div(j.Tangent(0), j.Input(0)));
+            })
+            .Summary("y = ln(x)"));
+  r.Add(Unary(Op("Tanh"))
+            .Forward([](KernelContext& ctx) {
+              return UnaryFloatKernel(ctx,
+                                      [](const auto& x) { return x.tanh(); });
+            })
+            // dx = dy * (1 - y^2)
+            .Backward([](GradContext& g) {
+              g.SetGrad(0, g.Op("TanhGrad", {g.Output(0), g.Grad(0)}));
+            })
+            .SavesOutputs({0})
+            // ty = tx * (1 - y^2)
+            .Jvp([](JvpContext& j) {
+              j.SetTangent(0, j.Op("TanhGrad", {j.Output(0), j.Tangent(0)}));
+            })
+            .Summary("y = tanh(x)"));
+  r.Add(GradHelper(Op("TanhGrad"))
+            .Forward([](KernelContext& ctx) {
+              return GradHelperKernel(ctx, [](auto y, auto dy) {
+                return dy * (static_cast<decltype(y)>(1) - y * y);
+              });
+            })
+            // z = dy (1 - y^2):  d(y) = -2 g dy y,  d(dy) = g (1 - y^2)
+            .Backward([](GradContext& g) {
+              Tensor y = g.Input(0), dy = g.Input(1), gz = g.Grad(0);
+              if (g.NeedsGrad(0)) {
+                Tensor m2 = g.Const(-2.0, g.InputDType(0));
+                g.SetGrad(0, g.Mul(g.Mul(m2, g.Mul(gz, dy)), y));
+              }
+              if (g.NeedsGrad(1)) g.SetGrad(1, g.Op("TanhGrad", {y, gz}));
+            })
+            .SavesInputs({0, 1})
+            .Summary("z = dy * (1 - y^2) (the gradient of Tanh)"));
+  r.Add(Unary(Op("Sigmoid"))
+            .Forward([](KernelContext& ctx) {
+              return ArrayFloatKernel(ctx,
+                                      [](const auto* x, auto* y, int64_t n) {
+                                        VecSigmoid(x, y, n);
+                                      });
+            })
+            // dx = dy * y * (1 - y)
+            .Backward([](GradContext& g) {
+              g.SetGrad(0, g.Op("SigmoidGrad", {g.Output(0), g.Grad(0)}));
+            })
+            .SavesOutputs({0})
+            // ty = tx * y * (1 - y)
+            .Jvp([](JvpContext& j) {
+              j.SetTangent(0, j.Op("SigmoidGrad", {j.Output(0), j.Tangent(0)}));
+            })
+            .Summary("y = 1 / (1 + e^-x)"));
+  r.Add(GradHelper(Op("SigmoidGrad"))
+            .Forward([](KernelContext& ctx) {
+              return GradHelperKernel(ctx, [](auto y, auto dy) {
+                return dy * y * (static_cast<decltype(y)>(1) - y);
+              });
+            })
+            // z = dy y (1 - y):  d(y) = g dy (1 - 2y),  d(dy) = g y (1 - y)
+            .Backward([](GradContext& g) {
+              Tensor y = g.Input(0), dy = g.Input(1), gz = g.Grad(0);
+              if (g.NeedsGrad(0)) {
+                DType t = g.InputDType(0);
+                Tensor one_minus_2y =
+                    g.Sub(g.Const(1.0, t), g.Mul(g.Const(2.0, t), y));
+                g.SetGrad(0, g.Mul(g.Mul(gz, dy), one_minus_2y));
+              }
+              if (g.NeedsGrad(1)) g.SetGrad(1, g.Op("SigmoidGrad", {y, gz}));
+            })
+            .SavesInputs({0, 1})
+            .Summary("z = dy * y * (1 - y) (the gradient of Sigmoid)"));
+  r.Add(Unary(Op("Abs"))
+            .Forward([](KernelContext& ctx) {
+              return UnaryKernel<DTypes::kNumeric>(
+                  ctx, [](const auto& x) { return x.abs(); });
+            })
+            // dx = dy * sign(x)
+            .Backward([](GradContext& g) {
+              g.SetGrad(0, g.Mul(g.Grad(0), g.Op("Sign", {g.Input(0)})));
+            })
+            .SavesInputs({0})
+            .Summary("y = |x| (real dtypes)"));
+  r.Add(Unary(Op("Sign"))
+            .Forward([](KernelContext& ctx) {
+              return UnaryKernel<DTypes::kNumeric>(
+                  ctx, [](const auto& x) { return x.sign(); });
+            })
+            // dx = 0 (TensorFlow's _SignGrad: zeros, not None)
+            .Backward([](GradContext& g) {
+              g.SetGrad(0, g.Op("ZerosLike", {g.Grad(0)}));
+            })
+            .Summary("y = -1, 0 or 1 as x < 0, x == 0, x > 0 (real dtypes)"));
+  r.Add(Unary(Op("Expm1"))
+            .Forward([](KernelContext& ctx) {
+              return UnaryFloatKernel(ctx,
+                                      [](const auto& x) { return x.expm1(); });
+            })
+            // dx = dy * e^x
+            .Backward([](GradContext& g) {
+              g.SetGrad(0, g.Mul(g.Grad(0), g.Op("Exp", {g.Input(0)})));
+            })
+            .SavesInputs({0})
+            .Summary("y = e^x - 1, accurate near 0"));
+  r.Add(Unary(Op("Log1p"))
+            .Forward([](KernelContext& ctx) {
+              return UnaryFloatKernel(ctx,
+                                      [](const auto& x) { return x.log1p(); });
+            })
+            // dx = dy / (1 + x)
+            .Backward([](GradContext& g) {
+              Tensor one = g.Const(1.0, g.InputDType(0));
+              g.SetGrad(0, g.Div(g.Grad(0), g.Add(one, g.Input(0))));
+            })
+            .SavesInputs({0})
+            .Summary("y = ln(1 + x), accurate near 0"));
+  r.Add(Unary(Op("Sin"))
+            .Forward([](KernelContext& ctx) {
+              return UnaryFloatKernel(ctx,
+                                      [](const auto& x) { return x.sin(); });
+            })
+            // dx = dy * cos(x)
+            .Backward([](GradContext& g) {
+              g.SetGrad(0, g.Mul(g.Grad(0), g.Op("Cos", {g.Input(0)})));
+            })
+            .SavesInputs({0})
+            .Summary("y = sin(x)"));
+  r.Add(Unary(Op("Cos"))
+            .Forward([](KernelContext& ctx) {
+              return UnaryFloatKernel(ctx,
+                                      [](const auto& x) { return x.cos(); });
+            })
+            // dx = -dy * sin(x)
+            .Backward([](GradContext& g) {
+              g.SetGrad(0, g.Neg(g.Mul(g.Grad(0), g.Op("Sin", {g.Input(0)}))));
+            })
+            .SavesInputs({0})
+            .Summary("y = cos(x)"));
+  r.Add(Unary(Op("Tan"))
+            .Forward([](KernelContext& ctx) {
+              return UnaryFloatKernel(ctx,
+                                      [](const auto& x) { return x.tan(); });
+            })
+            // dx = dy / cos(x)^2
+            .Backward([](GradContext& g) {
+              Tensor cos = g.Op("Cos", {g.Input(0)});
+              g.SetGrad(0, g.Div(g.Grad(0), g.Op("Square", {cos})));
+            })
+            .SavesInputs({0})
+            .Summary("y = tan(x)"));
+  r.Add(Reciprocal(Op("Reciprocal")));
+  r.Add(Reciprocal(Op("Inv")));
+  r.Add(GradHelper(Op("ReciprocalGrad"))
+            .Forward(ReciprocalGradKernel)
+            // z = -dy conj(y)^2:  d(y) = -2 conj(g) dy conj(y),
+            //                     d(dy) = ReciprocalGrad(conj(y), g)
+            .Backward([](GradContext& g) {
+              Tensor y = g.Input(0), dy = g.Input(1), gz = g.Grad(0);
+              Tensor cg = gz;
+              if (IsComplex(g.InputDType(0))) {
+                y = g.Op("Conj", {y});
+                cg = g.Op("Conj", {gz});
+              }
+              if (g.NeedsGrad(0)) {
+                Tensor m2 = g.Const(-2.0, g.InputDType(0));
+                g.SetGrad(0, g.Mul(g.Mul(g.Mul(cg, m2), dy), y));
+              }
+              if (g.NeedsGrad(1)) g.SetGrad(1, g.Op("ReciprocalGrad", {y, gz}));
+            })
+            .SavesInputs({0, 1})
+            .Summary("z = -dy * conj(y)^2 (the gradient of Reciprocal)"));
+}
+
+}  // namespace gradtape
