@@ -1,0 +1,44 @@
+"""The shape of core/: no function over ~80 lines but op-registration lists.
+
+Issue 12's rule, checked with lizard (a C/C++ function-length analyser from
+PyPI, tests/python/requirements.txt): every function in core/ is at most
+MAX_LINES lines long, except the `Register...` functions that list an op
+family's registrations (one builder expression per op, see
+core/registry/op_registry.h). Needs no server.
+"""
+import pathlib
+
+import lizard
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+MAX_LINES = 80
+
+
+def long_functions(paths):
+    found = []
+    for path in paths:
+        info = lizard.analyze_file(str(path))
+        for fn in info.function_list:
+            name = fn.name.split("::")[-1]
+            if fn.length > MAX_LINES and not name.startswith("Register"):
+                rel = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+                found.append(f"{rel}:{fn.start_line} {fn.name}: {fn.length} lines")
+    return found
+
+
+def test_the_check_finds_a_long_function(tmp_path):
+    body = "\n".join(f"  x += {i};" for i in range(MAX_LINES + 5))
+    src = tmp_path / "long.cc"
+    src.write_text(f"int Long(int x) {{\n{body}\n  return x;\n}}\n"
+                   f"void RegisterLongOps(int x) {{\n{body}\n}}\n")
+    found = long_functions([src])
+    assert len(found) == 1 and "Long" in found[0], found
+
+
+def test_no_function_in_core_is_over_80_lines():
+    sources = sorted(p for p in (ROOT / "core").rglob("*")
+                     if p.suffix in (".cc", ".h"))
+    assert len(sources) > 40
+    found = long_functions(sources)
+    assert not found, "functions over %d lines in core/ (split them into " \
+        "named steps):\n%s" % (MAX_LINES, "\n".join(found))
