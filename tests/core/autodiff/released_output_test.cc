@@ -14,12 +14,14 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/autodiff/gradient.h"
 #include "core/autodiff/op_executor.h"
 #include "core/ops/ops.h"
 #include "core/registry/op_registry.h"
 #include "gtest/gtest.h"
 #include "tests/core/autodiff/autodiff_fixture.h"
+#include "tests/core/autodiff/second_order_check.h"
 #include "tests/core/ops/op_samples.h"
 
 namespace gradtape {
@@ -27,8 +29,10 @@ namespace {
 
 using testing::AllOpSamples;
 using testing::AutodiffTest;
+using testing::ExpectSecondOrderMatchesDifferences;
 using testing::OpSample;
 using testing::Wave;
+using testing::Weights;
 
 constexpr double kStep = 1e-5;
 
@@ -194,23 +198,6 @@ TEST_F(ReleasedBackprop, ReleasingDoesNotChangeTheSecondOrder) {
 
 // --- Every multi-output op, each output released in turn -------------------
 
-// Deterministic non-constant float64 weights shaped like `like`.
-Tensor Weights(const Tensor& like, int salt) {
-  Tensor t = Tensor::Empty(DType::kFloat64, like.shape()).value();
-  for (int64_t k = 0; k < t.num_elements(); ++k) {
-    t.mutable_data<double>()[k] = 0.3 + 0.2 * ((k * 5 + salt) % 7) - 0.6;
-  }
-  return t;
-}
-
-double Dot(const Tensor& a, const Tensor& b) {
-  double s = 0;
-  for (int64_t k = 0; k < a.num_elements(); ++k) {
-    s += a.ElementAsDouble(k) * b.ElementAsDouble(k);
-  }
-  return s;
-}
-
 struct ReleaseCase {
   OpSample sample;
   int released;  // the output released before the gradient
@@ -309,28 +296,11 @@ TEST_P(ReleasedOutput, SecondOrderMatchesDifferences) {
   ASSERT_TRUE(h.ok()) << h.status();
   ASSERT_TRUE(ctx_.tapes().Delete(1).ok());
 
-  auto inner = [&](const std::vector<Tensor>& in) {
-    std::vector<Tensor> gi = FirstOrder(in, /*outer=*/false);
-    double total = 0;
-    for (size_t i = 0; i < gi.size(); ++i) total += Dot(u[i], gi[i]);
-    return total;
-  };
-  for (size_t a = 0; a < wrt_.size(); ++a) {
-    const int i = wrt_[a];
-    for (int64_t k = 0; k < x[i].num_elements(); ++k) {
-      std::vector<Tensor> plus = x, minus = x;
-      for (auto* v : {&plus, &minus}) {
-        Tensor copy = Tensor::Empty(DType::kFloat64, x[i].shape()).value();
-        std::memcpy(copy.raw_mutable_data(), x[i].raw_data(), x[i].num_bytes());
-        copy.mutable_data<double>()[k] += v == &plus ? kStep : -kStep;
-        (*v)[i] = ctx_.Adopt(copy);
-      }
-      const double numeric = (inner(plus) - inner(minus)) / (2 * kStep);
-      const double analytic = (*h)[a].ElementAsDouble(k);
-      EXPECT_NEAR(analytic, numeric, 1e-5 + 1e-5 * std::abs(numeric))
-          << "d2 / d in" << i << "[" << k << "]";
-    }
-  }
+  ExpectSecondOrderMatchesDifferences(
+      ctx_, x, wrt_, u, *h,
+      [&](const std::vector<Tensor>& in) { return FirstOrder(in, false); },
+      absl::StrCat(c.sample.op, " (", c.sample.label, "), output ", c.released,
+                   " released"));
 }
 
 // Every sample of a differentiable multi-output op with a float64 input, once

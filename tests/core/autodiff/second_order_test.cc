@@ -9,18 +9,22 @@
 #include <cstring>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
 #include "core/autodiff/gradient.h"
 #include "core/autodiff/op_executor.h"
 #include "core/ops/ops.h"
 #include "core/registry/op_registry.h"
 #include "gtest/gtest.h"
+#include "tests/core/autodiff/second_order_check.h"
 #include "tests/core/ops/op_samples.h"
 
 namespace gradtape {
 namespace {
 
 using testing::AllOpSamples;
+using testing::ExpectSecondOrderMatchesDifferences;
 using testing::OpSample;
+using testing::Weights;
 
 // The ops whose backward must itself be differentiable.
 const absl::flat_hash_set<std::string>& SecondOrderOps() {
@@ -48,23 +52,6 @@ const absl::flat_hash_set<std::string>& SecondOrderOps() {
                                            "TanhGrad",      "SigmoidGrad",
                                            "ReciprocalGrad"};
   return *ops;
-}
-
-// Deterministic non-constant weights shaped like `like`.
-Tensor Weights(const Tensor& like, int salt) {
-  Tensor t = Tensor::Empty(DType::kFloat64, like.shape()).value();
-  for (int64_t k = 0; k < t.num_elements(); ++k) {
-    t.mutable_data<double>()[k] = 0.3 + 0.2 * ((k * 5 + salt) % 7) - 0.6;
-  }
-  return t;
-}
-
-double Dot(const Tensor& a, const Tensor& b) {
-  double s = 0;
-  for (int64_t k = 0; k < a.num_elements(); ++k) {
-    s += a.data<double>()[k] * b.data<double>()[k];
-  }
-  return s;
 }
 
 class SecondOrder : public ::testing::TestWithParam<OpSample> {};
@@ -120,29 +107,10 @@ TEST_P(SecondOrder, GradientOfGradientMatchesDifferences) {
   ASSERT_TRUE(h.ok()) << s.op << ": " << h.status();
   ASSERT_TRUE(ctx.tapes().Delete(1).ok());
 
-  constexpr double kStep = 1e-5;
-  auto inner = [&](const std::vector<Tensor>& in) {
-    std::vector<Tensor> gi = first_order(in, /*outer=*/false);
-    double total = 0;
-    for (size_t i = 0; i < gi.size(); ++i) total += Dot(u[i], gi[i]);
-    return total;
-  };
-  for (size_t a = 0; a < wrt.size(); ++a) {
-    const int i = wrt[a];
-    for (int64_t k = 0; k < x[i].num_elements(); ++k) {
-      std::vector<Tensor> plus = x, minus = x;
-      for (auto* v : {&plus, &minus}) {
-        Tensor copy = Tensor::Empty(DType::kFloat64, x[i].shape()).value();
-        std::memcpy(copy.raw_mutable_data(), x[i].raw_data(), x[i].num_bytes());
-        copy.mutable_data<double>()[k] += v == &plus ? kStep : -kStep;
-        (*v)[i] = ctx.Adopt(copy);
-      }
-      const double numeric = (inner(plus) - inner(minus)) / (2 * kStep);
-      const double analytic = (*h)[a].ElementAsDouble(k);
-      EXPECT_NEAR(analytic, numeric, 1e-5 + 1e-5 * std::abs(numeric))
-          << s.op << " (" << s.label << "): d2 / d in" << i << "[" << k << "]";
-    }
-  }
+  ExpectSecondOrderMatchesDifferences(
+      ctx, x, wrt, u, *h,
+      [&](const std::vector<Tensor>& in) { return first_order(in, false); },
+      absl::StrCat(s.op, " (", s.label, ")"));
 }
 
 std::vector<OpSample> SecondOrderSamples() {
