@@ -132,6 +132,10 @@ absl::Status RunBackwardOf(OpExecutor& exec, const TapeEntry& entry,
   }
   if (!g.ok()) return g.status();
   *input_grads = std::move(g.input_grads());
+  // Only the inputs that lead to a source take a gradient.
+  for (size_t i = 0; i < input_grads->size(); ++i) {
+    if (!g.NeedsGrad(static_cast<int>(i))) (*input_grads)[i] = Tensor();
+  }
   return absl::OkStatus();
 }
 
@@ -167,9 +171,8 @@ absl::Status Backprop(OpExecutor& exec, const TapeEntry& entry,
   RETURN_IF_ERROR(
       RunBackwardOf(exec, entry, plan, std::move(out_grads), &input_grads));
   for (size_t i = 0; i < entry.inputs.size(); ++i) {
-    if (!plan.NeedsGrad(entry, static_cast<int>(i))) continue;
     Tensor& grad = input_grads[i];
-    if (!grad.valid()) continue;  // The backward says: no gradient.
+    if (!grad.valid()) continue;  // Not needed, or the backward gave none.
     RETURN_IF_ERROR(CheckInputGradient(entry, i, grad));
     RETURN_IF_ERROR(sums.Add(entry.inputs[i].id, std::move(grad)));
   }

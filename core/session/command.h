@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -42,6 +43,20 @@ struct Command {
                              absl::string_view where = "") const {
     if (s.ok()) return s;
     return Annotate(s.status(), where);
+  }
+  // The same with <where> built only on failure (`where()` returns a
+  // string): a command that succeeds pays nothing for its message.
+  template <typename WhereFn,
+            typename = std::enable_if_t<std::is_invocable_v<WhereFn>>>
+  absl::Status Annotate(const absl::Status& s, WhereFn&& where) const {
+    if (s.ok()) return s;
+    return Annotate(s, absl::string_view(where()));
+  }
+  template <typename T, typename WhereFn,
+            typename = std::enable_if_t<std::is_invocable_v<WhereFn>>>
+  absl::StatusOr<T> Annotate(absl::StatusOr<T> s, WhereFn&& where) const {
+    if (s.ok()) return s;
+    return Annotate(s.status(), absl::string_view(where()));
   }
 
  private:

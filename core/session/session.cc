@@ -198,7 +198,7 @@ absl::Status Session::ExecuteAndStore(
   Tensors out;
   RETURN_IF_ERROR(cmd.Annotate(
       exec_.Execute(op, in, std::move(attrs), &out, std::move(custom)),
-      absl::StrCat("input ids ", IdList(inputs))));
+      [&] { return absl::StrCat("input ids ", IdList(inputs)); }));
   for (size_t i = 0; i < outputs.size(); ++i) Store(outputs[i], out[i]);
   return absl::OkStatus();
 }
@@ -223,7 +223,7 @@ absl::Status Session::PutTensor(int64_t seq, int64_t id, DType dtype,
     RETURN_IF_ERROR(CheckFreeOutputs(cmd, ids));
     ASSIGN_OR_RETURN(Tensor t,
                      cmd.Annotate(Tensor::FromBytes(dtype, shape, bytes),
-                                  absl::StrCat("id ", id)));
+                                  [&] { return absl::StrCat("id ", id); }));
     Store(id, exec_.Adopt(std::move(t)));
     return absl::OkStatus();
   });
@@ -354,7 +354,7 @@ absl::StatusOr<std::vector<Tensor>> Session::Gradient(
                    cmd.Annotate(
                        gradtape::Gradient(exec_, *d.tape, d.targets, d.sources,
                                           output_grads, request.unconnected),
-                       absl::StrCat("tape ", request.tape)));
+                       [&] { return absl::StrCat("tape ", request.tape); }));
                StoreResults(results, request.result_ids, [&](size_t i) {
                  return absl::StrCat(
                      "is a None gradient: source id ", request.sources[i],
@@ -414,25 +414,27 @@ absl::StatusOr<CheckpointSummary> Session::SaveCheckpoint(
              [&](const Command& cmd) -> absl::StatusOr<CheckpointSummary> {
                ASSIGN_OR_RETURN(std::vector<Variable*> vars,
                                 CheckpointVariables(cmd, name, variable_ids));
-               return cmd.Annotate(SaveVariables(checkpoint_dir_, name, vars),
-                                   absl::StrCat("checkpoint '", name, "'"));
+               return cmd.Annotate(
+                   SaveVariables(checkpoint_dir_, name, vars),
+                   [&] { return absl::StrCat("checkpoint '", name, "'"); });
              });
 }
 
 absl::StatusOr<CheckpointSummary> Session::RestoreCheckpoint(
     int64_t seq, absl::string_view name,
     absl::Span<const int64_t> variable_ids) {
-  return Run(seq, "RestoreCheckpoint", {},
-             [&](const Command& cmd) -> absl::StatusOr<CheckpointSummary> {
-               ASSIGN_OR_RETURN(std::vector<Variable*> vars,
-                                CheckpointVariables(cmd, name, variable_ids));
-               // The file may use what is left of the budget.
-               const int64_t max_file_bytes =
-                   std::min(account_->remaining(), kMaxCheckpointFileBytes);
-               return cmd.Annotate(RestoreVariables(checkpoint_dir_, name, vars,
-                                                    max_file_bytes),
-                                   absl::StrCat("checkpoint '", name, "'"));
-             });
+  return Run(
+      seq, "RestoreCheckpoint", {},
+      [&](const Command& cmd) -> absl::StatusOr<CheckpointSummary> {
+        ASSIGN_OR_RETURN(std::vector<Variable*> vars,
+                         CheckpointVariables(cmd, name, variable_ids));
+        // The file may use what is left of the budget.
+        const int64_t max_file_bytes =
+            std::min(account_->remaining(), kMaxCheckpointFileBytes);
+        return cmd.Annotate(
+            RestoreVariables(checkpoint_dir_, name, vars, max_file_bytes),
+            [&] { return absl::StrCat("checkpoint '", name, "'"); });
+      });
 }
 
 absl::StatusOr<Tensor> Session::Peek(int64_t id) const {

@@ -226,8 +226,7 @@ class Session {
   };
   absl::StatusOr<Differentiation> PrepareDifferentiation(
       const Command& cmd, int64_t tape, absl::Span<const int64_t> targets,
-      absl::Span<const int64_t> sources,
-      absl::Span<const int64_t> result_ids);
+      absl::Span<const int64_t> sources, absl::Span<const int64_t> result_ids);
   // ... and after: stores results[i] at result_ids[i], a None slot (saying
   // `none_reason(i)`) for an invalid one. A tensor returned for two
   // sources gets a second handle, so each id owns its own.

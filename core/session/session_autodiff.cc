@@ -34,8 +34,10 @@ absl::StatusOr<std::vector<Tensor>> Session::Jacobian(
                                            d.sources, request.unconnected)
                            : gradtape::Jacobian(exec_, *d.tape, d.targets[0],
                                                 d.sources, request.unconnected),
-                       absl::StrCat("tape ", request.tape, ", target id ",
-                                    request.target)));
+                       [&] {
+                         return absl::StrCat("tape ", request.tape,
+                                             ", target id ", request.target);
+                       }));
                StoreResults(results, request.result_ids, [&](size_t i) {
                  return absl::StrCat(
                      "is a None Jacobian: source id ", request.sources[i],
