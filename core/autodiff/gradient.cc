@@ -117,30 +117,17 @@ absl::Status Seed(absl::Span<const Tensor> targets,
 
 // Runs the backward of `entry` (its custom gradient, if it has one) on
 // `out_grads`; its input gradients go to `input_grads`.
-absl::Status RunBackwardOf(OpExecutor& exec, const TapeEntry& entry,
-                           const GradientPlan& plan, Tensors out_grads,
-                           Tensors* input_grads) {
-  std::vector<bool> needs_grad(entry.inputs.size());
-  for (size_t i = 0; i < entry.inputs.size(); ++i) {
-    needs_grad[i] = plan.NeedsGrad(entry, static_cast<int>(i));
-  }
-  GradContext g(exec, entry, std::move(out_grads), std::move(needs_grad));
+// Runs `entry`'s backward (the registered one, or the execution's custom
+// gradient) in `g`.
+absl::Status RunBackwardOf(const TapeEntry& entry, GradContext& g) {
   if (entry.custom != nullptr) {
     RunGradientProgram(*entry.custom, entry, g);
   } else {
     g.RunBackward();
   }
-  if (!g.ok()) return g.status();
-  *input_grads = std::move(g.input_grads());
-  // Only the inputs that lead to a source take a gradient.
-  for (size_t i = 0; i < input_grads->size(); ++i) {
-    if (!g.NeedsGrad(static_cast<int>(i))) (*input_grads)[i] = Tensor();
-  }
-  return absl::OkStatus();
+  return g.status();
 }
 
-// An input gradient must have its input's dtype and shape (a variable
-// handle's gradient has the variable's).
 absl::Status CheckInputGradient(const TapeEntry& entry, size_t i,
                                 const Tensor& grad) {
   const TensorMeta& in = entry.inputs[i];
@@ -167,19 +154,22 @@ absl::Status Backprop(OpExecutor& exec, const TapeEntry& entry,
                       const GradientPlan& plan, GradientSums& sums) {
   Tensors out_grads;
   if (!sums.TakeOutputGrads(entry, plan, &out_grads)) return absl::OkStatus();
-  Tensors input_grads;
-  RETURN_IF_ERROR(
-      RunBackwardOf(exec, entry, plan, std::move(out_grads), &input_grads));
+  std::vector<bool> needs_grad(entry.inputs.size());
   for (size_t i = 0; i < entry.inputs.size(); ++i) {
-    Tensor& grad = input_grads[i];
-    if (!grad.valid()) continue;  // Not needed, or the backward gave none.
+    needs_grad[i] = plan.NeedsGrad(entry, static_cast<int>(i));
+  }
+  GradContext g(exec, entry, std::move(out_grads), std::move(needs_grad));
+  RETURN_IF_ERROR(RunBackwardOf(entry, g));
+  for (size_t i = 0; i < entry.inputs.size(); ++i) {
+    if (!g.NeedsGrad(static_cast<int>(i))) continue;
+    Tensor& grad = g.input_grads()[i];
+    if (!grad.valid()) continue;  // The backward says: no gradient.
     RETURN_IF_ERROR(CheckInputGradient(entry, i, grad));
     RETURN_IF_ERROR(sums.Add(entry.inputs[i].id, std::move(grad)));
   }
   return absl::OkStatus();
 }
 
-// Step 4: the kept ops in reverse topological order.
 absl::Status Walk(OpExecutor& exec, Tape& tape, const GradientPlan& plan,
                   GradientSums& sums) {
   for (auto op_it = plan.ops().rbegin(); op_it != plan.ops().rend(); ++op_it) {
