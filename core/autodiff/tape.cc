@@ -90,7 +90,7 @@ void Tape::DeleteTrace(int64_t id) {
     alive = alive || (out_it != tensors_.end() && out_it->second.usage > 0);
   }
   if (!alive) {
-    EraseEntry(op_id);
+    EraseEntry(op_id, *entry);
     return;
   }
   // The entry stays. An output it saves stays on the tape with it, unused:
@@ -99,17 +99,16 @@ void Tape::DeleteTrace(int64_t id) {
   if (!saved) tensors_.erase(it);
 }
 
-void Tape::EraseEntry(int64_t op_id) {
-  TapeEntry* entry = entries_.Find(op_id);
+void Tape::EraseEntry(int64_t op_id, TapeEntry& entry) {
   // Its outputs leave the tape (the unused saved ones were kept for it).
-  for (const TensorMeta& out : entry->outputs) {
+  for (const TensorMeta& out : entry.outputs) {
     auto out_it = tensors_.find(out.id);
     if (out_it != tensors_.end() && out_it->second.producer == op_id) {
       tensors_.erase(out_it);
     }
   }
   // Move the inputs out before erasing: DeleteTrace recurses into entries_.
-  auto inputs = std::move(entry->inputs);
+  auto inputs = std::move(entry.inputs);
   entries_.Erase(op_id);
   for (const TensorMeta& in : inputs) {
     if (in.id != 0) DeleteTrace(in.id);

@@ -169,9 +169,9 @@ class Tape {
     size_t live_ = 0;
   };
 
-  // Erases live entry `op_id` and its outputs' states, and releases its
-  // inputs.
-  void EraseEntry(int64_t op_id);
+  // Erases live entry `op_id` (`entry`) and its outputs' states, and
+  // releases its inputs.
+  void EraseEntry(int64_t op_id, TapeEntry& entry);
 
   // Per tensor id, one lookup for both: the op that produced it (kWatched,
   // or kNotOnTape for a tensor only consumed by recorded ops) and its usage

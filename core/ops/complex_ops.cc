@@ -12,13 +12,6 @@
 namespace gradtape {
 namespace {
 
-DType ComplexOf(DType real) {
-  return real == DType::kFloat32 ? DType::kComplex64 : DType::kComplex128;
-}
-DType RealOf(DType complex) {
-  return complex == DType::kComplex64 ? DType::kFloat32 : DType::kFloat64;
-}
-
 // out = real + i imag, numpy broadcasting.
 absl::Status ComplexKernel(KernelContext& ctx) {
   RETURN_IF_ERROR(ctx.RequireFloat(0));
@@ -26,7 +19,7 @@ absl::Status ComplexKernel(KernelContext& ctx) {
   const Tensor& re = ctx.input(0);
   const Tensor& im = ctx.input(1);
   ASSIGN_OR_RETURN(Shape shape, BroadcastShapes(ctx, re.shape(), im.shape()));
-  ASSIGN_OR_RETURN(Tensor out, Allocate(ctx, ComplexOf(re.dtype()), shape));
+  ASSIGN_OR_RETURN(Tensor out, Allocate(ctx, ComplexDType(re.dtype()), shape));
   DispatchFloat(re.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* pr = re.data<T>();
@@ -51,7 +44,7 @@ absl::Status ComplexToRealKernel(KernelContext& ctx, F f) {
     return ctx.InvalidArgument("input must be complex64 or complex128, got ",
                                z.DebugString());
   }
-  ASSIGN_OR_RETURN(Tensor out, Allocate(ctx, RealOf(z.dtype()), z.shape()));
+  ASSIGN_OR_RETURN(Tensor out, Allocate(ctx, RealDType(z.dtype()), z.shape()));
   DispatchComplex(z.dtype(), [&](auto zero) {
     using C = decltype(zero);
     using T = typename C::value_type;

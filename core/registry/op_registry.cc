@@ -65,25 +65,9 @@ DType DTypeRule::Apply(absl::Span<const DType> input_dtypes,
     case Kind::kFixed:
       return dtype;
     case Kind::kRealOfInput:
-      if (!has_input) return DType::kInvalid;
-      switch (input_dtypes[input]) {
-        case DType::kComplex64:
-          return DType::kFloat32;
-        case DType::kComplex128:
-          return DType::kFloat64;
-        default:
-          return input_dtypes[input];
-      }
+      return has_input ? RealDType(input_dtypes[input]) : DType::kInvalid;
     case Kind::kComplexOfInput:
-      if (!has_input) return DType::kInvalid;
-      switch (input_dtypes[input]) {
-        case DType::kFloat32:
-          return DType::kComplex64;
-        case DType::kFloat64:
-          return DType::kComplex128;
-        default:
-          return DType::kInvalid;
-      }
+      return has_input ? ComplexDType(input_dtypes[input]) : DType::kInvalid;
   }
   return DType::kInvalid;
 }

@@ -80,6 +80,28 @@ bool IsComplex(DType dtype) {
   return dtype == DType::kComplex64 || dtype == DType::kComplex128;
 }
 
+DType RealDType(DType dtype) {
+  switch (dtype) {
+    case DType::kComplex64:
+      return DType::kFloat32;
+    case DType::kComplex128:
+      return DType::kFloat64;
+    default:
+      return dtype;
+  }
+}
+
+DType ComplexDType(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return DType::kComplex64;
+    case DType::kFloat64:
+      return DType::kComplex128;
+    default:
+      return DType::kInvalid;
+  }
+}
+
 bool IsValidDType(int value) {
   return value >= static_cast<int>(DType::kFloat32) &&
          value <= static_cast<int>(DType::kResource);

@@ -50,6 +50,11 @@ size_t DTypeSize(DType dtype);
 absl::string_view DTypeName(DType dtype);
 bool IsFloating(DType dtype);  // float32, float64
 bool IsComplex(DType dtype);   // complex64, complex128
+// The real dtype of a complex one (complex64 -> float32, complex128 ->
+// float64); any other dtype is its own.
+DType RealDType(DType dtype);
+// The complex dtype of float32 / float64; kInvalid for any other.
+DType ComplexDType(DType dtype);
 // Trainable dtypes are the ones a tape records (TensorFlow: floating,
 // complex, resource).
 inline bool IsTrainable(DType dtype) {
