@@ -54,6 +54,8 @@ grpc::Status CreateSession(const std::string& address, const ClientCreds& creds,
   return status;
 }
 
+// Each refusal test first connects a correct client to the same server, so
+// it also fails against a server that does not check (or speak) TLS.
 class TlsTest : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_TRUE(certs_.ok()) << "openssl failed"; }
@@ -106,29 +108,32 @@ TEST_F(TlsTest, PlaintextClientAgainstTlsPortFails) {
 TEST_F(TlsTest, ClientTrustingAnotherCaFails) {
   std::unique_ptr<Server> server = Start(TlsOptions());
   ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(CreateSession(server->address(), TrustCa1()).ok());
   grpc::Status status =
       CreateSession(server->address(), {certs_.Read("ca2.pem"), "", ""});
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE)
       << status.error_message();
-  EXPECT_EQ(server->num_sessions(), 0);
+  EXPECT_EQ(server->num_sessions(), 1);  // the control's only
 }
 
 TEST_F(TlsTest, MtlsWithoutClientCertificateFails) {
   std::unique_ptr<Server> server = Start(MtlsOptions());
   ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(CreateSession(server->address(), WithClient("client")).ok());
   grpc::Status status = CreateSession(server->address(), TrustCa1());
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE)
       << status.error_message();
-  EXPECT_EQ(server->num_sessions(), 0);
+  EXPECT_EQ(server->num_sessions(), 1);  // the control's only
 }
 
 TEST_F(TlsTest, MtlsWithCertificateFromAnotherCaFails) {
   std::unique_ptr<Server> server = Start(MtlsOptions());
   ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(CreateSession(server->address(), WithClient("client")).ok());
   grpc::Status status = CreateSession(server->address(), WithClient("client2"));
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE)
       << status.error_message();
-  EXPECT_EQ(server->num_sessions(), 0);
+  EXPECT_EQ(server->num_sessions(), 1);  // the control's only
 }
 
 TEST_F(TlsTest, MtlsWithTheRightCertificateConnects) {
@@ -164,6 +169,45 @@ TEST_F(TlsTest, RenewedCertificateIsServedWithoutRestart) {
   EXPECT_EQ(cn, "renewed-localhost");
   // The old CA's clients no longer connect.
   EXPECT_FALSE(CreateSession(server->address(), TrustCa1()).ok());
+}
+
+// A client that pings every 2 s with no call open: the server's keepalive
+// flags decide whether it tolerates that. Allowed (ping interval 1 s): the
+// connection stays READY. Refused (interval 60 s, one strike): the server
+// sends GOAWAY too_many_pings and the channel drops to IDLE.
+TEST(KeepaliveTest, PingPolicyFlagsReachTheTransport) {
+  ServerOptions allowing;
+  allowing.address = "127.0.0.1:0";
+  allowing.keepalive_min_ping_interval_seconds = 1;
+  allowing.keepalive_permit_without_calls = true;
+  ServerOptions refusing = allowing;
+  refusing.keepalive_min_ping_interval_seconds = 60;
+  refusing.max_ping_strikes = 1;
+  absl::StatusOr<std::unique_ptr<Server>> allowing_server =
+      Server::Start(allowing);
+  absl::StatusOr<std::unique_ptr<Server>> refusing_server =
+      Server::Start(refusing);
+  ASSERT_TRUE(allowing_server.ok()) << allowing_server.status();
+  ASSERT_TRUE(refusing_server.ok()) << refusing_server.status();
+
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 2000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 1000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  auto connect = [&](const Server& server) {
+    auto channel = grpc::CreateCustomChannel(
+        server.address(), grpc::InsecureChannelCredentials(), args);
+    EXPECT_TRUE(channel->WaitForConnected(
+        absl::ToChronoTime(absl::Now() + absl::Seconds(5))));
+    return channel;
+  };
+  auto allowed = connect(**allowing_server);
+  auto refused = connect(**refusing_server);
+  // Three pings at least reach each server; the refusing one needs two.
+  absl::SleepFor(absl::Seconds(8));
+  EXPECT_EQ(allowed->GetState(false), GRPC_CHANNEL_READY);
+  EXPECT_NE(refused->GetState(false), GRPC_CHANNEL_READY);
 }
 
 void ExpectRefused(const ServerOptions& options, const std::string& words) {
