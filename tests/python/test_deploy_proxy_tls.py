@@ -1,4 +1,4 @@
-"""deploy/k8s/tls (nginx terminating TLS, mTLS to the replicas) on loopback:
+"""deploy/k8s-tls (nginx terminating TLS, mTLS to the replicas) on loopback:
 two gradtape-servers started with the overlay's TLS flags (--tls_cert_file,
 --tls_key_file, --tls_client_ca_file) behind Debian's nginx running the
 overlay's proxy.conf with the base nginx.conf and upstream.conf, only with
@@ -26,7 +26,7 @@ from conftest import REPO_ROOT, running_server
 from tls_certs import Certs
 
 BASE_DIR = REPO_ROOT / "deploy" / "k8s" / "nginx"
-TLS_DIR = REPO_ROOT / "deploy" / "k8s" / "tls" / "nginx"
+TLS_DIR = REPO_ROOT / "deploy" / "k8s-tls" / "nginx"
 START_TIMEOUT_S = 10
 
 
