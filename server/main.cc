@@ -54,7 +54,8 @@ ABSL_FLAG(int64_t, keepalive_min_ping_interval_seconds, 10,
           "shortest interval between client pings the server accepts "
           "(faster pings count as strikes)");
 ABSL_FLAG(bool, keepalive_permit_without_calls, true,
-          "accept client keepalive pings on a connection with no call open");
+          "accept client keepalive pings on a connection with no call open "
+          "(and ping such connections too)");
 ABSL_FLAG(int, max_ping_strikes, 2,
           "too-frequent client pings tolerated before GOAWAY too_many_pings; "
           "0 = unlimited");

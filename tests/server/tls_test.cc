@@ -204,10 +204,16 @@ TEST(KeepaliveTest, PingPolicyFlagsReachTheTransport) {
   };
   auto allowed = connect(**allowing_server);
   auto refused = connect(**refusing_server);
-  // Three pings at least reach each server; the refusing one needs two.
-  absl::SleepFor(absl::Seconds(8));
-  EXPECT_EQ(allowed->GetState(false), GRPC_CHANNEL_READY);
+  // The refusing server needs three pings (~6 s); by then the allowing one
+  // has had as many. Bounded wait: 15 s.
+  const absl::Time start = absl::Now();
+  while (absl::Now() - start < absl::Seconds(15) &&
+         (refused->GetState(false) == GRPC_CHANNEL_READY ||
+          absl::Now() - start < absl::Seconds(7))) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
   EXPECT_NE(refused->GetState(false), GRPC_CHANNEL_READY);
+  EXPECT_EQ(allowed->GetState(false), GRPC_CHANNEL_READY);
 }
 
 void ExpectRefused(const ServerOptions& options, const std::string& words) {
