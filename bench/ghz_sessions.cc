@@ -14,6 +14,8 @@
 //     tape left, and --expect_live live tensors over all sessions (each
 //     scenario call releases everything but its one result, so this is the
 //     number of calls whose commands all succeeded).
+// --tls_ca_file (and --tls_server_name, --tls_client_*: bench/bench_tls.h)
+// connect over TLS.
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -23,6 +25,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "bench/bench_tls.h"
 #include "bench/load_sessions.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -96,8 +99,8 @@ int Check(v1::TapeService::Stub& stub) {
 
 int main(int argc, char** argv) {
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
-  auto stub = v1::TapeService::NewStub(grpc::CreateChannel(
-      absl::GetFlag(FLAGS_address), grpc::InsecureChannelCredentials()));
+  auto stub = v1::TapeService::NewStub(bench::MakeBenchChannel(
+      absl::GetFlag(FLAGS_address), grpc::ChannelArguments()));
   const std::string mode = args.size() > 1 ? args[1] : "";
   if (mode == "create") return Create(*stub);
   if (mode == "check") return Check(*stub);

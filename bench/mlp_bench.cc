@@ -8,10 +8,15 @@
 // Run: build-perf/bench/mlp_bench [--steps=300] [--reps=5]
 //      [--mode=both|remote|local] [--client_batch_size=512]
 // --mode=remote or local runs only one side (for profiling one of them).
+// --tls_certs_dir=DIR (from tests/make_test_certs.sh DIR) adds remote runs
+// over TLS, alternated with the plaintext ones in each rep.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -32,6 +37,10 @@ ABSL_FLAG(bool, mutex_deadlock_detection, false,
           "turns it off in main(), and so does this benchmark by default");
 ABSL_FLAG(std::string, mode, "both",
           "both: remote and in-process; remote or local: only that one");
+ABSL_FLAG(std::string, tls_certs_dir, "",
+          "a directory made by tests/make_test_certs.sh: the remote side also "
+          "runs over TLS, against a second in-process server, alternated "
+          "with the plaintext runs (prints tls/plaintext)");
 
 namespace gradtape {
 namespace {
@@ -147,10 +156,23 @@ double InProcessSeconds(const examples::Dataset& data, int steps) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!in) Die("cannot read " + path);
+  return text.str();
+}
+
 double RemoteSeconds(const std::string& address, const examples::Dataset& data,
-                     int steps) {
+                     int steps, const std::string& tls_certs_dir = "") {
   client::SessionOptions options;
   options.batch_size = absl::GetFlag(FLAGS_client_batch_size);
+  if (!tls_certs_dir.empty()) {
+    client::TlsOptions tls;
+    tls.root_certificates = ReadFile(tls_certs_dir + "/ca.pem");
+    options.tls = tls;
+  }
   auto session = client::Session::Connect(address, options);
   if (!session.ok()) Die(session.status().ToString());
   examples::MlpOptions mlp;
@@ -187,11 +209,38 @@ int main(int argc, char** argv) {
   if (mode != "both" && mode != "remote" && mode != "local") {
     Die("--mode must be both, remote or local, got " + mode);
   }
-  std::vector<double> remote, local;
+  // TLS: a second server, so both transports run in the same process.
+  const std::string tls_dir = absl::GetFlag(FLAGS_tls_certs_dir);
+  std::unique_ptr<server::Server> tls_server;
+  if (!tls_dir.empty() && mode != "local") {
+    server::ServerOptions tls_options = options;
+    tls_options.tls_cert_file = tls_dir + "/server.pem";
+    tls_options.tls_key_file = tls_dir + "/server.key";
+    auto started = server::Server::Start(tls_options);
+    if (!started.ok()) Die(started.status().ToString());
+    tls_server = *std::move(started);
+  }
+  std::vector<double> remote, remote_tls, local;
   for (int r = 0; r < absl::GetFlag(FLAGS_reps); ++r) {
-    if (mode != "local") {
-      remote.push_back(RemoteSeconds((*server)->address(), data, steps) /
-                       steps);
+    auto run_plaintext = [&] {
+      if (mode != "local") {
+        remote.push_back(RemoteSeconds((*server)->address(), data, steps) /
+                         steps);
+      }
+    };
+    auto run_tls = [&] {
+      if (tls_server != nullptr) {
+        remote_tls.push_back(
+            RemoteSeconds(tls_server->address(), data, steps, tls_dir) / steps);
+      }
+    };
+    // Alternate which transport goes first, so neither always runs cold.
+    if (r % 2 == 0) {
+      run_plaintext();
+      run_tls();
+    } else {
+      run_tls();
+      run_plaintext();
     }
     if (mode != "remote")
       local.push_back(InProcessSeconds(data, steps) / steps);
@@ -207,6 +256,10 @@ int main(int argc, char** argv) {
   }
   if (!remote.empty() && !local.empty()) {
     std::printf(", remote/in-process %.2f", Median(remote) / Median(local));
+  }
+  if (!remote_tls.empty()) {
+    std::printf(", remote over TLS %.1f us/step, tls/plaintext %.3f",
+                Median(remote_tls) * 1e6, Median(remote_tls) / Median(remote));
   }
   std::printf("\n");
   (*server)->Shutdown();

@@ -8,6 +8,7 @@
 //
 //   unary_load --address=127.0.0.1:PORT [--call=run|keepalive]
 //              [--concurrency=50] [--connections=50] [--duration_s=10]
+//              [--tls_ca_file=PEM --tls_server_name=localhost]
 //
 // --call=run sends run_unary.json's batch (put a float32[4], AddV2, Mul,
 // fetch, release the intermediates) with distinct ids per call;
@@ -30,6 +31,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "bench/bench_tls.h"
 #include "bench/load_sessions.h"
 #include "gradtape/v1/tape_service.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
@@ -224,8 +226,8 @@ int main(int argc, char** argv) {
   for (int c = 0; c < connections; ++c) {
     grpc::ChannelArguments args;
     args.SetInt("gradtape.unary_load.connection", c);
-    stubs.push_back(v1::TapeService::NewStub(grpc::CreateCustomChannel(
-        address, grpc::InsecureChannelCredentials(), args)));
+    stubs.push_back(v1::TapeService::NewStub(
+        gradtape::bench::MakeBenchChannel(address, args)));
   }
   std::vector<SessionCredentials> sessions;
   std::string error;
@@ -248,7 +250,7 @@ int main(int argc, char** argv) {
   // Afterwards every session must be clean, and for run hold exactly one
   // result per successful call.
   auto stub = v1::TapeService::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+      gradtape::bench::MakeBenchChannel(address, grpc::ChannelArguments()));
   const gradtape::bench::SessionsCheck check =
       gradtape::bench::CheckSessions(*stub, sessions);
   for (const SessionCredentials& session : sessions) {
@@ -261,10 +263,11 @@ int main(int argc, char** argv) {
   const int64_t errors = load.errors();
   const int64_t expected_live = call == "run" ? count - errors : 0;
   std::printf(
-      "unary_load %s: %lld requests in %.1f s, %.0f req/s, p50 %.2f ms, "
+      "unary_load %s%s: %lld requests in %.1f s, %.0f req/s, p50 %.2f ms, "
       "p99 %.2f ms, errors %lld; sessions: %lld unclean, %lld results held "
       "(expected %lld)\n",
-      call.c_str(), static_cast<long long>(count), seconds, count / seconds,
+      call.c_str(), gradtape::bench::TlsEnabled() ? " (TLS)" : "",
+      static_cast<long long>(count), seconds, count / seconds,
       Percentile(latencies, 0.50), Percentile(latencies, 0.99),
       static_cast<long long>(errors), static_cast<long long>(check.unclean),
       static_cast<long long>(check.live_tensors),

@@ -38,9 +38,10 @@ fi
 echo "== pytest"
 GRADTAPE_SERVER_BIN="$ROOT/build/server/gradtape-server" \
   timeout 900 .venv/bin/pytest -q tests/python 2>&1 | tee "$LOGS/pytest" || status=1
-echo "== ghz load test (tests/load: Run fixed ids 4 s, Run templated ids 3 s, Stream 3 s; fails on errors only)"
+echo "== ghz load test (tests/load: Run fixed ids 4 s, Run templated ids 3 s, Stream 3 s, Run fixed ids over TLS 2 s; fails on errors only)"
 bash tests/load/run_ghz.sh --duration=4s tests/load/run_unary_fixed.json 2>&1 | tee "$LOGS/ghz" || status=1
 bash tests/load/run_ghz.sh --duration=3s tests/load/run_unary.json tests/load/stream.json 2>&1 | tee -a "$LOGS/ghz" || status=1
+bash tests/load/run_ghz.sh --tls --duration=2s tests/load/run_unary_fixed.json 2>&1 | tee -a "$LOGS/ghz" || status=1
 # The same C++ suite with ASan + UBSan (GRADTAPE_SANITIZE, -O1, no
 # benchmarks) in its own build folder. Leak checking is on; leaks inside
 # libraries we do not own would go to tests/fuzz/lsan.supp.
@@ -61,7 +62,7 @@ echo "== fuzz (scripts/fuzz.sh 30: regressions replayed, each fuzzer 30 s)"
 bash scripts/fuzz.sh 30 2>&1 | tee "$LOGS/fuzz" || status=1
 echo "== summary"
 grep -E "^(ok|FAIL|go:)" "$LOGS/go" | tail -2 || echo "go: no summary"
-grep -E "^ghz " "$LOGS/ghz" | tail -3 || true
+grep -E "^ghz " "$LOGS/ghz" | tail -4 || true
 sed -n '/^== fuzz summary/,$p' "$LOGS/fuzz" | tail -n +2 | grep -E "^[a-z_]+_fuzzer: " \
   || echo "fuzz: no summary"
 grep -E "tests passed|tests failed" "$LOGS/asan" | tail -1 | sed 's/^/asan: /' \

@@ -34,6 +34,31 @@ ABSL_FLAG(int64_t, max_tensor_mb, 16384,
 ABSL_FLAG(int64_t, keep_alive_seconds, 300,
           "lease of a session whose client asks for 0: idle sessions are "
           "closed after this long");
+// Transport security and HTTP/2 keepalive (server/tls.h).
+ABSL_FLAG(std::string, tls_cert_file, "",
+          "PEM certificate chain of the server; with --tls_key_file the "
+          "server speaks TLS only (empty: plaintext)");
+ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");
+ABSL_FLAG(std::string, tls_client_ca_file, "",
+          "PEM CA bundle: when set, clients must present a certificate "
+          "signed by it (mTLS)");
+ABSL_FLAG(int, tls_reload_interval_seconds, 60,
+          "how often the TLS files are re-read; renewed certificates are "
+          "served to new connections without a restart");
+ABSL_FLAG(int64_t, keepalive_time_seconds, 60,
+          "ping a client connection after this long without activity");
+ABSL_FLAG(int64_t, keepalive_timeout_seconds, 20,
+          "close the connection when a keepalive ping is not answered within "
+          "this long");
+ABSL_FLAG(int64_t, keepalive_min_ping_interval_seconds, 10,
+          "shortest interval between client pings the server accepts "
+          "(faster pings count as strikes)");
+ABSL_FLAG(bool, keepalive_permit_without_calls, true,
+          "accept client keepalive pings on a connection with no call open "
+          "(and ping such connections too)");
+ABSL_FLAG(int, max_ping_strikes, 2,
+          "too-frequent client pings tolerated before GOAWAY too_many_pings; "
+          "0 = unlimited");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -62,6 +87,20 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_session_memory_limit_mb) * (int64_t{1} << 20);
   options.keep_alive_seconds = absl::GetFlag(FLAGS_keep_alive_seconds);
   options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  // Transport security and HTTP/2 keepalive (server/tls.h).
+  options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
+  options.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);
+  options.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);
+  options.tls_reload_interval_seconds =
+      absl::GetFlag(FLAGS_tls_reload_interval_seconds);
+  options.keepalive_time_seconds = absl::GetFlag(FLAGS_keepalive_time_seconds);
+  options.keepalive_timeout_seconds =
+      absl::GetFlag(FLAGS_keepalive_timeout_seconds);
+  options.keepalive_min_ping_interval_seconds =
+      absl::GetFlag(FLAGS_keepalive_min_ping_interval_seconds);
+  options.keepalive_permit_without_calls =
+      absl::GetFlag(FLAGS_keepalive_permit_without_calls);
+  options.max_ping_strikes = absl::GetFlag(FLAGS_max_ping_strikes);
   const int max_message_mb = absl::GetFlag(FLAGS_max_message_mb);
   if (max_message_mb <= 0 || max_message_mb > 2047) {
     std::fprintf(stderr,

@@ -11,6 +11,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "server/session_manager.h"
 #include "server/tape_service.h"
+#include "server/tls.h"
 
 namespace gradtape::server {
 namespace {
@@ -45,6 +46,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
         "address '", options.address, "' has no port (host:port)"));
   }
 
+  // Transport: TLS credentials and keepalive (server/tls.h).
+  if (absl::Status s = CheckKeepaliveOptions(options); !s.ok()) return s;
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeServerCredentials(options);
+  if (!credentials.ok()) return credentials.status();
+
   // One-time process settings; calling them again is harmless.
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -63,8 +70,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
       options.max_message_bytes - ServerOptions::kReplyMarginBytes);
 
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.address, grpc::InsecureServerCredentials(),
-                           &server->port_);
+  builder.AddListeningPort(options.address, *credentials, &server->port_);
+  ApplyKeepaliveOptions(options, builder);
   builder.RegisterService(server->service_.get());
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);

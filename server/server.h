@@ -42,6 +42,20 @@ struct ServerOptions {
   // RESOURCE_EXHAUSTED (server/batch.h). At least kMinMessageBytes.
   int max_message_bytes = kDefaultMaxMessageBytes;
 
+  // Transport security and HTTP/2 keepalive (server/tls.h). No certificate:
+  // plaintext. tls_cert_file + tls_key_file: TLS; + tls_client_ca_file:
+  // mTLS (client certificates required and verified). The files are re-read
+  // every tls_reload_interval_seconds.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
+  int tls_reload_interval_seconds = 60;
+  int64_t keepalive_time_seconds = 60;
+  int64_t keepalive_timeout_seconds = 20;
+  int64_t keepalive_min_ping_interval_seconds = 10;
+  bool keepalive_permit_without_calls = true;
+  int max_ping_strikes = 2;
+
   static constexpr int kDefaultMaxMessageBytes = 256 << 20;
   static constexpr int kMinMessageBytes = 16 << 10;
   // Kept for the fields of a BatchReply besides its results.
@@ -50,8 +64,10 @@ struct ServerOptions {
 
 class Server {
  public:
-  // Binds `options.address` (plaintext) and starts serving. INVALID_ARGUMENT
-  // for bad options, UNAVAILABLE if the address cannot be bound.
+  // Binds `options.address` (plaintext, TLS or mTLS: server/tls.h) and
+  // starts serving. INVALID_ARGUMENT for bad options (unreadable or
+  // mismatched certificate files among them), UNAVAILABLE if the address cannot
+  // be bound.
   static absl::StatusOr<std::unique_ptr<Server>> Start(
       const ServerOptions& options);
 

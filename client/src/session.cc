@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "client/src/channel.h"
 #include "client/src/session_core.h"
 #include "core/base/status_macros.h"
 
@@ -124,13 +125,8 @@ absl::Status SessionCore::Open(absl::string_view address) {
         absl::StrCat("SessionOptions::batch_size must be at least 1, got ",
                      options_.batch_size));
   }
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(-1);
-  args.SetMaxSendMessageSize(-1);
-  std::shared_ptr<grpc::ChannelCredentials> credentials =
-      options_.credentials ? options_.credentials
-                           : grpc::InsecureChannelCredentials();
-  channel_ = grpc::CreateCustomChannel(std::string(address), credentials, args);
+  // Credentials, TLS and keepalive: client/src/channel.cc.
+  ASSIGN_OR_RETURN(channel_, MakeChannel(address, options_));
   stub_ = v1::TapeService::NewStub(channel_);
 
   session_id_ =

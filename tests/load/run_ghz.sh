@@ -3,7 +3,7 @@
 # against a gradtape-server it starts on 127.0.0.1, and fails on any error.
 #
 #   tests/load/run_ghz.sh [--duration=10s] [--min-rps=N] [--unary-load]
-#                         [scenario.json ...]
+#                         [--tls] [scenario.json ...]
 #
 # Defaults: every scenario here, 10 s each. Steps: installs ghz (pinned,
 # `go install` through the Go module proxy, into .tools/bin) if missing;
@@ -21,6 +21,11 @@
 # --unary-load then runs bench's unary_load (a compiled C++ load generator,
 # far cheaper per call than ghz) for KeepAlive and Run against the same
 # server for the same duration. The server is always stopped.
+# --tls: the same over TLS. Throwaway certificates (tests/make_test_certs.sh)
+# in the temp dir; the server gets --tls_cert_file/--tls_key_file, ghz a copy
+# of each scenario with "insecure": false, "cacert" and "cname": "localhost",
+# gradtape-ghz-sessions and unary_load --tls_ca_file. Lines read "ghz NAME
+# (TLS): ...".
 #
 # Env: GRADTAPE_BUILD_DIR (default build), GHZ_RESULTS_DIR (keeps ghz's
 # JSON reports there), GOGC (ghz's Go garbage collector; default 400 here,
@@ -34,6 +39,7 @@ BUILD="${GRADTAPE_BUILD_DIR:-$ROOT/build}"
 DURATION=10s
 MIN_RPS=0
 UNARY_LOAD=0
+TLS=0
 # Per scenario: the sessions ghz's 50 workers share, and the results each
 # call leaves in its session (the check afterwards expects calls x that).
 # ghz executes a metadata or data template on every call, and that is most
@@ -61,6 +67,7 @@ for arg in "$@"; do
     --duration=*) DURATION="${arg#*=}" ;;
     --min-rps=*) MIN_RPS="${arg#*=}" ;;
     --unary-load) UNARY_LOAD=1 ;;
+    --tls) TLS=1 ;;
     -*) echo "run_ghz.sh: unknown flag $arg" >&2; exit 2 ;;
     *) SCENARIOS+=("$arg") ;;
   esac
@@ -105,7 +112,33 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$SERVER_BIN" --address=127.0.0.1:0 --max_sessions=256 >"$WORK/server.out" 2>"$WORK/server.err" &
+# --tls: certificates, server flags and client flags (see the header).
+SERVER_TLS=()
+CLIENT_TLS=()
+TLS_LABEL=""
+if [ $TLS = 1 ]; then
+  bash "$ROOT/tests/make_test_certs.sh" "$WORK/certs" \
+    || { echo "run_ghz.sh: FAILED: could not make test certificates (openssl)" >&2; exit 1; }
+  SERVER_TLS=(--tls_cert_file="$WORK/certs/server.pem" --tls_key_file="$WORK/certs/server.key")
+  CLIENT_TLS=(--tls_ca_file="$WORK/certs/ca.pem" --tls_server_name=localhost)
+  TLS_LABEL=" (TLS)"
+fi
+# The scenario ghz runs: as is, or with TLS settings in place of "insecure".
+ghz_config() {
+  if [ $TLS = 0 ]; then echo "$1"; return; fi
+  local out
+  out="$WORK/$(basename "$1" .json).tls.json"
+  python3 - "$1" "$out" "$WORK/certs/ca.pem" <<'PY'
+import json, sys
+config = json.load(open(sys.argv[1]))
+config.update(insecure=False, cacert=sys.argv[3], cname="localhost")
+json.dump(config, open(sys.argv[2], "w"), indent=2)
+PY
+  echo "$out"
+}
+
+"$SERVER_BIN" --address=127.0.0.1:0 --max_sessions=256 ${SERVER_TLS[@]+"${SERVER_TLS[@]}"} \
+  >"$WORK/server.out" 2>"$WORK/server.err" &
 SERVER_PID=$!
 ADDRESS=""
 for _ in $(seq 100); do
@@ -127,12 +160,12 @@ status=0
 for scenario in "${SCENARIOS[@]}"; do
   name="$(basename "$scenario" .json)"
   read -r sessions results_per_call <<<"$(scenario_settings "$scenario")"
-  "$SESSIONS_BIN" create --address="$ADDRESS" --count="$sessions" \
+  "$SESSIONS_BIN" create --address="$ADDRESS" --count="$sessions" ${CLIENT_TLS[@]+"${CLIENT_TLS[@]}"} \
     --metadata_out="$WORK/$name.metadata.json" --sessions_out="$WORK/$name.sessions"
   report="$WORK/$name.report.json"
   cpu_before="$(server_cpu)"
   # ghz exits non-zero only for setup failures; call errors are read below.
-  if ! timeout 300 "$GHZ" --config="$scenario" --metadata-file="$WORK/$name.metadata.json" \
+  if ! timeout 300 "$GHZ" --config="$(ghz_config "$scenario")" --metadata-file="$WORK/$name.metadata.json" \
       --duration="$DURATION" --format=json --output="$report" "$ADDRESS"; then
     echo "run_ghz.sh: FAILED: ghz could not run $name" >&2
     status=1
@@ -140,7 +173,7 @@ for scenario in "${SCENARIOS[@]}"; do
   fi
   cpu_used="$(awk -v a="$cpu_before" -v b="$(server_cpu)" 'BEGIN { printf "%.2f", b - a }')"
   [ -z "${GHZ_RESULTS_DIR:-}" ] || { mkdir -p "$GHZ_RESULTS_DIR"; cp "$report" "$GHZ_RESULTS_DIR/$name.json"; }
-  python3 - "$report" "$name" "$MIN_RPS" "$cpu_used" >"$WORK/$name.summary" <<'PY' || status=1
+  python3 - "$report" "$name$TLS_LABEL" "$MIN_RPS" "$cpu_used" >"$WORK/$name.summary" <<'PY' || status=1
 import json, sys
 report, name, min_rps = json.load(open(sys.argv[1])), sys.argv[2], float(sys.argv[3])
 server_cores = float(sys.argv[4]) / (report["total"] / 1e9)
@@ -166,7 +199,7 @@ PY
   calls="$(tail -1 "$WORK/$name.summary")"
   expect_live=-1
   [ "$results_per_call" -lt 0 ] || [ -z "$calls" ] || expect_live=$((calls * results_per_call))
-  "$SESSIONS_BIN" check --address="$ADDRESS" --sessions_file="$WORK/$name.sessions" \
+  "$SESSIONS_BIN" check --address="$ADDRESS" --sessions_file="$WORK/$name.sessions" ${CLIENT_TLS[@]+"${CLIENT_TLS[@]}"} \
     --expect_live="$expect_live" || status=1
 done
 
@@ -174,7 +207,7 @@ if [ $UNARY_LOAD = 1 ]; then
   seconds="$(python3 -c "import sys; d = sys.argv[1]; print(float(d[:-1]) * {'s': 1, 'm': 60}[d[-1]])" "$DURATION")"
   for call in keepalive run; do
     cpu_before="$(server_cpu)"
-    "$LOAD_BIN" --address="$ADDRESS" --call=$call --duration_s="$seconds" || status=1
+    "$LOAD_BIN" --address="$ADDRESS" --call=$call --duration_s="$seconds" ${CLIENT_TLS[@]+"${CLIENT_TLS[@]}"} || status=1
     cpu_used="$(awk -v a="$cpu_before" -v b="$(server_cpu)" 'BEGIN { printf "%.2f", b - a }')"
     echo "unary_load $call: server busy $(awk -v c="$cpu_used" -v s="$seconds" 'BEGIN { printf "%.2f", c / s }') cores"
   done

@@ -21,7 +21,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
 	pb "gradtape/client/go/gen/gradtapev1"
@@ -55,9 +54,10 @@ type Session struct {
 }
 
 // Connect dials address ("host:port"), creates a session with a random
-// 128-bit id and opens the command stream.
-func Connect(ctx context.Context, address string) (*Session, error) {
-	conn, err := grpc.NewClient(address, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// 128-bit id and opens the command stream. Options (options.go) set TLS and
+// keepalive; the default is plaintext.
+func Connect(ctx context.Context, address string, opts ...Option) (*Session, error) {
+	conn, err := grpc.NewClient(address, dialOptions(opts)...)
 	if err != nil {
 		return nil, err
 	}

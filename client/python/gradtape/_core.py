@@ -26,7 +26,7 @@ import queue
 import secrets
 import threading
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import grpc
 
@@ -66,6 +66,7 @@ class StreamCore:
         max_batch_bytes: int = 16 << 20,
         timeout: float = 10.0,
         credentials: Optional[grpc.ChannelCredentials] = None,
+        channel_options: Sequence[Tuple[str, object]] = (),
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
@@ -74,6 +75,7 @@ class StreamCore:
         self.max_batch_bytes = max_batch_bytes
         self.timeout = timeout
         options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+        options += list(channel_options)  # TLS name override, keepalive (_transport.py)
         if credentials is None:
             self.channel = grpc.insecure_channel(address, options=options)
         else:

@@ -31,7 +31,7 @@ from typing import (
 import grpc
 import numpy as np
 
-from gradtape import _dtypes
+from gradtape import _dtypes, _transport
 from gradtape._core import StreamCore
 from gradtape.errors import GradtapeError
 from gradtape.v1 import tape_service_pb2 as pb
@@ -1071,6 +1071,13 @@ def connect(
     max_batch_bytes: int = 16 << 20,
     timeout: float = 10.0,
     credentials: Optional[grpc.ChannelCredentials] = None,
+    root_certificates: Optional[bytes] = None,
+    private_key: Optional[bytes] = None,
+    certificate_chain: Optional[bytes] = None,
+    server_name_override: Optional[str] = None,
+    keepalive_time: Optional[float] = None,
+    keepalive_timeout: float = 20.0,
+    keepalive_permit_without_calls: bool = False,
 ) -> Session:
     """Connects to a gradtape server and creates a session.
 
@@ -1083,7 +1090,22 @@ def connect(
       batch_size: commands per batch; the buffer is also sent at wait points.
       max_batch_bytes: the buffer is also sent once it holds this many bytes.
       timeout: seconds for connecting and for each unary call.
-      credentials: None for plaintext (fine on loopback).
+      credentials: a grpc.ChannelCredentials; None (with no PEM argument) for
+        plaintext, fine on loopback. Exclusive with the PEM arguments below
+        (ValueError).
+      root_certificates: PEM bytes of the CAs that sign the server's
+        certificate: the channel uses TLS (None with a key: gRPC's default
+        roots).
+      private_key, certificate_chain: PEM bytes of the client's certificate
+        (mTLS, for a server started with --tls_client_ca_file); both or
+        neither (ValueError).
+      server_name_override: the name the server's certificate must hold
+        instead of the address's host.
+      keepalive_time: seconds between HTTP/2 keepalive pings (None: no pings).
+        gradtape-server refuses pings more often than every
+        --keepalive_min_ping_interval_seconds (10 s by default).
+      keepalive_timeout: seconds to wait for a ping's acknowledgement.
+      keepalive_permit_without_calls: also ping with no call open.
 
     Returns:
       A Session (a context manager that closes it).
@@ -1095,7 +1117,15 @@ def connect(
         batch_size=batch_size,
         max_batch_bytes=max_batch_bytes,
         timeout=timeout,
-        credentials=credentials,
+        credentials=_transport.make_credentials(
+            credentials, root_certificates, private_key, certificate_chain
+        ),
+        channel_options=_transport.channel_options(
+            server_name_override=server_name_override,
+            keepalive_time=keepalive_time,
+            keepalive_timeout=keepalive_timeout,
+            keepalive_permit_without_calls=keepalive_permit_without_calls,
+        ),
     )
     try:
         return Session(core)

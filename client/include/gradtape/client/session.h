@@ -114,6 +114,31 @@ class AttrValue {
 };
 using Attrs = std::vector<std::pair<std::string, AttrValue>>;
 
+// Transport security and HTTP/2 keepalive of a client's channel (README
+// "Transport security (TLS and mTLS)"; client/src/channel.cc).
+//
+// TLS: the server's certificate is checked against root_certificates and
+// the host of the address (or server_name_override). mTLS: private_key and
+// certificate_chain are the client's certificate, for a server started with
+// --tls_client_ca_file.
+struct TlsOptions {
+  std::string root_certificates;  // PEM bundle; empty: gRPC's default roots
+  std::string private_key;        // PEM; set with certificate_chain, or not
+  std::string certificate_chain;  // PEM
+  // The name the server's certificate must hold, instead of the address's
+  // host (e.g. "localhost" when connecting to an IP address).
+  std::string server_name_override;
+};
+// Keepalive pings detect a dead connection (or keep an idle one open
+// through proxies and NAT). gradtape-server accepts pings no more often
+// than every --keepalive_min_ping_interval_seconds (10 s by default) and
+// sends GOAWAY too_many_pings to clients that ping faster.
+struct KeepaliveOptions {
+  absl::Duration time = absl::ZeroDuration();  // ping interval; 0: no pings
+  absl::Duration timeout = absl::Seconds(20);  // wait for the ping's ack
+  bool permit_without_calls = false;           // also ping with no call open
+};
+
 struct SessionOptions {
   // Commands per batch: the buffer is sent when it reaches this size (and at
   // every wait point). At least 1.
@@ -132,6 +157,11 @@ struct SessionOptions {
   absl::Duration rpc_timeout = absl::Seconds(10);
   // Null: insecure (plaintext) credentials, fine for loopback.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // Transport security and keepalive (see TlsOptions). `tls` and
+  // `credentials` are exclusive: Connect fails with INVALID_ARGUMENT if
+  // both are set.
+  std::optional<TlsOptions> tls;
+  KeepaliveOptions keepalive;
 };
 
 // gradtape.v1.SessionStats.

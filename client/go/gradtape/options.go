@@ -1,0 +1,60 @@
+package gradtape
+
+import (
+	"crypto/tls"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+)
+
+// Option configures Connect's channel: transport security and HTTP/2
+// keepalive. Without options Connect uses plaintext (fine on loopback).
+type Option func(*connectConfig)
+
+type connectConfig struct {
+	creds     credentials.TransportCredentials
+	keepalive *keepalive.ClientParameters
+	extra     []grpc.DialOption
+}
+
+// WithTLS makes the channel use TLS with cfg: RootCAs checks the server's
+// certificate, ServerName overrides the name it must hold, and Certificates
+// holds the client's certificate for a server started with
+// --tls_client_ca_file (mTLS).
+func WithTLS(cfg *tls.Config) Option {
+	return WithTransportCredentials(credentials.NewTLS(cfg))
+}
+
+// WithTransportCredentials sets the channel's transport credentials
+// (replacing plaintext or an earlier WithTLS).
+func WithTransportCredentials(c credentials.TransportCredentials) Option {
+	return func(cc *connectConfig) { cc.creds = c }
+}
+
+// WithKeepalive makes the client ping the server (p.Time between pings,
+// p.Timeout for the answer, p.PermitWithoutStream to ping with no call open).
+// gradtape-server refuses pings more often than every
+// --keepalive_min_ping_interval_seconds (10 s by default) with GOAWAY
+// too_many_pings.
+func WithKeepalive(p keepalive.ClientParameters) Option {
+	return func(cc *connectConfig) { cc.keepalive = &p }
+}
+
+// WithDialOptions appends raw grpc.DialOptions (after the ones above).
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(cc *connectConfig) { cc.extra = append(cc.extra, opts...) }
+}
+
+func dialOptions(opts []Option) []grpc.DialOption {
+	cc := connectConfig{creds: insecure.NewCredentials()}
+	for _, o := range opts {
+		o(&cc)
+	}
+	out := []grpc.DialOption{grpc.WithTransportCredentials(cc.creds)}
+	if cc.keepalive != nil {
+		out = append(out, grpc.WithKeepaliveParams(*cc.keepalive))
+	}
+	return append(out, cc.extra...)
+}
