@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
+#include "gradtape/client/client.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "tests/server/server_test_util.h"
@@ -278,6 +279,28 @@ TEST_F(DrainTest, StuckStreamIsCancelledAtTheGrace) {
   while (stream->Read(&reply)) {
   }
   EXPECT_FALSE(stream->Finish().ok());
+}
+
+// The C++ client's wait points report the drain: UNAVAILABLE with the
+// server's message.
+TEST_F(DrainTest, CppClientReportsTheDrain) {
+  StartWith(absl::Seconds(20));
+  absl::StatusOr<std::unique_ptr<client::Session>> session =
+      client::Session::Connect(server_->address());
+  ASSERT_TRUE(session.ok()) << session.status();
+  client::Tensor x = (*session)->Put<double>({1}, {1.0});
+  ASSERT_TRUE((*session)->Sync().ok());
+  auto drained = DrainAsync(absl::Seconds(20));
+  absl::Status status;
+  const absl::Time deadline = absl::Now() + absl::Seconds(3);
+  while (status.ok() && absl::Now() < deadline) {
+    (*session)->Put<double>({1}, {2.0});
+    status = (*session)->Sync();
+    if (status.ok()) absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_THAT(status.message(), HasSubstr("server draining; reconnect"));
+  EXPECT_LT(drained.get(), absl::Seconds(3));
 }
 
 TEST_F(DrainTest, CheckpointOnDrainNeedsACheckpointDir) {
