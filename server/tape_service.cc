@@ -352,12 +352,12 @@ grpc::ServerUnaryReactor* TapeServiceImpl::CreateSession(
     const v1::CreateSessionRequest* request,
     v1::CreateSessionResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  // The routing header and the body must agree; either may name the id.
   if (drain_.draining()) {
     reactor->Finish(
         grpc::Status(grpc::StatusCode::UNAVAILABLE, kCreateDrainMessage));
     return reactor;
   }
+  // The routing header and the body must agree; either may name the id.
   absl::string_view routed_id = Metadata(*context, kSessionIdHeader);
   absl::string_view id = request->session_id();
   if (id.empty()) {
