@@ -9,7 +9,9 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -121,6 +123,14 @@ int main(int argc, char** argv) {
   sigwait(&stop_signals, &signal_number);
   std::fprintf(stderr, "gradtape-server: signal %d, draining (grace %d s)\n",
                signal_number, shutdown_grace_seconds);
+  // A second stop signal ends the process at once (no checkpoints).
+  std::thread([stop_signals] {
+    int second = 0;
+    sigwait(&stop_signals, &second);
+    std::fprintf(stderr, "gradtape-server: signal %d again, exiting now\n",
+                 second);
+    std::_Exit(1);
+  }).detach();
   const absl::Time start = absl::Now();
   (*server)->Shutdown();  // Drain(options.shutdown_grace)
   std::fprintf(stderr, "gradtape-server: drained in %.2f s, exiting\n",

@@ -230,3 +230,20 @@ def test_python_client_reports_the_drain(servers):
             session.close()
         except gradtape.GradtapeError:
             pass  # the server is gone
+
+
+def test_second_signal_exits_at_once(pb, servers):
+    server = servers(f"--shutdown_grace_seconds={GRACE_S}")
+    busy = Raw(pb, server.address)
+    busy.var(1, "w", 3)
+    long_batch(busy, 512, matmuls_lasting(pb, server.address, 4.0))
+    threading.Thread(target=lambda: pytest.raises(grpc.RpcError, busy.run), daemon=True).start()
+    time.sleep(0.3)  # the batch is running: the drain waits for it
+    server.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    assert server.proc.poll() is None, "the drain should still wait for the batch"
+    second = time.monotonic()
+    server.proc.send_signal(signal.SIGINT)
+    assert server.proc.wait(timeout=GRACE_S) == 1
+    assert time.monotonic() - second < 1.5
+    assert "again, exiting now" in server.output()
