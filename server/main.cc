@@ -1,4 +1,6 @@
-// gradtape-server: serves TapeService until SIGINT or SIGTERM.
+// gradtape-server: serves TapeService until SIGINT or SIGTERM, which start
+// a graceful drain (Server::Drain: --shutdown_grace_seconds,
+// --checkpoint_on_drain); exits 0 once it is done.
 //
 // Prints "gradtape-server listening on HOST:PORT" on stdout once it accepts
 // calls (scripts wait for that line).
@@ -7,12 +9,16 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "core/tensor/tensor.h"
 #include "server/server.h"
 
@@ -59,6 +65,14 @@ ABSL_FLAG(bool, keepalive_permit_without_calls, true,
 ABSL_FLAG(int, max_ping_strikes, 2,
           "too-frequent client pings tolerated before GOAWAY too_many_pings; "
           "0 = unlimited");
+// Graceful drain (SIGTERM / SIGINT).
+ABSL_FLAG(int, shutdown_grace_seconds, 25,
+          "on SIGTERM or SIGINT: how long in-flight calls may run before "
+          "they are cancelled (keep it under the pod's "
+          "terminationGracePeriodSeconds)");
+ABSL_FLAG(bool, checkpoint_on_drain, false,
+          "on SIGTERM or SIGINT: save every open session's variables to "
+          "--checkpoint_dir as drain-<session_id> before exiting");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -110,6 +124,18 @@ int main(int argc, char** argv) {
     return 1;
   }
   options.max_message_bytes = max_message_mb << 20;
+  // Graceful drain.
+  const int shutdown_grace_seconds =
+      absl::GetFlag(FLAGS_shutdown_grace_seconds);
+  if (shutdown_grace_seconds < 0) {
+    std::fprintf(stderr,
+                 "gradtape-server: --shutdown_grace_seconds must be >= 0, got "
+                 "%d\n",
+                 shutdown_grace_seconds);
+    return 1;
+  }
+  options.shutdown_grace = absl::Seconds(shutdown_grace_seconds);
+  options.checkpoint_on_drain = absl::GetFlag(FLAGS_checkpoint_on_drain);
   const int64_t max_tensor_mb = absl::GetFlag(FLAGS_max_tensor_mb);
   if (max_tensor_mb <= 0 || max_tensor_mb > (int64_t{1} << 30)) {
     std::fprintf(stderr,
@@ -134,8 +160,19 @@ int main(int argc, char** argv) {
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
-  std::fprintf(stderr, "gradtape-server: signal %d, shutting down\n",
-               signal_number);
-  (*server)->Shutdown();
+  std::fprintf(stderr, "gradtape-server: signal %d, draining (grace %d s)\n",
+               signal_number, shutdown_grace_seconds);
+  // A second stop signal ends the process at once (no checkpoints).
+  std::thread([stop_signals] {
+    int second = 0;
+    sigwait(&stop_signals, &second);
+    std::fprintf(stderr, "gradtape-server: signal %d again, exiting now\n",
+                 second);
+    std::_Exit(1);
+  }).detach();
+  const absl::Time start = absl::Now();
+  (*server)->Shutdown();  // Drain(options.shutdown_grace)
+  std::fprintf(stderr, "gradtape-server: drained in %.2f s, exiting\n",
+               absl::ToDoubleSeconds(absl::Now() - start));
   return 0;
 }

@@ -9,17 +9,12 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "server/drain.h"
 #include "server/session_manager.h"
 #include "server/tape_service.h"
 #include "server/tls.h"
 
 namespace gradtape::server {
-namespace {
-
-// How long Shutdown lets running calls finish before cancelling them.
-constexpr absl::Duration kShutdownGrace = absl::Seconds(1);
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(
     const ServerOptions& options) {
@@ -39,6 +34,15 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
     return absl::InvalidArgumentError(absl::StrCat(
         "max_message_bytes must be at least ", ServerOptions::kMinMessageBytes,
         ", got ", options.max_message_bytes));
+  }
+  if (options.shutdown_grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shutdown_grace must not be negative, got ",
+                     absl::FormatDuration(options.shutdown_grace)));
+  }
+  if (options.checkpoint_on_drain && options.checkpoint_dir.empty()) {
+    return absl::InvalidArgumentError(
+        "checkpoint_on_drain needs a checkpoint_dir (--checkpoint_dir=DIR)");
   }
   auto colon = options.address.rfind(':');
   if (colon == std::string::npos) {
@@ -84,6 +88,14 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   }
   server->address_ =
       absl::StrCat(options.address.substr(0, colon), ":", server->port_);
+  server->shutdown_grace_ = options.shutdown_grace;
+  server->checkpoint_on_drain_ = options.checkpoint_on_drain;
+  server->checkpoint_dir_ = options.checkpoint_dir;
+  // The service's own health name serves beside "" (which gRPC sets).
+  if (grpc::HealthCheckServiceInterface* health =
+          server->grpc_server_->GetHealthCheckService()) {
+    health->SetServingStatus(v1::TapeService::service_full_name(), true);
+  }
   return server;
 }
 
@@ -91,13 +103,25 @@ Server::~Server() { Shutdown(); }
 
 int Server::port() const { return port_; }
 
-void Server::Shutdown() {
+void Server::Shutdown() { Drain(shutdown_grace_); }
+
+void Server::Drain(absl::Duration grace) {
   absl::MutexLock lock(&mu_);
   if (shut_down_) return;
+  const absl::Time deadline = absl::Now() + grace;
+  if (grpc::HealthCheckServiceInterface* health =
+          grpc_server_->GetHealthCheckService()) {
+    health->SetServingStatus("", false);
+    health->SetServingStatus(v1::TapeService::service_full_name(), false);
+  }
+  DrainRegistry& drain = service_->drain();
+  drain.BeginDrain();
+  drain.AwaitIdle(deadline);
   // Returns when every call has finished (running ones are cancelled at the
   // deadline), so no reactor touches the sessions after this.
-  grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + kShutdownGrace));
+  grpc_server_->Shutdown(absl::ToChronoTime(deadline));
   grpc_server_->Wait();
+  if (checkpoint_on_drain_) CheckpointSessions(*sessions_, checkpoint_dir_);
   sessions_->Shutdown();
   shut_down_ = true;
 }

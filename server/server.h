@@ -5,7 +5,9 @@
 //   options.address = "127.0.0.1:0";  // a free port
 //   absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(options);
 //   ... connect to (*server)->port() ...
-//   (*server)->Shutdown();            // or let the destructor do it
+//   (*server)->Drain(absl::Seconds(25));  // SIGTERM: a graceful drain
+//   (*server)->Shutdown();            // the same with options.shutdown_grace
+//                                     // (or let the destructor do it)
 //
 // Thread-safety: all methods may be called from any thread.
 #ifndef GRADTAPE_SERVER_SERVER_H_
@@ -18,6 +20,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 namespace grpc {
 class Server;
@@ -55,6 +58,13 @@ struct ServerOptions {
   int64_t keepalive_min_ping_interval_seconds = 10;
   bool keepalive_permit_without_calls = true;
   int max_ping_strikes = 2;
+  // Graceful drain (Server::Drain; --shutdown_grace_seconds,
+  // --checkpoint_on_drain). How long Shutdown lets calls run before it
+  // cancels them; at least zero.
+  absl::Duration shutdown_grace = absl::Seconds(25);
+  // Save every open session's variables to checkpoint_dir (which must be
+  // set) as "drain-<session id>" when the server drains or shuts down.
+  bool checkpoint_on_drain = false;
 
   static constexpr int kDefaultMaxMessageBytes = 256 << 20;
   static constexpr int kMinMessageBytes = 16 << 10;
@@ -80,9 +90,22 @@ class Server {
   // The host of options.address with the bound port, e.g. "127.0.0.1:40123".
   const std::string& address() const { return address_; }
 
-  // Stops accepting calls, cancels the calls still running after a short
-  // grace period, stops the session reaper and frees every session.
-  // Idempotent; blocks until done.
+  // A graceful drain, then the end of the server (SIGTERM). In order:
+  //  1. health (grpc.health.v1, services "" and "gradtape.v1.TapeService")
+  //     turns NOT_SERVING;
+  //  2. CreateSession fails with UNAVAILABLE; calls of existing sessions
+  //     still work; open Streams end cleanly: the batch in progress is
+  //     applied, the queued replies written, then the call finishes with
+  //     UNAVAILABLE kStreamDrainMessage (server/drain.h); new Streams get
+  //     that status at once;
+  //  3. once no Run call is in flight and no Stream is open, or `grace`
+  //     after the start, gRPC stops accepting calls; whatever still runs at
+  //     `grace` is cancelled;
+  //  4. with options.checkpoint_on_drain, every session's variables are
+  //     saved (CheckpointSessions); then the sessions are freed.
+  // Idempotent (later calls and Shutdown return at once); blocks until done.
+  void Drain(absl::Duration grace);
+  // Drain(options.shutdown_grace).
   void Shutdown();
   // Blocks until Shutdown has completed (from another thread).
   void Wait();
@@ -95,6 +118,11 @@ class Server {
 
   int port_ = 0;
   std::string address_;
+  // Graceful drain: options.shutdown_grace, checkpoint_on_drain and
+  // checkpoint_dir.
+  absl::Duration shutdown_grace_;
+  bool checkpoint_on_drain_ = false;
+  std::string checkpoint_dir_;
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<TapeServiceImpl> service_;
   std::unique_ptr<grpc::Server> grpc_server_;

@@ -191,6 +191,14 @@ int SessionManager::num_sessions() const {
   return static_cast<int>(sessions_.size());
 }
 
+std::vector<std::shared_ptr<SessionEntry>> SessionManager::Entries() const {
+  std::vector<std::shared_ptr<SessionEntry>> entries;
+  absl::MutexLock lock(&mu_);
+  entries.reserve(sessions_.size());
+  for (const auto& [id, entry] : sessions_) entries.push_back(entry);
+  return entries;
+}
+
 void SessionManager::Shutdown() {
   std::vector<std::shared_ptr<SessionEntry>> entries;
   {

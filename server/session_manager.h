@@ -24,6 +24,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -127,6 +128,8 @@ class SessionManager {
   absl::Status Close(const std::string& id);
 
   int num_sessions() const;
+  // The open sessions (graceful drain: server/drain.h).
+  std::vector<std::shared_ptr<SessionEntry>> Entries() const;
 
   // Stops the reaper and closes every session. Idempotent.
   void Shutdown();

@@ -99,24 +99,68 @@ absl::Status SerializeReply(const v1::BatchReply& reply,
 //    "Stream: batch N (bytes K) is not a valid gradtape.v1.CommandBatch"
 //    (N counts the stream's messages from 1) once the queued replies are
 //    written; the batches before it stay applied and answered;
+//  * drain (server/drain.h): BeginDrain stops reading as a half-close would,
+//    after the batch in progress, and the call finishes with UNAVAILABLE
+//    kStreamDrainMessage; a batch read after that is dropped unapplied;
 //  * gRPC calls OnDone after Finish and every other reaction; it deletes the
-//    reactor. The reactor owns a reference to its session entry.
+//    reactor (unless the drain registry holds it: DrainRegistry::Unregister).
+//    The reactor owns a reference to its session entry.
 class StreamReactor final
-    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+      public DrainableCall {
  public:
-  // Finishes at once with the error if `entry` is one.
+  // Finishes at once with the error if `entry` is one, or with the drain
+  // status during a drain.
   StreamReactor(absl::StatusOr<std::shared_ptr<SessionEntry>> entry,
-                int64_t max_reply_bytes)
-      : max_reply_bytes_(max_reply_bytes) {
+                int64_t max_reply_bytes, DrainRegistry& drain)
+      : max_reply_bytes_(max_reply_bytes), drain_(drain) {
     if (!entry.ok()) {
       Finish(ToGrpcStatus(entry.status()));
       return;
     }
+    if (!drain_.Register(this)) {
+      Finish(DrainStatus());
+      return;
+    }
     entry_ = *std::move(entry);
-    StartRead(&request_);
+    bool drained;
+    {
+      absl::MutexLock lock(&mu_);
+      drained = draining_;  // BeginDrain came before the first read
+      if (!drained) {
+        reading_ = true;
+        StartRead(&request_);
+      }
+    }
+    if (drained) StopReadingForDrain();
+  }
+
+  void BeginDrain() override {
+    bool finish = false;
+    grpc::Status status;
+    {
+      absl::MutexLock lock(&mu_);
+      if (draining_) return;
+      draining_ = true;
+      // A batch being applied (neither reading nor paused) stops reading
+      // in OnReadDone, after its reply is queued.
+      if (!reading_ && !read_paused_) return;
+      read_paused_ = false;
+      StopReadingForDrainLocked();
+      finish = ShouldFinishLocked(&status);
+    }
+    // With a read outstanding, Finish makes it complete with ok = false.
+    if (finish) Finish(status);
   }
 
   void OnReadDone(bool ok) override {
+    {
+      absl::MutexLock lock(&mu_);
+      reading_ = false;
+      // The drain stopped reading while this read was outstanding: the
+      // batch is not applied (the client is told to reconnect).
+      if (reads_done_) return;
+    }
     if (!ok) {  // half-close, cancellation or a broken connection
       StopReadingAndMaybeFinish(absl::OkStatus());
       return;
@@ -140,7 +184,16 @@ class StreamReactor final
     }
     if (reply_optional && reply.results().empty()) {
       // Acknowledged by the next reply (replies are cumulative).
-      StartRead(&request_);
+      bool drained;
+      {
+        absl::MutexLock lock(&mu_);
+        drained = draining_;
+        if (!drained) {
+          reading_ = true;
+          StartRead(&request_);
+        }
+      }
+      if (drained) StopReadingForDrain();
       return;
     }
     grpc::ByteBuffer serialized;
@@ -156,7 +209,10 @@ class StreamReactor final
       writing_ = true;
       StartWrite(&replies_.front().bytes);
     }
-    if (!QueueFullLocked()) {
+    if (draining_) {
+      StopReadingForDrainLocked();  // finishes when the write is done
+    } else if (!QueueFullLocked()) {
+      reading_ = true;
       StartRead(&request_);
     } else {
       read_paused_ = true;
@@ -186,6 +242,7 @@ class StreamReactor final
         }
         if (read_paused_ && !QueueFullLocked()) {
           read_paused_ = false;
+          reading_ = true;
           StartRead(&request_);
         }
       }
@@ -194,9 +251,33 @@ class StreamReactor final
     if (finish) Finish(status);
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    if (drain_.Unregister(this)) delete this;
+  }
 
  private:
+  static grpc::Status DrainStatus() {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, kStreamDrainMessage);
+  }
+
+  // Reading stops for the drain; the call ends with DrainStatus unless an
+  // error is already its status.
+  void StopReadingForDrainLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    reads_done_ = true;
+    if (status_.ok()) status_ = DrainStatus();
+  }
+  // The same when no read is outstanding and none will start.
+  void StopReadingForDrain() {
+    bool finish = false;
+    grpc::Status status;
+    {
+      absl::MutexLock lock(&mu_);
+      StopReadingForDrainLocked();
+      finish = ShouldFinishLocked(&status);
+    }
+    if (finish) Finish(status);
+  }
+
   // Called when no read is outstanding and none will start.
   void StopReadingAndMaybeFinish(const absl::Status& error) {
     bool finish = false;
@@ -230,6 +311,7 @@ class StreamReactor final
   }
 
   const int64_t max_reply_bytes_;
+  DrainRegistry& drain_;
   std::shared_ptr<SessionEntry> entry_;
   // Only touched by the single outstanding read and its OnReadDone: the
   // message being read, and the batch parsed from it in arena_ (reset after
@@ -252,6 +334,9 @@ class StreamReactor final
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
   bool finish_called_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status status_ ABSL_GUARDED_BY(mu_);
+  // Drain: a read is outstanding; BeginDrain was called.
+  bool reading_ ABSL_GUARDED_BY(mu_) = false;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace
@@ -267,6 +352,11 @@ grpc::ServerUnaryReactor* TapeServiceImpl::CreateSession(
     const v1::CreateSessionRequest* request,
     v1::CreateSessionResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (drain_.draining()) {
+    reactor->Finish(
+        grpc::Status(grpc::StatusCode::UNAVAILABLE, kCreateDrainMessage));
+    return reactor;
+  }
   // The routing header and the body must agree; either may name the id.
   absl::string_view routed_id = Metadata(*context, kSessionIdHeader);
   absl::string_view id = request->session_id();
@@ -313,13 +403,14 @@ grpc::ServerUnaryReactor* TapeServiceImpl::KeepAlive(
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 TapeServiceImpl::Stream(grpc::CallbackServerContext* context) {
-  return new StreamReactor(Authenticate(*context), max_reply_bytes_);
+  return new StreamReactor(Authenticate(*context), max_reply_bytes_, drain_);
 }
 
 grpc::ServerUnaryReactor* TapeServiceImpl::Run(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  DrainRegistry::InFlight in_flight(drain_);
   absl::Status status = [&]() -> absl::Status {
     ASSIGN_OR_RETURN(std::shared_ptr<SessionEntry> entry,
                      Authenticate(*context));

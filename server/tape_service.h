@@ -14,9 +14,9 @@
 // too. The wire format is the generated one: clients, reflection, grpcurl
 // and ghz see the service of tape_service.proto.
 //
-// Thread-safety: all methods may run concurrently; the service keeps no
-// mutable state of its own. Batches run on the gRPC callback thread that
-// delivered them, under their session's lock.
+// Thread-safety: all methods may run concurrently; the service's only
+// mutable state is its DrainRegistry (thread-safe). Batches run on the gRPC
+// callback thread that delivered them, under their session's lock.
 #ifndef GRADTAPE_SERVER_TAPE_SERVICE_H_
 #define GRADTAPE_SERVER_TAPE_SERVICE_H_
 
@@ -26,6 +26,7 @@
 #include "core/registry/op_registry.h"
 #include "gradtape/v1/tape_service.grpc.pb.h"
 #include "grpcpp/support/byte_buffer.h"
+#include "server/drain.h"
 #include "server/session_manager.h"
 
 namespace gradtape::server {
@@ -74,6 +75,10 @@ class TapeServiceImpl final : public TapeServiceBase {
                                     const v1::ListOpsRequest* request,
                                     v1::ListOpsResponse* response) override;
 
+  // Graceful drain (server/drain.h): refuses CreateSession (UNAVAILABLE),
+  // ends open Streams, counts Run calls in flight.
+  DrainRegistry& drain() { return drain_; }
+
  private:
   // The session named by the call's metadata (see SessionManager).
   absl::StatusOr<std::shared_ptr<SessionEntry>> Authenticate(
@@ -82,6 +87,7 @@ class TapeServiceImpl final : public TapeServiceBase {
   const OpRegistry& registry_;
   SessionManager& sessions_;
   const int64_t max_reply_bytes_;
+  DrainRegistry drain_;
 };
 
 }  // namespace gradtape::server

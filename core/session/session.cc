@@ -407,6 +407,15 @@ absl::StatusOr<std::vector<Variable*>> Session::CheckpointVariables(
   return vars;
 }
 
+bool Session::HoldsVariables() const {
+  for (const auto& [id, slot] : slots_) {
+    if (slot.kind == Slot::kTensor && VariableOf(slot.tensor) != nullptr) {
+      return true;
+    }
+  }
+  return false;
+}
+
 absl::StatusOr<CheckpointSummary> Session::SaveCheckpoint(
     int64_t seq, absl::string_view name,
     absl::Span<const int64_t> variable_ids) {

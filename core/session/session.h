@@ -168,6 +168,9 @@ class Session {
   SessionStats Stats(int64_t seq);
   // Sequence number of the last command processed (applied or failed).
   int64_t last_seq() const { return last_seq_; }
+  // True if a live id holds a variable handle (what SaveCheckpoint with no
+  // ids would save).
+  bool HoldsVariables() const;
   OpExecutor& executor() { return exec_; }
 
  private:

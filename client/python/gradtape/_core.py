@@ -278,7 +278,11 @@ class StreamCore:
             error = self._take_errors_locked()
             if error is not None:
                 raise error
-            if self._last_answered < batch_id:
+            # A dead stream fails every wait point after its last reply (as
+            # in the C++ client): commands buffered since were dropped, and
+            # the stream's status (e.g. UNAVAILABLE "server draining;
+            # reconnect ..." when the server drains) says why.
+            if self._last_answered < batch_id or self._stream_done:
                 raise self._stream_error
 
     def _take_errors_locked(self) -> Optional[GradtapeError]:
