@@ -1,4 +1,5 @@
-// gradtape-server: serves TapeService until SIGINT or SIGTERM.
+// gradtape-server: serves TapeService until SIGINT or SIGTERM; SIGHUP
+// re-reads --api_keys_file.
 //
 // Prints "gradtape-server listening on HOST:PORT" on stdout once it accepts
 // calls (scripts wait for that line).
@@ -12,6 +13,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/tensor/tensor.h"
 #include "server/server.h"
@@ -31,6 +33,11 @@ ABSL_FLAG(int64_t, max_tensor_mb, 16384,
           "largest tensor any command may create, in MiB (puts, op outputs, "
           "gradients, checkpoints); larger ones are refused before memory is "
           "touched");
+// API keys and tenants (server/api_keys.h, README "API keys and tenants").
+ABSL_FLAG(std::string, api_keys_file, "",
+          "file of API keys, one '<key or sha256:HEX> <tenant> "
+          "[max_sessions=N] [memory_mib=M] [max_put_mib=P]' per line; when "
+          "set, calls need 'authorization: Bearer <key>'; SIGHUP re-reads it");
 ABSL_FLAG(int64_t, keep_alive_seconds, 300,
           "lease of a session whose client asks for 0: idle sessions are "
           "closed after this long");
@@ -53,6 +60,7 @@ int main(int argc, char** argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);  // reload the API keys (below)
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   gradtape::server::ServerOptions options;
@@ -62,6 +70,7 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_session_memory_limit_mb) * (int64_t{1} << 20);
   options.keep_alive_seconds = absl::GetFlag(FLAGS_keep_alive_seconds);
   options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  options.api_keys_file = absl::GetFlag(FLAGS_api_keys_file);
   const int max_message_mb = absl::GetFlag(FLAGS_max_message_mb);
   if (max_message_mb <= 0 || max_message_mb > 2047) {
     std::fprintf(stderr,
@@ -94,7 +103,18 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
 
   int signal_number = 0;
-  sigwait(&stop_signals, &signal_number);
+  while (sigwait(&stop_signals, &signal_number) == 0 &&
+         signal_number == SIGHUP) {
+    // The message names the file and line of an error, never a key.
+    absl::Status reloaded = (*server)->ReloadApiKeys();
+    std::fprintf(stderr, "gradtape-server: SIGHUP: %s\n",
+                 reloaded.ok()
+                     ? "API keys reloaded"
+                     : absl::StrCat("reload failed, the old keys stay "
+                                    "in force: ",
+                                    reloaded.ToString())
+                           .c_str());
+  }
   std::fprintf(stderr, "gradtape-server: signal %d, shutting down\n",
                signal_number);
   (*server)->Shutdown();

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 
@@ -25,6 +26,7 @@ class Server;
 
 namespace gradtape::server {
 
+class ApiKeys;
 class SessionManager;
 class TapeServiceImpl;
 
@@ -41,6 +43,12 @@ struct ServerOptions {
   // command whose returned values would not fit fails alone with
   // RESOURCE_EXHAUSTED (server/batch.h). At least kMinMessageBytes.
   int max_message_bytes = kDefaultMaxMessageBytes;
+
+  // API keys and tenants (server/api_keys.h): the keys file; empty means no
+  // keys (any client may create sessions). When set, every call but ListOps
+  // needs `authorization: Bearer <key>`, and sessions are bound to the key's
+  // tenant and its quotas.
+  std::string api_keys_file;
 
   static constexpr int kDefaultMaxMessageBytes = 256 << 20;
   static constexpr int kMinMessageBytes = 16 << 10;
@@ -74,11 +82,17 @@ class Server {
   // Open sessions (monitoring, tests).
   int num_sessions() const;
 
+  // Re-reads options.api_keys_file (SIGHUP in gradtape-server). On error the
+  // keys in force stay and the error (file:line, never a key) is returned;
+  // FAILED_PRECONDITION when the server has no keys file.
+  absl::Status ReloadApiKeys();
+
  private:
   Server() = default;
 
   int port_ = 0;
   std::string address_;
+  std::unique_ptr<ApiKeys> api_keys_;  // null without a keys file
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<TapeServiceImpl> service_;
   std::unique_ptr<grpc::Server> grpc_server_;

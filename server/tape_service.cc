@@ -47,8 +47,12 @@ absl::string_view Metadata(const grpc::CallbackServerContext& context,
 absl::Status RunBatch(SessionEntry& entry, const v1::CommandBatch& batch,
                       int64_t max_reply_bytes, v1::BatchReply* reply) {
   SessionEntry::ActiveCall active(&entry);
+  PutLimit put_limit;  // the tenant's, read per batch (reloads change it)
+  if (const Tenant* tenant = entry.tenant().get()) {
+    put_limit = {tenant->name(), tenant->max_put_bytes()};
+  }
   return entry.WithSession([&](Session& session) {
-    ApplyBatch(session, batch, max_reply_bytes, reply);
+    ApplyBatch(session, batch, max_reply_bytes, reply, put_limit);
   });
 }
 
@@ -99,15 +103,24 @@ absl::Status SerializeReply(const v1::BatchReply& reply,
 //    "Stream: batch N (bytes K) is not a valid gradtape.v1.CommandBatch"
 //    (N counts the stream's messages from 1) once the queued replies are
 //    written; the batches before it stay applied and answered;
+//  * with API keys, a batch that arrives after a reload of the keys first
+//    re-checks the call's key: a key that was removed (UNAUTHENTICATED) or
+//    now names another tenant (NOT_FOUND) ends the call before the batch;
 //  * gRPC calls OnDone after Finish and every other reaction; it deletes the
 //    reactor. The reactor owns a reference to its session entry.
 class StreamReactor final
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  // Finishes at once with the error if `entry` is one.
+  // Finishes at once with the error if `entry` is one. `keys` (may be null)
+  // were at `keys_generation` when the call's key was checked.
   StreamReactor(absl::StatusOr<std::shared_ptr<SessionEntry>> entry,
-                int64_t max_reply_bytes)
-      : max_reply_bytes_(max_reply_bytes) {
+                int64_t max_reply_bytes, const ApiKeys* keys,
+                uint64_t keys_generation,
+                const grpc::CallbackServerContext* context)
+      : max_reply_bytes_(max_reply_bytes),
+        keys_(keys),
+        keys_generation_(keys_generation),
+        context_(context) {
     if (!entry.ok()) {
       Finish(ToGrpcStatus(entry.status()));
       return;
@@ -122,6 +135,10 @@ class StreamReactor final
       return;
     }
     ++batches_read_;
+    if (absl::Status s = RecheckKey(); !s.ok()) {
+      StopReadingAndMaybeFinish(s);
+      return;
+    }
     const size_t bytes = request_.Length();
     v1::CommandBatch* batch = NewBatch();
     if (!ParseBatch(&request_, batch)) {
@@ -225,11 +242,32 @@ class StreamReactor final
     return true;
   }
 
+  // After a reload of the keys: the call's key must still name the
+  // session's tenant.
+  absl::Status RecheckKey() {
+    if (keys_ == nullptr) return absl::OkStatus();
+    const uint64_t generation = keys_->generation();
+    if (generation == keys_generation_) return absl::OkStatus();
+    absl::StatusOr<std::shared_ptr<Tenant>> tenant =
+        keys_->Authenticate(Metadata(*context_, kAuthorizationHeader));
+    if (!tenant.ok()) return tenant.status();
+    if (*tenant != entry_->tenant()) {
+      return absl::NotFoundError(
+          absl::StrCat("unknown session ", entry_->id(),
+                       " (never created, closed, or idle past its lease)"));
+    }
+    keys_generation_ = generation;
+    return absl::OkStatus();
+  }
+
   v1::CommandBatch* NewBatch() {
     return google::protobuf::Arena::CreateMessage<v1::CommandBatch>(&arena_);
   }
 
   const int64_t max_reply_bytes_;
+  const ApiKeys* const keys_;
+  uint64_t keys_generation_;  // only touched by OnReadDone
+  const grpc::CallbackServerContext* const context_;
   std::shared_ptr<SessionEntry> entry_;
   // Only touched by the single outstanding read and its OnReadDone: the
   // message being read, and the batch parsed from it in arena_ (reset after
@@ -256,10 +294,22 @@ class StreamReactor final
 
 }  // namespace
 
+absl::StatusOr<std::shared_ptr<Tenant>> TapeServiceImpl::AuthenticateKey(
+    const grpc::CallbackServerContext& context) const {
+  if (api_keys_ == nullptr) return nullptr;
+  return api_keys_->Authenticate(Metadata(context, kAuthorizationHeader));
+}
+
+// The key comes first: without a valid one nothing is said about sessions.
+// With one, the session is looked up among its tenant's only, and the token
+// is checked last, so another tenant's id and token get NOT_FOUND, exactly
+// what an id that never existed gets.
 absl::StatusOr<std::shared_ptr<SessionEntry>> TapeServiceImpl::Authenticate(
     const grpc::CallbackServerContext& context) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Tenant> tenant, AuthenticateKey(context));
   return sessions_.Authenticate(Metadata(context, kSessionIdHeader),
-                                Metadata(context, kSessionTokenHeader));
+                                Metadata(context, kSessionTokenHeader),
+                                tenant.get());
 }
 
 grpc::ServerUnaryReactor* TapeServiceImpl::CreateSession(
@@ -267,6 +317,11 @@ grpc::ServerUnaryReactor* TapeServiceImpl::CreateSession(
     const v1::CreateSessionRequest* request,
     v1::CreateSessionResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<std::shared_ptr<Tenant>> tenant = AuthenticateKey(*context);
+  if (!tenant.ok()) {
+    reactor->Finish(ToGrpcStatus(tenant.status()));
+    return reactor;
+  }
   // The routing header and the body must agree; either may name the id.
   absl::string_view routed_id = Metadata(*context, kSessionIdHeader);
   absl::string_view id = request->session_id();
@@ -278,8 +333,8 @@ grpc::ServerUnaryReactor* TapeServiceImpl::CreateSession(
                      "' differs from the requested session_id '", id, "'"))));
     return reactor;
   }
-  absl::StatusOr<SessionManager::Created> created =
-      sessions_.Create(id, absl::Seconds(request->keep_alive_seconds()));
+  absl::StatusOr<SessionManager::Created> created = sessions_.Create(
+      id, absl::Seconds(request->keep_alive_seconds()), *tenant);
   if (created.ok()) {
     response->set_session_id(created->entry->id());
     response->set_token(created->token);
@@ -297,7 +352,8 @@ grpc::ServerUnaryReactor* TapeServiceImpl::CloseSession(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::StatusOr<std::shared_ptr<SessionEntry>> entry = Authenticate(*context);
   absl::Status status =
-      entry.ok() ? sessions_.Close((*entry)->id()) : entry.status();
+      entry.ok() ? sessions_.Close((*entry)->id(), (*entry)->tenant().get())
+                 : entry.status();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }
@@ -313,7 +369,12 @@ grpc::ServerUnaryReactor* TapeServiceImpl::KeepAlive(
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 TapeServiceImpl::Stream(grpc::CallbackServerContext* context) {
-  return new StreamReactor(Authenticate(*context), max_reply_bytes_);
+  // The generation is read before the key is checked: a reload in between
+  // makes the first batch check again.
+  const uint64_t generation =
+      api_keys_ == nullptr ? 0 : api_keys_->generation();
+  return new StreamReactor(Authenticate(*context), max_reply_bytes_, api_keys_,
+                           generation, context);
 }
 
 grpc::ServerUnaryReactor* TapeServiceImpl::Run(
