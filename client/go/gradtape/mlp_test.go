@@ -50,15 +50,15 @@ func envOr(name, fallback string) string {
 	return fallback
 }
 
-// startServer runs gradtape-server on 127.0.0.1:0 and returns its address;
-// the server is stopped when the test ends.
-func startServer(t *testing.T) string {
+// startServer runs gradtape-server on 127.0.0.1:0 (with any extra flags)
+// and returns its address; the server is stopped when the test ends.
+func startServer(t *testing.T, flags ...string) string {
 	t.Helper()
 	bin := envOr("GRADTAPE_SERVER_BIN", filepath.Join("..", "..", "..", "build", "server", "gradtape-server"))
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("gradtape-server not found at %s (build it or set GRADTAPE_SERVER_BIN): %v", bin, err)
 	}
-	cmd := exec.Command(bin, "--address=127.0.0.1:0")
+	cmd := exec.Command(bin, append([]string{"--address=127.0.0.1:0"}, flags...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

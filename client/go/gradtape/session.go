@@ -55,8 +55,15 @@ type Session struct {
 }
 
 // Connect dials address ("host:port"), creates a session with a random
-// 128-bit id and opens the command stream.
-func Connect(ctx context.Context, address string) (*Session, error) {
+// 128-bit id and opens the command stream. Options: WithAPIKey.
+func Connect(ctx context.Context, address string, opts ...Option) (*Session, error) {
+	var cfg connectConfig
+	for _, opt := range opts {
+		opt(&cfg)
+	}
+	if cfg.apiKey != "" { // every call's context derives from ctx
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+cfg.apiKey)
+	}
 	conn, err := grpc.NewClient(address, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, err

@@ -1071,6 +1071,7 @@ def connect(
     max_batch_bytes: int = 16 << 20,
     timeout: float = 10.0,
     credentials: Optional[grpc.ChannelCredentials] = None,
+    api_key: Optional[str] = None,
 ) -> Session:
     """Connects to a gradtape server and creates a session.
 
@@ -1084,6 +1085,9 @@ def connect(
       max_batch_bytes: the buffer is also sent once it holds this many bytes.
       timeout: seconds for connecting and for each unary call.
       credentials: None for plaintext (fine on loopback).
+      api_key: the key of a server started with --api_keys_file, sent as
+        `authorization: Bearer <key>` on every call; None for none. Send keys
+        over TLS except on loopback.
 
     Returns:
       A Session (a context manager that closes it).
@@ -1096,6 +1100,7 @@ def connect(
         max_batch_bytes=max_batch_bytes,
         timeout=timeout,
         credentials=credentials,
+        api_key=api_key,
     )
     try:
         return Session(core)

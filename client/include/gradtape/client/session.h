@@ -132,6 +132,11 @@ struct SessionOptions {
   absl::Duration rpc_timeout = absl::Seconds(10);
   // Null: insecure (plaintext) credentials, fine for loopback.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // API key of a server started with --api_keys_file: sent as
+  // `authorization: Bearer <api_key>` on every call (CreateSession, the
+  // Stream, KeepAlive, CloseSession). Empty: none. Send it over TLS only,
+  // except on loopback.
+  std::string api_key;
 };
 
 // gradtape.v1.SessionStats.
