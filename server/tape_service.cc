@@ -296,7 +296,7 @@ class StreamReactor final
 
 absl::StatusOr<std::shared_ptr<Tenant>> TapeServiceImpl::AuthenticateKey(
     const grpc::CallbackServerContext& context) const {
-  if (api_keys_ == nullptr) return nullptr;
+  if (api_keys_ == nullptr) return std::shared_ptr<Tenant>();
   return api_keys_->Authenticate(Metadata(context, kAuthorizationHeader));
 }
 
