@@ -50,13 +50,16 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
-  std::unique_ptr<Server> server(new Server());
+  // Before the Server exists: its destructor expects a started server.
+  std::unique_ptr<ApiKeys> api_keys;
   if (!options.api_keys_file.empty()) {
     absl::StatusOr<std::unique_ptr<ApiKeys>> keys =
         ApiKeys::Load(options.api_keys_file);
     if (!keys.ok()) return keys.status();
-    server->api_keys_ = *std::move(keys);
+    api_keys = *std::move(keys);
   }
+  std::unique_ptr<Server> server(new Server());
+  server->api_keys_ = std::move(api_keys);
   SessionManagerOptions session_options;
   session_options.max_sessions = options.max_sessions;
   session_options.session_memory_limit_bytes =
