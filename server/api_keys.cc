@@ -294,7 +294,7 @@ absl::StatusOr<std::shared_ptr<Tenant>> ApiKeys::Authenticate(
   const KeyDigest digest = DigestKey(authorization.substr(kBearer.size()));
   std::shared_ptr<const Table> table;
   {
-    absl::MutexLock lock(&mu_);
+    absl::ReaderMutexLock lock(&mu_);  // calls only read; Reload writes
     table = table_;
   }
   // Looked up by digest, not by key. The hash map's timing depends on the
