@@ -126,7 +126,8 @@ TEST_F(ApiKeysFileTest, AuthenticateNeedsBearerAndAKnownKey) {
     ASSERT_FALSE(t.ok()) << bad;
     EXPECT_EQ(t.status().code(), absl::StatusCode::kUnauthenticated);
     // One message for every refusal: no hint of what was wrong.
-    if (refused_message.empty()) refused_message = std::string(t.status().message());
+    if (refused_message.empty())
+      refused_message = std::string(t.status().message());
     EXPECT_EQ(t.status().message(), refused_message);
     EXPECT_FALSE(absl::StrContains(t.status().message(), "0123456789"));
   }
