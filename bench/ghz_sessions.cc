@@ -37,6 +37,9 @@ ABSL_FLAG(int, count, 50, "create: sessions to open");
 ABSL_FLAG(std::string, metadata_out, "", "create: ghz metadata file");
 ABSL_FLAG(std::string, sessions_out, "", "create: session list file");
 ABSL_FLAG(std::string, sessions_file, "", "check: session list file");
+ABSL_FLAG(std::string, api_key, "",
+          "API key of a server with --api_keys_file: sent by create and "
+          "check, and written to the ghz metadata as 'authorization'");
 ABSL_FLAG(int64_t, expect_live, -1,
           "check: live tensors expected over all sessions (-1: any)");
 
@@ -48,8 +51,9 @@ namespace {
 int Create(v1::TapeService::Stub& stub) {
   std::vector<bench::SessionCredentials> created;
   std::string error;
+  const std::string api_key = absl::GetFlag(FLAGS_api_key);
   if (!bench::CreateSessions(stub, absl::GetFlag(FLAGS_count), 3600, &created,
-                             &error)) {
+                             &error, api_key)) {
     std::fprintf(stderr, "%s\n", error.c_str());
     return 1;
   }
@@ -69,6 +73,9 @@ int Create(v1::TapeService::Stub& stub) {
   auto& fields = *metadata.mutable_fields();
   fields["gradtape-session-id"].set_string_value(pick(ids));
   fields["gradtape-session-token"].set_string_value(pick(tokens));
+  if (!api_key.empty()) {
+    fields["authorization"].set_string_value(absl::StrCat("Bearer ", api_key));
+  }
   std::string json;
   if (!google::protobuf::util::MessageToJsonString(metadata, &json).ok()) {
     std::fprintf(stderr, "cannot write the metadata as JSON\n");
@@ -84,7 +91,8 @@ int Check(v1::TapeService::Stub& stub) {
   std::vector<bench::SessionCredentials> sessions;
   std::string id, token;
   while (in >> id >> token) sessions.push_back({id, token});
-  const bench::SessionsCheck check = bench::CheckSessions(stub, sessions);
+  const bench::SessionsCheck check =
+      bench::CheckSessions(stub, sessions, absl::GetFlag(FLAGS_api_key));
   const int64_t expected = absl::GetFlag(FLAGS_expect_live);
   const bool live_ok = expected < 0 || check.live_tensors == expected;
   std::printf(

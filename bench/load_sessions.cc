@@ -12,11 +12,12 @@ namespace v1 = gradtape::v1;
 bool CreateSessions(v1::TapeService::Stub& stub, int count,
                     int64_t keep_alive_seconds,
                     std::vector<SessionCredentials>* sessions,
-                    std::string* error) {
+                    std::string* error, const std::string& api_key) {
   for (int i = 0; i < count; ++i) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::seconds(10));
+    if (!api_key.empty()) ctx.AddMetadata("authorization", "Bearer " + api_key);
     v1::CreateSessionRequest req;
     req.set_keep_alive_seconds(keep_alive_seconds);
     v1::CreateSessionResponse resp;
@@ -31,13 +32,15 @@ bool CreateSessions(v1::TapeService::Stub& stub, int count,
 }
 
 SessionsCheck CheckSessions(v1::TapeService::Stub& stub,
-                            const std::vector<SessionCredentials>& sessions) {
+                            const std::vector<SessionCredentials>& sessions,
+                            const std::string& api_key) {
   SessionsCheck check;
   for (const SessionCredentials& session : sessions) {
     ++check.sessions;
     grpc::ClientContext ctx;
     ctx.AddMetadata("gradtape-session-id", session.id);
     ctx.AddMetadata("gradtape-session-token", session.token);
+    if (!api_key.empty()) ctx.AddMetadata("authorization", "Bearer " + api_key);
     v1::CommandBatch batch;
     v1::Command* cmd = batch.add_commands();
     cmd->set_seq(1 << 30);

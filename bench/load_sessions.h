@@ -17,11 +17,12 @@ struct SessionCredentials {
 };
 
 // Opens `count` sessions with the given lease. Stops at the first failure:
-// false, and the reason in *error.
+// false, and the reason in *error. A non-empty `api_key` is sent as
+// `authorization: Bearer <key>` (servers with --api_keys_file).
 bool CreateSessions(gradtape::v1::TapeService::Stub& stub, int count,
                     int64_t keep_alive_seconds,
                     std::vector<SessionCredentials>* sessions,
-                    std::string* error);
+                    std::string* error, const std::string& api_key = "");
 
 // What a Stats command on every session found after a load.
 struct SessionsCheck {
@@ -34,7 +35,8 @@ struct SessionsCheck {
 
 // Reports problems on stderr, one line per unclean session.
 SessionsCheck CheckSessions(gradtape::v1::TapeService::Stub& stub,
-                            const std::vector<SessionCredentials>& sessions);
+                            const std::vector<SessionCredentials>& sessions,
+                            const std::string& api_key = "");
 
 }  // namespace gradtape::bench
 

@@ -41,6 +41,8 @@ ABSL_FLAG(std::string, call, "run", "run | keepalive");
 ABSL_FLAG(int, concurrency, 50, "calls in flight (one per worker)");
 ABSL_FLAG(int, connections, 50, "TCP connections the workers share");
 ABSL_FLAG(double, duration_s, 10, "seconds of load");
+ABSL_FLAG(std::string, api_key, "",
+          "API key of a server with --api_keys_file (sent on every call)");
 
 namespace v1 = gradtape::v1;
 
@@ -87,11 +89,12 @@ class Load {
  public:
   Load(std::vector<std::unique_ptr<v1::TapeService::Stub>> stubs,
        std::vector<SessionCredentials> sessions, bool run,
-       Clock::time_point end)
+       Clock::time_point end, std::string api_key = "")
       : stubs_(std::move(stubs)),
         sessions_(std::move(sessions)),
         run_(run),
         end_(end),
+        authorization_(api_key.empty() ? "" : "Bearer " + api_key),
         workers_(sessions_.size()) {}
 
   // Starts one call per worker and waits until every worker has stopped.
@@ -134,6 +137,9 @@ class Load {
     worker.ctx = std::make_unique<grpc::ClientContext>();
     worker.ctx->AddMetadata("gradtape-session-id", session.id);
     worker.ctx->AddMetadata("gradtape-session-token", session.token);
+    if (!authorization_.empty()) {
+      worker.ctx->AddMetadata("authorization", authorization_);
+    }
     worker.ctx->set_deadline(std::chrono::system_clock::now() +
                              std::chrono::seconds(5));
     v1::TapeService::Stub& stub = *stubs_[w % stubs_.size()];
@@ -184,6 +190,7 @@ class Load {
   std::vector<SessionCredentials> sessions_;
   const bool run_;
   const Clock::time_point end_;
+  const std::string authorization_;  // "Bearer <key>", or empty
   std::vector<Worker> workers_;
   std::atomic<int64_t> next_call_{0};
   std::atomic<int64_t> errors_{0};
@@ -231,8 +238,9 @@ int main(int argc, char** argv) {
   }
   std::vector<SessionCredentials> sessions;
   std::string error;
+  const std::string api_key = absl::GetFlag(FLAGS_api_key);
   if (!gradtape::bench::CreateSessions(*stubs[0], concurrency, 600, &sessions,
-                                       &error)) {
+                                       &error, api_key)) {
     std::fprintf(stderr, "unary_load: %s\n", error.c_str());
     return 1;
   }
@@ -240,7 +248,8 @@ int main(int argc, char** argv) {
   const Clock::time_point start = Clock::now();
   const auto duration = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(absl::GetFlag(FLAGS_duration_s)));
-  Load load(std::move(stubs), sessions, call == "run", start + duration);
+  Load load(std::move(stubs), sessions, call == "run", start + duration,
+            api_key);
   load.RunToEnd();
   const double seconds =
       std::chrono::duration<double>(Clock::now() - start).count();
@@ -252,11 +261,12 @@ int main(int argc, char** argv) {
   auto stub = v1::TapeService::NewStub(
       gradtape::bench::MakeBenchChannel(address, grpc::ChannelArguments()));
   const gradtape::bench::SessionsCheck check =
-      gradtape::bench::CheckSessions(*stub, sessions);
+      gradtape::bench::CheckSessions(*stub, sessions, api_key);
   for (const SessionCredentials& session : sessions) {
     grpc::ClientContext ctx;
     ctx.AddMetadata("gradtape-session-id", session.id);
     ctx.AddMetadata("gradtape-session-token", session.token);
+    if (!api_key.empty()) ctx.AddMetadata("authorization", "Bearer " + api_key);
     v1::CloseSessionResponse closed;
     stub->CloseSession(&ctx, v1::CloseSessionRequest(), &closed);
   }

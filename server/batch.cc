@@ -396,8 +396,20 @@ absl::Status ExecuteWithGradient(Session& session, int64_t seq,
                                        *std::move(program));
 }
 
-absl::Status Put(Session& session, int64_t seq, const v1::PutTensor& cmd) {
+absl::Status Put(Session& session, int64_t seq, const v1::PutTensor& cmd,
+                 PutLimit limit) {
   const v1::TensorValue& value = cmd.value();
+  const int64_t bytes = static_cast<int64_t>(value.data().size());
+  if (limit.max_bytes > 0 && bytes > limit.max_bytes) {
+    absl::Status failure = Command{seq, "PutTensor"}.Error(
+        absl::StatusCode::kResourceExhausted, "id ", cmd.id(), ": ", bytes,
+        " bytes exceed tenant '", limit.tenant, "''s max_put_mib limit of ",
+        limit.max_bytes,
+        " bytes; send smaller tensors (ConcatV2 joins them on the server)");
+    const int64_t ids[] = {cmd.id()};
+    session.Fail(seq, ids, failure);
+    return failure;
+  }
   absl::StatusOr<DType> dtype = FromProto(value.dtype());
   if (!dtype.ok()) {
     absl::Status failure = Command{seq, "PutTensor"}.Annotate(
@@ -437,13 +449,14 @@ absl::Status Fetch(Session& session, int64_t seq, const v1::FetchTensor& cmd,
 
 // Applies one command; fills `result` when the command returns something.
 absl::Status Apply(Session& session, const v1::Command& cmd,
-                   const ReplyBudget& budget, v1::CommandResult* result) {
+                   const ReplyBudget& budget, PutLimit put_limit,
+                   v1::CommandResult* result) {
   const int64_t seq = cmd.seq();
   switch (cmd.kind_case()) {
     case v1::Command::kExecute:
       return Execute(session, seq, cmd.execute());
     case v1::Command::kPut:
-      return Put(session, seq, cmd.put());
+      return Put(session, seq, cmd.put(), put_limit);
     case v1::Command::kFetch:
       return Fetch(session, seq, cmd.fetch(), budget, result);
     case v1::Command::kRelease:
@@ -553,7 +566,8 @@ v1::CommandResult StopResult(int64_t seq, const v1::Error& original,
 }  // namespace
 
 void ApplyBatch(Session& session, const v1::CommandBatch& batch,
-                int64_t max_reply_bytes, v1::BatchReply* reply) {
+                int64_t max_reply_bytes, v1::BatchReply* reply,
+                PutLimit put_limit) {
   reply->set_batch_id(batch.batch_id());
   ReplyBudget budget(max_reply_bytes);
   const auto& commands = batch.commands();
@@ -568,7 +582,7 @@ void ApplyBatch(Session& session, const v1::CommandBatch& batch,
       status = Refuse(prediction, seq, budget);
       session.Fail(seq, prediction.output_ids, status);
     } else {
-      status = Apply(session, cmd, budget, &result);
+      status = Apply(session, cmd, budget, put_limit, &result);
     }
     if (!status.ok()) {
       result.Clear();

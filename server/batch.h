@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "absl/strings/string_view.h"
 #include "core/session/session.h"
 #include "gradtape/v1/tape_service.pb.h"
 
@@ -30,9 +31,18 @@ namespace gradtape::server {
 // gets one short RESOURCE_EXHAUSTED error naming the commands that were not
 // applied, and last_seq says where the session stands.
 //
+// Tenants: a PutTensor whose data exceeds `put_limit.max_bytes` (> 0) fails
+// alone with RESOURCE_EXHAUSTED naming the tenant, the put's seq and id, its
+// bytes and the limit, before its tensor is built (its id is poisoned).
+struct PutLimit {
+  absl::string_view tenant;
+  int64_t max_bytes = 0;  // 0: none
+};
+
 // Not thread-safe for one session: the caller holds that session's lock.
 void ApplyBatch(Session& session, const v1::CommandBatch& batch,
-                int64_t max_reply_bytes, v1::BatchReply* reply);
+                int64_t max_reply_bytes, v1::BatchReply* reply,
+                PutLimit put_limit = {});
 
 }  // namespace gradtape::server
 

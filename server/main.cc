@@ -1,6 +1,7 @@
 // gradtape-server: serves TapeService until SIGINT or SIGTERM, which start
 // a graceful drain (Server::Drain: --shutdown_grace_seconds,
-// --checkpoint_on_drain); exits 0 once it is done.
+// --checkpoint_on_drain); exits 0 once it is done. SIGHUP re-reads
+// --api_keys_file.
 //
 // Prints "gradtape-server listening on HOST:PORT" on stdout once it accepts
 // calls (scripts wait for that line).
@@ -16,6 +17,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -37,6 +39,11 @@ ABSL_FLAG(int64_t, max_tensor_mb, 16384,
           "largest tensor any command may create, in MiB (puts, op outputs, "
           "gradients, checkpoints); larger ones are refused before memory is "
           "touched");
+// API keys and tenants (server/api_keys.h, README "API keys and tenants").
+ABSL_FLAG(std::string, api_keys_file, "",
+          "file of API keys, one '<key or sha256:HEX> <tenant> "
+          "[max_sessions=N] [memory_mib=M] [max_put_mib=P]' per line; when "
+          "set, calls need 'authorization: Bearer <key>'; SIGHUP re-reads it");
 ABSL_FLAG(int64_t, keep_alive_seconds, 300,
           "lease of a session whose client asks for 0: idle sessions are "
           "closed after this long");
@@ -92,6 +99,7 @@ int main(int argc, char** argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);  // reload the API keys (below)
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   gradtape::server::ServerOptions options;
@@ -115,6 +123,7 @@ int main(int argc, char** argv) {
   options.keepalive_permit_without_calls =
       absl::GetFlag(FLAGS_keepalive_permit_without_calls);
   options.max_ping_strikes = absl::GetFlag(FLAGS_max_ping_strikes);
+  options.api_keys_file = absl::GetFlag(FLAGS_api_keys_file);
   const int max_message_mb = absl::GetFlag(FLAGS_max_message_mb);
   if (max_message_mb <= 0 || max_message_mb > 2047) {
     std::fprintf(stderr,
@@ -159,13 +168,26 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
 
   int signal_number = 0;
-  sigwait(&stop_signals, &signal_number);
+  while (sigwait(&stop_signals, &signal_number) == 0 &&
+         signal_number == SIGHUP) {
+    // The message names the file and line of an error, never a key.
+    absl::Status reloaded = (*server)->ReloadApiKeys();
+    std::fprintf(stderr, "gradtape-server: SIGHUP: %s\n",
+                 reloaded.ok()
+                     ? "API keys reloaded"
+                     : absl::StrCat("reload failed, the old keys stay "
+                                    "in force: ",
+                                    reloaded.ToString())
+                           .c_str());
+  }
   std::fprintf(stderr, "gradtape-server: signal %d, draining (grace %d s)\n",
                signal_number, shutdown_grace_seconds);
-  // A second stop signal ends the process at once (no checkpoints).
+  // A second stop signal ends the process at once (no checkpoints); SIGHUP
+  // is ignored during the drain.
   std::thread([stop_signals] {
     int second = 0;
-    sigwait(&stop_signals, &second);
+    while (sigwait(&stop_signals, &second) == 0 && second == SIGHUP) {
+    }
     std::fprintf(stderr, "gradtape-server: signal %d again, exiting now\n",
                  second);
     std::_Exit(1);

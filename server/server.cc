@@ -10,6 +10,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/drain.h"
+#include "server/api_keys.h"
 #include "server/session_manager.h"
 #include "server/tape_service.h"
 #include "server/tls.h"
@@ -60,7 +61,16 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
+  // Before the Server exists: its destructor expects a started server.
+  std::unique_ptr<ApiKeys> api_keys;
+  if (!options.api_keys_file.empty()) {
+    absl::StatusOr<std::unique_ptr<ApiKeys>> keys =
+        ApiKeys::Load(options.api_keys_file);
+    if (!keys.ok()) return keys.status();
+    api_keys = *std::move(keys);
+  }
   std::unique_ptr<Server> server(new Server());
+  server->api_keys_ = std::move(api_keys);
   SessionManagerOptions session_options;
   session_options.max_sessions = options.max_sessions;
   session_options.session_memory_limit_bytes =
@@ -71,7 +81,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
       std::make_unique<SessionManager>(DefaultRegistry(), session_options);
   server->service_ = std::make_unique<TapeServiceImpl>(
       DefaultRegistry(), *server->sessions_,
-      options.max_message_bytes - ServerOptions::kReplyMarginBytes);
+      options.max_message_bytes - ServerOptions::kReplyMarginBytes,
+      server->api_keys_.get());
 
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.address, *credentials, &server->port_);
@@ -132,5 +143,13 @@ void Server::Wait() {
 }
 
 int Server::num_sessions() const { return sessions_->num_sessions(); }
+
+absl::Status Server::ReloadApiKeys() {
+  if (api_keys_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "the server was started without --api_keys_file: no keys to reload");
+  }
+  return api_keys_->Reload();
+}
 
 }  // namespace gradtape::server

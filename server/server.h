@@ -18,6 +18,7 @@
 #include <string>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -28,6 +29,7 @@ class Server;
 
 namespace gradtape::server {
 
+class ApiKeys;
 class SessionManager;
 class TapeServiceImpl;
 
@@ -65,6 +67,11 @@ struct ServerOptions {
   // Save every open session's variables to checkpoint_dir (which must be
   // set) as "drain-<session id>" when the server drains or shuts down.
   bool checkpoint_on_drain = false;
+  // API keys and tenants (server/api_keys.h): the keys file; empty means no
+  // keys (any client may create sessions). When set, every call but ListOps
+  // needs `authorization: Bearer <key>`, and sessions are bound to the key's
+  // tenant and its quotas.
+  std::string api_keys_file;
 
   static constexpr int kDefaultMaxMessageBytes = 256 << 20;
   static constexpr int kMinMessageBytes = 16 << 10;
@@ -113,6 +120,11 @@ class Server {
   // Open sessions (monitoring, tests).
   int num_sessions() const;
 
+  // Re-reads options.api_keys_file (SIGHUP in gradtape-server). On error the
+  // keys in force stay and the error (file:line, never a key) is returned;
+  // FAILED_PRECONDITION when the server has no keys file.
+  absl::Status ReloadApiKeys();
+
  private:
   Server() = default;
 
@@ -123,6 +135,7 @@ class Server {
   absl::Duration shutdown_grace_;
   bool checkpoint_on_drain_ = false;
   std::string checkpoint_dir_;
+  std::unique_ptr<ApiKeys> api_keys_;  // null without a keys file
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<TapeServiceImpl> service_;
   std::unique_ptr<grpc::Server> grpc_server_;

@@ -40,11 +40,20 @@ absl::StatusOr<std::string> RandomHex(size_t n) {
 SessionEntry::SessionEntry(const OpRegistry& registry, SessionOptions options,
                            std::string id, std::string token,
                            absl::Duration lease)
+    : SessionEntry(registry, std::move(options), std::move(id),
+                   std::move(token), lease, nullptr, nullptr) {}
+
+SessionEntry::SessionEntry(const OpRegistry& registry, SessionOptions options,
+                           std::string id, std::string token,
+                           absl::Duration lease, std::shared_ptr<Tenant> tenant,
+                           std::unique_ptr<Tenant::SessionSlot> slot)
     : id_(std::move(id)),
       token_(std::move(token)),
       lease_(lease),
+      tenant_(std::move(tenant)),
       last_used_ns_(NowNs()),
-      session_(std::make_unique<Session>(registry, options)) {}
+      session_(std::make_unique<Session>(registry, options)),
+      tenant_slot_(std::move(slot)) {}
 
 int64_t SessionEntry::NowNs() { return absl::GetCurrentTimeNanos(); }
 
@@ -70,9 +79,11 @@ bool SessionEntry::IdleAt(int64_t now_ns) const {
 
 void SessionEntry::Close() {
   std::unique_ptr<Session> session;
+  std::unique_ptr<Tenant::SessionSlot> slot;  // the tenant's count drops
   {
     absl::MutexLock lock(&mu_);
     session = std::move(session_);
+    slot = std::move(tenant_slot_);
   }
   // Freed outside the lock.
 }
@@ -103,8 +114,14 @@ bool SessionManager::IsValidSessionId(absl::string_view id) {
   return true;
 }
 
+std::string SessionManager::MapKey(const Tenant* tenant, absl::string_view id) {
+  if (tenant == nullptr) return std::string(id);
+  return absl::StrCat(tenant->name(), "/", id);
+}
+
 absl::StatusOr<SessionManager::Created> SessionManager::Create(
-    absl::string_view id, absl::Duration lease) {
+    absl::string_view id, absl::Duration lease,
+    const std::shared_ptr<Tenant>& tenant) {
   if (!id.empty() && !IsValidSessionId(id)) {
     return absl::InvalidArgumentError(
         absl::StrCat("session id '", id,
@@ -127,7 +144,8 @@ absl::StatusOr<SessionManager::Created> SessionManager::Create(
   if (stopping_) {
     return absl::UnavailableError("the server is shutting down");
   }
-  if (sessions_.contains(session_id)) {
+  const std::string key = MapKey(tenant.get(), session_id);
+  if (sessions_.contains(key)) {
     return absl::AlreadyExistsError(absl::StrCat(
         "session ", session_id, " already exists; choose another id"));
   }
@@ -136,17 +154,23 @@ absl::StatusOr<SessionManager::Created> SessionManager::Create(
         absl::StrCat("the server holds its maximum of ", options_.max_sessions,
                      " sessions; close unused sessions or retry later"));
   }
+  std::unique_ptr<Tenant::SessionSlot> slot;
+  if (tenant != nullptr) {
+    ASSIGN_OR_RETURN(slot, Tenant::AcquireSession(tenant));
+  }
   SessionOptions session_options;
   session_options.memory_limit_bytes = options_.session_memory_limit_bytes;
   session_options.checkpoint_dir = options_.checkpoint_dir;
-  auto entry = std::make_shared<SessionEntry>(registry_, session_options,
-                                              session_id, token, lease);
-  sessions_.emplace(session_id, entry);
+  if (tenant != nullptr) session_options.parent_account = tenant->account();
+  auto entry =
+      std::make_shared<SessionEntry>(registry_, session_options, session_id,
+                                     token, lease, tenant, std::move(slot));
+  sessions_.emplace(key, entry);
   return Created{std::move(entry), std::move(token)};
 }
 
 absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Authenticate(
-    absl::string_view id, absl::string_view token) {
+    absl::string_view id, absl::string_view token, const Tenant* tenant) {
   if (id.empty() || token.empty()) {
     return absl::UnauthenticatedError(
         "missing metadata gradtape-session-id / gradtape-session-token; send "
@@ -155,7 +179,9 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Authenticate(
   std::shared_ptr<SessionEntry> entry;
   {
     absl::MutexLock lock(&mu_);
-    auto it = sessions_.find(id);
+    // Without keys, the id is the key: no string is built per call.
+    auto it = tenant == nullptr ? sessions_.find(id)
+                                : sessions_.find(MapKey(tenant, id));
     if (it == sessions_.end()) {
       return absl::NotFoundError(
           absl::StrCat("unknown session ", id,
@@ -171,11 +197,12 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Authenticate(
   return entry;
 }
 
-absl::Status SessionManager::Close(const std::string& id) {
+absl::Status SessionManager::Close(const std::string& id,
+                                   const Tenant* tenant) {
   std::shared_ptr<SessionEntry> entry;
   {
     absl::MutexLock lock(&mu_);
-    auto it = sessions_.find(id);
+    auto it = sessions_.find(MapKey(tenant, id));
     if (it == sessions_.end()) {
       return absl::NotFoundError(absl::StrCat("unknown session ", id));
     }

@@ -35,6 +35,7 @@
 #include "absl/time/time.h"
 #include "core/registry/op_registry.h"
 #include "core/session/session.h"
+#include "server/api_keys.h"
 
 namespace gradtape::server {
 
@@ -42,11 +43,19 @@ class SessionEntry {
  public:
   SessionEntry(const OpRegistry& registry, SessionOptions options,
                std::string id, std::string token, absl::Duration lease);
+  // Tenants: a session of `tenant` (null without API keys) holding one of
+  // its session slots until Close.
+  SessionEntry(const OpRegistry& registry, SessionOptions options,
+               std::string id, std::string token, absl::Duration lease,
+               std::shared_ptr<Tenant> tenant,
+               std::unique_ptr<Tenant::SessionSlot> slot);
   SessionEntry(const SessionEntry&) = delete;
   SessionEntry& operator=(const SessionEntry&) = delete;
 
   const std::string& id() const { return id_; }
   absl::Duration lease() const { return lease_; }
+  // The tenant whose key created the session; null without API keys.
+  const std::shared_ptr<Tenant>& tenant() const { return tenant_; }
 
   // Runs fn(Session&) under the session's lock: commands of one session are
   // serialized. NOT_FOUND (and fn is not called) if the session was closed.
@@ -87,10 +96,12 @@ class SessionEntry {
   const std::string id_;
   const std::string token_;
   const absl::Duration lease_;
+  const std::shared_ptr<Tenant> tenant_;
   std::atomic<int64_t> last_used_ns_;
   std::atomic<int> active_calls_{0};
   absl::Mutex mu_;
   std::unique_ptr<Session> session_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Tenant::SessionSlot> tenant_slot_ ABSL_GUARDED_BY(mu_);
 };
 
 struct SessionManagerOptions {
@@ -116,16 +127,26 @@ class SessionManager {
   };
   // `id` empty: a random one. `lease` zero: the default lease.
   // INVALID_ARGUMENT for a malformed id or a negative lease, ALREADY_EXISTS,
-  // RESOURCE_EXHAUSTED when max_sessions are open.
-  absl::StatusOr<Created> Create(absl::string_view id, absl::Duration lease);
+  // RESOURCE_EXHAUSTED when max_sessions are open (server-wide, or the
+  // tenant's max_sessions).
+  //
+  // Tenants: sessions are named by (tenant, id), tenant null without API
+  // keys. A tenant sees only its own sessions: another tenant's id is
+  // unknown to it (NOT_FOUND, or a free id at Create), so nothing says that
+  // it exists elsewhere. The session's memory account has the tenant's as
+  // parent.
+  absl::StatusOr<Created> Create(absl::string_view id, absl::Duration lease,
+                                 const std::shared_ptr<Tenant>& tenant = {});
 
-  // UNAUTHENTICATED if id or token is empty, NOT_FOUND for an unknown id,
-  // PERMISSION_DENIED for a wrong token. Refreshes the lease on success.
+  // UNAUTHENTICATED if id or token is empty, NOT_FOUND for an id unknown to
+  // `tenant`, PERMISSION_DENIED for a wrong token. Refreshes the lease on
+  // success.
   absl::StatusOr<std::shared_ptr<SessionEntry>> Authenticate(
-      absl::string_view id, absl::string_view token);
+      absl::string_view id, absl::string_view token,
+      const Tenant* tenant = nullptr);
 
   // Removes and frees the session. NOT_FOUND if it is already gone.
-  absl::Status Close(const std::string& id);
+  absl::Status Close(const std::string& id, const Tenant* tenant = nullptr);
 
   int num_sessions() const;
   // The open sessions (graceful drain: server/drain.h).
@@ -136,6 +157,9 @@ class SessionManager {
 
   // True for 32 lowercase hex digits.
   static bool IsValidSessionId(absl::string_view id);
+  // The key of sessions_: the id, prefixed by "tenant/" with a tenant
+  // (tenant names have no '/').
+  static std::string MapKey(const Tenant* tenant, absl::string_view id);
 
  private:
   void ReaperLoop();

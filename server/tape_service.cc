@@ -47,8 +47,12 @@ absl::string_view Metadata(const grpc::CallbackServerContext& context,
 absl::Status RunBatch(SessionEntry& entry, const v1::CommandBatch& batch,
                       int64_t max_reply_bytes, v1::BatchReply* reply) {
   SessionEntry::ActiveCall active(&entry);
+  PutLimit put_limit;  // the tenant's, read per batch (reloads change it)
+  if (const Tenant* tenant = entry.tenant().get()) {
+    put_limit = {tenant->name(), tenant->max_put_bytes()};
+  }
   return entry.WithSession([&](Session& session) {
-    ApplyBatch(session, batch, max_reply_bytes, reply);
+    ApplyBatch(session, batch, max_reply_bytes, reply, put_limit);
   });
 }
 
@@ -102,6 +106,9 @@ absl::Status SerializeReply(const v1::BatchReply& reply,
 //  * drain (server/drain.h): BeginDrain stops reading as a half-close would,
 //    after the batch in progress, and the call finishes with UNAVAILABLE
 //    kStreamDrainMessage; a batch read after that is dropped unapplied;
+//  * with API keys, a batch that arrives after a reload of the keys first
+//    re-checks the call's key: a key that was removed (UNAUTHENTICATED) or
+//    now names another tenant (NOT_FOUND) ends the call before the batch;
 //  * gRPC calls OnDone after Finish and every other reaction; it deletes the
 //    reactor (unless the drain registry holds it: DrainRegistry::Unregister).
 //    The reactor owns a reference to its session entry.
@@ -110,10 +117,17 @@ class StreamReactor final
       public DrainableCall {
  public:
   // Finishes at once with the error if `entry` is one, or with the drain
-  // status during a drain.
+  // status during a drain. `keys` (may be null) were at `keys_generation`
+  // when the call's key was checked.
   StreamReactor(absl::StatusOr<std::shared_ptr<SessionEntry>> entry,
-                int64_t max_reply_bytes, DrainRegistry& drain)
-      : max_reply_bytes_(max_reply_bytes), drain_(drain) {
+                int64_t max_reply_bytes, DrainRegistry& drain,
+                const ApiKeys* keys, uint64_t keys_generation,
+                const grpc::CallbackServerContext* context)
+      : max_reply_bytes_(max_reply_bytes),
+        drain_(drain),
+        keys_(keys),
+        keys_generation_(keys_generation),
+        context_(context) {
     if (!entry.ok()) {
       Finish(ToGrpcStatus(entry.status()));
       return;
@@ -166,6 +180,10 @@ class StreamReactor final
       return;
     }
     ++batches_read_;
+    if (absl::Status s = RecheckKey(); !s.ok()) {
+      StopReadingAndMaybeFinish(s);
+      return;
+    }
     const size_t bytes = request_.Length();
     v1::CommandBatch* batch = NewBatch();
     if (!ParseBatch(&request_, batch)) {
@@ -306,12 +324,33 @@ class StreamReactor final
     return true;
   }
 
+  // After a reload of the keys: the call's key must still name the
+  // session's tenant.
+  absl::Status RecheckKey() {
+    if (keys_ == nullptr) return absl::OkStatus();
+    const uint64_t generation = keys_->generation();
+    if (generation == keys_generation_) return absl::OkStatus();
+    absl::StatusOr<std::shared_ptr<Tenant>> tenant =
+        keys_->Authenticate(Metadata(*context_, kAuthorizationHeader));
+    if (!tenant.ok()) return tenant.status();
+    if (*tenant != entry_->tenant()) {
+      return absl::NotFoundError(
+          absl::StrCat("unknown session ", entry_->id(),
+                       " (never created, closed, or idle past its lease)"));
+    }
+    keys_generation_ = generation;
+    return absl::OkStatus();
+  }
+
   v1::CommandBatch* NewBatch() {
     return google::protobuf::Arena::CreateMessage<v1::CommandBatch>(&arena_);
   }
 
   const int64_t max_reply_bytes_;
   DrainRegistry& drain_;
+  const ApiKeys* const keys_;
+  uint64_t keys_generation_;  // only touched by OnReadDone
+  const grpc::CallbackServerContext* const context_;
   std::shared_ptr<SessionEntry> entry_;
   // Only touched by the single outstanding read and its OnReadDone: the
   // message being read, and the batch parsed from it in arena_ (reset after
@@ -341,10 +380,22 @@ class StreamReactor final
 
 }  // namespace
 
+absl::StatusOr<std::shared_ptr<Tenant>> TapeServiceImpl::AuthenticateKey(
+    const grpc::CallbackServerContext& context) const {
+  if (api_keys_ == nullptr) return std::shared_ptr<Tenant>();
+  return api_keys_->Authenticate(Metadata(context, kAuthorizationHeader));
+}
+
+// The key comes first: without a valid one nothing is said about sessions.
+// With one, the session is looked up among its tenant's only, and the token
+// is checked last, so another tenant's id and token get NOT_FOUND, exactly
+// what an id that never existed gets.
 absl::StatusOr<std::shared_ptr<SessionEntry>> TapeServiceImpl::Authenticate(
     const grpc::CallbackServerContext& context) {
+  ASSIGN_OR_RETURN(std::shared_ptr<Tenant> tenant, AuthenticateKey(context));
   return sessions_.Authenticate(Metadata(context, kSessionIdHeader),
-                                Metadata(context, kSessionTokenHeader));
+                                Metadata(context, kSessionTokenHeader),
+                                tenant.get());
 }
 
 grpc::ServerUnaryReactor* TapeServiceImpl::CreateSession(
@@ -355,6 +406,11 @@ grpc::ServerUnaryReactor* TapeServiceImpl::CreateSession(
   if (drain_.draining()) {
     reactor->Finish(
         grpc::Status(grpc::StatusCode::UNAVAILABLE, kCreateDrainMessage));
+    return reactor;
+  }
+  absl::StatusOr<std::shared_ptr<Tenant>> tenant = AuthenticateKey(*context);
+  if (!tenant.ok()) {
+    reactor->Finish(ToGrpcStatus(tenant.status()));
     return reactor;
   }
   // The routing header and the body must agree; either may name the id.
@@ -368,8 +424,8 @@ grpc::ServerUnaryReactor* TapeServiceImpl::CreateSession(
                      "' differs from the requested session_id '", id, "'"))));
     return reactor;
   }
-  absl::StatusOr<SessionManager::Created> created =
-      sessions_.Create(id, absl::Seconds(request->keep_alive_seconds()));
+  absl::StatusOr<SessionManager::Created> created = sessions_.Create(
+      id, absl::Seconds(request->keep_alive_seconds()), *tenant);
   if (created.ok()) {
     response->set_session_id(created->entry->id());
     response->set_token(created->token);
@@ -387,7 +443,8 @@ grpc::ServerUnaryReactor* TapeServiceImpl::CloseSession(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::StatusOr<std::shared_ptr<SessionEntry>> entry = Authenticate(*context);
   absl::Status status =
-      entry.ok() ? sessions_.Close((*entry)->id()) : entry.status();
+      entry.ok() ? sessions_.Close((*entry)->id(), (*entry)->tenant().get())
+                 : entry.status();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }
@@ -403,7 +460,12 @@ grpc::ServerUnaryReactor* TapeServiceImpl::KeepAlive(
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 TapeServiceImpl::Stream(grpc::CallbackServerContext* context) {
-  return new StreamReactor(Authenticate(*context), max_reply_bytes_, drain_);
+  // The generation is read before the key is checked: a reload in between
+  // makes the first batch check again.
+  const uint64_t generation =
+      api_keys_ == nullptr ? 0 : api_keys_->generation();
+  return new StreamReactor(Authenticate(*context), max_reply_bytes_, drain_,
+                           api_keys_, generation, context);
 }
 
 grpc::ServerUnaryReactor* TapeServiceImpl::Run(

@@ -27,12 +27,15 @@
 #include "gradtape/v1/tape_service.grpc.pb.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "server/drain.h"
+#include "server/api_keys.h"
 #include "server/session_manager.h"
 
 namespace gradtape::server {
 
 inline constexpr char kSessionIdHeader[] = "gradtape-session-id";
 inline constexpr char kSessionTokenHeader[] = "gradtape-session-token";
+// API keys: "Bearer <key>" (server/api_keys.h).
+inline constexpr char kAuthorizationHeader[] = "authorization";
 
 // The generated callback service with Stream and Run on raw bytes.
 using TapeServiceBase = v1::TapeService::WithCallbackMethod_CreateSession<
@@ -48,11 +51,18 @@ class TapeServiceImpl final : public TapeServiceBase {
   // `registry` and `sessions` must outlive the service (and every call).
   // A batch's reply holds at most `max_reply_bytes` of results (ApplyBatch);
   // the server passes its max message size less a margin.
+  //
+  // `api_keys` (null: none; else it must outlive the service): every call
+  // but ListOps needs a key (UNAUTHENTICATED), CreateSession binds the
+  // session to the key's tenant, later calls need a key of that tenant: with
+  // another tenant's key a session is unknown (NOT_FOUND), as if it did not
+  // exist. A Stream re-checks its key at its next batch after a reload.
   TapeServiceImpl(const OpRegistry& registry, SessionManager& sessions,
-                  int64_t max_reply_bytes)
+                  int64_t max_reply_bytes, const ApiKeys* api_keys = nullptr)
       : registry_(registry),
         sessions_(sessions),
-        max_reply_bytes_(max_reply_bytes) {}
+        max_reply_bytes_(max_reply_bytes),
+        api_keys_(api_keys) {}
 
   grpc::ServerUnaryReactor* CreateSession(
       grpc::CallbackServerContext* context,
@@ -83,11 +93,15 @@ class TapeServiceImpl final : public TapeServiceBase {
   // The session named by the call's metadata (see SessionManager).
   absl::StatusOr<std::shared_ptr<SessionEntry>> Authenticate(
       const grpc::CallbackServerContext& context);
+  // The tenant of the call's API key; null when the server has no keys.
+  absl::StatusOr<std::shared_ptr<Tenant>> AuthenticateKey(
+      const grpc::CallbackServerContext& context) const;
 
   const OpRegistry& registry_;
   SessionManager& sessions_;
   const int64_t max_reply_bytes_;
   DrainRegistry drain_;
+  const ApiKeys* const api_keys_;
 };
 
 }  // namespace gradtape::server

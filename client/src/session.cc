@@ -137,6 +137,7 @@ absl::Status SessionCore::Open(absl::string_view address) {
   v1::CreateSessionResponse response;
   grpc::ClientContext context;
   context.AddMetadata(kSessionIdHeader, session_id_);
+  AddKeyMetadata(&context);
   context.set_wait_for_ready(true);
   context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
   grpc::Status s = stub_->CreateSession(&context, request, &response);
@@ -157,6 +158,13 @@ absl::Status SessionCore::Open(absl::string_view address) {
 void SessionCore::AddSessionMetadata(grpc::ClientContext* context) const {
   context->AddMetadata(kSessionIdHeader, session_id_);
   context->AddMetadata(kSessionTokenHeader, token_);
+  AddKeyMetadata(context);
+}
+
+void SessionCore::AddKeyMetadata(grpc::ClientContext* context) const {
+  if (options_.api_key.empty()) return;
+  context->AddMetadata("authorization",
+                       absl::StrCat("Bearer ", options_.api_key));
 }
 
 Tensor SessionCore::MakeTensor(int64_t id) {

@@ -139,6 +139,8 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   };
 
   void AddSessionMetadata(grpc::ClientContext* context) const;
+  // `authorization: Bearer <api_key>` when SessionOptions::api_key is set.
+  void AddKeyMetadata(grpc::ClientContext* context) const;
   // Moves the buffered releases into the buffer as one ReleaseTensors.
   void AppendReleasesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends the buffer (plus pending releases) as one batch. Unless

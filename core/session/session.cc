@@ -39,7 +39,8 @@ std::string CutUtf8(std::string text, size_t max) {
 }  // namespace
 
 Session::Session(const OpRegistry& registry, SessionOptions options)
-    : account_(std::make_shared<MemoryAccount>()), exec_(registry) {
+    : account_(std::make_shared<MemoryAccount>(options.parent_account)),
+      exec_(registry) {
   exec_.SetMemoryLimit(account_, options.memory_limit_bytes);
   checkpoint_dir_ = options.checkpoint_dir;
 }

@@ -188,10 +188,10 @@ absl::StatusOr<TensorSize> CheckedTensorSize(DType dtype,
   return size;
 }
 
-bool MemoryAccount::TryCharge(int64_t bytes) {
+bool MemoryAccount::TryChargeOwn(int64_t bytes) {
   const int64_t limit = this->limit();
   if (limit <= 0) {
-    Add(bytes);
+    bytes_.fetch_add(bytes, std::memory_order_relaxed);
     return true;
   }
   int64_t current = bytes_.load(std::memory_order_relaxed);
@@ -202,10 +202,20 @@ bool MemoryAccount::TryCharge(int64_t bytes) {
   return true;
 }
 
+const MemoryAccount* MemoryAccount::TryChargeOrRefuser(int64_t bytes) {
+  if (!TryChargeOwn(bytes)) return this;
+  if (parent_ == nullptr) return nullptr;
+  const MemoryAccount* refuser = parent_->TryChargeOrRefuser(bytes);
+  // The ancestors charged nothing on refusal: undo our own share only.
+  if (refuser != nullptr) bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+  return refuser;
+}
+
 int64_t MemoryAccount::remaining() const {
   const int64_t limit = this->limit();
-  if (limit <= 0) return std::numeric_limits<int64_t>::max();
-  return std::max<int64_t>(0, limit - bytes());
+  const int64_t own = limit <= 0 ? std::numeric_limits<int64_t>::max()
+                                 : std::max<int64_t>(0, limit - bytes());
+  return parent_ == nullptr ? own : std::min(own, parent_->remaining());
 }
 
 ScopedMemoryAccount::ScopedMemoryAccount(std::shared_ptr<MemoryAccount> account)
@@ -357,11 +367,14 @@ absl::StatusOr<Tensor> Tensor::Empty(DType dtype,
   ASSIGN_OR_RETURN(TensorSize size, CheckedTensorSize(dtype, shape));
   const std::shared_ptr<MemoryAccount>& account = t_account;
   const int64_t charge = ChargedBytes(size.bytes);
-  if (account != nullptr && !account->TryCharge(charge)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "session memory limit exceeded: ", DTypeName(dtype), ShapeString(shape),
-        " needs ", charge, " bytes, ", account->bytes(), " in use, limit ",
-        account->limit(), "; release tensors or delete tapes"));
+  if (account != nullptr) {
+    if (const MemoryAccount* refuser = account->TryChargeOrRefuser(charge)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          refuser->name().empty() ? "session" : refuser->name(),
+          " memory limit exceeded: ", DTypeName(dtype), ShapeString(shape),
+          " needs ", charge, " bytes, ", refuser->bytes(), " in use, limit ",
+          refuser->limit(), "; release tensors or delete tapes"));
+    }
   }
   Allocation allocation;
   if (size.bytes > 0) {

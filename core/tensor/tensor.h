@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "Eigen/Core"
@@ -132,26 +133,53 @@ absl::StatusOr<TensorSize> CheckedTensorSize(DType dtype,
 int64_t ChargedBytes(int64_t data_bytes);
 
 // Bytes charged to one owner (a session). Thread-safe.
+//
+// An account may have a parent (a tenant's account, shared by all its
+// sessions): every charge and refund goes to both, and TryCharge succeeds
+// only when the bytes fit this account's limit and every ancestor's. The
+// parent is fixed at construction, so the hot path pays one null check when
+// there is none.
 class MemoryAccount {
  public:
+  MemoryAccount() = default;
+  // `name` words refusals of this account ("tenant 'acme'"); empty means
+  // "session".
+  explicit MemoryAccount(std::shared_ptr<MemoryAccount> parent,
+                         std::string name = "")
+      : parent_(std::move(parent)), name_(std::move(name)) {}
+  MemoryAccount(const MemoryAccount&) = delete;
+  MemoryAccount& operator=(const MemoryAccount&) = delete;
+
   int64_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
-  // Charges `bytes` unless that would take the account past its limit;
-  // false (nothing charged) then.
-  bool TryCharge(int64_t bytes);
+  // Charges `bytes` unless that would take the account or an ancestor past
+  // its limit; false (nothing charged anywhere) then.
+  bool TryCharge(int64_t bytes) { return TryChargeOrRefuser(bytes) == nullptr; }
+  // TryCharge that says who refused: null when charged, else the account
+  // (this one or an ancestor) whose limit the bytes did not fit.
+  const MemoryAccount* TryChargeOrRefuser(int64_t bytes);
   // Charges without a limit check (bookkeeping that must not fail) or, with
-  // a negative delta, refunds.
+  // a negative delta, refunds. Goes to the ancestors too.
   void Add(int64_t delta) {
     bytes_.fetch_add(delta, std::memory_order_relaxed);
+    if (parent_ != nullptr) parent_->Add(delta);
   }
-  // 0: unlimited.
+  // 0: unlimited. This account's own limit (the ancestors have theirs).
   int64_t limit() const { return limit_.load(std::memory_order_relaxed); }
   void set_limit(int64_t limit) { limit_.store(limit); }
-  // Bytes left before the limit (int64 max when unlimited, 0 when over).
+  // Bytes left before the tightest limit of this account and its ancestors
+  // (int64 max when none is limited, 0 when over).
   int64_t remaining() const;
+  const MemoryAccount* parent() const { return parent_.get(); }
+  const std::string& name() const { return name_; }
 
  private:
+  // Charges this account alone, within its own limit.
+  bool TryChargeOwn(int64_t bytes);
+
   std::atomic<int64_t> bytes_{0};
   std::atomic<int64_t> limit_{0};
+  const std::shared_ptr<MemoryAccount> parent_;
+  const std::string name_;
 };
 
 // Makes `account` current on this thread for its lifetime (nests).

@@ -50,8 +50,8 @@ func envOr(name, fallback string) string {
 	return fallback
 }
 
-// startServer runs gradtape-server on 127.0.0.1:0 (with extra flags) and
-// returns its address; the server is stopped when the test ends.
+// startServer runs gradtape-server on 127.0.0.1:0 (with any extra flags)
+// and returns its address; the server is stopped when the test ends.
 func startServer(t *testing.T, flags ...string) string {
 	t.Helper()
 	bin := envOr("GRADTAPE_SERVER_BIN", filepath.Join("..", "..", "..", "build", "server", "gradtape-server"))

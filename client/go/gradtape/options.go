@@ -9,14 +9,15 @@ import (
 	"google.golang.org/grpc/keepalive"
 )
 
-// Option configures Connect's channel: transport security and HTTP/2
-// keepalive. Without options Connect uses plaintext (fine on loopback).
+// Option configures Connect: transport security, HTTP/2 keepalive and the
+// API key. Without options Connect uses plaintext (fine on loopback).
 type Option func(*connectConfig)
 
 type connectConfig struct {
 	creds     credentials.TransportCredentials
 	keepalive *keepalive.ClientParameters
 	extra     []grpc.DialOption
+	apiKey    string
 }
 
 // WithTLS makes the channel use TLS with cfg: RootCAs checks the server's
@@ -47,11 +48,22 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(cc *connectConfig) { cc.extra = append(cc.extra, opts...) }
 }
 
-func dialOptions(opts []Option) []grpc.DialOption {
+// WithAPIKey sends `authorization: Bearer <key>` on every call of the
+// session (CreateSession, the Stream, CloseSession), for a server started
+// with --api_keys_file. Send keys over TLS except on loopback.
+func WithAPIKey(key string) Option {
+	return func(c *connectConfig) { c.apiKey = key }
+}
+
+func newConnectConfig(opts []Option) connectConfig {
 	cc := connectConfig{creds: insecure.NewCredentials()}
 	for _, o := range opts {
 		o(&cc)
 	}
+	return cc
+}
+
+func (cc connectConfig) dialOptions() []grpc.DialOption {
 	out := []grpc.DialOption{grpc.WithTransportCredentials(cc.creds)}
 	if cc.keepalive != nil {
 		out = append(out, grpc.WithKeepaliveParams(*cc.keepalive))

@@ -54,10 +54,14 @@ type Session struct {
 }
 
 // Connect dials address ("host:port"), creates a session with a random
-// 128-bit id and opens the command stream. Options (options.go) set TLS and
-// keepalive; the default is plaintext.
+// 128-bit id and opens the command stream. Options (options.go) set TLS,
+// keepalive and the API key; the default is plaintext.
 func Connect(ctx context.Context, address string, opts ...Option) (*Session, error) {
-	conn, err := grpc.NewClient(address, dialOptions(opts)...)
+	cfg := newConnectConfig(opts)
+	if cfg.apiKey != "" { // every call's context derives from ctx
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+cfg.apiKey)
+	}
+	conn, err := grpc.NewClient(address, cfg.dialOptions()...)
 	if err != nil {
 		return nil, err
 	}

@@ -67,6 +67,7 @@ class StreamCore:
         timeout: float = 10.0,
         credentials: Optional[grpc.ChannelCredentials] = None,
         channel_options: Sequence[Tuple[str, object]] = (),
+        api_key: Optional[str] = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
@@ -83,10 +84,12 @@ class StreamCore:
         self.stub = pb_grpc.TapeServiceStub(self.channel)
 
         proposed = session_id or secrets.token_hex(16)
+        # API keys (--api_keys_file): `authorization: Bearer <key>` on every call.
+        key_metadata = [("authorization", f"Bearer {api_key}")] if api_key else []
         try:
             response = self.stub.CreateSession(
                 pb.CreateSessionRequest(session_id=proposed, keep_alive_seconds=keep_alive_seconds),
-                metadata=[(SESSION_ID_HEADER, proposed)],
+                metadata=[(SESSION_ID_HEADER, proposed)] + key_metadata,
                 timeout=timeout,
                 wait_for_ready=True,
             )
@@ -98,7 +101,7 @@ class StreamCore:
         self.metadata = [
             (SESSION_ID_HEADER, response.session_id),
             (SESSION_TOKEN_HEADER, response.token),
-        ]
+        ] + key_metadata
 
         self._ids = itertools.count(1)  # tensor ids; next() is atomic under the GIL
         self._tape_ids = itertools.count(1)

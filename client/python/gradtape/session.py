@@ -1078,6 +1078,7 @@ def connect(
     keepalive_time: Optional[float] = None,
     keepalive_timeout: float = 20.0,
     keepalive_permit_without_calls: bool = False,
+    api_key: Optional[str] = None,
 ) -> Session:
     """Connects to a gradtape server and creates a session.
 
@@ -1106,6 +1107,9 @@ def connect(
         --keepalive_min_ping_interval_seconds (10 s by default).
       keepalive_timeout: seconds to wait for a ping's acknowledgement.
       keepalive_permit_without_calls: also ping with no call open.
+      api_key: the key of a server started with --api_keys_file, sent as
+        `authorization: Bearer <key>` on every call; None for none. Send keys
+        over TLS except on loopback.
 
     Returns:
       A Session (a context manager that closes it).
@@ -1126,6 +1130,7 @@ def connect(
             keepalive_timeout=keepalive_timeout,
             keepalive_permit_without_calls=keepalive_permit_without_calls,
         ),
+        api_key=api_key,
     )
     try:
         return Session(core)

@@ -162,6 +162,11 @@ struct SessionOptions {
   // both are set.
   std::optional<TlsOptions> tls;
   KeepaliveOptions keepalive;
+  // API key of a server started with --api_keys_file: sent as
+  // `authorization: Bearer <api_key>` on every call (CreateSession, the
+  // Stream, KeepAlive, CloseSession). Empty: none. Send it over TLS only,
+  // except on loopback.
+  std::string api_key;
 };
 
 // gradtape.v1.SessionStats.
