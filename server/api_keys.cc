@@ -146,12 +146,16 @@ absl::StatusOr<ApiKeyLine> ParseLine(absl::string_view text,
   if (!digest.ok()) return digest.status();
   parsed.digest = *digest;
   const absl::string_view tenant = fields[1];
-  bool valid = !tenant.empty() && tenant.size() <= kMaxTenantChars;
+  // The first character is a letter or digit: the name is also a directory
+  // name under --checkpoint_dir (never "." or "..").
+  bool valid = !tenant.empty() && tenant.size() <= kMaxTenantChars &&
+               absl::ascii_isalnum(static_cast<unsigned char>(tenant[0]));
   for (char c : tenant) valid = valid && IsTenantChar(c);
   if (!valid) {
-    return LineError(path, line,
-                     absl::StrCat("the tenant (field 2) must be 1 to ",
-                                  kMaxTenantChars, " of [A-Za-z0-9._-]"));
+    return LineError(
+        path, line,
+        absl::StrCat("the tenant (field 2) must be 1 to ", kMaxTenantChars,
+                     " of [A-Za-z0-9._-], starting with a letter or digit"));
   }
   parsed.tenant = std::string(tenant);
   std::vector<std::string> seen;

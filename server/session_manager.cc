@@ -161,7 +161,16 @@ absl::StatusOr<SessionManager::Created> SessionManager::Create(
   SessionOptions session_options;
   session_options.memory_limit_bytes = options_.session_memory_limit_bytes;
   session_options.checkpoint_dir = options_.checkpoint_dir;
-  if (tenant != nullptr) session_options.parent_account = tenant->account();
+  if (tenant != nullptr) {
+    session_options.parent_account = tenant->account();
+    // Checkpoint names are a tenant's own: another tenant cannot restore or
+    // overwrite them by name.
+    if (!options_.checkpoint_dir.empty()) {
+      session_options.checkpoint_dir =
+          absl::StrCat(options_.checkpoint_dir, "/", kTenantCheckpointPrefix,
+                       tenant->name());
+    }
+  }
   auto entry =
       std::make_shared<SessionEntry>(registry_, session_options, session_id,
                                      token, lease, tenant, std::move(slot));

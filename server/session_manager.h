@@ -104,6 +104,11 @@ class SessionEntry {
   std::unique_ptr<Tenant::SessionSlot> tenant_slot_ ABSL_GUARDED_BY(mu_);
 };
 
+// With API keys, a tenant's sessions read and write checkpoints in
+// <checkpoint_dir>/tenant-<tenant name>/ (tenant names start with a letter or
+// digit and hold only [A-Za-z0-9._-]); without keys, in checkpoint_dir.
+inline constexpr char kTenantCheckpointPrefix[] = "tenant-";
+
 struct SessionManagerOptions {
   int max_sessions = 1024;
   int64_t session_memory_limit_bytes = 0;  // 0: unlimited

@@ -16,8 +16,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "google/protobuf/text_format.h"
 #include "server/api_keys.h"
 #include "tests/server/server_test_util.h"
+#include "tests/temp_dir.h"
 
 namespace gradtape::server {
 namespace {
@@ -231,6 +233,84 @@ TEST_F(TenantsTest, TenantCannotSeeUseOrCloseAnotherTenantsSession) {
   EXPECT_EQ(AsDoubles(reply.results(0).tensor()),
             std::vector<double>({1, 1, 1}));
   EXPECT_TRUE(Close(kKeyB, b).ok());
+}
+
+// Checkpoint names belong to their tenant: B cannot restore (read) or
+// overwrite A's checkpoint by naming it; each tenant's files live in its own
+// folder under --checkpoint_dir.
+TEST_F(TenantsTest, CheckpointsAreTheTenantsOwn) {
+  gradtape::testing::TempDir dir;
+  ServerOptions options;
+  options.checkpoint_dir = dir.path();
+  Start(TwoTenants(), options);
+  auto run = [&](const char* key, const SessionCreds& creds,
+                 const std::string& text) {
+    v1::CommandBatch batch;
+    EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &batch));
+    grpc::ClientContext context;
+    Prepare(&context, key, &creds);
+    v1::BatchReply reply;
+    EXPECT_TRUE(Seen(stub_->Run(&context, batch, &reply)).ok());
+    return reply;
+  };
+  // A variable "w" = [7] in each session, saved as "shared" by A only.
+  const std::string declare = R"pb(
+    commands {
+      seq: 1
+      execute {
+        op: "VarHandleOp"
+        output_ids: 1
+        attrs {
+          key: "dtype"
+          value { type: DTYPE_FLOAT64 }
+        }
+        attrs {
+          key: "shape"
+          value { ints { values: 1 } }
+        }
+        attrs {
+          key: "shared_name"
+          value { s: "w" }
+        }
+      }
+    }
+    commands {
+      seq: 2
+      put {
+        id: 2
+        value {
+          dtype: DTYPE_FLOAT64
+          shape: 1
+          data: "\000\000\000\000\000\000\034@"
+        }
+      }
+    }
+    commands {
+      seq: 3
+      execute { op: "AssignVariableOp" input_ids: 1 input_ids: 2 }
+    })pb";
+  SessionCreds a = MustCreate(kKeyA);
+  SessionCreds b = MustCreate(kKeyB);
+  EXPECT_EQ(FirstError(run(kKeyA, a, declare)).code(), 0);
+  EXPECT_EQ(FirstError(run(kKeyB, b, declare)).code(), 0);
+  EXPECT_EQ(FirstError(run(kKeyA, a,
+                           R"pb(commands {
+                                  seq: 4
+                                  save_checkpoint { name: "shared" }
+                                })pb"))
+                .code(),
+            0);
+  const v1::Error restore =
+      FirstError(run(kKeyB, b,
+                     R"pb(commands {
+                            seq: 4
+                            restore_checkpoint { name: "shared" }
+                          })pb"));
+  EXPECT_EQ(restore.code(), grpc::StatusCode::NOT_FOUND) << restore.message();
+  std::ifstream a_file(dir.path() + "/tenant-a/shared");
+  EXPECT_TRUE(a_file.good()) << "A's checkpoint is not in tenant-a/";
+  std::ifstream shared_file(dir.path() + "/shared");
+  EXPECT_FALSE(shared_file.good()) << "A's checkpoint is outside its folder";
 }
 
 TEST_F(TenantsTest, MaxSessionsHoldsUnderConcurrentCreateSession) {
