@@ -35,6 +35,16 @@ ABSL_FLAG(int64_t, keep_alive_seconds, 300,
           "lease of a session whose client asks for 0: idle sessions are "
           "closed after this long");
 
+// Deadlines, scheduling and admission (server/worker_pool.h).
+ABSL_FLAG(int, worker_threads, -1,
+          "threads that apply batches (sessions in turn, each session's "
+          "batches in order); -1 = hardware concurrency, at least 2; 0 = "
+          "inline on gRPC's callback threads (no pool, for comparison)");
+ABSL_FLAG(int64_t, max_inflight_batches,
+          gradtape::server::ServerOptions::kDefaultMaxInflightBatches,
+          "batches queued or running across the server; past it a Run gets "
+          "RESOURCE_EXHAUSTED and a Stream's next batch waits; 0 = unlimited");
+
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "gradtape-server: a gradient-tape gRPC service for remote eager "
@@ -62,6 +72,8 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_session_memory_limit_mb) * (int64_t{1} << 20);
   options.keep_alive_seconds = absl::GetFlag(FLAGS_keep_alive_seconds);
   options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  options.worker_threads = absl::GetFlag(FLAGS_worker_threads);
+  options.max_inflight_batches = absl::GetFlag(FLAGS_max_inflight_batches);
   const int max_message_mb = absl::GetFlag(FLAGS_max_message_mb);
   if (max_message_mb <= 0 || max_message_mb > 2047) {
     std::fprintf(stderr,

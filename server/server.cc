@@ -11,6 +11,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "server/session_manager.h"
 #include "server/tape_service.h"
+#include "server/worker_pool.h"
 
 namespace gradtape::server {
 namespace {
@@ -39,6 +40,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
         "max_message_bytes must be at least ", ServerOptions::kMinMessageBytes,
         ", got ", options.max_message_bytes));
   }
+  if (options.worker_threads < -1 || options.max_inflight_batches < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker_threads must be >= 0 (or -1: the default) and "
+        "max_inflight_batches >= 0, got ",
+        options.worker_threads, " and ", options.max_inflight_batches));
+  }
   auto colon = options.address.rfind(':');
   if (colon == std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -58,9 +65,14 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   session_options.default_lease = absl::Seconds(options.keep_alive_seconds);
   server->sessions_ =
       std::make_unique<SessionManager>(DefaultRegistry(), session_options);
+  server->pool_ = std::make_unique<WorkerPool>(
+      options.worker_threads < 0 ? WorkerPool::DefaultThreads()
+                                 : options.worker_threads,
+      options.max_inflight_batches);
   server->service_ = std::make_unique<TapeServiceImpl>(
       DefaultRegistry(), *server->sessions_,
-      options.max_message_bytes - ServerOptions::kReplyMarginBytes);
+      options.max_message_bytes - ServerOptions::kReplyMarginBytes,
+      *server->pool_);
 
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.address, grpc::InsecureServerCredentials(),
@@ -91,6 +103,7 @@ void Server::Shutdown() {
   // deadline), so no reactor touches the sessions after this.
   grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + kShutdownGrace));
   grpc_server_->Wait();
+  pool_.reset();  // every call has finished: its queue is empty
   sessions_->Shutdown();
   shut_down_ = true;
 }

@@ -27,6 +27,7 @@ namespace gradtape::server {
 
 class SessionManager;
 class TapeServiceImpl;
+class WorkerPool;
 
 struct ServerOptions {
   std::string address = "127.0.0.1:50051";  // "127.0.0.1:0" picks a free port
@@ -41,6 +42,17 @@ struct ServerOptions {
   // command whose returned values would not fit fails alone with
   // RESOURCE_EXHAUSTED (server/batch.h). At least kMinMessageBytes.
   int max_message_bytes = kDefaultMaxMessageBytes;
+
+  // Scheduling and admission (server/worker_pool.h). Batches run on
+  // `worker_threads` workers, a session's batches in order, sessions in
+  // turn; 0 runs them inline on gRPC's callback threads (the old behaviour,
+  // kept for comparison), -1 picks WorkerPool::DefaultThreads() (hardware
+  // concurrency, at least 2). At most `max_inflight_batches` batches are
+  // queued or running at once (0 = unlimited): past it a Run fails with
+  // RESOURCE_EXHAUSTED and a Stream's next batch waits.
+  int worker_threads = -1;
+  int64_t max_inflight_batches = kDefaultMaxInflightBatches;
+  static constexpr int64_t kDefaultMaxInflightBatches = 1024;
 
   static constexpr int kDefaultMaxMessageBytes = 256 << 20;
   static constexpr int kMinMessageBytes = 16 << 10;
@@ -80,6 +92,7 @@ class Server {
   int port_ = 0;
   std::string address_;
   std::unique_ptr<SessionManager> sessions_;
+  std::unique_ptr<WorkerPool> pool_;  // after grpc_server_ shut down
   std::unique_ptr<TapeServiceImpl> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   absl::Mutex mu_;

@@ -15,8 +15,16 @@
 // and ghz see the service of tape_service.proto.
 //
 // Thread-safety: all methods may run concurrently; the service keeps no
-// mutable state of its own. Batches run on the gRPC callback thread that
-// delivered them, under their session's lock.
+// mutable state of its own. Batches run on the WorkerPool (server/
+// worker_pool.h: per-session FIFO, sessions round-robin), under their
+// session's lock; in the pool's inline mode, on the gRPC callback thread
+// that delivered them.
+//
+// Deadlines and cancellation: a Run or Stream batch stops before its next
+// command once the call's deadline passed or the call was cancelled (long
+// kernels stop at their next block); the call then ends with
+// DEADLINE_EXCEEDED / CANCELLED naming the last applied seq, which is also
+// sent as the trailing metadata kLastAppliedSeqTrailer.
 #ifndef GRADTAPE_SERVER_TAPE_SERVICE_H_
 #define GRADTAPE_SERVER_TAPE_SERVICE_H_
 
@@ -32,6 +40,11 @@ namespace gradtape::server {
 
 inline constexpr char kSessionIdHeader[] = "gradtape-session-id";
 inline constexpr char kSessionTokenHeader[] = "gradtape-session-token";
+// Trailer of a Run or Stream call stopped by its deadline or cancellation:
+// the last applied seq (decimal).
+inline constexpr char kLastAppliedSeqTrailer[] = "gradtape-last-applied-seq";
+
+class WorkerPool;
 
 // The generated callback service with Stream and Run on raw bytes.
 using TapeServiceBase = v1::TapeService::WithCallbackMethod_CreateSession<
@@ -46,12 +59,14 @@ class TapeServiceImpl final : public TapeServiceBase {
  public:
   // `registry` and `sessions` must outlive the service (and every call).
   // A batch's reply holds at most `max_reply_bytes` of results (ApplyBatch);
-  // the server passes its max message size less a margin.
+  // the server passes its max message size less a margin. Batches run on
+  // `pool`, which must outlive every call.
   TapeServiceImpl(const OpRegistry& registry, SessionManager& sessions,
-                  int64_t max_reply_bytes)
+                  int64_t max_reply_bytes, WorkerPool& pool)
       : registry_(registry),
         sessions_(sessions),
-        max_reply_bytes_(max_reply_bytes) {}
+        max_reply_bytes_(max_reply_bytes),
+        pool_(pool) {}
 
   grpc::ServerUnaryReactor* CreateSession(
       grpc::CallbackServerContext* context,
@@ -82,6 +97,7 @@ class TapeServiceImpl final : public TapeServiceBase {
   const OpRegistry& registry_;
   SessionManager& sessions_;
   const int64_t max_reply_bytes_;
+  WorkerPool& pool_;
 };
 
 }  // namespace gradtape::server
