@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "core/base/cancellation.h"
 #include "core/ops/ops.h"
+#include "core/ops/parallel.h"
 #include "core/session/session.h"
 #include "gtest/gtest.h"
 #include "server/batch.h"
@@ -342,9 +343,10 @@ TEST_F(SchedulingTest, SmallSessionIsServedWhileLongOnesRun) {
   std::vector<std::future<void>> calls;
   for (int i = 0; i < kLongSessions; ++i) {
     calls.push_back(std::async(std::launch::async, [&, i] {
-      // Four products back to back: seconds on 2 shared cores.
+      // Products back to back, more with more cores (each uses them all):
+      // seconds on any machine.
       Batch batch;
-      for (int k = 0; k < 4; ++k) {
+      for (int k = 0; k < 2 * ParallelismDegree(); ++k) {
         batch.Exec(3 + 2 * k, "MatMul", {1, 1}, {2}).Release(4 + 2 * k, {2});
       }
       Run(longs[i], batch);

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <random>
 #include <thread>
@@ -240,6 +241,8 @@ TEST(GemmCancellationTest, CancelledBigMatMulStopsWithinABlock) {
   EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
   EXPECT_NE(status.message().find("MatMul"), absl::string_view::npos) << status;
   EXPECT_LT(returned_at - cancelled_at, absl::Seconds(1.5));
+  std::printf("8192^3 MatMul returned %.1f ms after the cancellation\n",
+              absl::ToDoubleMilliseconds(returned_at - cancelled_at));
 }
 
 }  // namespace
