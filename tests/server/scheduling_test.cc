@@ -418,5 +418,44 @@ TEST_F(AdmissionTest, RunPastMaxInflightBatchesIsRefused) {
   EXPECT_TRUE(status.ok()) << status.error_message();
 }
 
+// Stream past the limit: back-pressure, not an error. B's stream batch
+// waits while A's long Run holds the only slot, and is answered once A's
+// batch is cancelled.
+TEST_F(AdmissionTest, StreamPastMaxInflightBatchesWaits) {
+  SessionCreds a = NewSession(), b = NewSession();
+  Batch setup;
+  AddSquare(setup, 1, 1, 8192);
+  Run(a, setup);
+  grpc::ClientContext long_context;
+  Authorize(a, &long_context);
+  SetDeadline(&long_context);
+  auto long_call = std::async(std::launch::async, [&] {
+    v1::BatchReply reply;
+    return stub_->Run(&long_context,
+                      Batch().Exec(3, "MatMul", {1, 1}, {2}).proto(), &reply);
+  });
+  absl::SleepFor(absl::Milliseconds(300));
+  grpc::ClientContext context;
+  Authorize(b, &context);
+  SetDeadline(&context);
+  auto stream = stub_->Stream(&context);
+  ASSERT_TRUE(stream->Write(Batch(1).Stats(1).proto()));
+  std::atomic<bool> answered{false};
+  auto reader = std::async(std::launch::async, [&] {
+    v1::BatchReply reply;
+    const bool ok = stream->Read(&reply);
+    answered = true;
+    return ok ? reply.last_seq() : -1;
+  });
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_FALSE(answered.load()) << "the batch ran past the in-flight limit";
+  long_context.TryCancel();
+  long_call.get();
+  EXPECT_EQ(reader.get(), 1);
+  stream->WritesDone();
+  grpc::Status status = stream->Finish();
+  EXPECT_TRUE(status.ok()) << status.error_message();
+}
+
 }  // namespace
 }  // namespace gradtape::server
