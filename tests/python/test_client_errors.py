@@ -212,6 +212,9 @@ def test_last_applied_seq_is_read_from_the_trailer():
     assert last_applied_seq_of(_FakeStoppedCall((("gradtape-last-applied-seq", "17"),))) == 17
     assert last_applied_seq_of(_FakeStoppedCall((("other", "1"),))) is None
     assert last_applied_seq_of(_FakeStoppedCall(None)) is None
-    assert last_applied_seq_of(_FakeStoppedCall((("gradtape-last-applied-seq", "x"),))) is None
-    error = gradtape.GradtapeError(grpc.StatusCode.DEADLINE_EXCEEDED, "stopped", last_applied_seq=17)
+    bad = _FakeStoppedCall((("gradtape-last-applied-seq", "x"),))
+    assert last_applied_seq_of(bad) is None
+    error = gradtape.GradtapeError(
+        grpc.StatusCode.DEADLINE_EXCEEDED, "stopped", last_applied_seq=17
+    )
     assert error.last_applied_seq == 17
