@@ -35,6 +35,9 @@ ABSL_FLAG(bool, mutex_deadlock_detection, false,
           "keep absl::Mutex deadlock detection on (Debian's Abseil is built "
           "without NDEBUG, so it is on unless turned off); gradtape-server "
           "turns it off in main(), and so does this benchmark by default");
+ABSL_FLAG(int, worker_threads, -1,
+          "the in-process server's --worker_threads (-1: its default; 0: "
+          "batches inline on gRPC's threads, as before the worker pool)");
 ABSL_FLAG(std::string, mode, "both",
           "both: remote and in-process; remote or local: only that one");
 ABSL_FLAG(std::string, tls_certs_dir, "",
@@ -200,6 +203,7 @@ int main(int argc, char** argv) {
   }
   server::ServerOptions options;
   options.address = "127.0.0.1:0";
+  options.worker_threads = absl::GetFlag(FLAGS_worker_threads);
   auto server = server::Server::Start(options);
   if (!server.ok()) Die(server.status().ToString());
   // 2 classes of 32 points: batch 64 (3 arms would not divide 64 evenly).

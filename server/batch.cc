@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/types/span.h"
+#include "core/base/cancellation.h"
 #include "core/base/status_macros.h"
 #include "core/session/command.h"
 #include "core/tensor/variable.h"
@@ -563,15 +564,43 @@ v1::CommandResult StopResult(int64_t seq, const v1::Error& original,
   return result;
 }
 
+// DEADLINE_EXCEEDED / CANCELLED for a batch stopped before commands[index]
+// (index == size: after its last command, which a kernel's check stopped).
+absl::Status StoppedError(const Cancellation& cancel, const Session& session,
+                          const v1::CommandBatch& batch, int index) {
+  const absl::StatusCode code = cancel.Check("").code();
+  const int rest = batch.commands_size() - index;
+  std::string not_applied =
+      rest == 0 ? std::string("no command of the batch remained")
+                : absl::StrCat("the ", rest, " commands from seq ",
+                               batch.commands(index).seq(), " to ",
+                               batch.commands(index + rest - 1).seq(),
+                               " were not applied");
+  return absl::Status(
+      code, absl::StrCat(code == absl::StatusCode::kDeadlineExceeded
+                             ? "the call's deadline passed"
+                             : "the call was cancelled",
+                         ": last applied seq ", session.last_seq(),
+                         " (applied commands stay applied; one stopped by the "
+                         "deadline or cancellation failed with its outputs "
+                         "poisoned); ",
+                         not_applied));
+}
+
 }  // namespace
 
-void ApplyBatch(Session& session, const v1::CommandBatch& batch,
-                int64_t max_reply_bytes, v1::BatchReply* reply,
-                PutLimit put_limit) {
+absl::Status ApplyBatch(Session& session, const v1::CommandBatch& batch,
+                        int64_t max_reply_bytes, Cancellation* cancel,
+                        v1::BatchReply* reply, PutLimit put_limit) {
+  ScopedCancellation cancel_scope(cancel);
   reply->set_batch_id(batch.batch_id());
   ReplyBudget budget(max_reply_bytes);
   const auto& commands = batch.commands();
   for (int i = 0; i < commands.size(); ++i) {
+    if (cancel != nullptr && cancel->Poll()) {
+      reply->set_last_seq(session.last_seq());
+      return StoppedError(*cancel, session, batch, i);
+    }
     const v1::Command& cmd = commands[i];
     const int64_t seq = cmd.seq();
     v1::CommandResult result;
@@ -626,6 +655,11 @@ void ApplyBatch(Session& session, const v1::CommandBatch& batch,
     *reply->add_results() = std::move(result);
   }
   reply->set_last_seq(session.last_seq());
+  // A kernel that stopped for the request failed its command: say so.
+  if (cancel != nullptr && cancel->Requested()) {
+    return StoppedError(*cancel, session, batch, commands.size());
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace gradtape::server

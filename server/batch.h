@@ -5,7 +5,9 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "core/base/cancellation.h"
 #include "core/session/session.h"
 #include "gradtape/v1/tape_service.pb.h"
 
@@ -39,10 +41,20 @@ struct PutLimit {
   int64_t max_bytes = 0;  // 0: none
 };
 
+// Deadlines and cancellation: `cancel` (may be null) is polled before each
+// command and made current while the commands run, so long kernels check it
+// at block boundaries (core/base/cancellation.h). Once it is requested the
+// batch stops before the next command: the commands before stay applied
+// (a kernel stopped mid-way fails like any failed command: its outputs are
+// poisoned, and its seq counts as processed), reply->last_seq says where
+// the session stands, and ApplyBatch returns DEADLINE_EXCEEDED or CANCELLED
+// naming the last applied seq and the seqs not applied (the reply's results
+// are then not sent: the call ends with that status). OK otherwise.
+//
 // Not thread-safe for one session: the caller holds that session's lock.
-void ApplyBatch(Session& session, const v1::CommandBatch& batch,
-                int64_t max_reply_bytes, v1::BatchReply* reply,
-                PutLimit put_limit = {});
+absl::Status ApplyBatch(Session& session, const v1::CommandBatch& batch,
+                        int64_t max_reply_bytes, Cancellation* cancel,
+                        v1::BatchReply* reply, PutLimit put_limit = {});
 
 }  // namespace gradtape::server
 

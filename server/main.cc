@@ -81,6 +81,16 @@ ABSL_FLAG(bool, checkpoint_on_drain, false,
           "on SIGTERM or SIGINT: save every open session's variables to "
           "--checkpoint_dir as drain-<session_id> before exiting");
 
+// Deadlines, scheduling and admission (server/worker_pool.h).
+ABSL_FLAG(int, worker_threads, -1,
+          "threads that apply batches (sessions in turn, each session's "
+          "batches in order); -1 = 4 per core, at least 8; 0 = "
+          "inline on gRPC's callback threads (no pool, for comparison)");
+ABSL_FLAG(int64_t, max_inflight_batches,
+          gradtape::server::ServerOptions::kDefaultMaxInflightBatches,
+          "batches queued or running across the server; past it a Run gets "
+          "RESOURCE_EXHAUSTED and a Stream's next batch waits; 0 = unlimited");
+
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "gradtape-server: a gradient-tape gRPC service for remote eager "
@@ -124,6 +134,8 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_keepalive_permit_without_calls);
   options.max_ping_strikes = absl::GetFlag(FLAGS_max_ping_strikes);
   options.api_keys_file = absl::GetFlag(FLAGS_api_keys_file);
+  options.worker_threads = absl::GetFlag(FLAGS_worker_threads);
+  options.max_inflight_batches = absl::GetFlag(FLAGS_max_inflight_batches);
   const int max_message_mb = absl::GetFlag(FLAGS_max_message_mb);
   if (max_message_mb <= 0 || max_message_mb > 2047) {
     std::fprintf(stderr,

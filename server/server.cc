@@ -9,11 +9,12 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "server/drain.h"
 #include "server/api_keys.h"
+#include "server/drain.h"
 #include "server/session_manager.h"
 #include "server/tape_service.h"
 #include "server/tls.h"
+#include "server/worker_pool.h"
 
 namespace gradtape::server {
 
@@ -44,6 +45,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   if (options.checkpoint_on_drain && options.checkpoint_dir.empty()) {
     return absl::InvalidArgumentError(
         "checkpoint_on_drain needs a checkpoint_dir (--checkpoint_dir=DIR)");
+  }
+  if (options.worker_threads < -1 || options.max_inflight_batches < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker_threads must be >= 0 (or -1: the default) and "
+        "max_inflight_batches >= 0, got ",
+        options.worker_threads, " and ", options.max_inflight_batches));
   }
   auto colon = options.address.rfind(':');
   if (colon == std::string::npos) {
@@ -79,10 +86,14 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   session_options.default_lease = absl::Seconds(options.keep_alive_seconds);
   server->sessions_ =
       std::make_unique<SessionManager>(DefaultRegistry(), session_options);
+  server->pool_ = std::make_unique<WorkerPool>(
+      options.worker_threads < 0 ? WorkerPool::DefaultThreads()
+                                 : options.worker_threads,
+      options.max_inflight_batches);
   server->service_ = std::make_unique<TapeServiceImpl>(
       DefaultRegistry(), *server->sessions_,
       options.max_message_bytes - ServerOptions::kReplyMarginBytes,
-      server->api_keys_.get());
+      server->api_keys_.get(), *server->pool_);
 
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.address, *credentials, &server->port_);
@@ -133,6 +144,7 @@ void Server::Drain(absl::Duration grace) {
   grpc_server_->Shutdown(absl::ToChronoTime(deadline));
   grpc_server_->Wait();
   if (checkpoint_on_drain_) CheckpointSessions(*sessions_, checkpoint_dir_);
+  pool_.reset();  // every call has finished: its queue is empty
   sessions_->Shutdown();
   shut_down_ = true;
 }

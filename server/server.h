@@ -32,6 +32,7 @@ namespace gradtape::server {
 class ApiKeys;
 class SessionManager;
 class TapeServiceImpl;
+class WorkerPool;
 
 struct ServerOptions {
   std::string address = "127.0.0.1:50051";  // "127.0.0.1:0" picks a free port
@@ -72,6 +73,16 @@ struct ServerOptions {
   // needs `authorization: Bearer <key>`, and sessions are bound to the key's
   // tenant and its quotas.
   std::string api_keys_file;
+  // Scheduling and admission (server/worker_pool.h). Batches run on
+  // `worker_threads` workers, a session's batches in order, sessions in
+  // turn; 0 runs them inline on gRPC's callback threads (the old behaviour,
+  // kept for comparison), -1 picks WorkerPool::DefaultThreads() (4 per
+  // core, at least 8). At most `max_inflight_batches` batches are
+  // queued or running at once (0 = unlimited): past it a Run fails with
+  // RESOURCE_EXHAUSTED and a Stream's next batch waits.
+  int worker_threads = -1;
+  int64_t max_inflight_batches = kDefaultMaxInflightBatches;
+  static constexpr int64_t kDefaultMaxInflightBatches = 1024;
 
   static constexpr int kDefaultMaxMessageBytes = 256 << 20;
   static constexpr int kMinMessageBytes = 16 << 10;
@@ -137,6 +148,7 @@ class Server {
   std::string checkpoint_dir_;
   std::unique_ptr<ApiKeys> api_keys_;  // null without a keys file
   std::unique_ptr<SessionManager> sessions_;
+  std::unique_ptr<WorkerPool> pool_;  // after grpc_server_ shut down
   std::unique_ptr<TapeServiceImpl> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   absl::Mutex mu_;

@@ -1,5 +1,7 @@
 #include "server/tape_service.h"
 
+#include <algorithm>
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <string>
@@ -10,11 +12,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "core/base/cancellation.h"
 #include "core/base/status_macros.h"
 #include "google/protobuf/arena.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 #include "server/batch.h"
 #include "server/convert.h"
+#include "server/worker_pool.h"
 
 namespace gradtape::server {
 namespace {
@@ -43,17 +49,67 @@ absl::string_view Metadata(const grpc::CallbackServerContext& context,
   return absl::string_view(it->second.data(), it->second.size());
 }
 
-// Applies `batch` to the session; NOT_FOUND if the session closed meanwhile.
+// Applies `batch` to the session; NOT_FOUND if the session closed meanwhile,
+// DEADLINE_EXCEEDED / CANCELLED when `cancel` stopped it (ApplyBatch). The
+// one place where a batch is applied: it runs on a worker of the pool (or,
+// inline, on the gRPC thread).
 absl::Status RunBatch(SessionEntry& entry, const v1::CommandBatch& batch,
-                      int64_t max_reply_bytes, v1::BatchReply* reply) {
+                      int64_t max_reply_bytes, Cancellation* cancel,
+                      v1::BatchReply* reply) {
   SessionEntry::ActiveCall active(&entry);
   PutLimit put_limit;  // the tenant's, read per batch (reloads change it)
   if (const Tenant* tenant = entry.tenant().get()) {
     put_limit = {tenant->name(), tenant->max_put_bytes()};
   }
-  return entry.WithSession([&](Session& session) {
-    ApplyBatch(session, batch, max_reply_bytes, reply, put_limit);
-  });
+  absl::Status stopped;
+  RETURN_IF_ERROR(entry.WithSession([&](Session& session) {
+    stopped =
+        ApplyBatch(session, batch, max_reply_bytes, cancel, reply, put_limit);
+  }));
+  return stopped;
+}
+
+// The deadline a batch stops at: the call's, less a margin (a fifth of the
+// time the call had left when it arrived, at most kMaxDeadlineMargin) so
+// that the answer naming the last applied seq reaches the client before
+// its own deadline fires (past it, the client reports DEADLINE_EXCEEDED by
+// itself, without the server's status). InfiniteFuture without a deadline.
+// A kernel stops within one block (tens of ms on a loaded core), then the
+// answer is written.
+constexpr absl::Duration kMaxDeadlineMargin = absl::Milliseconds(250);
+
+absl::Time CallDeadline(const grpc::CallbackServerContext& context) {
+  const auto chrono_deadline = context.deadline();
+  if (chrono_deadline == std::chrono::system_clock::time_point::max()) {
+    return absl::InfiniteFuture();
+  }
+  const absl::Time deadline = absl::FromChrono(chrono_deadline);
+  const absl::Duration left = deadline - absl::Now();
+  return deadline -
+         std::clamp(left / 5, absl::ZeroDuration(), kMaxDeadlineMargin);
+}
+
+// What OnCancel reports: DEADLINE_EXCEEDED once the deadline passed (gRPC
+// cancels a call at its deadline), else CANCELLED (the client cancelled, or
+// the connection broke).
+absl::StatusCode CancelCode(const Cancellation& cancel) {
+  return absl::Now() >= cancel.deadline() ? absl::StatusCode::kDeadlineExceeded
+                                          : absl::StatusCode::kCancelled;
+}
+
+// A batch stopped by its call's deadline or cancellation: the status names
+// `what` and the last applied seq, which also goes out as trailing metadata
+// (kLastAppliedSeqTrailer) so that clients read it without parsing text.
+bool IsStop(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kDeadlineExceeded ||
+         status.code() == absl::StatusCode::kCancelled;
+}
+absl::Status Stopped(grpc::CallbackServerContext* context,
+                     absl::string_view what, const absl::Status& status,
+                     int64_t last_seq) {
+  context->AddTrailingMetadata(kLastAppliedSeqTrailer, absl::StrCat(last_seq));
+  return absl::Status(status.code(),
+                      absl::StrCat(what, ": ", status.message()));
 }
 
 // Parses the bytes of one message into `batch` (which may live in an arena).
@@ -88,16 +144,25 @@ absl::Status SerializeReply(const v1::BatchReply& reply,
 }
 
 // The Stream call. Lifecycle, the only one in the server:
-//  * one read outstanding at a time; each batch is applied as it arrives and
-//    its reply queued, so replies keep the batches' order (a reply_optional
-//    batch without results gets none: the next reply acknowledges it);
+//  * one read outstanding at a time; each batch, once read and parsed, is
+//    handed to the worker pool (queued behind the session's earlier
+//    batches; with --max_inflight_batches reached it waits for admission:
+//    back-pressure) and OnReadDone returns; no read is outstanding while it
+//    waits or runs. The pool thread applies it (ApplyAndReply) and queues
+//    its reply, so replies keep the batches' order (a reply_optional batch
+//    without results gets none: the next reply acknowledges it), then
+//    starts the next read;
 //  * one write outstanding at a time, from the front of the queue; while
 //    kMaxQueuedReplies replies, or a full reply's worth of bytes, wait, no
 //    new read starts;
 //  * reading stops on the client's half-close, a broken or cancelled call
-//    (a read or write fails), or an RPC-level error (the session closed);
-//    then the call finishes once the queued replies are written (or at once
-//    if writing failed);
+//    (a read or write fails), an RPC-level error (the session closed), or a
+//    batch stopped by the call's deadline or cancellation (OnCancel requests
+//    it; the batch stops before its next command, its reply is dropped, and
+//    the call ends with DEADLINE_EXCEEDED / CANCELLED naming the last
+//    applied seq, also in the trailer gradtape-last-applied-seq); then the
+//    call finishes once the queued replies are written (or at once if
+//    writing failed);
 //  * messages arrive as bytes and are parsed here: one that is not a
 //    CommandBatch stops reading and finishes the call with INVALID_ARGUMENT
 //    "Stream: batch N (bytes K) is not a valid gradtape.v1.CommandBatch"
@@ -111,7 +176,9 @@ absl::Status SerializeReply(const v1::BatchReply& reply,
 //    now names another tenant (NOT_FOUND) ends the call before the batch;
 //  * gRPC calls OnDone after Finish and every other reaction; it deletes the
 //    reactor (unless the drain registry holds it: DrainRegistry::Unregister).
-//    The reactor owns a reference to its session entry.
+//    Finish waits for reads_done_, which a batch in the pool has not set
+//    yet, so the reactor outlives its queued batch. The reactor owns a
+//    reference to its session entry.
 class StreamReactor final
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
       public DrainableCall {
@@ -119,15 +186,17 @@ class StreamReactor final
   // Finishes at once with the error if `entry` is one, or with the drain
   // status during a drain. `keys` (may be null) were at `keys_generation`
   // when the call's key was checked.
-  StreamReactor(absl::StatusOr<std::shared_ptr<SessionEntry>> entry,
-                int64_t max_reply_bytes, DrainRegistry& drain,
-                const ApiKeys* keys, uint64_t keys_generation,
-                const grpc::CallbackServerContext* context)
-      : max_reply_bytes_(max_reply_bytes),
+  StreamReactor(grpc::CallbackServerContext* context,
+                absl::StatusOr<std::shared_ptr<SessionEntry>> entry,
+                int64_t max_reply_bytes, WorkerPool& pool, DrainRegistry& drain,
+                const ApiKeys* keys, uint64_t keys_generation)
+      : context_(context),
+        max_reply_bytes_(max_reply_bytes),
+        pool_(pool),
         drain_(drain),
         keys_(keys),
         keys_generation_(keys_generation),
-        context_(context) {
+        cancel_(CallDeadline(*context)) {
     if (!entry.ok()) {
       Finish(ToGrpcStatus(entry.status()));
       return;
@@ -156,8 +225,8 @@ class StreamReactor final
       absl::MutexLock lock(&mu_);
       if (draining_) return;
       draining_ = true;
-      // A batch being applied (neither reading nor paused) stops reading
-      // in OnReadDone, after its reply is queued.
+      // A batch queued or being applied on the pool (neither reading nor
+      // paused) stops reading in ApplyAndReply, after its reply is queued.
       if (!reading_ && !read_paused_) return;
       read_paused_ = false;
       StopReadingForDrainLocked();
@@ -192,10 +261,90 @@ class StreamReactor final
           NotABatch(absl::StrCat("Stream: batch ", batches_read_), bytes));
       return;
     }
+    absl::Status submitted = pool_.Submit(
+        entry_.get(), [this, batch] { ApplyAndReply(batch); },
+        WorkerPool::Admission::kWait);
+    if (!submitted.ok()) {  // inline mode over the in-flight limit
+      arena_.Reset();
+      StopReadingAndMaybeFinish(submitted);
+    }
+  }
+
+  void OnWriteDone(bool ok) override {
+    bool finish = false;
+    grpc::Status status;
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      queued_bytes_ -= replies_.front().length;
+      replies_.pop_front();
+      if (!ok) {
+        // The call is dead: drop the rest; an outstanding read fails too.
+        replies_.clear();
+        queued_bytes_ = 0;
+        if (read_paused_) {
+          read_paused_ = false;
+          reads_done_ = true;
+        }
+      } else {
+        if (!replies_.empty()) {
+          writing_ = true;
+          StartWrite(&replies_.front().bytes);
+        }
+        if (read_paused_ && !QueueFullLocked()) {
+          read_paused_ = false;
+          reading_ = true;
+          StartRead(&request_);
+        }
+      }
+      finish = ShouldFinishLocked(&status);
+    }
+    if (finish) Finish(status);
+  }
+
+  // The client cancelled, the deadline passed or the connection broke: the
+  // batch running or queued stops before its next command.
+  void OnCancel() override { cancel_.Cancel(CancelCode(cancel_)); }
+
+  void OnDone() override {
+    if (drain_.Unregister(this)) delete this;
+  }
+
+ private:
+  static grpc::Status DrainStatus() {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, kStreamDrainMessage);
+  }
+
+  // Reading stops for the drain; the call ends with DrainStatus unless an
+  // error is already its status.
+  void StopReadingForDrainLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    reads_done_ = true;
+    if (status_.ok()) status_ = DrainStatus();
+  }
+  // The same when no read is outstanding and none will start.
+  void StopReadingForDrain() {
+    bool finish = false;
+    grpc::Status status;
+    {
+      absl::MutexLock lock(&mu_);
+      StopReadingForDrainLocked();
+      finish = ShouldFinishLocked(&status);
+    }
+    if (finish) Finish(status);
+  }
+
+  // On a pool thread: applies the batch parsed in arena_, queues its reply
+  // and starts the next read (or stops reading).
+  void ApplyAndReply(v1::CommandBatch* batch) {
     v1::BatchReply reply;
-    absl::Status status = RunBatch(*entry_, *batch, max_reply_bytes_, &reply);
+    absl::Status status =
+        RunBatch(*entry_, *batch, max_reply_bytes_, &cancel_, &reply);
     const bool reply_optional = batch->reply_optional();
     arena_.Reset();
+    if (IsStop(status)) {
+      status = Stopped(context_, absl::StrCat("Stream: batch ", batches_read_),
+                       status, reply.last_seq());
+    }
     if (!status.ok()) {
       StopReadingAndMaybeFinish(status);
       return;
@@ -235,65 +384,6 @@ class StreamReactor final
     } else {
       read_paused_ = true;
     }
-  }
-
-  void OnWriteDone(bool ok) override {
-    bool finish = false;
-    grpc::Status status;
-    {
-      absl::MutexLock lock(&mu_);
-      writing_ = false;
-      queued_bytes_ -= replies_.front().length;
-      replies_.pop_front();
-      if (!ok) {
-        // The call is dead: drop the rest; an outstanding read fails too.
-        replies_.clear();
-        queued_bytes_ = 0;
-        if (read_paused_) {
-          read_paused_ = false;
-          reads_done_ = true;
-        }
-      } else {
-        if (!replies_.empty()) {
-          writing_ = true;
-          StartWrite(&replies_.front().bytes);
-        }
-        if (read_paused_ && !QueueFullLocked()) {
-          read_paused_ = false;
-          reading_ = true;
-          StartRead(&request_);
-        }
-      }
-      finish = ShouldFinishLocked(&status);
-    }
-    if (finish) Finish(status);
-  }
-
-  void OnDone() override {
-    if (drain_.Unregister(this)) delete this;
-  }
-
- private:
-  static grpc::Status DrainStatus() {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE, kStreamDrainMessage);
-  }
-
-  // Reading stops for the drain; the call ends with DrainStatus unless an
-  // error is already its status.
-  void StopReadingForDrainLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    reads_done_ = true;
-    if (status_.ok()) status_ = DrainStatus();
-  }
-  // The same when no read is outstanding and none will start.
-  void StopReadingForDrain() {
-    bool finish = false;
-    grpc::Status status;
-    {
-      absl::MutexLock lock(&mu_);
-      StopReadingForDrainLocked();
-      finish = ShouldFinishLocked(&status);
-    }
-    if (finish) Finish(status);
   }
 
   // Called when no read is outstanding and none will start.
@@ -346,15 +436,19 @@ class StreamReactor final
     return google::protobuf::Arena::CreateMessage<v1::CommandBatch>(&arena_);
   }
 
+  grpc::CallbackServerContext* const context_;
   const int64_t max_reply_bytes_;
+  WorkerPool& pool_;
   DrainRegistry& drain_;
   const ApiKeys* const keys_;
   uint64_t keys_generation_;  // only touched by OnReadDone
-  const grpc::CallbackServerContext* const context_;
   std::shared_ptr<SessionEntry> entry_;
-  // Only touched by the single outstanding read and its OnReadDone: the
-  // message being read, and the batch parsed from it in arena_ (reset after
-  // each batch is applied).
+  // Requested by OnCancel (or by its deadline, polled); seen by every batch.
+  Cancellation cancel_;
+  // Only touched by the single outstanding read and its OnReadDone, then by
+  // the batch's task on the pool (which starts the next read): the message
+  // being read, and the batch parsed from it in arena_ (reset after each
+  // batch is applied).
   grpc::ByteBuffer request_;
   int64_t batches_read_ = 0;
   google::protobuf::Arena arena_{BatchArenaOptions()};
@@ -376,6 +470,67 @@ class StreamReactor final
   // Drain: a read is outstanding; BeginDrain was called.
   bool reading_ ABSL_GUARDED_BY(mu_) = false;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// The Run call: authenticates and parses on the gRPC thread, hands the
+// batch to the worker pool (RESOURCE_EXHAUSTED at once when
+// --max_inflight_batches are in flight) and returns; the pool thread applies
+// it and finishes the call. OnCancel requests the batch's cancellation.
+// gRPC calls OnDone after Finish; it deletes the reactor, which owns the
+// parsed batch (in arena_) and a reference to the session entry.
+class RunReactor final : public grpc::ServerUnaryReactor {
+ public:
+  RunReactor(grpc::CallbackServerContext* context, grpc::ByteBuffer* response,
+             int64_t max_reply_bytes, DrainRegistry& drain)
+      : context_(context),
+        response_(response),
+        max_reply_bytes_(max_reply_bytes),
+        cancel_(CallDeadline(*context)),
+        in_flight_(drain) {}
+
+  // Finishes the call with the error, or submits the batch.
+  void Start(absl::StatusOr<std::shared_ptr<SessionEntry>> entry,
+             const grpc::ByteBuffer& request, WorkerPool& pool) {
+    absl::Status status = [&]() -> absl::Status {
+      ASSIGN_OR_RETURN(entry_, std::move(entry));
+      batch_ =
+          google::protobuf::Arena::CreateMessage<v1::CommandBatch>(&arena_);
+      grpc::ByteBuffer bytes(request);  // shares the slices
+      if (!ParseBatch(&bytes, batch_)) {
+        return NotABatch("Run: the request", request.Length());
+      }
+      return pool.Submit(
+          entry_.get(), [this] { Apply(); }, WorkerPool::Admission::kRefuse);
+    }();
+    if (!status.ok()) Finish(ToGrpcStatus(status));
+  }
+
+  void OnCancel() override { cancel_.Cancel(CancelCode(cancel_)); }
+  void OnDone() override { delete this; }
+
+ private:
+  // On a pool thread.
+  void Apply() {
+    // The results move into the reply: keep it off the arena.
+    v1::BatchReply reply;
+    absl::Status status =
+        RunBatch(*entry_, *batch_, max_reply_bytes_, &cancel_, &reply);
+    if (IsStop(status)) {
+      status = Stopped(context_, "Run", status, reply.last_seq());
+    }
+    if (status.ok()) status = SerializeReply(reply, response_);
+    Finish(ToGrpcStatus(status));
+  }
+
+  grpc::CallbackServerContext* const context_;
+  grpc::ByteBuffer* const response_;
+  const int64_t max_reply_bytes_;
+  Cancellation cancel_;
+  // A drain waits for this Run until the reactor is deleted (OnDone).
+  DrainRegistry::InFlight in_flight_;
+  std::shared_ptr<SessionEntry> entry_;
+  google::protobuf::Arena arena_{BatchArenaOptions()};
+  v1::CommandBatch* batch_ = nullptr;
 };
 
 }  // namespace
@@ -464,31 +619,15 @@ TapeServiceImpl::Stream(grpc::CallbackServerContext* context) {
   // makes the first batch check again.
   const uint64_t generation =
       api_keys_ == nullptr ? 0 : api_keys_->generation();
-  return new StreamReactor(Authenticate(*context), max_reply_bytes_, drain_,
-                           api_keys_, generation, context);
+  return new StreamReactor(context, Authenticate(*context), max_reply_bytes_,
+                           pool_, drain_, api_keys_, generation);
 }
 
 grpc::ServerUnaryReactor* TapeServiceImpl::Run(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  DrainRegistry::InFlight in_flight(drain_);
-  absl::Status status = [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(std::shared_ptr<SessionEntry> entry,
-                     Authenticate(*context));
-    google::protobuf::Arena arena(BatchArenaOptions());
-    v1::CommandBatch* batch =
-        google::protobuf::Arena::CreateMessage<v1::CommandBatch>(&arena);
-    grpc::ByteBuffer bytes(*request);  // shares the slices
-    if (!ParseBatch(&bytes, batch)) {
-      return NotABatch("Run: the request", request->Length());
-    }
-    // The results move into the reply: keep it off the arena.
-    v1::BatchReply reply;
-    RETURN_IF_ERROR(RunBatch(*entry, *batch, max_reply_bytes_, &reply));
-    return SerializeReply(reply, response);
-  }();
-  reactor->Finish(ToGrpcStatus(status));
+  auto* reactor = new RunReactor(context, response, max_reply_bytes_, drain_);
+  reactor->Start(Authenticate(*context), *request, pool_);
   return reactor;
 }
 

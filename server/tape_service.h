@@ -15,8 +15,16 @@
 // and ghz see the service of tape_service.proto.
 //
 // Thread-safety: all methods may run concurrently; the service's only
-// mutable state is its DrainRegistry (thread-safe). Batches run on the gRPC
-// callback thread that delivered them, under their session's lock.
+// mutable state is its DrainRegistry (thread-safe). Batches run on the
+// WorkerPool (server/worker_pool.h: per-session FIFO, sessions round-robin),
+// under their session's lock; in the pool's inline mode, on the gRPC callback
+// thread that delivered them.
+//
+// Deadlines and cancellation: a Run or Stream batch stops before its next
+// command once the call's deadline passed or the call was cancelled (long
+// kernels stop at their next block); the call then ends with
+// DEADLINE_EXCEEDED / CANCELLED naming the last applied seq, which is also
+// sent as the trailing metadata kLastAppliedSeqTrailer.
 #ifndef GRADTAPE_SERVER_TAPE_SERVICE_H_
 #define GRADTAPE_SERVER_TAPE_SERVICE_H_
 
@@ -26,8 +34,8 @@
 #include "core/registry/op_registry.h"
 #include "gradtape/v1/tape_service.grpc.pb.h"
 #include "grpcpp/support/byte_buffer.h"
-#include "server/drain.h"
 #include "server/api_keys.h"
+#include "server/drain.h"
 #include "server/session_manager.h"
 
 namespace gradtape::server {
@@ -36,6 +44,12 @@ inline constexpr char kSessionIdHeader[] = "gradtape-session-id";
 inline constexpr char kSessionTokenHeader[] = "gradtape-session-token";
 // API keys: "Bearer <key>" (server/api_keys.h).
 inline constexpr char kAuthorizationHeader[] = "authorization";
+
+// Trailer of a Run or Stream call stopped by its deadline or cancellation:
+// the last applied seq (decimal).
+inline constexpr char kLastAppliedSeqTrailer[] = "gradtape-last-applied-seq";
+
+class WorkerPool;
 
 // The generated callback service with Stream and Run on raw bytes.
 using TapeServiceBase = v1::TapeService::WithCallbackMethod_CreateSession<
@@ -57,12 +71,16 @@ class TapeServiceImpl final : public TapeServiceBase {
   // session to the key's tenant, later calls need a key of that tenant: with
   // another tenant's key a session is unknown (NOT_FOUND), as if it did not
   // exist. A Stream re-checks its key at its next batch after a reload.
+  //
+  // Batches run on `pool`, which must outlive every call.
   TapeServiceImpl(const OpRegistry& registry, SessionManager& sessions,
-                  int64_t max_reply_bytes, const ApiKeys* api_keys = nullptr)
+                  int64_t max_reply_bytes, const ApiKeys* api_keys,
+                  WorkerPool& pool)
       : registry_(registry),
         sessions_(sessions),
         max_reply_bytes_(max_reply_bytes),
-        api_keys_(api_keys) {}
+        api_keys_(api_keys),
+        pool_(pool) {}
 
   grpc::ServerUnaryReactor* CreateSession(
       grpc::CallbackServerContext* context,
@@ -102,6 +120,7 @@ class TapeServiceImpl final : public TapeServiceBase {
   const int64_t max_reply_bytes_;
   DrainRegistry drain_;
   const ApiKeys* const api_keys_;
+  WorkerPool& pool_;
 };
 
 }  // namespace gradtape::server

@@ -5,6 +5,8 @@
 #include <utility>
 
 #include "absl/container/inlined_vector.h"
+#include "absl/strings/cord.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -378,6 +380,15 @@ absl::Status SessionCore::FinishStreamLocked() {
     stream_status_ =
         s.ok() ? absl::UnavailableError("the server ended the command stream")
                : FromGrpc(s, "gradtape command stream");
+    // A stream stopped by its deadline or cancellation names where the
+    // session stands.
+    const auto& trailers = stream_context_->GetServerTrailingMetadata();
+    if (auto it = trailers.find(kLastAppliedSeqPayload);
+        !s.ok() && it != trailers.end()) {
+      stream_status_.SetPayload(
+          kLastAppliedSeqPayload,
+          absl::Cord(absl::string_view(it->second.data(), it->second.size())));
+    }
   }
   return stream_status_;
 }
@@ -498,6 +509,15 @@ int64_t SessionCore::last_seq() const {
 }
 
 }  // namespace internal
+
+std::optional<int64_t> LastAppliedSeq(const absl::Status& status) {
+  auto payload = status.GetPayload(kLastAppliedSeqPayload);
+  int64_t seq;
+  if (!payload.has_value() || !absl::SimpleAtoi(std::string(*payload), &seq)) {
+    return std::nullopt;
+  }
+  return seq;
+}
 
 // ---------------------------------------------------------------------------
 

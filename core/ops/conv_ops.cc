@@ -35,6 +35,7 @@
 
 #include "Eigen/Core"
 #include "core/autodiff/grad_context.h"
+#include "core/base/cancellation.h"
 #include "core/base/status_macros.h"
 #include "core/ops/gemm.h"
 #include "core/ops/kernel_util.h"
@@ -428,13 +429,25 @@ auto OutputChannel(const WindowGeometry& g, Ptr y, int64_t rows, int64_t c) {
                      1);
 }
 
+// OK, or the current cancellation's error once it is requested: checked
+// before each chunk of images (the convolutions' tiles), as Gemm checks
+// before each of its blocks.
+absl::Status CheckChunkCancelled() {
+  Cancellation* cancel = CurrentCancellation();
+  if (cancel == nullptr || !cancel->Poll()) return absl::OkStatus();
+  return cancel->Check("convolution");
+}
+
 // Runs fn(b, nb, patches) for each chunk of nb images starting at image b,
-// with patches the [nb * OutPositions, PatchCols] patch matrix of the chunk.
+// with patches the [nb * OutPositions, PatchCols] patch matrix of the chunk;
+// stops at the first chunk whose fn fails, or once cancelled.
 template <typename T, typename Fn>
-void ForEachChunk(const WindowGeometry& g, const T* x, T* scratch, Fn&& fn) {
+absl::Status ForEachChunk(const WindowGeometry& g, const T* x, T* scratch,
+                          Fn&& fn) {
   const int64_t chunk = ImagesPerChunk(g);
   const int64_t patch_image = g.OutPositions() * g.PatchCols();
   for (int64_t b = 0; b < g.batch; b += chunk) {
+    RETURN_IF_ERROR(CheckChunkCancelled());
     const int64_t nb = std::min(chunk, g.batch - b);
     const T* patches = x + b * g.InImage();
     if (!g.PointWise()) {
@@ -443,35 +456,37 @@ void ForEachChunk(const WindowGeometry& g, const T* x, T* scratch, Fn&& fn) {
       }
       patches = scratch;
     }
-    fn(b, nb, patches);
+    RETURN_IF_ERROR(fn(b, nb, patches));
   }
+  return absl::OkStatus();
 }
 
 // y = conv(x, f).
 template <typename T>
-void ConvForward(const WindowGeometry& g, const T* x, const T* f, T* y,
-                 T* scratch) {
-  ForEachChunk<T>(g, x, scratch, [&](int64_t b, int64_t nb, const T* p) {
+absl::Status ConvForward(const WindowGeometry& g, const T* x, const T* f, T* y,
+                         T* scratch) {
+  return ForEachChunk<T>(g, x, scratch, [&](int64_t b, int64_t nb, const T* p) {
     const int64_t rows = nb * g.OutPositions();
     T* out = y + b * g.OutImage();
     if (g.kind->layout == FilterLayout::kConv) {
-      Gemm<T>(false, false, rows, g.out_channels, g.PatchCols(), p,
-              g.PatchCols(), f, g.out_channels, out, g.out_channels);
-      return;
+      return Gemm<T>(false, false, rows, g.out_channels, g.PatchCols(), p,
+                     g.PatchCols(), f, g.out_channels, out, g.out_channels);
     }
     for (int64_t c = 0; c < g.in_channels; ++c) {
       OutputChannel(g, out, rows, c).noalias() =
           PatchChannel(g, p, rows, c) * FilterChannel(g, f, c);
     }
+    return absl::OkStatus();
   });
 }
 
 // dx = the gradient of conv(x, f) wrt x for output gradient dy.
 template <typename T>
-void ConvBackpropInput(const WindowGeometry& g, const T* f, const T* dy, T* dx,
-                       T* scratch) {
+absl::Status ConvBackpropInput(const WindowGeometry& g, const T* f, const T* dy,
+                               T* dx, T* scratch) {
   const int64_t chunk = ImagesPerChunk(g);
   for (int64_t b = 0; b < g.batch; b += chunk) {
+    RETURN_IF_ERROR(CheckChunkCancelled());
     const int64_t nb = std::min(chunk, g.batch - b);
     const int64_t rows = nb * g.OutPositions();
     const T* grad = dy + b * g.OutImage();
@@ -479,8 +494,9 @@ void ConvBackpropInput(const WindowGeometry& g, const T* f, const T* dy, T* dx,
     // dP = dy * F^T, straight into dx when P is x.
     T* dp = g.PointWise() ? image : scratch;
     if (g.kind->layout == FilterLayout::kConv) {
-      Gemm<T>(false, true, rows, g.PatchCols(), g.out_channels, grad,
-              g.out_channels, f, g.out_channels, dp, g.PatchCols());
+      RETURN_IF_ERROR(Gemm<T>(false, true, rows, g.PatchCols(), g.out_channels,
+                              grad, g.out_channels, f, g.out_channels, dp,
+                              g.PatchCols()));
     } else {
       for (int64_t c = 0; c < g.in_channels; ++c) {
         PatchChannel(g, dp, rows, c).noalias() =
@@ -495,29 +511,31 @@ void ConvBackpropInput(const WindowGeometry& g, const T* f, const T* dy, T* dx,
              image + i * g.InImage());
     }
   }
+  return absl::OkStatus();
 }
 
 // df = the gradient of conv(x, f) wrt f for output gradient dy.
 template <typename T>
-void ConvBackpropFilter(const WindowGeometry& g, const T* x, const T* dy, T* df,
-                        T* scratch) {
+absl::Status ConvBackpropFilter(const WindowGeometry& g, const T* x,
+                                const T* dy, T* df, T* scratch) {
   const int64_t filter_size = g.kind->layout == FilterLayout::kConv
                                   ? g.PatchCols() * g.out_channels
                                   : g.Taps() * g.out_channels;
   std::fill_n(df, filter_size, T(0));
-  ForEachChunk<T>(g, x, scratch, [&](int64_t b, int64_t nb, const T* p) {
+  return ForEachChunk<T>(g, x, scratch, [&](int64_t b, int64_t nb, const T* p) {
     const int64_t rows = nb * g.OutPositions();
     const T* grad = dy + b * g.OutImage();
     if (g.kind->layout == FilterLayout::kConv) {
-      Gemm<T>(true, false, g.PatchCols(), g.out_channels, rows, p,
-              g.PatchCols(), grad, g.out_channels, df, g.out_channels, T(1));
-      return;
+      return Gemm<T>(true, false, g.PatchCols(), g.out_channels, rows, p,
+                     g.PatchCols(), grad, g.out_channels, df, g.out_channels,
+                     T(1));
     }
     for (int64_t c = 0; c < g.in_channels; ++c) {
       FilterChannel(g, df, c).noalias() +=
           PatchChannel(g, p, rows, c).transpose() *
           OutputChannel(g, grad, rows, c);
     }
+    return absl::OkStatus();
   });
 }
 
@@ -530,11 +548,14 @@ absl::Status ConvKernel(KernelContext& ctx, const WindowKind& kind) {
                                                   f.shape(), "filter"));
   ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, x.dtype(), g.OutputShape()));
   ASSIGN_OR_RETURN(Tensor scratch, AllocatePatches(ctx, g, x.dtype()));
+  absl::Status status;
   DispatchFloat(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    ConvForward<T>(g, x.data<T>(), f.data<T>(), y.mutable_data<T>(),
-                   scratch.valid() ? scratch.mutable_data<T>() : nullptr);
+    status =
+        ConvForward<T>(g, x.data<T>(), f.data<T>(), y.mutable_data<T>(),
+                       scratch.valid() ? scratch.mutable_data<T>() : nullptr);
   });
+  RETURN_IF_ERROR(ctx.Annotate(status));
   ctx.set_output(0, std::move(y));
   return absl::OkStatus();
 }
@@ -552,11 +573,14 @@ absl::Status BackpropInputKernel(KernelContext& ctx, const WindowKind& kind) {
   RETURN_IF_ERROR(CheckOutBackprop(ctx, 1, g, sizes, f.shape()));
   ASSIGN_OR_RETURN(Tensor dx, Allocate(ctx, f.dtype(), sizes));
   ASSIGN_OR_RETURN(Tensor scratch, AllocatePatches(ctx, g, f.dtype()));
+  absl::Status status;
   DispatchFloat(f.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    ConvBackpropInput<T>(g, f.data<T>(), dy.data<T>(), dx.mutable_data<T>(),
-                         scratch.valid() ? scratch.mutable_data<T>() : nullptr);
+    status = ConvBackpropInput<T>(
+        g, f.data<T>(), dy.data<T>(), dx.mutable_data<T>(),
+        scratch.valid() ? scratch.mutable_data<T>() : nullptr);
   });
+  RETURN_IF_ERROR(ctx.Annotate(status));
   ctx.set_output(0, std::move(dx));
   return absl::OkStatus();
 }
@@ -573,12 +597,14 @@ absl::Status BackpropFilterKernel(KernelContext& ctx, const WindowKind& kind) {
   RETURN_IF_ERROR(CheckOutBackprop(ctx, 1, g, x.shape(), sizes));
   ASSIGN_OR_RETURN(Tensor df, Allocate(ctx, x.dtype(), sizes));
   ASSIGN_OR_RETURN(Tensor scratch, AllocatePatches(ctx, g, x.dtype()));
+  absl::Status status;
   DispatchFloat(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    ConvBackpropFilter<T>(
+    status = ConvBackpropFilter<T>(
         g, x.data<T>(), dy.data<T>(), df.mutable_data<T>(),
         scratch.valid() ? scratch.mutable_data<T>() : nullptr);
   });
+  RETURN_IF_ERROR(ctx.Annotate(status));
   ctx.set_output(0, std::move(df));
   return absl::OkStatus();
 }

@@ -23,10 +23,12 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <limits>
 
 #include "Eigen/Core"
+#include "core/base/cancellation.h"
 #include "core/ops/parallel.h"
 
 namespace gradtape {
@@ -162,36 +164,75 @@ void BlasGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
 
 // One BLAS product split into row blocks of c (m >= n) or column blocks,
 // run by ParallelFor. Blocks are whole multiples of 32 rows or columns (the
-// register blocking of the kernels divides 32).
+// register blocking of the kernels divides 32). A product of more than
+// ParallelismDegree() * kMaxBlockWork multiply-adds is cut into a grid of
+// square-ish tiles of c instead (see BlockGrid), so that a cancelled product
+// stops within one tile; each block first polls `cancel` (may be null) and
+// is skipped once it is requested.
+//
+// kMaxBlockWork: 2^30 multiply-adds, ~20-40 ms on one core of the dev
+// machine; a tile of 8192^3 is 352 x 352 x 8192. The tiles re-pack their
+// panels of a and b (k * (rows + cols) elements per tile, under 1/150 of
+// the tile's multiply-adds at these sizes).
+constexpr double kMaxBlockWork = 1 << 30;
+
+struct BlockGrid {
+  int64_t row_block, col_block;  // multiples of 32 (or all of m / n)
+  int64_t row_blocks, col_blocks;
+};
+
+BlockGrid GridFor(int64_t m, int64_t n, int64_t k) {
+  const double work = static_cast<double>(m) * n * k;
+  const int64_t degree = ParallelismDegree();
+  BlockGrid g;
+  if (work <= degree * kMaxBlockWork) {  // one split along the longer side
+    const bool split_rows = m >= n;
+    const int64_t extent = split_rows ? m : n;
+    const int64_t parts =
+        std::max<int64_t>(1, std::min<int64_t>(degree, extent / 32));
+    const int64_t block = (extent / parts + 31) / 32 * 32;
+    g.row_block = split_rows ? block : m;
+    g.col_block = split_rows ? n : block;
+  } else {  // square tiles of at most kMaxBlockWork, at least 256 wide
+    const int64_t edge = std::max<int64_t>(
+        256, static_cast<int64_t>(std::sqrt(kMaxBlockWork / k)) / 32 * 32);
+    g.row_block = std::min(edge, m);
+    g.col_block = std::min(edge, n);
+  }
+  g.row_blocks = (m + g.row_block - 1) / g.row_block;
+  g.col_blocks = (n + g.col_block - 1) / g.col_block;
+  return g;
+}
+
 template <typename T>
 void ParallelBlasGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                       const T* a, int64_t lda, const T* b, int64_t ldb, T* c,
-                      int64_t ldc, T beta) {
-  const bool split_rows = m >= n;
-  const int64_t extent = split_rows ? m : n;
-  const int64_t parts = std::min<int64_t>(ParallelismDegree(), extent / 32);
-  const int64_t block = (extent / parts + 31) / 32 * 32;
-  ParallelFor(static_cast<int>(parts), [&](int part) {
-    const int64_t begin = part * block;
-    const int64_t size = std::min(block, extent - begin);
-    if (size <= 0) return;
-    if (split_rows) {  // rows [begin, begin + size) of op(a) and c
-      BlasGemm(ta, tb, size, n, k, ta ? a + begin : a + begin * lda, lda, b,
-               ldb, c + begin * ldc, ldc, beta);
-    } else {  // columns [begin, begin + size) of op(b) and c
-      BlasGemm(ta, tb, m, size, k, a, lda, tb ? b + begin * ldb : b + begin,
-               ldb, c + begin, ldc, beta);
-    }
+                      int64_t ldc, T beta, Cancellation* cancel) {
+  const BlockGrid g = GridFor(m, n, k);
+  ParallelFor(static_cast<int>(g.row_blocks * g.col_blocks), [&](int part) {
+    if (cancel != nullptr && cancel->Poll()) return;
+    const int64_t r0 = part / g.col_blocks * g.row_block;
+    const int64_t c0 = part % g.col_blocks * g.col_block;
+    const int64_t rows = std::min(g.row_block, m - r0);
+    const int64_t cols = std::min(g.col_block, n - c0);
+    if (rows <= 0 || cols <= 0) return;
+    // rows [r0, r0 + rows) of op(a), columns [c0, c0 + cols) of op(b).
+    BlasGemm(ta, tb, rows, cols, k, ta ? a + r0 : a + r0 * lda, lda,
+             tb ? b + c0 * ldb : b + c0, ldb, c + r0 * ldc + c0, ldc, beta);
   });
 }
 
 }  // namespace
 
 template <typename T>
-void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-          const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc,
-          T beta) {
-  if (m == 0 || n == 0) return;
+absl::Status Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                  const T* a, int64_t lda, const T* b, int64_t ldb, T* c,
+                  int64_t ldc, T beta) {
+  Cancellation* const cancel = CurrentCancellation();
+  if (cancel != nullptr && cancel->Requested()) {
+    return cancel->Check("matrix product");
+  }
+  if (m == 0 || n == 0) return absl::OkStatus();
   if (k == 0) {  // A sum of no products.
     for (int64_t i = 0; i < m; ++i) {
       T* row = c + i * ldc;
@@ -201,28 +242,33 @@ void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
         for (int64_t j = 0; j < n; ++j) row[j] *= beta;
       }
     }
-    return;
+    return absl::OkStatus();
   }
   const double work = static_cast<double>(m) * n * k;
   if (work >= kBlasMinWork && m > 1 && n > 1 &&
       FitsBlasInt({m, n, k, lda, ldb, ldc}) && BlasAvailable()) {
+    // One thread still cuts a product above one block, for cancellation.
     if (work >= kParallelMinWork && std::max(m, n) >= 64 &&
-        ParallelismDegree() > 1) {
-      ParallelBlasGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, beta);
+        (ParallelismDegree() > 1 || work > kMaxBlockWork)) {
+      ParallelBlasGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, beta,
+                       cancel);
+      // Blocks skipped after a request leave c partly written.
+      if (cancel != nullptr) return cancel->Check("matrix product");
     } else {
       BlasGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, beta);
     }
-    return;
+    return absl::OkStatus();
   }
   EigenGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, beta);
+  return absl::OkStatus();
 }
 
-template void Gemm<float>(bool, bool, int64_t, int64_t, int64_t, const float*,
-                          int64_t, const float*, int64_t, float*, int64_t,
-                          float);
-template void Gemm<double>(bool, bool, int64_t, int64_t, int64_t, const double*,
-                           int64_t, const double*, int64_t, double*, int64_t,
-                           double);
+template absl::Status Gemm<float>(bool, bool, int64_t, int64_t, int64_t,
+                                  const float*, int64_t, const float*, int64_t,
+                                  float*, int64_t, float);
+template absl::Status Gemm<double>(bool, bool, int64_t, int64_t, int64_t,
+                                   const double*, int64_t, const double*,
+                                   int64_t, double*, int64_t, double);
 
 const char* BlasCoreName() {
   if (!BlasAvailable()) return "none (OpenBLAS not found; Eigen)";

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
+
 namespace gradtape {
 
 // c = op(a) * op(b) + beta * c, T float or double, every matrix row-major:
@@ -20,17 +22,26 @@ namespace gradtape {
 // (see kBlasMinWork in gemm.cc), as does everything if OpenBLAS is missing.
 // Thread-safe: several threads may call it at once
 // (tests/core/ops/gemm_test.cc).
+//
+// Cancellation: with a cancellation current on the calling thread
+// (core/base/cancellation.h), Gemm returns its CANCELLED / DEADLINE_EXCEEDED
+// ("matrix product: ...") at once if it is already requested, and a split
+// product polls it before each block (large products are cut into blocks of
+// at most 2^30 multiply-adds, see gemm.cc), so it stops within one block. c
+// is then partly written: the caller fails and drops it. OK otherwise; the
+// check on a small product is one relaxed atomic load.
 template <typename T>
-void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-          const T* a, int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc,
-          T beta = T(0));
+[[nodiscard]] absl::Status Gemm(bool trans_a, bool trans_b, int64_t m,
+                                int64_t n, int64_t k, const T* a, int64_t lda,
+                                const T* b, int64_t ldb, T* c, int64_t ldc,
+                                T beta = T(0));
 
-extern template void Gemm<float>(bool, bool, int64_t, int64_t, int64_t,
-                                 const float*, int64_t, const float*, int64_t,
-                                 float*, int64_t, float);
-extern template void Gemm<double>(bool, bool, int64_t, int64_t, int64_t,
-                                  const double*, int64_t, const double*,
-                                  int64_t, double*, int64_t, double);
+extern template absl::Status Gemm<float>(bool, bool, int64_t, int64_t, int64_t,
+                                         const float*, int64_t, const float*,
+                                         int64_t, float*, int64_t, float);
+extern template absl::Status Gemm<double>(bool, bool, int64_t, int64_t, int64_t,
+                                          const double*, int64_t, const double*,
+                                          int64_t, double*, int64_t, double);
 
 // OpenBLAS's name for the kernels it chose ("SkylakeX", "Haswell", ...), for
 // benchmark reports; says so if the library could not be opened (every

@@ -137,11 +137,13 @@ absl::Status MatMulKernel(KernelContext& ctx) {
   ASSIGN_OR_RETURN(ProductDims d,
                    MatrixDims(ctx, ta, tb, "transpose_a", "transpose_b"));
   ASSIGN_OR_RETURN(Tensor c, Allocate(ctx, a.dtype(), {d.m, d.n}));
+  absl::Status status;
   DispatchFloat(a.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    Gemm<T>(ta, tb, d.m, d.n, d.k, a.data<T>(), a.dim(1), b.data<T>(), b.dim(1),
-            c.mutable_data<T>(), d.n);
+    status = Gemm<T>(ta, tb, d.m, d.n, d.k, a.data<T>(), a.dim(1), b.data<T>(),
+                     b.dim(1), c.mutable_data<T>(), d.n);
   });
+  RETURN_IF_ERROR(ctx.Annotate(status));
   ctx.set_output(0, std::move(c));
   return absl::OkStatus();
 }

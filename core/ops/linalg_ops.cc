@@ -60,6 +60,7 @@ absl::Status BatchMatMulKernel(KernelContext& ctx, bool broadcast) {
                                " is too large");
   }
   ASSIGN_OR_RETURN(Tensor z, Allocate(ctx, x.dtype(), out_shape));
+  absl::Status status;
   DispatchFloat(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const int64_t xr = x.dim(x.rank() - 2), xc = x.dim(x.rank() - 1);
@@ -72,10 +73,13 @@ absl::Status BatchMatMulKernel(KernelContext& ctx, bool broadcast) {
     const T* py = y.data<T>();
     T* pz = z.mutable_data<T>();
     ForEachStrided(batch, sx, sy, [&](int64_t o, int64_t i, int64_t j) {
-      Gemm<T>(adj_x, adj_y, d.m, d.n, d.k, px + i * x_size, xc, py + j * y_size,
-              yc, pz + o * z_size, d.n);
+      // After a cancellation, the remaining products return at once.
+      absl::Status s = Gemm<T>(adj_x, adj_y, d.m, d.n, d.k, px + i * x_size, xc,
+                               py + j * y_size, yc, pz + o * z_size, d.n);
+      if (status.ok()) status = std::move(s);
     });
   });
+  RETURN_IF_ERROR(ctx.Annotate(status));
   ctx.set_output(0, std::move(z));
   return absl::OkStatus();
 }

@@ -98,6 +98,12 @@ std::string KernelContext::InputName(int i) const {
   return absl::StrCat("input ", i, " (", op_.input_names[i], ")");
 }
 
+absl::Status KernelContext::Annotate(const absl::Status& status) const {
+  if (status.ok()) return status;
+  return absl::Status(status.code(),
+                      absl::StrCat(OpName(), ": ", status.message()));
+}
+
 absl::Status KernelContext::RequireFloat(int i) const {
   if (IsFloating(input(i).dtype())) return absl::OkStatus();
   return InvalidArgument(InputName(i), " must be float32 or float64, got ",

@@ -58,6 +58,9 @@ class KernelContext {
   absl::Status InvalidArgument(const Args&... pieces) const {
     return absl::InvalidArgumentError(absl::StrCat(OpName(), ": ", pieces...));
   }
+  // OK, or `status` with "<op>: " before its message (a kernel helper's
+  // failure, e.g. a cancelled Gemm, named after the op).
+  absl::Status Annotate(const absl::Status& status) const;
   // Checks input i has a floating dtype / the dtype of input j / rank r.
   absl::Status RequireFloat(int i) const;
   absl::Status RequireNumeric(int i) const;

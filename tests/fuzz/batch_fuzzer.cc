@@ -180,7 +180,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // A small reply budget, so the fuzzer reaches the refusals of results
   // that do not fit as well as the answers.
   constexpr int64_t kMaxReplyBytes = 1 << 20;
-  gradtape::server::ApplyBatch(*state.session, batch, kMaxReplyBytes, &reply);
+  gradtape::server::ApplyBatch(*state.session, batch, kMaxReplyBytes,
+                               /*cancel=*/nullptr, &reply)
+      .IgnoreError();
   // The reply must be something the server can send.
   std::string wire;
   gradtape::fuzz::Require(reply.SerializeToString(&wire),

@@ -194,3 +194,27 @@ def test_concurrent_sessions_get_distinct_ids(server_address):
     assert not errors
     assert len(ids) == 16 and len(set(ids)) == 16
     assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+
+
+class _FakeStoppedCall(grpc.RpcError):
+    """A failed call as grpc reports it, with trailing metadata."""
+
+    def __init__(self, trailers):
+        self._trailers = trailers
+
+    def trailing_metadata(self):
+        return self._trailers
+
+
+def test_last_applied_seq_is_read_from_the_trailer():
+    from gradtape.errors import last_applied_seq_of
+
+    assert last_applied_seq_of(_FakeStoppedCall((("gradtape-last-applied-seq", "17"),))) == 17
+    assert last_applied_seq_of(_FakeStoppedCall((("other", "1"),))) is None
+    assert last_applied_seq_of(_FakeStoppedCall(None)) is None
+    bad = _FakeStoppedCall((("gradtape-last-applied-seq", "x"),))
+    assert last_applied_seq_of(bad) is None
+    error = gradtape.GradtapeError(
+        grpc.StatusCode.DEADLINE_EXCEEDED, "stopped", last_applied_seq=17
+    )
+    assert error.last_applied_seq == 17

@@ -232,3 +232,31 @@ def test_reflection_lists_tape_service(channel):
     names = {s.name for s in response.list_services_response.service}
     assert "gradtape.v1.TapeService" in names
     assert "grpc.health.v1.Health" in names
+
+
+def test_run_past_its_deadline_names_the_last_applied_seq(session):
+    # Issue 13: a batch stops before its next command at the call's deadline;
+    # a big MatMul stops within a block. The status and the trailer
+    # gradtape-last-applied-seq say where the session stands.
+    session.run(
+        session.put(1, 1, np.full((1, 1), 0.5, np.float32)),
+        session.execute(2, "BroadcastTo", [1], [2], shape=[8192, 8192]),
+    )
+    batch = session.pb.pb2.CommandBatch(
+        commands=[
+            session.execute(3, "MatMul", [2, 2], [3]),
+            session.execute(4, "MatMul", [3, 2], [4]),
+        ]
+    )
+    with pytest.raises(grpc.RpcError) as info:
+        session.stub.Run(batch, metadata=session.metadata, timeout=2.0)
+    error = info.value
+    assert error.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert "last applied seq 3" in error.details()
+    trailers = dict(error.trailing_metadata())
+    assert trailers.get("gradtape-last-applied-seq") == "3"
+    # The session still works; seq 4 never ran.
+    reply = session.run(session.fetch(5, 4), session.put(6, 9, np.ones(2)), session.fetch(7, 9))
+    results = results_by_seq(reply)
+    assert results[5].error.code == grpc.StatusCode.NOT_FOUND.value[0]
+    assert list(from_value(results[7].tensor)) == [1.0, 1.0]

@@ -427,7 +427,7 @@ TEST(ApplyBatchTest, EveryCommandKindRefusesABadInputAlone) {
       )pb",
       &batch));
   v1::BatchReply reply;
-  ApplyBatch(session, batch, 1 << 20, &reply);
+  ASSERT_TRUE(ApplyBatch(session, batch, 1 << 20, nullptr, &reply).ok());
   EXPECT_EQ(reply.last_seq(), 23);
   for (int64_t seq = 3; seq <= 21; ++seq) {
     SCOPED_TRACE(seq);
@@ -466,10 +466,10 @@ TEST(ApplyBatchTest, ReplyLimitIsAParameter) {
   fetch->set_seq(2);
   fetch->mutable_fetch()->set_id(1);
   v1::BatchReply fits, refused;
-  ApplyBatch(session, batch, 8192, &fits);
+  ASSERT_TRUE(ApplyBatch(session, batch, 8192, nullptr, &fits).ok());
   ASSERT_THAT(fits.results(), SizeIs(1));
   EXPECT_TRUE(fits.results(0).has_tensor());
-  ApplyBatch(session, batch, 4096, &refused);
+  ASSERT_TRUE(ApplyBatch(session, batch, 4096, nullptr, &refused).ok());
   ASSERT_THAT(refused.results(), SizeIs(1));
   EXPECT_EQ(refused.results(0).error().code(), kResourceExhausted);
   EXPECT_THAT(refused.results(0).error().message(),
@@ -504,7 +504,7 @@ TEST(ApplyBatchTest, FullReplyStopsTheBatch) {
     cmd->mutable_put()->set_id(5000 + n);  // put only when all fits
     *cmd->mutable_put()->mutable_value() = Doubles({1}, {1});
     v1::BatchReply reply;
-    ApplyBatch(session, batch, 4096, &reply);
+    ASSERT_TRUE(ApplyBatch(session, batch, 4096, nullptr, &reply).ok());
     ASSERT_THAT(reply.results(), SizeIs(2)) << n;
     if (!reply.results(0).has_tensor()) break;  // past the interesting n
     if (reply.results(1).has_stats()) continue;

@@ -30,7 +30,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import grpc
 
-from gradtape.errors import GradtapeError, status_code
+from gradtape.errors import GradtapeError, last_applied_seq_of, status_code
 from gradtape.v1 import tape_service_pb2 as pb
 from gradtape.v1 import tape_service_pb2_grpc as pb_grpc
 
@@ -248,7 +248,11 @@ class StreamCore:
                     self._cv.notify_all()
             error = GradtapeError(grpc.StatusCode.UNAVAILABLE, "the server ended the command stream")
         except grpc.RpcError as e:
-            error = GradtapeError(e.code(), f"gradtape command stream: {e.details()}")
+            error = GradtapeError(
+                e.code(),
+                f"gradtape command stream: {e.details()}",
+                last_applied_seq=last_applied_seq_of(e),
+            )
         with self._lock:
             self._stream_done = True
             self._stream_error = error

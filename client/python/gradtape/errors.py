@@ -34,6 +34,10 @@ class GradtapeError(Exception):
         failures.
       message: the server's message (it names the op, the command's sequence
         number and the offending ids or shapes).
+      last_applied_seq: for a stream the server stopped because its deadline
+        passed or it was cancelled (DEADLINE_EXCEEDED / CANCELLED), the last
+        command seq it applied (its trailer ``gradtape-last-applied-seq``);
+        None otherwise, or when the client's own deadline fired first.
     """
 
     def __init__(
@@ -42,12 +46,31 @@ class GradtapeError(Exception):
         message: str,
         seq: Optional[int] = None,
         op: Optional[str] = None,
+        last_applied_seq: Optional[int] = None,
     ):
         self.code = code
         self.message = message
         self.seq = seq
+        self.last_applied_seq = last_applied_seq
         if op is None:
             match = _OP_RE.match(message)
             op = match.group(1) if match else None
         self.op: Optional[str] = op
         super().__init__(f"{code.name}: {message}")
+
+
+LAST_APPLIED_SEQ_TRAILER = "gradtape-last-applied-seq"
+
+
+def last_applied_seq_of(error: grpc.RpcError) -> Optional[int]:
+    """The trailer gradtape-last-applied-seq of a failed call, or None."""
+    trailers = getattr(error, "trailing_metadata", None)
+    if trailers is None:
+        return None
+    try:
+        for key, value in trailers() or ():
+            if key == LAST_APPLIED_SEQ_TRAILER:
+                return int(value)
+    except (TypeError, ValueError):
+        return None
+    return None

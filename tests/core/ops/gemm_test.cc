@@ -3,13 +3,19 @@
 // server runs sessions on several threads, each of which may call OpenBLAS).
 #include "core/ops/gemm.h"
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <random>
 #include <thread>
 #include <vector>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "core/autodiff/op_executor.h"
+#include "core/base/cancellation.h"
 #include "core/ops/ops.h"
 #include "core/registry/op_registry.h"
 #include "gtest/gtest.h"
@@ -63,7 +69,9 @@ void CheckGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T beta,
   }
   const std::vector<double> want =
       Naive(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, beta);
-  Gemm<T>(ta, tb, m, n, k, a.data(), lda, b.data(), ldb, c.data(), ldc, beta);
+  ASSERT_TRUE(Gemm<T>(ta, tb, m, n, k, a.data(), lda, b.data(), ldb, c.data(),
+                      ldc, beta)
+                  .ok());
   const double tol = (std::is_same_v<T, float> ? 1e-5 : 1e-13) * (k + 1);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
@@ -96,12 +104,18 @@ TEST(GemmTest, DoubleMatchesNaive) { CheckAllShapes<double>(); }
 
 TEST(GemmTest, EmptyInnerDimensionScalesC) {
   std::vector<float> c = {1, std::numeric_limits<float>::quiet_NaN(), 3, 4};
-  Gemm<float>(false, false, 2, 2, 0, nullptr, 1, nullptr, 2, c.data(), 2);
+  ASSERT_TRUE(
+      Gemm<float>(false, false, 2, 2, 0, nullptr, 1, nullptr, 2, c.data(), 2)
+          .ok());
   EXPECT_EQ(c, (std::vector<float>{0, 0, 0, 0}));
   c = {1, 2, 3, 4};
-  Gemm<float>(false, false, 2, 2, 0, nullptr, 1, nullptr, 2, c.data(), 2, 2);
+  ASSERT_TRUE(
+      Gemm<float>(false, false, 2, 2, 0, nullptr, 1, nullptr, 2, c.data(), 2, 2)
+          .ok());
   EXPECT_EQ(c, (std::vector<float>{2, 4, 6, 8}));
-  Gemm<float>(false, false, 0, 2, 3, nullptr, 3, nullptr, 2, nullptr, 2);
+  ASSERT_TRUE(
+      Gemm<float>(false, false, 0, 2, 3, nullptr, 3, nullptr, 2, nullptr, 2)
+          .ok());
 }
 
 // Four threads run MatMul on 256 x 256 float32 (OpenBLAS, multithreaded
@@ -145,6 +159,90 @@ TEST(GemmTest, ConcurrentMatMulMatchesReference) {
     EXPECT_TRUE(ok[t]) << "thread " << t;
     EXPECT_LT(max_error[t], 1e-3) << "thread " << t;
   }
+}
+
+// Above 2 * 2^30 multiply-adds Gemm cuts c into a grid of tiles (here 3 x 2,
+// the last ones partial): sampled entries against the naive sum.
+TEST(GemmTest, TiledProductMatchesNaiveOnSampledEntries) {
+  constexpr int64_t m = 1100, n = 700, k = 4096;
+  const std::vector<float> a = Random<float>(m * k, 4);
+  const std::vector<float> b = Random<float>(k * n, 5);
+  std::vector<float> c(m * n, std::numeric_limits<float>::quiet_NaN());
+  ASSERT_TRUE(
+      Gemm<float>(false, false, m, n, k, a.data(), k, b.data(), n, c.data(), n)
+          .ok());
+  std::mt19937 gen(6);
+  for (int s = 0; s < 300; ++s) {
+    const int64_t i = gen() % m, j = gen() % n;
+    double want = 0;
+    for (int64_t p = 0; p < k; ++p) want += double{a[i * k + p]} * b[p * n + j];
+    ASSERT_NEAR(c[i * n + j], want, 1e-2) << i << "," << j;
+  }
+}
+
+// A cancellation requested before the product: CANCELLED, c untouched.
+TEST(GemmCancellationTest, PresetCancellationReturnsBeforeComputing) {
+  constexpr int64_t n = 256;
+  const std::vector<float> a = Random<float>(n * n, 7);
+  std::vector<float> c(n * n, -7.0f);
+  Cancellation cancel;
+  cancel.Cancel(absl::StatusCode::kCancelled);
+  ScopedCancellation scope(&cancel);
+  absl::Status status =
+      Gemm<float>(false, false, n, n, n, a.data(), n, a.data(), n, c.data(), n);
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
+  for (float x : c) ASSERT_EQ(x, -7.0f);
+}
+
+// A passed deadline counts as a request: DEADLINE_EXCEEDED, named after the
+// op when it comes from a kernel.
+TEST(GemmCancellationTest, PassedDeadlineFailsMatMulNamingTheOp) {
+  constexpr int64_t n = 2048;  // split into blocks, each polls the deadline
+  const Tensor a = Tensor::FromVector<float>({n, n}, Random<float>(n * n, 8));
+  Cancellation cancel(absl::Now() - absl::Seconds(1));
+  ScopedCancellation scope(&cancel);
+  OpExecutor ctx(DefaultRegistry());
+  Tensors out;
+  const Tensor in[] = {a, a};
+  absl::Status status = ctx.Execute("MatMul", in, AttrMap(), &out);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_NE(status.message().find("MatMul"), absl::string_view::npos) << status;
+}
+
+// An 8192^3 float MatMul (5.5e11 multiply-adds: seconds on any core) is
+// cancelled from another thread 300 ms after it started: it returns
+// CANCELLED within one block (a block is at most 2^30 multiply-adds, tens of
+// ms), far below the full product; the bound is generous for loaded and
+// sanitizer runs.
+TEST(GemmCancellationTest, CancelledBigMatMulStopsWithinABlock) {
+  constexpr int64_t n = 8192;
+  const Tensor a =
+      Tensor::FromVector<float>({n, n}, std::vector<float>(n * n, 0.5f));
+  Cancellation cancel;
+  std::atomic<bool> done{false};
+  absl::Time cancelled_at;
+  std::thread canceller([&] {
+    for (int i = 0; i < 30 && !done.load(); ++i)
+      absl::SleepFor(absl::Milliseconds(10));
+    cancelled_at = absl::Now();
+    cancel.Cancel(absl::StatusCode::kCancelled);
+  });
+  absl::Status status;
+  {
+    ScopedCancellation scope(&cancel);
+    OpExecutor ctx(DefaultRegistry());
+    Tensors out;
+    const Tensor in[] = {a, a};
+    status = ctx.Execute("MatMul", in, AttrMap(), &out);
+  }
+  const absl::Time returned_at = absl::Now();
+  done = true;
+  canceller.join();
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
+  EXPECT_NE(status.message().find("MatMul"), absl::string_view::npos) << status;
+  EXPECT_LT(returned_at - cancelled_at, absl::Seconds(1.5));
+  std::printf("8192^3 MatMul returned %.1f ms after the cancellation\n",
+              absl::ToDoubleMilliseconds(returned_at - cancelled_at));
 }
 
 }  // namespace

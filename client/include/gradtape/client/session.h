@@ -138,6 +138,13 @@ struct KeepaliveOptions {
   absl::Duration timeout = absl::Seconds(20);  // wait for the ping's ack
   bool permit_without_calls = false;           // also ping with no call open
 };
+// The last applied seq of a stream the server stopped because its deadline
+// passed or it was cancelled (DEADLINE_EXCEEDED / CANCELLED): the server's
+// trailer gradtape-last-applied-seq, carried by the session's error as a
+// payload. nullopt for other errors, or when the client's own deadline fired
+// first (no trailer arrived).
+std::optional<int64_t> LastAppliedSeq(const absl::Status& status);
+inline constexpr char kLastAppliedSeqPayload[] = "gradtape-last-applied-seq";
 
 struct SessionOptions {
   // Commands per batch: the buffer is sent when it reaches this size (and at
