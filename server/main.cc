@@ -77,6 +77,9 @@ ABSL_FLAG(int, shutdown_grace_seconds, 25,
           "on SIGTERM or SIGINT: how long in-flight calls may run before "
           "they are cancelled (keep it under the pod's "
           "terminationGracePeriodSeconds)");
+ABSL_FLAG(std::string, health_address, "",
+          "host:port of a plaintext listener serving only grpc.health.v1 "
+          "(for probes that cannot speak TLS); empty: none");
 ABSL_FLAG(bool, checkpoint_on_drain, false,
           "on SIGTERM or SIGINT: save every open session's variables to "
           "--checkpoint_dir as drain-<session_id> before exiting");
@@ -157,6 +160,7 @@ int main(int argc, char** argv) {
   }
   options.shutdown_grace = absl::Seconds(shutdown_grace_seconds);
   options.checkpoint_on_drain = absl::GetFlag(FLAGS_checkpoint_on_drain);
+  options.health_address = absl::GetFlag(FLAGS_health_address);
   const int64_t max_tensor_mb = absl::GetFlag(FLAGS_max_tensor_mb);
   if (max_tensor_mb <= 0 || max_tensor_mb > (int64_t{1} << 30)) {
     std::fprintf(stderr,

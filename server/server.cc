@@ -103,10 +103,19 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   server->grpc_server_ = builder.BuildAndStart();
   if (server->grpc_server_ == nullptr || server->port_ == 0) {
-    server->grpc_server_.reset();
-    server->sessions_->Shutdown();
-    return absl::UnavailableError(
+    return server->FailStart(
         absl::StrCat("cannot listen on ", options.address));
+  }
+  if (!options.health_address.empty()) {
+    grpc::ServerBuilder health_builder;  // the default health service only
+    health_builder.AddListeningPort(options.health_address,
+                                    grpc::InsecureServerCredentials(),
+                                    &server->health_port_);
+    server->health_server_ = health_builder.BuildAndStart();
+    if (server->health_server_ == nullptr || server->health_port_ == 0) {
+      return server->FailStart(absl::StrCat("cannot listen on health_address ",
+                                            options.health_address));
+    }
   }
   server->address_ =
       absl::StrCat(options.address.substr(0, colon), ":", server->port_);
@@ -114,11 +123,34 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   server->checkpoint_on_drain_ = options.checkpoint_on_drain;
   server->checkpoint_dir_ = options.checkpoint_dir;
   // The service's own health name serves beside "" (which gRPC sets).
-  if (grpc::HealthCheckServiceInterface* health =
-          server->grpc_server_->GetHealthCheckService()) {
-    health->SetServingStatus(v1::TapeService::service_full_name(), true);
-  }
+  server->SetHealth(true);
   return server;
+}
+
+absl::Status Server::FailStart(std::string message) {
+  if (grpc_server_ != nullptr) {
+    grpc_server_->Shutdown();
+    grpc_server_->Wait();
+  }
+  if (health_server_ != nullptr) {
+    health_server_->Shutdown();
+    health_server_->Wait();
+  }
+  sessions_->Shutdown();
+  absl::MutexLock lock(&mu_);
+  shut_down_ = true;  // the destructor has nothing left to drain
+  return absl::UnavailableError(std::move(message));
+}
+
+void Server::SetHealth(bool serving) {
+  for (grpc::Server* s : {grpc_server_.get(), health_server_.get()}) {
+    if (s == nullptr) continue;
+    if (grpc::HealthCheckServiceInterface* health =
+            s->GetHealthCheckService()) {
+      health->SetServingStatus("", serving);
+      health->SetServingStatus(v1::TapeService::service_full_name(), serving);
+    }
+  }
 }
 
 Server::~Server() { Shutdown(); }
@@ -131,11 +163,7 @@ void Server::Drain(absl::Duration grace) {
   absl::MutexLock lock(&mu_);
   if (shut_down_) return;
   const absl::Time deadline = absl::Now() + grace;
-  if (grpc::HealthCheckServiceInterface* health =
-          grpc_server_->GetHealthCheckService()) {
-    health->SetServingStatus("", false);
-    health->SetServingStatus(v1::TapeService::service_full_name(), false);
-  }
+  SetHealth(false);
   DrainRegistry& drain = service_->drain();
   drain.BeginDrain();
   drain.AwaitIdle(deadline);
@@ -143,6 +171,10 @@ void Server::Drain(absl::Duration grace) {
   // deadline), so no reactor touches the sessions after this.
   grpc_server_->Shutdown(absl::ToChronoTime(deadline));
   grpc_server_->Wait();
+  if (health_server_ != nullptr) {
+    health_server_->Shutdown();  // answers NOT_SERVING until here
+    health_server_->Wait();
+  }
   if (checkpoint_on_drain_) CheckpointSessions(*sessions_, checkpoint_dir_);
   pool_.reset();  // every call has finished: its queue is empty
   sessions_->Shutdown();

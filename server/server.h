@@ -48,6 +48,12 @@ struct ServerOptions {
   // RESOURCE_EXHAUSTED (server/batch.h). At least kMinMessageBytes.
   int max_message_bytes = kDefaultMaxMessageBytes;
 
+  // A second, plaintext listener that serves only grpc.health.v1 (the same
+  // statuses as the main port, NOT_SERVING during a drain), for probes that
+  // cannot speak TLS (Kubernetes' gRPC probes); empty: none. "host:0" picks
+  // a free port (health_port()).
+  std::string health_address;
+
   // Transport security and HTTP/2 keepalive (server/tls.h). No certificate:
   // plaintext. tls_cert_file + tls_key_file: TLS; + tls_client_ca_file:
   // mTLS (client certificates required and verified). The files are re-read
@@ -104,13 +110,14 @@ class Server {
   // Shuts down.
   ~Server();
 
-  int port() const;  // the bound port
+  int port() const;                                 // the bound port
+  int health_port() const { return health_port_; }  // 0: no health_address
   // The host of options.address with the bound port, e.g. "127.0.0.1:40123".
   const std::string& address() const { return address_; }
 
   // A graceful drain, then the end of the server (SIGTERM). In order:
-  //  1. health (grpc.health.v1, services "" and "gradtape.v1.TapeService")
-  //     turns NOT_SERVING;
+  //  1. health (grpc.health.v1, services "" and "gradtape.v1.TapeService",
+  //     on the main port and the health_address port) turns NOT_SERVING;
   //  2. CreateSession fails with UNAVAILABLE; calls of existing sessions
   //     still work; open Streams end cleanly: the batch in progress is
   //     applied, the queued replies written, then the call finishes with
@@ -138,6 +145,11 @@ class Server {
 
  private:
   Server() = default;
+  // A failed Start after the gRPC server was built: stops what started and
+  // marks the server shut down; returns UNAVAILABLE `message`.
+  absl::Status FailStart(std::string message);
+  // Health of "" and the service, on the main and the health port.
+  void SetHealth(bool serving);
 
   int port_ = 0;
   std::string address_;
@@ -151,6 +163,8 @@ class Server {
   std::unique_ptr<WorkerPool> pool_;  // after grpc_server_ shut down
   std::unique_ptr<TapeServiceImpl> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
+  int health_port_ = 0;
+  std::unique_ptr<grpc::Server> health_server_;  // options.health_address
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -149,6 +149,74 @@ TEST_F(DrainTest, BothHealthNamesServeBeforeTheDrain) {
   EXPECT_EQ(HealthStatus(channel_, kServiceName), kHealthServing);
 }
 
+// health_address: a plaintext listener with grpc.health.v1 only, for probes
+// that cannot speak TLS: the same statuses as the main port (NOT_SERVING
+// once the drain starts), and no TapeService.
+TEST_F(DrainTest, HealthAddressServesOnlyHealthAndFollowsTheDrain) {
+  ServerOptions options;
+  options.shutdown_grace = absl::Seconds(20);
+  options.health_address = "127.0.0.1:0";
+  StartServer(options);
+  ASSERT_GT(server_->health_port(), 0);
+  ASSERT_NE(server_->health_port(), server_->port());
+  auto health =
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->health_port()),
+                          grpc::InsecureChannelCredentials());
+  EXPECT_EQ(HealthStatus(health, ""), kHealthServing);
+  EXPECT_EQ(HealthStatus(health, kServiceName), kHealthServing);
+  {
+    auto stub = v1::TapeService::NewStub(health);
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    v1::CreateSessionResponse response;
+    EXPECT_EQ(
+        stub->CreateSession(&context, v1::CreateSessionRequest(), &response)
+            .error_code(),
+        grpc::StatusCode::UNIMPLEMENTED);
+  }
+  // A long batch holds the drain open while health is checked.
+  SessionCreds busy = NewSession();
+  Batch long_batch;
+  int64_t seq = 0;
+  LongMatMuls(long_batch, 512, MatMulsLasting(absl::Seconds(2)), &seq);
+  auto long_run = std::async(std::launch::async, [&] {
+    v1::BatchReply reply;
+    return RunStatus(&busy, long_batch, &reply);
+  });
+  absl::SleepFor(absl::Milliseconds(200));
+  auto drained = DrainAsync(absl::Seconds(20));
+  const absl::Time deadline = absl::Now() + absl::Seconds(2);
+  int status = kHealthServing;
+  while (absl::Now() < deadline && status != kHealthNotServing) {
+    status = HealthStatus(health, "");
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(status, kHealthNotServing);
+  EXPECT_EQ(HealthStatus(health, kServiceName), kHealthNotServing);
+  EXPECT_TRUE(long_run.get().ok());
+  EXPECT_LT(drained.get(), absl::Seconds(15));
+}
+
+// An address that cannot be bound (192.0.2.1 is TEST-NET, never local) fails
+// Start with UNAVAILABLE naming it, for the main and the health listener,
+// and the half-built server shuts down cleanly (its destructor once
+// drained a null gRPC server).
+TEST(ServerStartTest, UnbindableAddressesFailCleanly) {
+  ServerOptions options;
+  options.address = "192.0.2.1:0";
+  absl::StatusOr<std::unique_ptr<Server>> main_port = Server::Start(options);
+  ASSERT_FALSE(main_port.ok());
+  EXPECT_EQ(main_port.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(main_port.status().message()),
+              HasSubstr("192.0.2.1:0"));
+  options.address = "127.0.0.1:0";
+  options.health_address = "192.0.2.1:0";
+  absl::StatusOr<std::unique_ptr<Server>> health = Server::Start(options);
+  ASSERT_FALSE(health.ok());
+  EXPECT_THAT(std::string(health.status().message()),
+              HasSubstr("health_address 192.0.2.1:0"));
+}
+
 // While a long batch holds the drain open: health is NOT_SERVING for both
 // names, CreateSession is refused with UNAVAILABLE, another existing
 // session's Run still works, and the long batch completes with its result.
