@@ -1,0 +1,49 @@
+"""README's "Operating gradtape-server" documents every flag of the server.
+
+The flags are read from the binary itself (`--helpfull`, the section of
+server/main.cc), so a new flag without a README row fails here.
+"""
+
+import re
+import subprocess
+
+from conftest import REPO_ROOT, _server_binary
+
+
+def _server_flags():
+    out = subprocess.run(
+        [str(_server_binary()), "--helpfull"],
+        capture_output=True, text=True, timeout=30, check=False,
+    ).stdout
+    flags, in_main = set(), False
+    for line in out.splitlines():
+        if line.startswith("  Flags from "):
+            in_main = line.rstrip(":").endswith("server/main.cc")
+            continue
+        match = re.match(r"^    --([a-z0-9_]+) ", line)
+        if in_main and match:
+            flags.add(match.group(1))
+    assert len(flags) >= 20, "too few server/main.cc flags in --helpfull:\n" + out[:2000]
+    return flags
+
+
+def _operating_section():
+    readme = (REPO_ROOT / "README.md").read_text()
+    start = readme.index("## Operating gradtape-server")
+    end = readme.index("\n## ", start + 1)
+    return readme[start:end]
+
+
+def _missing(text, flags):
+    """Flags without a table row (`| `--flag` | ...`) in `text`."""
+    return sorted(f for f in flags if f"| `--{f}`" not in text)
+
+
+def test_every_server_flag_has_a_row_in_the_operating_section():
+    missing = _missing(_operating_section(), _server_flags())
+    assert not missing, f"README 'Operating gradtape-server' lacks rows for: {missing}"
+
+
+def test_the_check_sees_a_missing_flag():
+    text = _operating_section().replace("| `--worker_threads`", "| worker_threads")
+    assert _missing(text, _server_flags()) == ["worker_threads"]
