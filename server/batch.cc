@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "absl/types/span.h"
 #include "core/base/status_macros.h"
 #include "core/session/command.h"
@@ -553,7 +554,9 @@ v1::CommandResult StopResult(int64_t seq, const v1::Error& original,
 }  // namespace
 
 void ApplyBatch(Session& session, const v1::CommandBatch& batch,
-                int64_t max_reply_bytes, v1::BatchReply* reply) {
+                int64_t max_reply_bytes, v1::BatchReply* reply,
+                Metrics* metrics, RpcMethod method) {
+  const int64_t start_ns = metrics != nullptr ? absl::GetCurrentTimeNanos() : 0;
   reply->set_batch_id(batch.batch_id());
   ReplyBudget budget(max_reply_bytes);
   const auto& commands = batch.commands();
@@ -570,6 +573,7 @@ void ApplyBatch(Session& session, const v1::CommandBatch& batch,
     } else {
       status = Apply(session, cmd, budget, &result);
     }
+    if (metrics != nullptr) metrics->CountCommand(cmd, status.code());
     if (!status.ok()) {
       result.Clear();
       ToProto(status, result.mutable_error());
@@ -612,6 +616,11 @@ void ApplyBatch(Session& session, const v1::CommandBatch& batch,
     *reply->add_results() = std::move(result);
   }
   reply->set_last_seq(session.last_seq());
+  if (metrics != nullptr) {
+    metrics->ObserveBatch(
+        method,
+        static_cast<double>(absl::GetCurrentTimeNanos() - start_ns) * 1e-9);
+  }
 }
 
 }  // namespace gradtape::server

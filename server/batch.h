@@ -7,6 +7,7 @@
 
 #include "core/session/session.h"
 #include "gradtape/v1/tape_service.pb.h"
+#include "server/metrics.h"
 
 namespace gradtape::server {
 
@@ -30,9 +31,13 @@ namespace gradtape::server {
 // gets one short RESOURCE_EXHAUSTED error naming the commands that were not
 // applied, and last_seq says where the session stands.
 //
+// With `metrics`, every command is counted (kind, op, code) and the batch's
+// duration observed under `method`.
+//
 // Not thread-safe for one session: the caller holds that session's lock.
 void ApplyBatch(Session& session, const v1::CommandBatch& batch,
-                int64_t max_reply_bytes, v1::BatchReply* reply);
+                int64_t max_reply_bytes, v1::BatchReply* reply,
+                Metrics* metrics = nullptr, RpcMethod method = RpcMethod::kRun);
 
 }  // namespace gradtape::server
 

@@ -1,7 +1,8 @@
 // gradtape-server: serves TapeService until SIGINT or SIGTERM.
 //
 // Prints "gradtape-server listening on HOST:PORT" on stdout once it accepts
-// calls (scripts wait for that line).
+// calls (scripts wait for that line); with --metrics_address, the line
+// "gradtape-server metrics on port PORT" comes just before it.
 #include <pthread.h>
 #include <signal.h>
 
@@ -34,6 +35,13 @@ ABSL_FLAG(int64_t, max_tensor_mb, 16384,
 ABSL_FLAG(int64_t, keep_alive_seconds, 300,
           "lease of a session whose client asks for 0: idle sessions are "
           "closed after this long");
+// Metrics and access log (server/metrics.h, server/access_log.h).
+ABSL_FLAG(std::string, metrics_address, "",
+          "host:port of the Prometheus endpoint (HTTP GET /metrics); empty = "
+          "no metrics");
+ABSL_FLAG(std::string, access_log, "",
+          "file that gets one JSON line per RPC (appended; - = stdout); "
+          "empty = no access log");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -62,6 +70,8 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_session_memory_limit_mb) * (int64_t{1} << 20);
   options.keep_alive_seconds = absl::GetFlag(FLAGS_keep_alive_seconds);
   options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  options.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  options.access_log = absl::GetFlag(FLAGS_access_log);
   const int max_message_mb = absl::GetFlag(FLAGS_max_message_mb);
   if (max_message_mb <= 0 || max_message_mb > 2047) {
     std::fprintf(stderr,
@@ -88,6 +98,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gradtape-server: %s\n",
                  server.status().ToString().c_str());
     return 1;
+  }
+  if ((*server)->metrics_port() != 0) {
+    std::printf("gradtape-server metrics on port %d\n",
+                (*server)->metrics_port());
   }
   std::printf("gradtape-server listening on %s\n",
               (*server)->address().c_str());

@@ -25,6 +25,9 @@ class Server;
 
 namespace gradtape::server {
 
+class AccessLog;
+class Metrics;
+class RpcObserver;
 class SessionManager;
 class TapeServiceImpl;
 
@@ -41,6 +44,13 @@ struct ServerOptions {
   // command whose returned values would not fit fails alone with
   // RESOURCE_EXHAUSTED (server/batch.h). At least kMinMessageBytes.
   int max_message_bytes = kDefaultMaxMessageBytes;
+
+  // Metrics and access log (server/metrics.h, server/access_log.h).
+  // host:port of the Prometheus endpoint (HTTP /metrics; port 0 picks a free
+  // one, see metrics_port()); empty: no metrics.
+  std::string metrics_address;
+  // One JSON line per RPC to this file (appended; "-" = stdout); empty: off.
+  std::string access_log;
 
   static constexpr int kDefaultMaxMessageBytes = 256 << 20;
   static constexpr int kMinMessageBytes = 16 << 10;
@@ -73,12 +83,19 @@ class Server {
 
   // Open sessions (monitoring, tests).
   int num_sessions() const;
+  // The bound port of the metrics endpoint; 0 when metrics are off.
+  int metrics_port() const;
 
  private:
   Server() = default;
 
   int port_ = 0;
   std::string address_;
+  // Metrics and access log: they outlive the sessions and the gRPC server,
+  // which report to them.
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<AccessLog> access_log_;
+  std::unique_ptr<RpcObserver> observer_;
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<TapeServiceImpl> service_;
   std::unique_ptr<grpc::Server> grpc_server_;

@@ -77,6 +77,20 @@ void SessionEntry::Close() {
   // Freed outside the lock.
 }
 
+MemoryTotals SessionEntry::MemoryForMetrics() {
+  if (mu_.TryLock()) {
+    if (session_ != nullptr) {
+      const SessionStats stats = session_->Stats();
+      last_live_bytes_.store(stats.bytes_in_use, std::memory_order_relaxed);
+      last_tape_saved_bytes_.store(stats.tape_saved_bytes,
+                                   std::memory_order_relaxed);
+    }
+    mu_.Unlock();
+  }
+  return {last_live_bytes_.load(std::memory_order_relaxed),
+          last_tape_saved_bytes_.load(std::memory_order_relaxed)};
+}
+
 SessionEntry::ActiveCall::ActiveCall(SessionEntry* entry) : entry_(entry) {
   entry_->active_calls_.fetch_add(1, std::memory_order_acq_rel);
   entry_->Touch();
@@ -142,6 +156,7 @@ absl::StatusOr<SessionManager::Created> SessionManager::Create(
   auto entry = std::make_shared<SessionEntry>(registry_, session_options,
                                               session_id, token, lease);
   sessions_.emplace(session_id, entry);
+  if (options_.metrics != nullptr) options_.metrics->SessionCreated("");
   return Created{std::move(entry), std::move(token)};
 }
 
@@ -183,7 +198,24 @@ absl::Status SessionManager::Close(const std::string& id) {
     sessions_.erase(it);
   }
   entry->Close();
+  if (options_.metrics != nullptr) options_.metrics->SessionClosed("");
   return absl::OkStatus();
+}
+
+MemoryTotals SessionManager::MemoryForMetrics() const {
+  std::vector<std::shared_ptr<SessionEntry>> entries;
+  {
+    absl::MutexLock lock(&mu_);
+    entries.reserve(sessions_.size());
+    for (const auto& [id, entry] : sessions_) entries.push_back(entry);
+  }
+  MemoryTotals totals;
+  for (const auto& entry : entries) {
+    const MemoryTotals one = entry->MemoryForMetrics();
+    totals.live_tensor_bytes += one.live_tensor_bytes;
+    totals.tape_saved_bytes += one.tape_saved_bytes;
+  }
+  return totals;
 }
 
 int SessionManager::num_sessions() const {
@@ -230,7 +262,10 @@ int SessionManager::ReapIdle() {
       }
     }
   }
-  for (auto& entry : idle) entry->Close();
+  for (auto& entry : idle) {
+    entry->Close();
+    if (options_.metrics != nullptr) options_.metrics->SessionReaped("");
+  }
   return static_cast<int>(idle.size());
 }
 

@@ -34,6 +34,7 @@
 #include "absl/time/time.h"
 #include "core/registry/op_registry.h"
 #include "core/session/session.h"
+#include "server/metrics.h"
 
 namespace gradtape::server {
 
@@ -63,6 +64,10 @@ class SessionEntry {
   // Constant-time comparison with the token.
   bool TokenMatches(absl::string_view token) const;
 
+  // Metrics: the session's memory now if its lock is free, else the figures
+  // of the last time it was (a scrape never waits for a running batch).
+  MemoryTotals MemoryForMetrics();
+
   // Marks a call in progress for its lifetime: the reaper skips the session.
   class ActiveCall {
    public:
@@ -90,6 +95,9 @@ class SessionEntry {
   std::atomic<int> active_calls_{0};
   absl::Mutex mu_;
   std::unique_ptr<Session> session_ ABSL_GUARDED_BY(mu_);
+  // Metrics: the last MemoryForMetrics figures.
+  std::atomic<int64_t> last_live_bytes_{0};
+  std::atomic<int64_t> last_tape_saved_bytes_{0};
 };
 
 struct SessionManagerOptions {
@@ -98,6 +106,9 @@ struct SessionManagerOptions {
   std::string checkpoint_dir;              // empty: checkpoints disabled
   absl::Duration default_lease = absl::Seconds(300);
   absl::Duration reap_interval = absl::Seconds(1);
+  // Metrics (server/metrics.h): sessions created, closed and reaped are
+  // counted here when set. Must outlive the manager.
+  Metrics* metrics = nullptr;
 };
 
 // Thread-safe. Starts the reaper thread in the constructor and stops it in
@@ -127,6 +138,8 @@ class SessionManager {
   absl::Status Close(const std::string& id);
 
   int num_sessions() const;
+  // Metrics: memory summed over the open sessions (MemoryForMetrics).
+  MemoryTotals MemoryForMetrics() const;
 
   // Stops the reaper and closes every session. Idempotent.
   void Shutdown();

@@ -44,11 +44,20 @@ absl::string_view Metadata(const grpc::CallbackServerContext& context,
 }
 
 // Applies `batch` to the session; NOT_FOUND if the session closed meanwhile.
+// With an observer, the batch is counted for the call of `context` (metrics,
+// access log).
 absl::Status RunBatch(SessionEntry& entry, const v1::CommandBatch& batch,
-                      int64_t max_reply_bytes, v1::BatchReply* reply) {
+                      int64_t max_reply_bytes, v1::BatchReply* reply,
+                      RpcObserver* observer,
+                      const grpc::CallbackServerContext* context,
+                      RpcMethod method) {
   SessionEntry::ActiveCall active(&entry);
+  Metrics* metrics = observer != nullptr ? observer->metrics() : nullptr;
+  if (observer != nullptr) {
+    observer->AddCommands(context, batch.commands_size());
+  }
   return entry.WithSession([&](Session& session) {
-    ApplyBatch(session, batch, max_reply_bytes, reply);
+    ApplyBatch(session, batch, max_reply_bytes, reply, metrics, method);
   });
 }
 
@@ -106,8 +115,11 @@ class StreamReactor final
  public:
   // Finishes at once with the error if `entry` is one.
   StreamReactor(absl::StatusOr<std::shared_ptr<SessionEntry>> entry,
-                int64_t max_reply_bytes)
-      : max_reply_bytes_(max_reply_bytes) {
+                int64_t max_reply_bytes, RpcObserver* observer,
+                const grpc::CallbackServerContext* context)
+      : max_reply_bytes_(max_reply_bytes),
+        observer_(observer),
+        context_(context) {
     if (!entry.ok()) {
       Finish(ToGrpcStatus(entry.status()));
       return;
@@ -131,7 +143,8 @@ class StreamReactor final
       return;
     }
     v1::BatchReply reply;
-    absl::Status status = RunBatch(*entry_, *batch, max_reply_bytes_, &reply);
+    absl::Status status = RunBatch(*entry_, *batch, max_reply_bytes_, &reply,
+                                   observer_, context_, RpcMethod::kStream);
     const bool reply_optional = batch->reply_optional();
     arena_.Reset();
     if (!status.ok()) {
@@ -230,6 +243,8 @@ class StreamReactor final
   }
 
   const int64_t max_reply_bytes_;
+  RpcObserver* const observer_;  // may be null
+  const grpc::CallbackServerContext* const context_;
   std::shared_ptr<SessionEntry> entry_;
   // Only touched by the single outstanding read and its OnReadDone: the
   // message being read, and the batch parsed from it in arena_ (reset after
@@ -313,7 +328,8 @@ grpc::ServerUnaryReactor* TapeServiceImpl::KeepAlive(
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 TapeServiceImpl::Stream(grpc::CallbackServerContext* context) {
-  return new StreamReactor(Authenticate(*context), max_reply_bytes_);
+  return new StreamReactor(Authenticate(*context), max_reply_bytes_, observer_,
+                           context);
 }
 
 grpc::ServerUnaryReactor* TapeServiceImpl::Run(
@@ -332,7 +348,8 @@ grpc::ServerUnaryReactor* TapeServiceImpl::Run(
     }
     // The results move into the reply: keep it off the arena.
     v1::BatchReply reply;
-    RETURN_IF_ERROR(RunBatch(*entry, *batch, max_reply_bytes_, &reply));
+    RETURN_IF_ERROR(RunBatch(*entry, *batch, max_reply_bytes_, &reply,
+                             observer_, context, RpcMethod::kRun));
     return SerializeReply(reply, response);
   }();
   reactor->Finish(ToGrpcStatus(status));

@@ -26,6 +26,7 @@
 #include "core/registry/op_registry.h"
 #include "gradtape/v1/tape_service.grpc.pb.h"
 #include "grpcpp/support/byte_buffer.h"
+#include "server/rpc_observer.h"
 #include "server/session_manager.h"
 
 namespace gradtape::server {
@@ -47,11 +48,13 @@ class TapeServiceImpl final : public TapeServiceBase {
   // `registry` and `sessions` must outlive the service (and every call).
   // A batch's reply holds at most `max_reply_bytes` of results (ApplyBatch);
   // the server passes its max message size less a margin.
+  // `observer` (metrics, access log; may be null) must outlive the service.
   TapeServiceImpl(const OpRegistry& registry, SessionManager& sessions,
-                  int64_t max_reply_bytes)
+                  int64_t max_reply_bytes, RpcObserver* observer = nullptr)
       : registry_(registry),
         sessions_(sessions),
-        max_reply_bytes_(max_reply_bytes) {}
+        max_reply_bytes_(max_reply_bytes),
+        observer_(observer) {}
 
   grpc::ServerUnaryReactor* CreateSession(
       grpc::CallbackServerContext* context,
@@ -82,6 +85,7 @@ class TapeServiceImpl final : public TapeServiceBase {
   const OpRegistry& registry_;
   SessionManager& sessions_;
   const int64_t max_reply_bytes_;
+  RpcObserver* const observer_;  // metrics and access log; may be null
 };
 
 }  // namespace gradtape::server

@@ -1,0 +1,189 @@
+#include "server/rpc_observer.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gradtape/v1/tape_service.pb.h"
+#include "grpcpp/server_context.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "server/tape_service.h"
+
+namespace gradtape::server {
+namespace {
+
+using grpc::experimental::InterceptionHookPoints;
+
+// A session id is 32 hex digits; a longer header value is cut in the log.
+constexpr size_t kMaxLoggedSessionId = 64;
+
+// Encoded bytes of a received message of `method` (raw for Stream and Run,
+// the generated request type otherwise; 0 for other services, whose types
+// this server does not know).
+int64_t ReceivedBytes(RpcMethod method, const void* message) {
+  switch (method) {
+    case RpcMethod::kStream:
+    case RpcMethod::kRun:
+      return static_cast<int64_t>(
+          static_cast<const grpc::ByteBuffer*>(message)->Length());
+    case RpcMethod::kCreateSession:
+      return static_cast<const v1::CreateSessionRequest*>(message)
+          ->ByteSizeLong();
+    case RpcMethod::kCloseSession:
+      return static_cast<const v1::CloseSessionRequest*>(message)
+          ->ByteSizeLong();
+    case RpcMethod::kKeepAlive:
+      return static_cast<const v1::KeepAliveRequest*>(message)->ByteSizeLong();
+    case RpcMethod::kListOps:
+      return static_cast<const v1::ListOpsRequest*>(message)->ByteSizeLong();
+    case RpcMethod::kOther:
+      break;
+  }
+  return 0;
+}
+
+}  // namespace
+
+// One per call; gRPC deletes it when the call ends.
+class RpcObserver::Interceptor final : public grpc::experimental::Interceptor {
+ public:
+  Interceptor(RpcObserver* observer, grpc::experimental::ServerRpcInfo* info)
+      : observer_(observer),
+        context_(info->server_context()),
+        method_(RpcMethodFromPath(info->method())),
+        start_(absl::Now()) {
+    if (Counted()) observer_->Track(context_);
+  }
+
+  ~Interceptor() override {
+    // A call that ended without sending a status (cancelled).
+    if (!reported_) Report(static_cast<int>(grpc::StatusCode::CANCELLED));
+  }
+
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            InterceptionHookPoints::POST_RECV_INITIAL_METADATA)) {
+      ReadSessionId(*methods->GetRecvInitialMetadata());
+    }
+    if (methods->QueryInterceptionHookPoint(
+            InterceptionHookPoints::POST_RECV_MESSAGE)) {
+      const void* message = methods->GetRecvMessage();
+      if (message != nullptr) {
+        bytes_received_ += ReceivedBytes(method_, message);
+      }
+    }
+    if (methods->QueryInterceptionHookPoint(
+            InterceptionHookPoints::PRE_SEND_MESSAGE)) {
+      if (method_ == RpcMethod::kCreateSession) {
+        // The created session's id (the response also holds its token,
+        // which is never read here).
+        const void* message = methods->GetSendMessage();
+        if (message != nullptr) {
+          session_ = static_cast<const v1::CreateSessionResponse*>(message)
+                         ->session_id();
+        }
+      }
+      const grpc::ByteBuffer* bytes = methods->GetSerializedSendMessage();
+      if (bytes != nullptr) {
+        bytes_sent_ += static_cast<int64_t>(bytes->Length());
+      }
+    }
+    if (methods->QueryInterceptionHookPoint(
+            InterceptionHookPoints::PRE_SEND_STATUS)) {
+      Report(static_cast<int>(methods->GetSendStatus().error_code()));
+    }
+    methods->Proceed();
+  }
+
+ private:
+  bool Counted() const {
+    return method_ == RpcMethod::kRun || method_ == RpcMethod::kStream;
+  }
+
+  void ReadSessionId(
+      const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) {
+    auto it = metadata.find(kSessionIdHeader);
+    if (it == metadata.end()) return;
+    session_.assign(it->second.data(),
+                    std::min(it->second.size(), kMaxLoggedSessionId));
+  }
+
+  void Report(int code) {
+    reported_ = true;
+    const absl::Time now = absl::Now();
+    const double seconds = absl::ToDoubleSeconds(now - start_);
+    const int64_t commands = Counted() ? observer_->Untrack(context_) : 0;
+    if (observer_->metrics_ != nullptr) {
+      observer_->metrics_->ObserveRpc(method_, code, seconds, bytes_received_,
+                                      bytes_sent_);
+    }
+    if (observer_->access_log_ != nullptr) {
+      const std::string peer = context_->peer();
+      AccessLogEntry entry;
+      entry.time = now;
+      entry.peer = peer;
+      entry.tenant = "";  // tenants: wired by the admission change
+      entry.session = session_;
+      entry.method = RpcMethodName(method_);
+      entry.commands = commands;
+      entry.code = CodeName(code);
+      entry.duration_seconds = seconds;
+      observer_->access_log_->Write(entry);
+    }
+  }
+
+  RpcObserver* const observer_;
+  grpc::ServerContextBase* const context_;
+  const RpcMethod method_;
+  const absl::Time start_;
+  std::string session_;
+  int64_t bytes_received_ = 0;
+  int64_t bytes_sent_ = 0;
+  bool reported_ = false;
+};
+
+class RpcObserver::Factory final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit Factory(RpcObserver* observer) : observer_(observer) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    return new Interceptor(observer_, info);
+  }
+
+ private:
+  RpcObserver* const observer_;
+};
+
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
+RpcObserver::NewInterceptorFactory() {
+  return std::make_unique<Factory>(this);
+}
+
+void RpcObserver::Track(const grpc::ServerContextBase* context) {
+  absl::MutexLock lock(&mu_);
+  commands_[context] = 0;
+}
+
+int64_t RpcObserver::Untrack(const grpc::ServerContextBase* context) {
+  absl::MutexLock lock(&mu_);
+  auto it = commands_.find(context);
+  if (it == commands_.end()) return 0;
+  const int64_t commands = it->second;
+  commands_.erase(it);
+  return commands;
+}
+
+void RpcObserver::AddCommands(const grpc::ServerContextBase* context,
+                              int64_t commands) {
+  absl::MutexLock lock(&mu_);
+  auto it = commands_.find(context);
+  if (it != commands_.end()) it->second += commands;
+}
+
+}  // namespace gradtape::server
