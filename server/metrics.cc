@@ -311,8 +311,7 @@ void Metrics::ObserveBatch(RpcMethod method, double seconds) {
   if (histogram != nullptr) histogram->Observe(seconds);
 }
 
-void Metrics::ObserveRpc(RpcMethod method, int code, double seconds,
-                         int64_t bytes_received, int64_t bytes_sent) {
+void Metrics::ObserveRpc(RpcMethod method, int code, double seconds) {
   const int m = static_cast<int>(method);
   const int column = CodeIndex(code);
   std::atomic<prometheus::Counter*>& slot =
@@ -325,11 +324,15 @@ void Metrics::ObserveRpc(RpcMethod method, int code, double seconds,
   }
   counter->Increment();
   rpc_seconds_[m]->Observe(seconds);
-  if (bytes_received > 0) {
-    received_bytes_[m]->Increment(static_cast<double>(bytes_received));
-  }
-  if (bytes_sent > 0)
-    sent_bytes_[m]->Increment(static_cast<double>(bytes_sent));
+}
+
+void Metrics::AddReceivedBytes(RpcMethod method, int64_t bytes) {
+  received_bytes_[static_cast<int>(method)]->Increment(
+      static_cast<double>(bytes));
+}
+
+void Metrics::AddSentBytes(RpcMethod method, int64_t bytes) {
+  sent_bytes_[static_cast<int>(method)]->Increment(static_cast<double>(bytes));
 }
 
 }  // namespace gradtape::server

@@ -116,8 +116,11 @@ class Metrics {
   // One batch applied in `seconds` (ApplyBatch).
   void ObserveBatch(RpcMethod method, double seconds);
   // One finished RPC (the interceptor).
-  void ObserveRpc(RpcMethod method, int code, double seconds,
-                  int64_t bytes_received, int64_t bytes_sent);
+  void ObserveRpc(RpcMethod method, int code, double seconds);
+  // A message of `bytes` received or sent (counted as it passes, so a
+  // long-lived Stream shows its traffic before it ends).
+  void AddReceivedBytes(RpcMethod method, int64_t bytes);
+  void AddSentBytes(RpcMethod method, int64_t bytes);
 
  private:
   class ScrapeTimeMetrics;

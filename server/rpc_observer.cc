@@ -73,8 +73,9 @@ class RpcObserver::Interceptor final : public grpc::experimental::Interceptor {
     if (methods->QueryInterceptionHookPoint(
             InterceptionHookPoints::POST_RECV_MESSAGE)) {
       const void* message = methods->GetRecvMessage();
-      if (message != nullptr) {
-        bytes_received_ += ReceivedBytes(method_, message);
+      if (message != nullptr && observer_->metrics_ != nullptr) {
+        observer_->metrics_->AddReceivedBytes(method_,
+                                              ReceivedBytes(method_, message));
       }
     }
     if (methods->QueryInterceptionHookPoint(
@@ -88,9 +89,12 @@ class RpcObserver::Interceptor final : public grpc::experimental::Interceptor {
                          ->session_id();
         }
       }
-      const grpc::ByteBuffer* bytes = methods->GetSerializedSendMessage();
-      if (bytes != nullptr) {
-        bytes_sent_ += static_cast<int64_t>(bytes->Length());
+      if (observer_->metrics_ != nullptr) {
+        const grpc::ByteBuffer* bytes = methods->GetSerializedSendMessage();
+        if (bytes != nullptr) {
+          observer_->metrics_->AddSentBytes(
+              method_, static_cast<int64_t>(bytes->Length()));
+        }
       }
     }
     if (methods->QueryInterceptionHookPoint(
@@ -119,8 +123,7 @@ class RpcObserver::Interceptor final : public grpc::experimental::Interceptor {
     const double seconds = absl::ToDoubleSeconds(now - start_);
     const int64_t commands = Counted() ? observer_->Untrack(context_) : 0;
     if (observer_->metrics_ != nullptr) {
-      observer_->metrics_->ObserveRpc(method_, code, seconds, bytes_received_,
-                                      bytes_sent_);
+      observer_->metrics_->ObserveRpc(method_, code, seconds);
     }
     if (observer_->access_log_ != nullptr) {
       const std::string peer = context_->peer();
@@ -142,8 +145,6 @@ class RpcObserver::Interceptor final : public grpc::experimental::Interceptor {
   const RpcMethod method_;
   const absl::Time start_;
   std::string session_;
-  int64_t bytes_received_ = 0;
-  int64_t bytes_sent_ = 0;
   bool reported_ = false;
 };
 

@@ -2,12 +2,12 @@
 // gRPC server interceptor (grpc::experimental::ServerInterceptorFactory-
 // Interface), so the service's handlers stay as they are.
 //
-// For every call the interceptor measures the time from its start to the
-// status being sent, the bytes of the messages received (TapeService
-// methods: the raw Stream/Run batches, the typed requests of the others)
-// and sent (every method, serialised), and the status code. When the status
-// is sent it reports them to Metrics::ObserveRpc and writes one access-log
-// line. The commands of a call are not visible to an interceptor (Run and
+// For every call the interceptor counts the bytes of each message received
+// (TapeService methods: the raw Stream/Run batches, the typed requests of
+// the others) and sent (every method, serialised) as it passes, and
+// measures the time from the call's start to its status being sent. When
+// the status is sent it reports the call to Metrics::ObserveRpc and writes
+// one access-log line. The commands of a call are not visible to an interceptor (Run and
 // Stream carry raw bytes that the service parses): the service reports them
 // with AddCommands, keyed by the call's context.
 //

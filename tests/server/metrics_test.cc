@@ -262,8 +262,8 @@ TEST(MetricsTest, CountersFollowATrainingLoop) {
   EXPECT_EQ(failed.Sum("gradtape_commands_total",
                        {{"op", "MatMul"}, {"code", "INVALID_ARGUMENT"}}),
             1);
-  EXPECT_THAT(failed.text(), testing::Not(HasSubstr("NoSuchOp")));
-  EXPECT_THAT(failed.text(), testing::Not(HasSubstr(session.id())));
+  EXPECT_THAT(failed.text(), ::testing::Not(HasSubstr("NoSuchOp")));
+  EXPECT_THAT(failed.text(), ::testing::Not(HasSubstr(session.id())));
 
   ASSERT_TRUE(session.Close().ok());
   const Scrape closed(port);
@@ -423,8 +423,8 @@ TEST(AccessLogTest, OneJsonLinePerRpc) {
     EXPECT_EQ(line.value("commands", -1), methods[i] == "Run" ? 3 : 0);
   }
   const std::string text = ReadFile(options.access_log);
-  EXPECT_THAT(text, testing::Not(HasSubstr(token)));
-  EXPECT_THAT(text, testing::Not(HasSubstr(std::string(64, '0'))));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr(token)));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr(std::string(64, '0'))));
 }
 
 // Escaping is the library's: a quote, a newline and invalid UTF-8 in a
