@@ -105,8 +105,10 @@ class RpcObserver::Interceptor final : public grpc::experimental::Interceptor {
   }
 
  private:
+  // Commands are counted for the access log only.
   bool Counted() const {
-    return method_ == RpcMethod::kRun || method_ == RpcMethod::kStream;
+    return observer_->access_log_ != nullptr &&
+           (method_ == RpcMethod::kRun || method_ == RpcMethod::kStream);
   }
 
   void ReadSessionId(
@@ -182,6 +184,7 @@ int64_t RpcObserver::Untrack(const grpc::ServerContextBase* context) {
 
 void RpcObserver::AddCommands(const grpc::ServerContextBase* context,
                               int64_t commands) {
+  if (access_log_ == nullptr) return;
   absl::MutexLock lock(&mu_);
   auto it = commands_.find(context);
   if (it != commands_.end()) it->second += commands;

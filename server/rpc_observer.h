@@ -46,7 +46,8 @@ class RpcObserver {
   NewInterceptorFactory();
 
   // Adds `commands` to the running call of `context` (Run, Stream; for the
-  // access log). Ignored for a call the observer does not track.
+  // access log: a no-op without one). Ignored for a call the observer does
+  // not track.
   void AddCommands(const grpc::ServerContextBase* context, int64_t commands);
 
  private:
