@@ -170,6 +170,19 @@ TEST(MetricsTest, BadMetricsAddressFailsStart) {
   EXPECT_THAT(server.status().message(), HasSubstr("metrics_address"));
 }
 
+TEST(MetricsTest, BusyMetricsPortFailsStart) {
+  std::unique_ptr<Server> first = StartServer(WithMetrics());
+  ASSERT_NE(first, nullptr);
+  ServerOptions options = WithMetrics();
+  options.metrics_address = absl::StrCat("127.0.0.1:", first->metrics_port());
+  absl::StatusOr<std::unique_ptr<Server>> second = Server::Start(options);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(second.status().message(),
+              HasSubstr(absl::StrCat("cannot serve metrics on 127.0.0.1:",
+                                     first->metrics_port())));
+}
+
 // A training loop through the C++ client (y = w * x, squared error, plain
 // gradient steps on a server-side variable), then bad commands: every
 // counter moves as it should.
