@@ -7,9 +7,9 @@
 // the others) and sent (every method, serialised) as it passes, and
 // measures the time from the call's start to its status being sent. When
 // the status is sent it reports the call to Metrics::ObserveRpc and writes
-// one access-log line. The commands of a call are not visible to an interceptor (Run and
-// Stream carry raw bytes that the service parses): the service reports them
-// with AddCommands, keyed by the call's context.
+// one access-log line. The commands of a call are not visible to an interceptor
+// (Run and Stream carry raw bytes that the service parses): the service reports
+// them with AddCommands, keyed by the call's context.
 //
 // Works with the callback API and raw (ByteBuffer) methods of gRPC 1.51
 // (tests/server/metrics_test.cc checks the bytes and codes it sees).
