@@ -56,12 +56,15 @@ class RpcObserver::Interceptor final : public grpc::experimental::Interceptor {
         context_(info->server_context()),
         method_(RpcMethodFromPath(info->method())),
         start_(absl::Now()) {
-    if (Counted()) observer_->Track(context_);
+    if (observer_->access_log_ != nullptr) observer_->Track(context_);
   }
 
   ~Interceptor() override {
-    // A call that ended without sending a status (cancelled).
-    if (!reported_) Report(static_cast<int>(grpc::StatusCode::CANCELLED));
+    // A call that ended without sending a status (cancelled). Its context
+    // may be gone: the line has no peer.
+    if (!reported_) {
+      Report(static_cast<int>(grpc::StatusCode::CANCELLED), /*ended=*/true);
+    }
   }
 
   void Intercept(
@@ -99,18 +102,13 @@ class RpcObserver::Interceptor final : public grpc::experimental::Interceptor {
     }
     if (methods->QueryInterceptionHookPoint(
             InterceptionHookPoints::PRE_SEND_STATUS)) {
-      Report(static_cast<int>(methods->GetSendStatus().error_code()));
+      Report(static_cast<int>(methods->GetSendStatus().error_code()),
+             /*ended=*/false);
     }
     methods->Proceed();
   }
 
  private:
-  // Commands are counted for the access log only.
-  bool Counted() const {
-    return observer_->access_log_ != nullptr &&
-           (method_ == RpcMethod::kRun || method_ == RpcMethod::kStream);
-  }
-
   void ReadSessionId(
       const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) {
     auto it = metadata.find(kSessionIdHeader);
@@ -119,23 +117,24 @@ class RpcObserver::Interceptor final : public grpc::experimental::Interceptor {
                     std::min(it->second.size(), kMaxLoggedSessionId));
   }
 
-  void Report(int code) {
+  // `ended`: called from the destructor (the context is not read).
+  void Report(int code, bool ended) {
     reported_ = true;
     const absl::Time now = absl::Now();
     const double seconds = absl::ToDoubleSeconds(now - start_);
-    const int64_t commands = Counted() ? observer_->Untrack(context_) : 0;
     if (observer_->metrics_ != nullptr) {
       observer_->metrics_->ObserveRpc(method_, code, seconds);
     }
     if (observer_->access_log_ != nullptr) {
-      const std::string peer = context_->peer();
+      const CallInfo call = observer_->Untrack(context_);
+      const std::string peer = ended ? std::string() : context_->peer();
       AccessLogEntry entry;
       entry.time = now;
       entry.peer = peer;
-      entry.tenant = "";  // tenants: wired by the admission change
+      entry.tenant = call.tenant;
       entry.session = session_;
       entry.method = RpcMethodName(method_);
-      entry.commands = commands;
+      entry.commands = call.commands;
       entry.code = CodeName(code);
       entry.duration_seconds = seconds;
       observer_->access_log_->Write(entry);
@@ -170,24 +169,33 @@ RpcObserver::NewInterceptorFactory() {
 
 void RpcObserver::Track(const grpc::ServerContextBase* context) {
   absl::MutexLock lock(&mu_);
-  commands_[context] = 0;
+  calls_[context] = CallInfo();
 }
 
-int64_t RpcObserver::Untrack(const grpc::ServerContextBase* context) {
+RpcObserver::CallInfo RpcObserver::Untrack(
+    const grpc::ServerContextBase* context) {
   absl::MutexLock lock(&mu_);
-  auto it = commands_.find(context);
-  if (it == commands_.end()) return 0;
-  const int64_t commands = it->second;
-  commands_.erase(it);
-  return commands;
+  auto it = calls_.find(context);
+  if (it == calls_.end()) return {};
+  CallInfo call = std::move(it->second);
+  calls_.erase(it);
+  return call;
 }
 
 void RpcObserver::AddCommands(const grpc::ServerContextBase* context,
                               int64_t commands) {
   if (access_log_ == nullptr) return;
   absl::MutexLock lock(&mu_);
-  auto it = commands_.find(context);
-  if (it != commands_.end()) it->second += commands;
+  auto it = calls_.find(context);
+  if (it != calls_.end()) it->second.commands += commands;
+}
+
+void RpcObserver::SetTenant(const grpc::ServerContextBase* context,
+                            absl::string_view tenant) {
+  if (access_log_ == nullptr) return;
+  absl::MutexLock lock(&mu_);
+  auto it = calls_.find(context);
+  if (it != calls_.end()) it->second.tenant = std::string(tenant);
 }
 
 }  // namespace gradtape::server

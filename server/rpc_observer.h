@@ -21,9 +21,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/support/server_interceptor.h"
 #include "server/access_log.h"
@@ -45,23 +47,30 @@ class RpcObserver {
   std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
   NewInterceptorFactory();
 
-  // Adds `commands` to the running call of `context` (Run, Stream; for the
-  // access log: a no-op without one). Ignored for a call the observer does
-  // not track.
+  // Adds `commands` to the running call of `context` (Run, Stream), and
+  // names the call's tenant, for the access log: no-ops without one, and for
+  // a call the observer does not track.
   void AddCommands(const grpc::ServerContextBase* context, int64_t commands);
+  void SetTenant(const grpc::ServerContextBase* context,
+                 absl::string_view tenant);
 
  private:
   class Interceptor;
   class Factory;
+  // What the service reports about a call (for its access-log line).
+  struct CallInfo {
+    int64_t commands = 0;
+    std::string tenant;
+  };
   // Called by the interceptor.
   void Track(const grpc::ServerContextBase* context);
-  int64_t Untrack(const grpc::ServerContextBase* context);
+  CallInfo Untrack(const grpc::ServerContextBase* context);
 
   Metrics* const metrics_;
   AccessLog* const access_log_;
   absl::Mutex mu_;
-  // Commands so far of the running Run and Stream calls.
-  absl::flat_hash_map<const grpc::ServerContextBase*, int64_t> commands_
+  // The running calls (with an access log only).
+  absl::flat_hash_map<const grpc::ServerContextBase*, CallInfo> calls_
       ABSL_GUARDED_BY(mu_);
 };
 
