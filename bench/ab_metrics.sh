@@ -34,7 +34,12 @@ start_server() {  # start_server OUT_FILE FLAGS...: sets SERVER_PID, ADDRESS
 # User + system CPU of the server so far, in clock ticks (a figure less
 # disturbed by other load on the machine than wall-clock rates).
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$SERVER_PID/stat"; }
-stop_server() { kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=""; }
+stop_server() {
+  if ! kill "$SERVER_PID" 2>/dev/null; then
+    echo "gradtape-server exited early: $(cat "$WORK/server.out")" >&2; exit 1
+  fi
+  wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=""
+}
 
 for round in $(seq "$ROUNDS"); do
   for mode in off metrics all; do
@@ -44,9 +49,14 @@ for round in $(seq "$ROUNDS"); do
     start_server "$WORK/server.out" "${flags[@]}"
     for size in ${SIZES//,/ }; do
       before="$(cpu_ticks)"
-      "$BUILD/bench/stream_bench" --address="$ADDRESS" --ops="$OPS" \
+      if ! "$BUILD/bench/stream_bench" --address="$ADDRESS" --ops="$OPS" \
           --small_batch_ops=$((OPS / 5)) --batch_sizes="$size" --reps=1 \
-          2>/dev/null | sed "s/^/$mode /" >> "$WORK/results"
+          > "$WORK/bench.out" 2> "$WORK/bench.err"; then
+        echo "stream_bench failed ($mode, batch $size): $(cat "$WORK/bench.err")" >&2
+        echo "server: $(cat "$WORK/server.out")" >&2
+        exit 1
+      fi
+      sed "s/^/$mode /" "$WORK/bench.out" >> "$WORK/results"
       echo "$mode cpu $size $(( $(cpu_ticks) - before ))" >> "$WORK/results"
     done
     stop_server
