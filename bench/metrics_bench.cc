@@ -92,6 +92,26 @@ void BM_CountCommand(benchmark::State& state) {
 }
 BENCHMARK(BM_CountCommand);
 
+// The same through a CommandTally of a 256-command batch (what ApplyBatch
+// does): per command.
+void BM_CommandTally(benchmark::State& state) {
+  auto metrics = Metrics::Start("127.0.0.1:0", DefaultRegistry());
+  if (!metrics.ok()) {
+    state.SkipWithError("cannot start metrics");
+    return;
+  }
+  v1::Command cmd;
+  cmd.mutable_execute()->set_op("AddV2");
+  for (auto _ : state) {
+    Metrics::CommandTally tally(metrics->get());
+    for (int i = 0; i < kCommands; ++i) {
+      tally.Count(cmd, absl::StatusCode::kOk);
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * kCommands);
+}
+BENCHMARK(BM_CommandTally);
+
 }  // namespace
 }  // namespace gradtape::server
 

@@ -557,6 +557,7 @@ void ApplyBatch(Session& session, const v1::CommandBatch& batch,
                 int64_t max_reply_bytes, v1::BatchReply* reply,
                 Metrics* metrics, RpcMethod method) {
   const int64_t start_ns = metrics != nullptr ? absl::GetCurrentTimeNanos() : 0;
+  Metrics::CommandTally tally(metrics);
   reply->set_batch_id(batch.batch_id());
   ReplyBudget budget(max_reply_bytes);
   const auto& commands = batch.commands();
@@ -573,7 +574,7 @@ void ApplyBatch(Session& session, const v1::CommandBatch& batch,
     } else {
       status = Apply(session, cmd, budget, &result);
     }
-    if (metrics != nullptr) metrics->CountCommand(cmd, status.code());
+    tally.Count(cmd, status.code());
     if (!status.ok()) {
       result.Clear();
       ToProto(status, result.mutable_error());
@@ -616,6 +617,7 @@ void ApplyBatch(Session& session, const v1::CommandBatch& batch,
     *reply->add_results() = std::move(result);
   }
   reply->set_last_seq(session.last_seq());
+  tally.Flush();
   if (metrics != nullptr) {
     metrics->ObserveBatch(
         method,

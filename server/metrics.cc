@@ -293,17 +293,43 @@ prometheus::Counter& Metrics::NewCommandCounter(int row, int code) {
                          {"code", std::string(CodeName(code))}});
 }
 
-void Metrics::CountCommand(const v1::Command& cmd, absl::StatusCode code) {
-  const int row = CommandRow(cmd);
-  const int column = CodeIndex(static_cast<int>(code));
-  std::atomic<prometheus::Counter*>& slot =
-      command_counters_[row * kNumCodes + column];
-  prometheus::Counter* counter = slot.load(std::memory_order_acquire);
+int Metrics::CommandSlot(const v1::Command& cmd, absl::StatusCode code) const {
+  return CommandRow(cmd) * kNumCodes + CodeIndex(static_cast<int>(code));
+}
+
+prometheus::Counter& Metrics::CommandCounter(int slot) {
+  std::atomic<prometheus::Counter*>& entry = command_counters_[slot];
+  prometheus::Counter* counter = entry.load(std::memory_order_acquire);
   if (counter == nullptr) {
-    counter = &NewCommandCounter(row, column);
-    slot.store(counter, std::memory_order_release);
+    counter = &NewCommandCounter(slot / kNumCodes, slot % kNumCodes);
+    entry.store(counter, std::memory_order_release);
   }
-  counter->Increment();
+  return *counter;
+}
+
+void Metrics::CountCommand(const v1::Command& cmd, absl::StatusCode code) {
+  CommandCounter(CommandSlot(cmd, code)).Increment();
+}
+
+void Metrics::CommandTally::Add(int slot) {
+  for (int i = n_ - 1; i >= 0; --i) {  // the latest first: runs of one op
+    if (slots_[i] == slot) {
+      ++counts_[i];
+      return;
+    }
+  }
+  if (n_ == kSlots) Flush();
+  slots_[n_] = slot;
+  counts_[n_] = 1;
+  ++n_;
+}
+
+void Metrics::CommandTally::Flush() {
+  for (int i = 0; i < n_; ++i) {
+    metrics_->CommandCounter(slots_[i]).Increment(
+        static_cast<double>(counts_[i]));
+  }
+  n_ = 0;
 }
 
 void Metrics::ObserveBatch(RpcMethod method, double seconds) {
