@@ -11,6 +11,7 @@ PACKAGES=(g++ cmake ninja-build pkg-config
   libabsl-dev libeigen3-dev libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev libssl-dev  # checkpoint CRC-32 (core), token comparison (server)
   openssl  # the CLI: throwaway test certificates (tests/make_test_certs.sh)
+  prometheus-cpp-dev nlohmann-json3-dev libcurl4-openssl-dev  # metrics, access log, metrics_test
   python3 python3-venv python3-pip nginx-light
   clang-14 libfuzzer-14-dev libclang-rt-14-dev)  # scripts/fuzz.sh
 source "$ROOT/scripts/install_packages.sh"

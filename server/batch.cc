@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "absl/types/span.h"
 #include "core/base/cancellation.h"
 #include "core/base/status_macros.h"
@@ -591,8 +592,23 @@ absl::Status StoppedError(const Cancellation& cancel, const Session& session,
 
 absl::Status ApplyBatch(Session& session, const v1::CommandBatch& batch,
                         int64_t max_reply_bytes, Cancellation* cancel,
-                        v1::BatchReply* reply, PutLimit put_limit) {
+                        v1::BatchReply* reply, PutLimit put_limit,
+                        Metrics* metrics, RpcMethod method) {
   ScopedCancellation cancel_scope(cancel);
+  // Counted and timed however the batch ends (also when it is stopped).
+  Metrics::CommandTally tally(metrics);
+  struct ObserveOnExit {
+    Metrics* metrics;
+    RpcMethod method;
+    int64_t start_ns;
+    ~ObserveOnExit() {
+      if (metrics == nullptr) return;
+      metrics->ObserveBatch(
+          method,
+          static_cast<double>(absl::GetCurrentTimeNanos() - start_ns) * 1e-9);
+    }
+  } observe{metrics, method,
+            metrics != nullptr ? absl::GetCurrentTimeNanos() : 0};
   reply->set_batch_id(batch.batch_id());
   ReplyBudget budget(max_reply_bytes);
   const auto& commands = batch.commands();
@@ -613,6 +629,7 @@ absl::Status ApplyBatch(Session& session, const v1::CommandBatch& batch,
     } else {
       status = Apply(session, cmd, budget, put_limit, &result);
     }
+    tally.Count(cmd, status.code());
     if (!status.ok()) {
       result.Clear();
       ToProto(status, result.mutable_error());

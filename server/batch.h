@@ -10,6 +10,7 @@
 #include "core/base/cancellation.h"
 #include "core/session/session.h"
 #include "gradtape/v1/tape_service.pb.h"
+#include "server/metrics.h"
 
 namespace gradtape::server {
 
@@ -51,10 +52,15 @@ struct PutLimit {
 // naming the last applied seq and the seqs not applied (the reply's results
 // are then not sent: the call ends with that status). OK otherwise.
 //
+// With `metrics`, every command is counted (kind, op, code) and the batch's
+// duration observed under `method`.
+//
 // Not thread-safe for one session: the caller holds that session's lock.
 absl::Status ApplyBatch(Session& session, const v1::CommandBatch& batch,
                         int64_t max_reply_bytes, Cancellation* cancel,
-                        v1::BatchReply* reply, PutLimit put_limit = {});
+                        v1::BatchReply* reply, PutLimit put_limit = {},
+                        Metrics* metrics = nullptr,
+                        RpcMethod method = RpcMethod::kRun);
 
 }  // namespace gradtape::server
 

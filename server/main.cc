@@ -4,7 +4,8 @@
 // --api_keys_file.
 //
 // Prints "gradtape-server listening on HOST:PORT" on stdout once it accepts
-// calls (scripts wait for that line).
+// calls (scripts wait for that line); with --metrics_address, the line
+// "gradtape-server metrics on port PORT" comes just before it.
 #include <pthread.h>
 #include <signal.h>
 
@@ -93,6 +94,13 @@ ABSL_FLAG(int64_t, max_inflight_batches,
           gradtape::server::ServerOptions::kDefaultMaxInflightBatches,
           "batches queued or running across the server; past it a Run gets "
           "RESOURCE_EXHAUSTED and a Stream's next batch waits; 0 = unlimited");
+// Metrics and access log (server/metrics.h, server/access_log.h).
+ABSL_FLAG(std::string, metrics_address, "",
+          "host:port of the Prometheus endpoint (HTTP GET /metrics); empty = "
+          "no metrics");
+ABSL_FLAG(std::string, access_log, "",
+          "file that gets one JSON line per RPC (appended; - = stdout); "
+          "empty = no access log");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -139,6 +147,8 @@ int main(int argc, char** argv) {
   options.api_keys_file = absl::GetFlag(FLAGS_api_keys_file);
   options.worker_threads = absl::GetFlag(FLAGS_worker_threads);
   options.max_inflight_batches = absl::GetFlag(FLAGS_max_inflight_batches);
+  options.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  options.access_log = absl::GetFlag(FLAGS_access_log);
   const int max_message_mb = absl::GetFlag(FLAGS_max_message_mb);
   if (max_message_mb <= 0 || max_message_mb > 2047) {
     std::fprintf(stderr,
@@ -178,6 +188,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gradtape-server: %s\n",
                  server.status().ToString().c_str());
     return 1;
+  }
+  if ((*server)->metrics_port() != 0) {
+    std::printf("gradtape-server metrics on port %d\n",
+                (*server)->metrics_port());
   }
   std::printf("gradtape-server listening on %s\n",
               (*server)->address().c_str());

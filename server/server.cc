@@ -1,6 +1,7 @@
 #include "server/server.h"
 
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -9,8 +10,11 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "server/access_log.h"
 #include "server/api_keys.h"
 #include "server/drain.h"
+#include "server/metrics.h"
+#include "server/rpc_observer.h"
 #include "server/session_manager.h"
 #include "server/tape_service.h"
 #include "server/tls.h"
@@ -78,12 +82,30 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   }
   std::unique_ptr<Server> server(new Server());
   server->api_keys_ = std::move(api_keys);
+  // Metrics and access log, before anything reports to them.
+  if (!options.metrics_address.empty()) {
+    absl::StatusOr<std::unique_ptr<Metrics>> metrics =
+        Metrics::Start(options.metrics_address, DefaultRegistry());
+    if (!metrics.ok()) return metrics.status();
+    server->metrics_ = *std::move(metrics);
+  }
+  if (!options.access_log.empty()) {
+    absl::StatusOr<std::unique_ptr<AccessLog>> log =
+        AccessLog::Open(options.access_log);
+    if (!log.ok()) return log.status();
+    server->access_log_ = *std::move(log);
+  }
+  if (server->metrics_ != nullptr || server->access_log_ != nullptr) {
+    server->observer_ = std::make_unique<RpcObserver>(
+        server->metrics_.get(), server->access_log_.get());
+  }
   SessionManagerOptions session_options;
   session_options.max_sessions = options.max_sessions;
   session_options.session_memory_limit_bytes =
       options.session_memory_limit_bytes;
   session_options.checkpoint_dir = options.checkpoint_dir;
   session_options.default_lease = absl::Seconds(options.keep_alive_seconds);
+  session_options.metrics = server->metrics_.get();
   server->sessions_ =
       std::make_unique<SessionManager>(DefaultRegistry(), session_options);
   server->pool_ = std::make_unique<WorkerPool>(
@@ -93,7 +115,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   server->service_ = std::make_unique<TapeServiceImpl>(
       DefaultRegistry(), *server->sessions_,
       options.max_message_bytes - ServerOptions::kReplyMarginBytes,
-      server->api_keys_.get(), *server->pool_);
+      server->api_keys_.get(), *server->pool_, server->observer_.get());
+  if (server->metrics_ != nullptr) {
+    server->metrics_->SetMemorySource([sessions = server->sessions_.get()] {
+      return sessions->MemoryForMetrics();
+    });
+  }
 
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.address, *credentials, &server->port_);
@@ -101,6 +128,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   builder.RegisterService(server->service_.get());
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
+  if (server->observer_ != nullptr) {
+    std::vector<
+        std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+        interceptors;
+    interceptors.push_back(server->observer_->NewInterceptorFactory());
+    builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  }
   server->grpc_server_ = builder.BuildAndStart();
   if (server->grpc_server_ == nullptr || server->port_ == 0) {
     return server->FailStart(
@@ -136,6 +170,7 @@ absl::Status Server::FailStart(std::string message) {
     health_server_->Shutdown();
     health_server_->Wait();
   }
+  if (metrics_ != nullptr) metrics_->SetMemorySource(nullptr);
   sessions_->Shutdown();
   absl::MutexLock lock(&mu_);
   shut_down_ = true;  // the destructor has nothing left to drain
@@ -162,6 +197,12 @@ void Server::Shutdown() { Drain(shutdown_grace_); }
 void Server::Drain(absl::Duration grace) {
   absl::MutexLock lock(&mu_);
   if (shut_down_) return;
+  if (grpc_server_ == nullptr) {  // Start failed before the gRPC server
+    if (metrics_ != nullptr) metrics_->SetMemorySource(nullptr);
+    if (sessions_ != nullptr) sessions_->Shutdown();
+    shut_down_ = true;
+    return;
+  }
   const absl::Time deadline = absl::Now() + grace;
   SetHealth(false);
   DrainRegistry& drain = service_->drain();
@@ -177,6 +218,7 @@ void Server::Drain(absl::Duration grace) {
   }
   if (checkpoint_on_drain_) CheckpointSessions(*sessions_, checkpoint_dir_);
   pool_.reset();  // every call has finished: its queue is empty
+  if (metrics_ != nullptr) metrics_->SetMemorySource(nullptr);
   sessions_->Shutdown();
   shut_down_ = true;
 }
@@ -188,12 +230,18 @@ void Server::Wait() {
 
 int Server::num_sessions() const { return sessions_->num_sessions(); }
 
+int64_t Server::inflight_batches() const { return pool_->inflight(); }
+
 absl::Status Server::ReloadApiKeys() {
   if (api_keys_ == nullptr) {
     return absl::FailedPreconditionError(
         "the server was started without --api_keys_file: no keys to reload");
   }
   return api_keys_->Reload();
+}
+
+int Server::metrics_port() const {
+  return metrics_ != nullptr ? metrics_->port() : 0;
 }
 
 }  // namespace gradtape::server

@@ -30,6 +30,9 @@ class Server;
 namespace gradtape::server {
 
 class ApiKeys;
+class AccessLog;
+class Metrics;
+class RpcObserver;
 class SessionManager;
 class TapeServiceImpl;
 class WorkerPool;
@@ -89,6 +92,12 @@ struct ServerOptions {
   int worker_threads = -1;
   int64_t max_inflight_batches = kDefaultMaxInflightBatches;
   static constexpr int64_t kDefaultMaxInflightBatches = 1024;
+  // Metrics and access log (server/metrics.h, server/access_log.h).
+  // host:port of the Prometheus endpoint (HTTP /metrics; port 0 picks a free
+  // one, see metrics_port()); empty: no metrics.
+  std::string metrics_address;
+  // One JSON line per RPC to this file (appended; "-" = stdout); empty: off.
+  std::string access_log;
 
   static constexpr int kDefaultMaxMessageBytes = 256 << 20;
   static constexpr int kMinMessageBytes = 16 << 10;
@@ -137,6 +146,10 @@ class Server {
 
   // Open sessions (monitoring, tests).
   int num_sessions() const;
+  // Batches queued or running on the worker pool (monitoring, tests).
+  int64_t inflight_batches() const;
+  // The bound port of the metrics endpoint; 0 when metrics are off.
+  int metrics_port() const;
 
   // Re-reads options.api_keys_file (SIGHUP in gradtape-server). On error the
   // keys in force stay and the error (file:line, never a key) is returned;
@@ -159,6 +172,11 @@ class Server {
   bool checkpoint_on_drain_ = false;
   std::string checkpoint_dir_;
   std::unique_ptr<ApiKeys> api_keys_;  // null without a keys file
+  // Metrics and access log: they outlive the sessions and the gRPC server,
+  // which report to them.
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<AccessLog> access_log_;
+  std::unique_ptr<RpcObserver> observer_;
   std::unique_ptr<SessionManager> sessions_;
   std::unique_ptr<WorkerPool> pool_;  // after grpc_server_ shut down
   std::unique_ptr<TapeServiceImpl> service_;

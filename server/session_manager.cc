@@ -16,6 +16,12 @@
 namespace gradtape::server {
 namespace {
 
+// The tenant label of a session's metrics ("" without API keys).
+absl::string_view TenantName(const SessionEntry& entry) {
+  return entry.tenant() != nullptr ? absl::string_view(entry.tenant()->name())
+                                   : absl::string_view();
+}
+
 constexpr int kSessionIdBytes = 16;  // 32 hex digits
 constexpr int kTokenBytes = 32;      // 64 hex digits
 
@@ -86,6 +92,20 @@ void SessionEntry::Close() {
     slot = std::move(tenant_slot_);
   }
   // Freed outside the lock.
+}
+
+MemoryTotals SessionEntry::MemoryForMetrics() {
+  if (mu_.TryLock()) {
+    if (session_ != nullptr) {
+      const SessionStats stats = session_->Stats();
+      last_live_bytes_.store(stats.bytes_in_use, std::memory_order_relaxed);
+      last_tape_saved_bytes_.store(stats.tape_saved_bytes,
+                                   std::memory_order_relaxed);
+    }
+    mu_.Unlock();
+  }
+  return {last_live_bytes_.load(std::memory_order_relaxed),
+          last_tape_saved_bytes_.load(std::memory_order_relaxed)};
 }
 
 SessionEntry::ActiveCall::ActiveCall(SessionEntry* entry) : entry_(entry) {
@@ -175,6 +195,9 @@ absl::StatusOr<SessionManager::Created> SessionManager::Create(
       std::make_shared<SessionEntry>(registry_, session_options, session_id,
                                      token, lease, tenant, std::move(slot));
   sessions_.emplace(key, entry);
+  if (options_.metrics != nullptr) {
+    options_.metrics->SessionCreated(TenantName(*entry));
+  }
   return Created{std::move(entry), std::move(token)};
 }
 
@@ -219,7 +242,26 @@ absl::Status SessionManager::Close(const std::string& id,
     sessions_.erase(it);
   }
   entry->Close();
+  if (options_.metrics != nullptr) {
+    options_.metrics->SessionClosed(TenantName(*entry));
+  }
   return absl::OkStatus();
+}
+
+MemoryTotals SessionManager::MemoryForMetrics() const {
+  std::vector<std::shared_ptr<SessionEntry>> entries;
+  {
+    absl::MutexLock lock(&mu_);
+    entries.reserve(sessions_.size());
+    for (const auto& [id, entry] : sessions_) entries.push_back(entry);
+  }
+  MemoryTotals totals;
+  for (const auto& entry : entries) {
+    const MemoryTotals one = entry->MemoryForMetrics();
+    totals.live_tensor_bytes += one.live_tensor_bytes;
+    totals.tape_saved_bytes += one.tape_saved_bytes;
+  }
+  return totals;
 }
 
 int SessionManager::num_sessions() const {
@@ -274,7 +316,12 @@ int SessionManager::ReapIdle() {
       }
     }
   }
-  for (auto& entry : idle) entry->Close();
+  for (auto& entry : idle) {
+    entry->Close();
+    if (options_.metrics != nullptr) {
+      options_.metrics->SessionReaped(TenantName(*entry));
+    }
+  }
   return static_cast<int>(idle.size());
 }
 

@@ -36,6 +36,7 @@
 #include "core/registry/op_registry.h"
 #include "core/session/session.h"
 #include "server/api_keys.h"
+#include "server/metrics.h"
 
 namespace gradtape::server {
 
@@ -73,6 +74,10 @@ class SessionEntry {
   // Constant-time comparison with the token.
   bool TokenMatches(absl::string_view token) const;
 
+  // Metrics: the session's memory now if its lock is free, else the figures
+  // of the last time it was (a scrape never waits for a running batch).
+  MemoryTotals MemoryForMetrics();
+
   // Marks a call in progress for its lifetime: the reaper skips the session.
   class ActiveCall {
    public:
@@ -102,6 +107,9 @@ class SessionEntry {
   absl::Mutex mu_;
   std::unique_ptr<Session> session_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Tenant::SessionSlot> tenant_slot_ ABSL_GUARDED_BY(mu_);
+  // Metrics: the last MemoryForMetrics figures.
+  std::atomic<int64_t> last_live_bytes_{0};
+  std::atomic<int64_t> last_tape_saved_bytes_{0};
 };
 
 // With API keys, a tenant's sessions read and write checkpoints in
@@ -115,6 +123,9 @@ struct SessionManagerOptions {
   std::string checkpoint_dir;              // empty: checkpoints disabled
   absl::Duration default_lease = absl::Seconds(300);
   absl::Duration reap_interval = absl::Seconds(1);
+  // Metrics (server/metrics.h): sessions created, closed and reaped are
+  // counted here when set. Must outlive the manager.
+  Metrics* metrics = nullptr;
 };
 
 // Thread-safe. Starts the reaper thread in the constructor and stops it in
@@ -156,6 +167,8 @@ class SessionManager {
   int num_sessions() const;
   // The open sessions (graceful drain: server/drain.h).
   std::vector<std::shared_ptr<SessionEntry>> Entries() const;
+  // Metrics: memory summed over the open sessions (MemoryForMetrics).
+  MemoryTotals MemoryForMetrics() const;
 
   // Stops the reaper and closes every session. Idempotent.
   void Shutdown();

@@ -52,19 +52,26 @@ absl::string_view Metadata(const grpc::CallbackServerContext& context,
 // Applies `batch` to the session; NOT_FOUND if the session closed meanwhile,
 // DEADLINE_EXCEEDED / CANCELLED when `cancel` stopped it (ApplyBatch). The
 // one place where a batch is applied: it runs on a worker of the pool (or,
-// inline, on the gRPC thread).
+// inline, on the gRPC thread). With an observer, the batch is counted for
+// the call of `context` (metrics, access log).
 absl::Status RunBatch(SessionEntry& entry, const v1::CommandBatch& batch,
                       int64_t max_reply_bytes, Cancellation* cancel,
-                      v1::BatchReply* reply) {
+                      v1::BatchReply* reply, RpcObserver* observer,
+                      const grpc::CallbackServerContext* context,
+                      RpcMethod method) {
   SessionEntry::ActiveCall active(&entry);
+  Metrics* metrics = observer != nullptr ? observer->metrics() : nullptr;
+  if (observer != nullptr) {
+    observer->AddCommands(context, batch.commands_size());
+  }
   PutLimit put_limit;  // the tenant's, read per batch (reloads change it)
   if (const Tenant* tenant = entry.tenant().get()) {
     put_limit = {tenant->name(), tenant->max_put_bytes()};
   }
   absl::Status stopped;
   RETURN_IF_ERROR(entry.WithSession([&](Session& session) {
-    stopped =
-        ApplyBatch(session, batch, max_reply_bytes, cancel, reply, put_limit);
+    stopped = ApplyBatch(session, batch, max_reply_bytes, cancel, reply,
+                         put_limit, metrics, method);
   }));
   return stopped;
 }
@@ -189,9 +196,11 @@ class StreamReactor final
   StreamReactor(grpc::CallbackServerContext* context,
                 absl::StatusOr<std::shared_ptr<SessionEntry>> entry,
                 int64_t max_reply_bytes, WorkerPool& pool, DrainRegistry& drain,
-                const ApiKeys* keys, uint64_t keys_generation)
+                const ApiKeys* keys, uint64_t keys_generation,
+                RpcObserver* observer)
       : context_(context),
         max_reply_bytes_(max_reply_bytes),
+        observer_(observer),
         pool_(pool),
         drain_(drain),
         keys_(keys),
@@ -338,7 +347,8 @@ class StreamReactor final
   void ApplyAndReply(v1::CommandBatch* batch) {
     v1::BatchReply reply;
     absl::Status status =
-        RunBatch(*entry_, *batch, max_reply_bytes_, &cancel_, &reply);
+        RunBatch(*entry_, *batch, max_reply_bytes_, &cancel_, &reply, observer_,
+                 context_, RpcMethod::kStream);
     const bool reply_optional = batch->reply_optional();
     arena_.Reset();
     if (IsStop(status)) {
@@ -438,6 +448,7 @@ class StreamReactor final
 
   grpc::CallbackServerContext* const context_;
   const int64_t max_reply_bytes_;
+  RpcObserver* const observer_;  // may be null
   WorkerPool& pool_;
   DrainRegistry& drain_;
   const ApiKeys* const keys_;
@@ -481,10 +492,12 @@ class StreamReactor final
 class RunReactor final : public grpc::ServerUnaryReactor {
  public:
   RunReactor(grpc::CallbackServerContext* context, grpc::ByteBuffer* response,
-             int64_t max_reply_bytes, DrainRegistry& drain)
+             int64_t max_reply_bytes, DrainRegistry& drain,
+             RpcObserver* observer)
       : context_(context),
         response_(response),
         max_reply_bytes_(max_reply_bytes),
+        observer_(observer),
         cancel_(CallDeadline(*context)),
         in_flight_(drain) {}
 
@@ -514,7 +527,8 @@ class RunReactor final : public grpc::ServerUnaryReactor {
     // The results move into the reply: keep it off the arena.
     v1::BatchReply reply;
     absl::Status status =
-        RunBatch(*entry_, *batch_, max_reply_bytes_, &cancel_, &reply);
+        RunBatch(*entry_, *batch_, max_reply_bytes_, &cancel_, &reply,
+                 observer_, context_, RpcMethod::kRun);
     if (IsStop(status)) {
       status = Stopped(context_, "Run", status, reply.last_seq());
     }
@@ -525,6 +539,7 @@ class RunReactor final : public grpc::ServerUnaryReactor {
   grpc::CallbackServerContext* const context_;
   grpc::ByteBuffer* const response_;
   const int64_t max_reply_bytes_;
+  RpcObserver* const observer_;  // may be null
   Cancellation cancel_;
   // A drain waits for this Run until the reactor is deleted (OnDone).
   DrainRegistry::InFlight in_flight_;
@@ -538,7 +553,13 @@ class RunReactor final : public grpc::ServerUnaryReactor {
 absl::StatusOr<std::shared_ptr<Tenant>> TapeServiceImpl::AuthenticateKey(
     const grpc::CallbackServerContext& context) const {
   if (api_keys_ == nullptr) return std::shared_ptr<Tenant>();
-  return api_keys_->Authenticate(Metadata(context, kAuthorizationHeader));
+  absl::StatusOr<std::shared_ptr<Tenant>> tenant =
+      api_keys_->Authenticate(Metadata(context, kAuthorizationHeader));
+  // The access log names the tenant of an authenticated call.
+  if (tenant.ok() && observer_ != nullptr) {
+    observer_->SetTenant(&context, (*tenant)->name());
+  }
+  return tenant;
 }
 
 // The key comes first: without a valid one nothing is said about sessions.
@@ -620,13 +641,14 @@ TapeServiceImpl::Stream(grpc::CallbackServerContext* context) {
   const uint64_t generation =
       api_keys_ == nullptr ? 0 : api_keys_->generation();
   return new StreamReactor(context, Authenticate(*context), max_reply_bytes_,
-                           pool_, drain_, api_keys_, generation);
+                           pool_, drain_, api_keys_, generation, observer_);
 }
 
 grpc::ServerUnaryReactor* TapeServiceImpl::Run(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  auto* reactor = new RunReactor(context, response, max_reply_bytes_, drain_);
+  auto* reactor =
+      new RunReactor(context, response, max_reply_bytes_, drain_, observer_);
   reactor->Start(Authenticate(*context), *request, pool_);
   return reactor;
 }

@@ -36,6 +36,7 @@
 #include "grpcpp/support/byte_buffer.h"
 #include "server/api_keys.h"
 #include "server/drain.h"
+#include "server/rpc_observer.h"
 #include "server/session_manager.h"
 
 namespace gradtape::server {
@@ -72,15 +73,17 @@ class TapeServiceImpl final : public TapeServiceBase {
   // another tenant's key a session is unknown (NOT_FOUND), as if it did not
   // exist. A Stream re-checks its key at its next batch after a reload.
   //
-  // Batches run on `pool`, which must outlive every call.
+  // Batches run on `pool`, which must outlive every call. `observer`
+  // (metrics, access log; may be null) must outlive the service.
   TapeServiceImpl(const OpRegistry& registry, SessionManager& sessions,
                   int64_t max_reply_bytes, const ApiKeys* api_keys,
-                  WorkerPool& pool)
+                  WorkerPool& pool, RpcObserver* observer = nullptr)
       : registry_(registry),
         sessions_(sessions),
         max_reply_bytes_(max_reply_bytes),
         api_keys_(api_keys),
-        pool_(pool) {}
+        pool_(pool),
+        observer_(observer) {}
 
   grpc::ServerUnaryReactor* CreateSession(
       grpc::CallbackServerContext* context,
@@ -121,6 +124,7 @@ class TapeServiceImpl final : public TapeServiceBase {
   DrainRegistry drain_;
   const ApiKeys* const api_keys_;
   WorkerPool& pool_;
+  RpcObserver* const observer_;  // metrics and access log; may be null
 };
 
 }  // namespace gradtape::server

@@ -1,12 +1,23 @@
 #include "core/autodiff/tape.h"
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/autodiff/custom_gradient.h"
+#include "core/autodiff/elision_stats.h"
 
 namespace gradtape {
+namespace {
+
+std::atomic<int64_t> elision_saved_bytes{0};
+
+}  // namespace
+
+int64_t ElisionSavedBytesTotal() {
+  return elision_saved_bytes.load(std::memory_order_relaxed);
+}
 
 bool Tape::ShouldRecord(absl::Span<const Tensor> inputs) const {
   for (const Tensor& t : inputs) {
@@ -49,12 +60,17 @@ void Tape::RecordOperation(const OpDef& op,
   entry.custom = std::move(custom);
   const int n_in = static_cast<int>(inputs.size());
   const int n_out = static_cast<int>(outputs.size());
+  int64_t elided_bytes = 0;  // of the tensors not saved
   entry.inputs.resize(n_in);
   entry.saved_inputs.resize(n_in);
   for (int i = 0; i < n_in; ++i) {
     const Tensor& t = inputs[i];
     entry.inputs[i] = {t.id(), t.dtype(), t.shape()};
-    if (input_saved[i]) entry.saved_inputs[i] = t;
+    if (input_saved[i]) {
+      entry.saved_inputs[i] = t;
+    } else if (t.valid()) {
+      elided_bytes += static_cast<int64_t>(t.num_bytes());
+    }
     if (t.id() != 0) tensors_[t.id()].usage += 1;
   }
   entry.outputs.resize(n_out);
@@ -62,8 +78,15 @@ void Tape::RecordOperation(const OpDef& op,
   for (int i = 0; i < n_out; ++i) {
     const Tensor& t = outputs[i];
     entry.outputs[i] = {t.id(), t.dtype(), t.shape()};
-    if (output_saved[i]) entry.saved_outputs[i] = t;
+    if (output_saved[i]) {
+      entry.saved_outputs[i] = t;
+    } else if (t.valid()) {
+      elided_bytes += static_cast<int64_t>(t.num_bytes());
+    }
     tensors_[t.id()] = {op_id, 1};
+  }
+  if (elided_bytes > 0) {
+    elision_saved_bytes.fetch_add(elided_bytes, std::memory_order_relaxed);
   }
 }
 

@@ -353,7 +353,13 @@ TEST_F(SchedulingTest, SmallSessionIsServedWhileLongOnesRun) {
       long_done.fetch_add(1);
     }));
   }
-  absl::SleepFor(absl::Milliseconds(300));  // the long batches are running
+  // The long batches are running (on a loaded machine their Runs may take a
+  // while to arrive).
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(20);
+       server_->inflight_batches() < kLongSessions && absl::Now() < deadline;) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_EQ(server_->inflight_batches(), kLongSessions);
   int small_done_before_long = 0;
   for (int i = 0; i < 5; ++i) {
     Batch batch;
@@ -378,6 +384,15 @@ class AdmissionTest : public ServerTest {
     options.max_inflight_batches = 1;
     StartServer(options);
   }
+  // Waits (at most 20 s) until the long batch holds the only slot: on a
+  // loaded machine its Run may take a while to arrive.
+  void AwaitOneInFlight() {
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (server_->inflight_batches() < 1 && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    ASSERT_EQ(server_->inflight_batches(), 1);
+  }
 };
 
 // One long batch in flight fills the limit: another session's Run is
@@ -396,7 +411,7 @@ TEST_F(AdmissionTest, RunPastMaxInflightBatchesIsRefused) {
     return stub_->Run(&context, Batch().Exec(3, "MatMul", {1, 1}, {2}).proto(),
                       &reply);
   });
-  absl::SleepFor(absl::Milliseconds(300));
+  AwaitOneInFlight();
   v1::BatchReply reply;
   grpc::Status refused =
       RunStatus(&b, Batch().Put(1, 1, Doubles({1}, {1})), &reply);
@@ -434,7 +449,7 @@ TEST_F(AdmissionTest, StreamPastMaxInflightBatchesWaits) {
     return stub_->Run(&long_context,
                       Batch().Exec(3, "MatMul", {1, 1}, {2}).proto(), &reply);
   });
-  absl::SleepFor(absl::Milliseconds(300));
+  AwaitOneInFlight();
   grpc::ClientContext context;
   Authorize(b, &context);
   SetDeadline(&context);

@@ -1,5 +1,6 @@
 // Tape semantics through the session API (what a client sees), in-process.
 #include "absl/strings/match.h"
+#include "core/autodiff/elision_stats.h"
 #include "core/registry/op_registry.h"
 #include "core/session/session.h"
 #include "gtest/gtest.h"
@@ -212,6 +213,23 @@ TEST_F(TapeTest, HigherOrderIntermediatesAreReleasedWithTheirResult) {
   EXPECT_GT(session_.Stats().tape_entries, 0);
   ASSERT_TRUE(session_.ReleaseTensors(++seq_, {2, 3, 4}).ok());
   EXPECT_EQ(session_.Stats().tape_entries, 0);
+}
+
+// ElisionSavedBytesTotal counts, per recording, the bytes of the inputs and
+// outputs the op's backward does not read, and nothing for an op no tape
+// records.
+TEST_F(TapeTest, ElisionSavedBytesCountsWhatRecordingLeftOut) {
+  Put(1, {1.0, 2.0, 3.0});  // float64[3]: 24 bytes
+  Put(2, {4.0, 5.0, 6.0});
+  const int64_t before = ElisionSavedBytesTotal();
+  Exec("Mul", {1, 2}, {3});  // no tape: nothing recorded, nothing counted
+  EXPECT_EQ(ElisionSavedBytesTotal(), before);
+  ASSERT_TRUE(session_.PushTape(++seq_, 10, false, false).ok());
+  ASSERT_TRUE(session_.Watch(++seq_, 10, {1}).ok());
+  Exec("Mul", {1, 2}, {4});  // keeps both inputs, not its output
+  EXPECT_EQ(ElisionSavedBytesTotal() - before, 24);
+  Exec("Sub", {4, 2}, {5});  // keeps nothing: two inputs and the output
+  EXPECT_EQ(ElisionSavedBytesTotal() - before, 24 + 3 * 24);
 }
 
 }  // namespace
