@@ -442,6 +442,58 @@ TEST(AccessLogTest, OneJsonLinePerRpc) {
 
 // Escaping is the library's: a quote, a newline and invalid UTF-8 in a
 // field still give one valid JSON line.
+// With API keys, the sessions' series and the access log name the tenant
+// of the key (never the key).
+TEST(MetricsTest, TenantLabelsAndAccessLogTenant) {
+  testing::TempDir dir;
+  constexpr char kKey[] = "metrics-test-key-6c1d0e9a5b";
+  const std::string keys = dir.path() + "/keys";
+  std::ofstream(keys) << kKey << " research\n";
+  ServerOptions options = WithMetrics();
+  options.api_keys_file = keys;
+  options.access_log = dir.path() + "/access.log";
+  std::unique_ptr<Server> server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::TapeService::NewStub(grpc::CreateChannel(
+      server->address(), grpc::InsecureChannelCredentials()));
+  v1::CreateSessionResponse created;
+  {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    context.AddMetadata("authorization", absl::StrCat("Bearer ", kKey));
+    ASSERT_TRUE(
+        stub->CreateSession(&context, v1::CreateSessionRequest(), &created)
+            .ok());
+  }
+  {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    context.AddMetadata("authorization", absl::StrCat("Bearer ", kKey));
+    context.AddMetadata("gradtape-session-id", created.session_id());
+    context.AddMetadata("gradtape-session-token", created.token());
+    v1::CloseSessionResponse closed;
+    ASSERT_TRUE(
+        stub->CloseSession(&context, v1::CloseSessionRequest(), &closed).ok());
+  }
+  const Scrape scrape(server->metrics_port());
+  EXPECT_EQ(
+      scrape.Sum("gradtape_sessions_created_total", {{"tenant", "research"}}),
+      1);
+  EXPECT_EQ(
+      scrape.Sum("gradtape_sessions_closed_total", {{"tenant", "research"}}),
+      1);
+  EXPECT_EQ(scrape.Sum("gradtape_sessions_open", {{"tenant", "research"}}), 0);
+  server.reset();  // flushes the log
+  const std::vector<nlohmann::json> lines =
+      ReadLines(dir.path() + "/access.log");
+  ASSERT_EQ(lines.size(), 2u);
+  for (const nlohmann::json& line : lines) {
+    EXPECT_EQ(line.value("tenant", ""), "research") << line.dump();
+  }
+  EXPECT_THAT(ReadFile(dir.path() + "/access.log"),
+              ::testing::Not(::testing::HasSubstr(kKey)));
+}
+
 TEST(AccessLogTest, FieldsAreEscaped) {
   AccessLogEntry entry;
   entry.time = absl::FromUnixMillis(1764601445123);
