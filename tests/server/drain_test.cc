@@ -60,22 +60,6 @@ int HealthStatus(const std::shared_ptr<grpc::Channel>& channel,
   return bytes[1];
 }
 
-v1::AttrValue TypeAttr(v1::DType t) {
-  v1::AttrValue a;
-  a.set_type(t);
-  return a;
-}
-v1::AttrValue IntsAttr(std::vector<int64_t> ints) {
-  v1::AttrValue a;
-  for (int64_t i : ints) a.mutable_ints()->add_values(i);
-  return a;
-}
-v1::AttrValue StringAttr(const std::string& s) {
-  v1::AttrValue a;
-  a.set_s(s);
-  return a;
-}
-
 constexpr int kHealthServing = 1;
 constexpr int kHealthNotServing = 2;
 constexpr char kServiceName[] = "gradtape.v1.TapeService";

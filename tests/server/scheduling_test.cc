@@ -203,7 +203,34 @@ std::string LastAppliedTrailer(const grpc::ClientContext& context) {
   return std::string(it->second.data(), it->second.size());
 }
 
-class DeadlineTest : public ServerTest {};
+// A fixture with one long batch: StartLongMatMul puts an 8192 x 8192
+// float32 on the session and starts one MatMul of it with itself (far more
+// than the tests wait) as a Run on `context`; the future gives its status.
+class LongOpTest : public ServerTest {
+ protected:
+  std::future<grpc::Status> StartLongMatMul(const SessionCreds& creds,
+                                            grpc::ClientContext* context) {
+    Batch setup;
+    AddSquare(setup, 1, 1, 8192);
+    Run(creds, setup);
+    // The setup's worker leaves the pool just after its reply is sent: wait
+    // for that, so that a test counting batches in flight sees only the
+    // long one.
+    for (const absl::Time deadline = absl::Now() + absl::Seconds(10);
+         server_->inflight_batches() > 0 && absl::Now() < deadline;) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    Authorize(creds, context);
+    SetDeadline(context);
+    return std::async(std::launch::async, [this, context] {
+      v1::BatchReply reply;
+      return stub_->Run(context, Batch().Exec(3, "MatMul", {1, 1}, {2}).proto(),
+                        &reply);
+    });
+  }
+};
+
+class DeadlineTest : public LongOpTest {};
 
 // Run: MatMul [8192, 8192] twice (seconds each on any core) with a 2 s
 // deadline: DEADLINE_EXCEEDED within a block of the deadline,
@@ -292,17 +319,8 @@ TEST_F(DeadlineTest, StreamDeadlineEndsTheCallNamingTheLastAppliedSeq) {
 // whole 8192^3 product.
 TEST_F(DeadlineTest, CancelledRunFreesTheSessionWithinABlock) {
   SessionCreds s = NewSession();
-  Batch setup;
-  AddSquare(setup, 1, 1, 8192);
-  Run(s, setup);
   grpc::ClientContext context;
-  Authorize(s, &context);
-  SetDeadline(&context);
-  auto long_call = std::async(std::launch::async, [&] {
-    v1::BatchReply reply;
-    return stub_->Run(&context, Batch().Exec(3, "MatMul", {1, 1}, {2}).proto(),
-                      &reply);
-  });
+  auto long_call = StartLongMatMul(s, &context);
   absl::SleepFor(absl::Milliseconds(400));
   const absl::Time cancelled_at = absl::Now();
   context.TryCancel();
@@ -339,6 +357,11 @@ TEST_F(SchedulingTest, SmallSessionIsServedWhileLongOnesRun) {
     Run(longs.back(), setup);
   }
   SessionCreds small = NewSession();
+  // The setups' workers leave the pool just after their replies.
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(10);
+       server_->inflight_batches() > 0 && absl::Now() < deadline;) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
   std::atomic<int> long_done{0};
   std::vector<std::future<void>> calls;
   for (int i = 0; i < kLongSessions; ++i) {
@@ -376,7 +399,7 @@ TEST_F(SchedulingTest, SmallSessionIsServedWhileLongOnesRun) {
 
 // --- Admission -----------------------------------------------------------
 
-class AdmissionTest : public ServerTest {
+class AdmissionTest : public LongOpTest {
  protected:
   void SetUp() override {
     ServerOptions options;
@@ -400,17 +423,8 @@ class AdmissionTest : public ServerTest {
 // cancelled, Runs go through again.
 TEST_F(AdmissionTest, RunPastMaxInflightBatchesIsRefused) {
   SessionCreds a = NewSession(), b = NewSession();
-  Batch setup;
-  AddSquare(setup, 1, 1, 8192);
-  Run(a, setup);
   grpc::ClientContext context;
-  Authorize(a, &context);
-  SetDeadline(&context);
-  auto long_call = std::async(std::launch::async, [&] {
-    v1::BatchReply reply;
-    return stub_->Run(&context, Batch().Exec(3, "MatMul", {1, 1}, {2}).proto(),
-                      &reply);
-  });
+  auto long_call = StartLongMatMul(a, &context);
   AwaitOneInFlight();
   v1::BatchReply reply;
   grpc::Status refused =
@@ -438,17 +452,8 @@ TEST_F(AdmissionTest, RunPastMaxInflightBatchesIsRefused) {
 // batch is cancelled.
 TEST_F(AdmissionTest, StreamPastMaxInflightBatchesWaits) {
   SessionCreds a = NewSession(), b = NewSession();
-  Batch setup;
-  AddSquare(setup, 1, 1, 8192);
-  Run(a, setup);
   grpc::ClientContext long_context;
-  Authorize(a, &long_context);
-  SetDeadline(&long_context);
-  auto long_call = std::async(std::launch::async, [&] {
-    v1::BatchReply reply;
-    return stub_->Run(&long_context,
-                      Batch().Exec(3, "MatMul", {1, 1}, {2}).proto(), &reply);
-  });
+  auto long_call = StartLongMatMul(a, &long_context);
   AwaitOneInFlight();
   grpc::ClientContext context;
   Authorize(b, &context);

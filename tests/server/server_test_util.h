@@ -163,6 +163,21 @@ class Batch {
   v1::CommandBatch batch_;
 };
 
+inline v1::AttrValue TypeAttr(v1::DType t) {
+  v1::AttrValue a;
+  a.set_type(t);
+  return a;
+}
+inline v1::AttrValue IntsAttr(std::vector<int64_t> ints) {
+  v1::AttrValue a;
+  for (int64_t i : ints) a.mutable_ints()->add_values(i);
+  return a;
+}
+inline v1::AttrValue StringAttr(const std::string& s) {
+  v1::AttrValue a;
+  a.set_s(s);
+  return a;
+}
 inline v1::AttrValue BoolAttr(bool b) {
   v1::AttrValue value;
   value.set_b(b);

@@ -16,6 +16,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "server/server.h"
+#include "tests/server/server_test_util.h"
 #include "tests/temp_dir.h"
 
 namespace gradtape::server {
@@ -23,37 +24,6 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-v1::TensorValue Doubles(std::vector<int64_t> shape, std::vector<double> v) {
-  v1::TensorValue value;
-  value.set_dtype(v1::DTYPE_FLOAT64);
-  for (int64_t d : shape) value.add_shape(d);
-  value.set_data(reinterpret_cast<const char*>(v.data()),
-                 v.size() * sizeof(double));
-  return value;
-}
-
-std::vector<double> AsDoubles(const v1::TensorValue& value) {
-  std::vector<double> out(value.data().size() / sizeof(double));
-  std::memcpy(out.data(), value.data().data(), out.size() * sizeof(double));
-  return out;
-}
-
-v1::AttrValue TypeAttr(v1::DType t) {
-  v1::AttrValue a;
-  a.set_type(t);
-  return a;
-}
-v1::AttrValue IntsAttr(std::vector<int64_t> ints) {
-  v1::AttrValue a;
-  for (int64_t i : ints) a.mutable_ints()->add_values(i);
-  return a;
-}
-v1::AttrValue StringAttr(const std::string& s) {
-  v1::AttrValue a;
-  a.set_s(s);
-  return a;
-}
 
 // A session of the server driven by unary Run calls.
 class RemoteSession {
