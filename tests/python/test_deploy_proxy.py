@@ -9,6 +9,7 @@ limit), that each session lives on exactly one replica and that both
 replicas get sessions.
 """
 
+import contextlib
 import os
 import pathlib
 import re
@@ -28,22 +29,21 @@ NGINX_DIR = REPO_ROOT / "deploy" / "k8s" / "nginx"
 START_TIMEOUT_S = 10
 
 
-def _free_port():
+def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def _render(tmp: pathlib.Path, backends, port):
-    """Writes the deploy configs into tmp, pointed at loopback."""
+def render_nginx(tmp: pathlib.Path, proxy: str, backends):
+    """Writes deploy/k8s/nginx's nginx.conf and upstream.conf (the replicas
+    replaced by `backends`) and `proxy` (a proxy.conf already pointed at
+    loopback) into tmp; returns the nginx.conf path."""
     upstream = (NGINX_DIR / "upstream.conf").read_text()
     server_lines = re.findall(r"^\s*server gradtape-\d+:50051;\s*$", upstream, re.M)
     assert len(server_lines) == 2, "upstream.conf should list gradtape-0 and gradtape-1"
     for line, backend in zip(server_lines, backends):
         upstream = upstream.replace(line, f"  server {backend};")
-    proxy = (NGINX_DIR / "proxy.conf").read_text()
-    assert "listen 50051 http2;" in proxy
-    proxy = proxy.replace("listen 50051 http2;", f"listen 127.0.0.1:{port} http2;")
     main = (NGINX_DIR / "nginx.conf").read_text().replace("/etc/nginx/gradtape/", f"{tmp}/")
     # Writable temp paths, so the test does not depend on /var/lib/nginx.
     temp = "".join(
@@ -57,49 +57,64 @@ def _render(tmp: pathlib.Path, backends, port):
     return tmp / "nginx.conf"
 
 
+def _render(tmp: pathlib.Path, backends, port):
+    """The deploy configs in tmp, pointed at loopback."""
+    proxy = (NGINX_DIR / "proxy.conf").read_text()
+    assert "listen 50051 http2;" in proxy
+    proxy = proxy.replace("listen 50051 http2;", f"listen 127.0.0.1:{port} http2;")
+    return render_nginx(tmp, proxy, backends)
+
+
+@contextlib.contextmanager
+def running_nginx(tmp: pathlib.Path, conf: pathlib.Path, port: int):
+    """Checks `conf` (nginx -t), runs nginx with it until it accepts on
+    127.0.0.1:`port`, and stops it (gracefully: open streams finish) on exit."""
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    if not os.path.exists(nginx):
+        pytest.fail("nginx not found: scripts/setup.sh installs nginx-light")
+    globals_ = f"daemon off; pid {tmp}/nginx.pid; error_log {tmp}/error.log;"
+    check = subprocess.run(
+        [nginx, "-t", "-c", str(conf), "-g", globals_],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert check.returncode == 0, check.stderr
+    proc = subprocess.Popen(
+        [nginx, "-c", str(conf), "-g", globals_],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"nginx did not start: {proc.stderr.read()!r}")
+                time.sleep(0.05)
+        yield
+    finally:
+        proc.send_signal(signal.SIGQUIT)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 @pytest.fixture
 def proxy(tmp_path):
     """Two replicas and nginx in front; yields (proxy address, replica
     addresses) and stops all three."""
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-    if not os.path.exists(nginx):
-        pytest.fail("nginx not found: scripts/setup.sh installs nginx-light")
     with running_server("--keep_alive_seconds=60") as a, running_server(
         "--keep_alive_seconds=60"
     ) as b:
-        port = _free_port()
-        conf = _render(tmp_path, [a, b], port)
-        globals_ = f"daemon off; pid {tmp_path}/nginx.pid; error_log {tmp_path}/error.log;"
-        check = subprocess.run(
-            [nginx, "-t", "-c", str(conf), "-g", globals_],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-        assert check.returncode == 0, check.stderr
-        proc = subprocess.Popen(
-            [nginx, "-c", str(conf), "-g", globals_],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        try:
-            deadline = time.monotonic() + START_TIMEOUT_S
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                    break
-                except OSError:
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        pytest.fail(f"nginx did not start: {proc.stderr.read()!r}")
-                    time.sleep(0.05)
+        port = free_port()
+        with running_nginx(tmp_path, _render(tmp_path, [a, b], port), port):
             yield f"127.0.0.1:{port}", (a, b)
-        finally:
-            proc.send_signal(signal.SIGQUIT)  # graceful: finish open streams
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 def _holds(pb, replica, session):

@@ -11,37 +11,17 @@ proxy, and that a replica refuses a client without a certificate (only the
 proxy, holding the client certificate, may open sessions there).
 """
 
-import os
-import re
-import shutil
-import signal
-import subprocess
-import time
-import socket
-
 import numpy as np
 import pytest
 
 from conftest import REPO_ROOT, running_server
+from test_deploy_proxy import free_port, render_nginx, running_nginx
 from tls_certs import Certs
 
-BASE_DIR = REPO_ROOT / "deploy" / "k8s" / "nginx"
 TLS_DIR = REPO_ROOT / "deploy" / "k8s-tls" / "nginx"
-START_TIMEOUT_S = 10
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _render(tmp, certs, backends, port):
-    upstream = (BASE_DIR / "upstream.conf").read_text()
-    server_lines = re.findall(r"^\s*server gradtape-\d+:50051;\s*$", upstream, re.M)
-    assert len(server_lines) == 2
-    for line, backend in zip(server_lines, backends):
-        upstream = upstream.replace(line, f"  server {backend};")
     proxy = (TLS_DIR / "proxy.conf").read_text()
     replacements = {
         "listen 50051 ssl http2;": f"listen 127.0.0.1:{port} ssl http2;",
@@ -56,55 +36,19 @@ def _render(tmp, certs, backends, port):
     for old, new in replacements.items():
         assert old in proxy, old
         proxy = proxy.replace(old, new)
-    main = (BASE_DIR / "nginx.conf").read_text().replace("/etc/nginx/gradtape/", f"{tmp}/")
-    temp = "".join(
-        f"  {d}_temp_path {tmp}/{d};\n" for d in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
-    )
-    main = main.replace("http {\n", "http {\n" + temp, 1)
-    (tmp / "upstream.conf").write_text(upstream)
-    (tmp / "proxy.conf").write_text(proxy)
-    (tmp / "nginx.conf").write_text(main)
-    return tmp / "nginx.conf"
+    return render_nginx(tmp, proxy, backends)
 
 
 @pytest.fixture
 def tls_proxy(tmp_path):
     """Two mTLS replicas and nginx in front; yields (certs, proxy address,
     replica addresses) and stops all three."""
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-    if not os.path.exists(nginx):
-        pytest.fail("nginx not found: scripts/setup.sh installs nginx-light")
     certs = Certs(tmp_path / "certs")
     flags = certs.tls_flags(client_ca=True)
     with running_server(*flags) as a, running_server(*flags) as b:
-        port = _free_port()
-        conf = _render(tmp_path, certs, [a, b], port)
-        globals_ = f"daemon off; pid {tmp_path}/nginx.pid; error_log {tmp_path}/error.log;"
-        check = subprocess.run(
-            [nginx, "-t", "-c", str(conf), "-g", globals_], capture_output=True, text=True, timeout=30
-        )
-        assert check.returncode == 0, check.stderr
-        proc = subprocess.Popen(
-            [nginx, "-c", str(conf), "-g", globals_], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
-        try:
-            deadline = time.monotonic() + START_TIMEOUT_S
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                    break
-                except OSError:
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        pytest.fail(f"nginx did not start: {proc.stderr.read()!r}")
-                    time.sleep(0.05)
+        port = free_port()
+        with running_nginx(tmp_path, _render(tmp_path, certs, [a, b], port), port):
             yield certs, f"127.0.0.1:{port}", (a, b)
-        finally:
-            proc.send_signal(signal.SIGQUIT)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 def test_tls_through_the_proxy_with_mtls_to_the_replicas(tls_proxy):
