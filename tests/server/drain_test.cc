@@ -116,11 +116,13 @@ class DrainTest : public ServerTest {
     return static_cast<int>(std::clamp(count, 4.0, 2000.0));
   }
 
-  // Polls the health of "" until it is `want` (at most 2 s).
-  bool HealthBecomes(int want) {
+  // Polls the health of "" on `channel` (default: the main port's) until it
+  // is `want` (at most 2 s).
+  bool HealthBecomes(int want, std::shared_ptr<grpc::Channel> channel = {}) {
+    if (channel == nullptr) channel = channel_;
     const absl::Time deadline = absl::Now() + absl::Seconds(2);
     while (absl::Now() < deadline) {
-      if (HealthStatus(channel_, "") == want) return true;
+      if (HealthStatus(channel, "") == want) return true;
       absl::SleepFor(absl::Milliseconds(10));
     }
     return false;
@@ -169,13 +171,7 @@ TEST_F(DrainTest, HealthAddressServesOnlyHealthAndFollowsTheDrain) {
   });
   absl::SleepFor(absl::Milliseconds(200));
   auto drained = DrainAsync(absl::Seconds(20));
-  const absl::Time deadline = absl::Now() + absl::Seconds(2);
-  int status = kHealthServing;
-  while (absl::Now() < deadline && status != kHealthNotServing) {
-    status = HealthStatus(health, "");
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  EXPECT_EQ(status, kHealthNotServing);
+  EXPECT_TRUE(HealthBecomes(kHealthNotServing, health));
   EXPECT_EQ(HealthStatus(health, kServiceName), kHealthNotServing);
   EXPECT_TRUE(long_run.get().ok());
   EXPECT_LT(drained.get(), absl::Seconds(15));
