@@ -162,18 +162,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
 }
 
 absl::Status Server::FailStart(std::string message) {
-  if (grpc_server_ != nullptr) {
-    grpc_server_->Shutdown();
-    grpc_server_->Wait();
+  for (std::unique_ptr<grpc::Server>* s : {&grpc_server_, &health_server_}) {
+    if (*s == nullptr) continue;
+    (*s)->Shutdown();
+    (*s)->Wait();
+    s->reset();
   }
-  if (health_server_ != nullptr) {
-    health_server_->Shutdown();
-    health_server_->Wait();
-  }
-  if (metrics_ != nullptr) metrics_->SetMemorySource(nullptr);
-  sessions_->Shutdown();
-  absl::MutexLock lock(&mu_);
-  shut_down_ = true;  // the destructor has nothing left to drain
+  // The destructor's Drain finds no gRPC server and frees the rest.
   return absl::UnavailableError(std::move(message));
 }
 
@@ -197,7 +192,7 @@ void Server::Shutdown() { Drain(shutdown_grace_); }
 void Server::Drain(absl::Duration grace) {
   absl::MutexLock lock(&mu_);
   if (shut_down_) return;
-  if (grpc_server_ == nullptr) {  // Start failed before the gRPC server
+  if (grpc_server_ == nullptr) {  // Start failed (FailStart, or before)
     if (metrics_ != nullptr) metrics_->SetMemorySource(nullptr);
     if (sessions_ != nullptr) sessions_->Shutdown();
     shut_down_ = true;

@@ -158,8 +158,9 @@ class Server {
 
  private:
   Server() = default;
-  // A failed Start after the gRPC server was built: stops what started and
-  // marks the server shut down; returns UNAVAILABLE `message`.
+  // A failed Start after a gRPC server was built: stops and drops the gRPC
+  // servers (the destructor's Drain then frees the rest); returns
+  // UNAVAILABLE `message`.
   absl::Status FailStart(std::string message);
   // Health of "" and the service, on the main and the health port.
   void SetHealth(bool serving);
