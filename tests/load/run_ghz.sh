@@ -32,10 +32,10 @@
 # see below).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-GHZ_VERSION=v0.120.0
-TOOLS="$ROOT/.tools/bin"
-GHZ="$TOOLS/ghz"
 BUILD="${GRADTAPE_BUILD_DIR:-$ROOT/build}"
+# ghz_install, start_server, server_cpu, ghz_summary (shared with soak.sh).
+# shellcheck source=ghz_lib.sh
+source "$ROOT/tests/load/ghz_lib.sh"
 DURATION=10s
 MIN_RPS=0
 UNARY_LOAD=0
@@ -78,19 +78,7 @@ done
   "$ROOT"/tests/load/stream.json)
 
 # ghz, pinned. A failed install fails the run (never skipped).
-# (`go install` builds report version "dev": a stamp file records the pin.)
-if [ ! -x "$GHZ" ] || [ "$(cat "$GHZ.version" 2>/dev/null)" != "$GHZ_VERSION" ]; then
-  # shellcheck source=../../scripts/go_env.sh
-  source "$ROOT/scripts/go_env.sh" \
-    || { echo "run_ghz.sh: FAILED: Go is needed to install ghz (go install)" >&2; exit 1; }
-  GO="$(command -v go)"
-  echo "== installing ghz $GHZ_VERSION (go install, Go module proxy) into .tools/bin"
-  mkdir -p "$TOOLS"
-  GOBIN="$TOOLS" GOFLAGS=-mod=mod "$GO" install \
-    "github.com/bojand/ghz/cmd/ghz@$GHZ_VERSION" \
-    || { echo "run_ghz.sh: FAILED: go install ghz@$GHZ_VERSION" >&2; exit 1; }
-  echo "$GHZ_VERSION" >"$GHZ.version"
-fi
+ghz_install || { echo "run_ghz.sh: FAILED: no ghz" >&2; exit 1; }
 
 SERVER_BIN="$BUILD/server/gradtape-server"
 SESSIONS_BIN="$BUILD/bench/gradtape-ghz-sessions"
@@ -137,24 +125,8 @@ PY
   echo "$out"
 }
 
-"$SERVER_BIN" --address=127.0.0.1:0 --max_sessions=256 ${SERVER_TLS[@]+"${SERVER_TLS[@]}"} \
-  >"$WORK/server.out" 2>"$WORK/server.err" &
-SERVER_PID=$!
-ADDRESS=""
-for _ in $(seq 100); do
-  ADDRESS="$(sed -n 's/^gradtape-server listening on //p' "$WORK/server.out")"
-  [ -n "$ADDRESS" ] && break
-  kill -0 "$SERVER_PID" 2>/dev/null || break
-  sleep 0.1
-done
-[ -n "$ADDRESS" ] || { echo "run_ghz.sh: FAILED: server did not start" >&2; cat "$WORK/server.err" >&2; exit 1; }
-case "$ADDRESS" in 127.0.0.1:*) ;; *) echo "run_ghz.sh: not loopback: $ADDRESS" >&2; exit 1 ;; esac
-
-# CPU seconds the server has used so far (utime + stime), to tell how the
-# two cores were shared between the server and ghz.
-server_cpu() {
-  awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / hz }' "/proc/$SERVER_PID/stat"
-}
+start_server "$WORK" --max_sessions=256 ${SERVER_TLS[@]+"${SERVER_TLS[@]}"} \
+  || { echo "run_ghz.sh: FAILED: no server" >&2; exit 1; }
 
 status=0
 for scenario in "${SCENARIOS[@]}"; do
@@ -173,28 +145,7 @@ for scenario in "${SCENARIOS[@]}"; do
   fi
   cpu_used="$(awk -v a="$cpu_before" -v b="$(server_cpu)" 'BEGIN { printf "%.2f", b - a }')"
   [ -z "${GHZ_RESULTS_DIR:-}" ] || { mkdir -p "$GHZ_RESULTS_DIR"; cp "$report" "$GHZ_RESULTS_DIR/$name.json"; }
-  python3 - "$report" "$name$TLS_LABEL" "$MIN_RPS" "$cpu_used" >"$WORK/$name.summary" <<'PY' || status=1
-import json, sys
-report, name, min_rps = json.load(open(sys.argv[1])), sys.argv[2], float(sys.argv[3])
-server_cores = float(sys.argv[4]) / (report["total"] / 1e9)
-codes = report.get("statusCodeDistribution") or {}
-errors = report.get("errorDistribution") or {}
-not_ok = sum(n for code, n in codes.items() if code != "OK")
-lat = {int(p["percentage"]): p["latency"] / 1e6 for p in report.get("latencyDistribution") or []}
-print(f"ghz {name}: {report['count']} requests in {report['total'] / 1e9:.1f} s, "
-      f"{report['rps']:.0f} req/s, p50 {lat.get(50, float('nan')):.2f} ms, "
-      f"p99 {lat.get(99, float('nan')):.2f} ms, errors {not_ok + sum(errors.values())} "
-      f"(server busy {server_cores:.2f} cores; ghz had the rest)")
-failed = False
-if not_ok or errors or report["count"] == 0:
-    print(f"ghz {name}: FAILED: status codes {codes}, errors {errors}", file=sys.stderr)
-    failed = True
-if min_rps and report["rps"] < min_rps:
-    print(f"ghz {name}: FAILED: {report['rps']:.0f} req/s < --min-rps={min_rps:.0f}", file=sys.stderr)
-    failed = True
-print(report["count"])
-sys.exit(1 if failed else 0)
-PY
+  ghz_summary "$report" "$name$TLS_LABEL" "$MIN_RPS" "$cpu_used" >"$WORK/$name.summary" || status=1
   head -n -1 "$WORK/$name.summary"
   calls="$(tail -1 "$WORK/$name.summary")"
   expect_live=-1
