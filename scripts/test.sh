@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: install, build, run ctest (C++: core, server,
 # client), the Go client test, pytest (protocol, Python client, digits), a
-# short ghz load test, ctest again under ASan + UBSan (build-asan/) and each
-# libFuzzer target briefly plus every committed fuzz regression
-# (scripts/fuzz.sh, build-fuzz/). Ends with ctest's and pytest's own summary
+# short ghz load test, a 1-minute soak (tests/load/soak.sh), ctest again
+# under ASan + UBSan (build-asan/) and each libFuzzer target briefly plus
+# every committed fuzz regression (scripts/fuzz.sh, build-fuzz/). Ends with ctest's and pytest's own summary
 # lines; exits non-zero if anything failed.
 set -uo pipefail
 set -e
@@ -42,6 +42,8 @@ echo "== ghz load test (tests/load: Run fixed ids 4 s, Run templated ids 3 s, St
 bash tests/load/run_ghz.sh --duration=4s tests/load/run_unary_fixed.json 2>&1 | tee "$LOGS/ghz" || status=1
 bash tests/load/run_ghz.sh --duration=3s tests/load/run_unary.json tests/load/stream.json 2>&1 | tee -a "$LOGS/ghz" || status=1
 bash tests/load/run_ghz.sh --tls --duration=2s tests/load/run_unary_fixed.json 2>&1 | tee -a "$LOGS/ghz" || status=1
+echo "== soak (tests/load/soak.sh --minutes=1: ghz, Python training and session churn on one server; fails on errors or RSS drift > 5%)"
+bash tests/load/soak.sh --minutes=1 --out="$ROOT/build/soak" 2>&1 | tee "$LOGS/soak" || status=1
 # The same C++ suite with ASan + UBSan (GRADTAPE_SANITIZE, -O1, no
 # benchmarks) in its own build folder. Leak checking is on; leaks inside
 # libraries we do not own would go to tests/fuzz/lsan.supp.
@@ -63,6 +65,7 @@ bash scripts/fuzz.sh 30 2>&1 | tee "$LOGS/fuzz" || status=1
 echo "== summary"
 grep -E "^(ok|FAIL|go:)" "$LOGS/go" | tail -2 || echo "go: no summary"
 grep -E "^ghz " "$LOGS/ghz" | tail -4 || true
+grep -E "^soak: [0-9]" "$LOGS/soak" | tail -1 || echo "soak: no summary"
 sed -n '/^== fuzz summary/,$p' "$LOGS/fuzz" | tail -n +2 | grep -E "^[a-z_]+_fuzzer: " \
   || echo "fuzz: no summary"
 grep -E "tests passed|tests failed" "$LOGS/asan" | tail -1 | sed 's/^/asan: /' \
