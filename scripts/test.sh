@@ -3,8 +3,8 @@
 # client), the Go client test, pytest (protocol, Python client, digits), a
 # short ghz load test, a 1-minute soak (tests/load/soak.sh), ctest again
 # under ASan + UBSan (build-asan/) and each libFuzzer target briefly plus
-# every committed fuzz regression (scripts/fuzz.sh, build-fuzz/). Ends with ctest's and pytest's own summary
-# lines; exits non-zero if anything failed.
+# every committed fuzz regression (scripts/fuzz.sh, build-fuzz/). Ends with
+# ctest's and pytest's own summary lines; exits non-zero if anything failed.
 set -uo pipefail
 set -e
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
