@@ -207,7 +207,7 @@ def main() -> int:
     parser.add_argument("--address", required=True)
     parser.add_argument("--seconds", type=float, required=True)
     parser.add_argument("--worker", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=200, help="train: Adam steps per session")
+    parser.add_argument("--steps", type=int, default=500, help="train: Adam steps per session")
     parser.add_argument("--lease", type=int, default=2, help="churn: keep_alive_seconds")
     parser.add_argument("--rate", type=float, default=4.0, help="churn: sessions per second")
     args = parser.parse_args()
