@@ -5,6 +5,9 @@
 #   tests/load/soak.sh [--minutes=1] [--out=DIR] [--max-drift=5]
 #                      [--trainers=2] [--churn-rate=4] [--rps=100]
 #
+# (0 turns a load off: --trainers=0, --churn-rate=0, --rps=0 for no ghz; to
+# tell which load a drift comes from.)
+#
 # The server runs on 127.0.0.1 with metrics on (--metrics_address on a free
 # port). Together, for the whole run:
 #   - ghz (pinned, installed as run_ghz.sh does: tests/load/ghz_lib.sh) runs
@@ -154,29 +157,37 @@ for i in $(seq 0 $((TRAINERS - 1))); do
   CLIENT_PIDS+=($!)
   CLIENT_OUTS+=("$WORK/train$i.out")
 done
-"$PYTHON" "$ROOT/tests/load/soak_clients.py" churn --address="$ADDRESS" \
-  --seconds="$SECONDS_TOTAL" --lease=$LEASE --rate="$CHURN_RATE" >"$WORK/churn.out" 2>&1 &
-CLIENT_PIDS+=($!)
-CLIENT_OUTS+=("$WORK/churn.out")
+if [ "$CHURN_RATE" != 0 ]; then
+  "$PYTHON" "$ROOT/tests/load/soak_clients.py" churn --address="$ADDRESS" \
+    --seconds="$SECONDS_TOTAL" --lease=$LEASE --rate="$CHURN_RATE" >"$WORK/churn.out" 2>&1 &
+  CLIENT_PIDS+=($!)
+  CLIENT_OUTS+=("$WORK/churn.out")
+fi
 
 status=0
 # A client that ended before the load did must have ended well (its last
 # line printed); its status is read at the end.
 clients_alive() {
   local i
-  for i in "${!CLIENT_PIDS[@]}"; do
+  for i in ${CLIENT_PIDS[@]+"${!CLIENT_PIDS[@]}"}; do
     kill -0 "${CLIENT_PIDS[$i]}" 2>/dev/null || grep -qE "^(train|churn)" "${CLIENT_OUTS[$i]}" || return 1
   done
 }
+: >"$WORK/ghz_calls"
 round=0
 while [ $((DEADLINE - SECONDS)) -ge 5 ] && [ $status = 0 ]; do
   round=$((round + 1))
   left=$((DEADLINE - SECONDS))
   duration=$((left < 60 ? left : 60))
   GHZ_PIDS=()
+  if [ "$RPS" = 0 ]; then  # no ghz: the round is the Python load alone
+    sleep "$duration"
+    clients_alive || { echo "soak.sh: FAILED: a Python load process failed" >&2; status=1; }
+    continue
+  fi
   for name in "${SCENARIOS[@]}"; do
     rps=$RPS
-    [ "$name" != stream ] || rps=$((RPS / 2))
+    [ "$name" != stream ] || rps=$(((RPS + 1) / 2))  # (ghz: --rps=0 is no limit)
     timeout $((duration + 120)) "$GHZ" --config="$WORK/$name.json" \
       --metadata-file="$WORK/$name.metadata.json" --duration="${duration}s" \
       --concurrency=4 --connections=2 --rps="$rps" --format=json \
@@ -206,12 +217,12 @@ done
 
 # The Python processes end on their own at the deadline (a training session
 # or a reap probe may take a few seconds more; bounded by their own waits).
-for pid in "${CLIENT_PIDS[@]}"; do
+for pid in ${CLIENT_PIDS[@]+"${CLIENT_PIDS[@]}"}; do
   [ $status = 0 ] || kill "$pid" 2>/dev/null || true
   wait "$pid" || status=1
 done
 LOAD_END="$(date +%s.%N)"
-for f in "$WORK"/train*.out "$WORK/churn.out"; do
+for f in ${CLIENT_OUTS[@]+"${CLIENT_OUTS[@]}"}; do
   grep -E "^(train|churn)" "$f" || { echo "soak.sh: FAILED: $(basename "$f" .out):" >&2; cat "$f" >&2; status=1; }
 done
 kill -0 "$SERVER_PID" 2>/dev/null || { echo "soak.sh: FAILED: the server died" >&2; status=1; }
@@ -227,8 +238,8 @@ done
 touch "$WORK/stop"
 wait "$SAMPLER_PID" || { echo "soak.sh: FAILED: the sampler failed" >&2; status=1; }
 
-churned="$(sed -n 's/^churn: \([0-9]*\) sessions.*/\1/p' "$WORK/churn.out")"
-trained="$(cat "$WORK"/train*.out | awk '/^train [0-9]+: [0-9]+ sessions/ { n += $3 } END { print n + 0 }')"
+churned="$(sed -n 's/^churn: \([0-9]*\) sessions.*/\1/p' "$WORK/churn.out" 2>/dev/null || true)"
+trained="$(cat "$WORK"/train*.out 2>/dev/null | awk '/^train [0-9]+: [0-9]+ sessions/ { n += $3 } END { print n + 0 }')"
 echo "ghz: $(awk '{ n += $1 } END { print n + 0 }' "$WORK/ghz_calls" 2>/dev/null) calls in $round rounds"
 "$PYTHON" "$ROOT/tests/load/soak_monitor.py" report --csv="$OUT/soak.csv" \
   --load-start="$LOAD_START" --load-end="$LOAD_END" --png="$OUT/soak.png" \
