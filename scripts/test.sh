@@ -65,7 +65,8 @@ bash scripts/fuzz.sh 30 2>&1 | tee "$LOGS/fuzz" || status=1
 echo "== summary"
 grep -E "^(ok|FAIL|go:)" "$LOGS/go" | tail -2 || echo "go: no summary"
 grep -E "^ghz " "$LOGS/ghz" | tail -4 || true
-grep -E "^soak: [0-9]" "$LOGS/soak" | tail -1 || echo "soak: no summary"
+{ grep -E "^soak: [0-9]" "$LOGS/soak" || grep -E "^soak: FAILED" "$LOGS/soak"; } | tail -1 \
+  || echo "soak: no summary"
 sed -n '/^== fuzz summary/,$p' "$LOGS/fuzz" | tail -n +2 | grep -E "^[a-z_]+_fuzzer: " \
   || echo "fuzz: no summary"
 grep -E "tests passed|tests failed" "$LOGS/asan" | tail -1 | sed 's/^/asan: /' \

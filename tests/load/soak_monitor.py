@@ -94,7 +94,7 @@ def sample(args: argparse.Namespace) -> int:
                     print(f"soak_monitor.py: FAILED: {args.metrics}/metrics did not answer "
                           f"10 times in a row: {e}", file=sys.stderr)
                     return 1
-            next_tick += args.interval
+            next_tick = max(next_tick + args.interval, time.time())  # no catch-up burst
             time.sleep(max(0.0, next_tick - time.time()))
     return 0
 
