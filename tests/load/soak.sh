@@ -229,9 +229,10 @@ kill -0 "$SERVER_PID" 2>/dev/null || { echo "soak.sh: FAILED: the server died" >
 
 # After the load: the sampler goes on until the live bytes are back to 0
 # (reaping takes the lease plus the reaper's second), at most 30 s.
-last_live() { tail -1 "$OUT/soak.csv" | cut -d, -f3; }
+# (A sample taken after the load's end with 0 live bytes.)
+drained() { tail -1 "$OUT/soak.csv" | awk -F, -v end="$LOAD_END" '$1 > end && $3 == 0 { ok = 1 } END { exit !ok }'; }
 for _ in $(seq 300); do
-  [ "$(last_live)" = 0 ] && [ "$(csv_rows)" -gt 0 ] && break
+  drained && break
   kill -0 "$SAMPLER_PID" 2>/dev/null || break
   sleep 0.1
 done

@@ -153,9 +153,12 @@ def report(args: argparse.Namespace) -> int:
     live_max = max(r["live_tensor_bytes"] for r in during)
     zero = next((r for r in after if r["live_tensor_bytes"] == 0), None)
     if zero is None:
-        left = after[-1]["live_tensor_bytes"] if after else last_during["live_tensor_bytes"]
-        failures.append(f"live tensor bytes still {left:.0f} after the load")
         drained = "not back to 0"
+        if after:
+            failures.append(f"live tensor bytes still {after[-1]['live_tensor_bytes']:.0f} "
+                            "after the load")
+        else:
+            failures.append("no sample after the load")
     else:
         drained = (f"back to 0 {zero['t'] - load_seconds:.1f} s after the load "
                    f"(RSS then {zero['rss_bytes'] / MIB:.1f} MiB)")
