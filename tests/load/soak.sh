@@ -194,6 +194,19 @@ while [ $((DEADLINE - SECONDS)) -ge 5 ] && [ $status = 0 ]; do
       --output="$WORK/$name.report.json" "$ADDRESS" >"$WORK/$name.ghz.out" 2>&1 &
     GHZ_PIDS+=($!)
   done
+  # Until the round's ghz processes end; a dead server ends it at once.
+  while :; do
+    running=0
+    for pid in "${GHZ_PIDS[@]}"; do ! kill -0 "$pid" 2>/dev/null || running=1; done
+    [ $running = 1 ] || break
+    if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+      echo "soak.sh: FAILED: the server died (round $round)" >&2
+      for pid in "${GHZ_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+      status=1
+      break
+    fi
+    sleep 0.5
+  done
   for i in "${!SCENARIOS[@]}"; do
     name="${SCENARIOS[$i]}"
     if ! wait "${GHZ_PIDS[$i]}"; then
