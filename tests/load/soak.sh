@@ -37,7 +37,7 @@
 # the median RSS of [T - L, T]. Drift = (end - baseline) / baseline; the run
 # fails if it is above --max-drift percent (5). A 1-minute run: W = 15 s,
 # L = 15 s; 30 minutes: W = 5 min, L = 1 min. Medians, not means, so one
-# second's burst (a 64 MiB gradient buffer) does not move them.
+# second's burst does not move them.
 #
 # It also fails if any ghz call was not OK, a Python process raised, a churned
 # session was not reaped, the server died or its metrics stopped answering,
