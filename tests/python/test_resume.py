@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import queue
 import signal
+from concurrent import futures
 import subprocess
 import threading
 import time
@@ -26,6 +27,7 @@ import pytest
 import gradtape
 from gradtape import optimizers
 from gradtape.v1 import tape_service_pb2 as pb
+from gradtape.v1 import tape_service_pb2_grpc as pb_grpc
 from conftest import _server_binary
 from fault_proxy import FaultProxy
 
@@ -368,3 +370,150 @@ def test_only_statuses_the_server_did_not_send_are_transport_failures():
         grpc.StatusCode.RESOURCE_EXHAUSTED,
     ):
         assert not is_transport_failure(_FakeCall(code))
+
+
+# -- against a scripted stand-in server ----------------------------------------
+
+
+class ScriptedTape(pb_grpc.TapeServiceServicer):
+    """Answers like a gradtape server (puts and fetches only) and does on
+    request what the real one does rarely: CreateSession failing in
+    transport (a proxy that cannot reach the replica the id hashes to),
+    Streams ending with a given status after their first batch, fetches
+    answered "already applied; its result is no longer kept"."""
+
+    def __init__(self, create_failures=(), stream_failures=(), forget_fetches=0):
+        self.create_failures = create_failures  # [(code, trailers)]*n, in order
+        self.stream_failures = list(stream_failures)
+        self.forget_fetches = forget_fetches
+        self.proposed = []  # CreateSession's session ids
+        self.fetch_seqs = []
+        self.streams = 0
+        self.tensors = {}
+
+    def CreateSession(self, request, context):  # noqa: N802 (gRPC's names)
+        self.proposed.append(request.session_id)
+        if len(self.proposed) <= len(self.create_failures):
+            code, trailers = self.create_failures[len(self.proposed) - 1]
+            context.set_trailing_metadata(trailers)
+            context.abort(code, "no healthy upstream")
+        return pb.CreateSessionResponse(session_id=request.session_id, token="t", keep_alive_seconds=60)
+
+    def ListOps(self, request, context):  # noqa: N802
+        return pb.ListOpsResponse()
+
+    def KeepAlive(self, request, context):  # noqa: N802
+        return pb.KeepAliveResponse()
+
+    def CloseSession(self, request, context):  # noqa: N802
+        return pb.CloseSessionResponse()
+
+    def Stream(self, requests, context):  # noqa: N802
+        self.streams += 1
+        failure = self.stream_failures.pop(0) if self.stream_failures else None
+        for batch in requests:
+            if failure is not None:  # the batch is lost with the stream
+                context.set_trailing_metadata(failure[1])
+                context.abort(failure[0], "upstream reset the stream")
+            yield self._apply(batch)
+
+    def _apply(self, batch):
+        reply = pb.BatchReply(batch_id=batch.batch_id)
+        for c in batch.commands:
+            if c.WhichOneof("kind") == "put":
+                self.tensors[c.put.id] = c.put.value
+            elif c.WhichOneof("kind") == "fetch":
+                self.fetch_seqs.append(c.seq)
+                if self.forget_fetches > 0:
+                    self.forget_fetches -= 1
+                    message = f"FetchTensor (command {c.seq}): already applied; its result is no longer kept: fetch again"
+                    reply.results.add(
+                        seq=c.seq, duplicate=True, error=pb.Error(code=grpc.StatusCode.ABORTED.value[0], message=message)
+                    )
+                else:
+                    reply.results.add(seq=c.seq, tensor=self.tensors[c.fetch.id])
+            reply.last_seq = c.seq
+        return reply
+
+
+@pytest.fixture
+def scripted():
+    started = []
+
+    def start(servicer: ScriptedTape) -> str:
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        pb_grpc.add_TapeServiceServicer_to_server(servicer, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        started.append(server)
+        return f"127.0.0.1:{port}"
+
+    yield start
+    for server in started:
+        server.stop(grace=None)
+
+
+MINE = (("gradtape-server-status", "1"),)
+PROXY_502 = (grpc.StatusCode.UNAVAILABLE, ())
+
+
+def test_create_session_failing_in_transport_is_retried_with_a_new_id(scripted):
+    tape = ScriptedTape(create_failures=[PROXY_502, PROXY_502])
+    with gradtape.connect(scripted(tape), reconnect_timeout=10) as s:
+        assert len(tape.proposed) == 3 and len(set(tape.proposed)) == 3
+        assert s.id == tape.proposed[-1]
+        np.testing.assert_array_equal(s.constant(np.arange(2.0)).numpy(), [0.0, 1.0])
+
+
+@pytest.mark.parametrize(
+    "failure, connect_args",
+    [
+        ((grpc.StatusCode.UNAVAILABLE, MINE), {}),  # the server's own: draining
+        (PROXY_502, {"session_id": "ab" * 16}),  # the caller's id: tried once
+        (PROXY_502, {"reconnect_timeout": 0}),
+    ],
+)
+def test_create_session_is_not_retried(scripted, failure, connect_args):
+    tape = ScriptedTape(create_failures=[failure])
+    with pytest.raises(gradtape.GradtapeError) as info:
+        gradtape.connect(scripted(tape), **connect_args)
+    assert info.value.code == grpc.StatusCode.UNAVAILABLE
+    assert "CreateSession at 127.0.0.1:" in info.value.message
+    assert len(tape.proposed) == 1
+
+
+def test_a_reset_stream_is_resumed_and_its_batch_resent(scripted):
+    """INTERNAL (a proxy's RST_STREAM) and UNKNOWN without the server's
+    trailer are transport failures: resumed, the lost batch sent again."""
+    failures = [(grpc.StatusCode.INTERNAL, ()), (grpc.StatusCode.UNKNOWN, ())]
+    tape = ScriptedTape(stream_failures=failures)
+    with gradtape.connect(scripted(tape), reconnect_timeout=10) as s:
+        np.testing.assert_array_equal(s.constant(np.arange(3.0)).numpy(), [0.0, 1.0, 2.0])
+        stats = s.transport_stats()
+    assert tape.streams == 3
+    assert stats["transport_failures"] == 2 and stats["reconnects"] == 2
+    assert stats["batches_resent"] == 2
+
+
+def test_a_server_sent_unavailable_is_final(scripted):
+    tape = ScriptedTape(stream_failures=[(grpc.StatusCode.UNAVAILABLE, MINE)])
+    s = gradtape.connect(scripted(tape), reconnect_timeout=10)
+    try:
+        with pytest.raises(gradtape.SessionLostError) as info:
+            bounded(lambda: s.constant(np.ones(1)).numpy(), 20)
+        assert info.value.reason == "draining"
+        assert "restore the drain checkpoint" in info.value.message
+        assert tape.streams == 1 and s.transport_stats()["reconnect_attempts"] == 0
+    finally:
+        s.close()
+
+
+def test_a_fetch_whose_result_is_no_longer_kept_is_fetched_again(scripted):
+    tape = ScriptedTape(forget_fetches=1)
+    with gradtape.connect(scripted(tape)) as s:
+        x = s.constant(np.array([4.0, 5.0]))
+        np.testing.assert_array_equal(x.numpy(), [4.0, 5.0])
+        assert s.transport_stats()["refetches"] == 1
+        first, again = tape.fetch_seqs
+        assert again > first  # a new seq: the server applies it
+        np.testing.assert_array_equal(x.numpy(), [4.0, 5.0])

@@ -162,6 +162,7 @@ class StreamCore:
         self._acked_seq = 0  # every result up to this seq was received
         self._redirects: Dict[int, int] = {}  # fetch seq -> seq of its re-fetch
         self._outage: Optional[_resume.Backoff] = None  # since the first failure after a reply
+        self._stream_opened = time.monotonic()
         self._lost: Optional[SessionLostError] = None
         self._lost_reported = False
         self._closing = threading.Event()
@@ -415,6 +416,9 @@ class StreamCore:
             return None
         with self._lock:
             self._transport["transport_failures"] += 1
+            stayed_up = time.monotonic() - self._stream_opened >= _resume.STABLE_STREAM_S
+            if self._outage is not None and not self._unacked and stayed_up:
+                self._outage = None  # an idle stream that worked: a new outage
             if self._outage is None:
                 self._outage = _resume.Backoff(self.reconnect_timeout)
             outage = self._outage
@@ -462,9 +466,8 @@ class StreamCore:
                 self._transport["resent_already_applied"] += sum(
                     1 for c in batch.commands if c.seq <= last_applied_seq
                 )
-            if not self._unacked:
-                self._outage = None  # reachable, and nothing left to prove
             self._transport["reconnects"] += 1
+            self._stream_opened = time.monotonic()
             self._outbox = outbox
             self._call = self._open_stream(outbox)
             return self._call
