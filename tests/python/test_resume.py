@@ -347,6 +347,21 @@ def test_a_server_status_is_never_retried(servers):
         s.close()
 
 
+def test_unacknowledged_batches_are_bounded(servers):
+    """What a resume may have to resend is bounded: past max_unacked_bytes
+    a flush waits for replies (here: one batch in flight at a time)."""
+    server = servers()
+    with gradtape.connect(server.address, batch_size=1) as s:
+        s._core.max_unacked_bytes = 1
+        x = s.constant(np.zeros(4))
+        most = 0
+        for _ in range(200):
+            x = x + 1.0
+            most = max(most, len(s._core._unacked))
+        np.testing.assert_array_equal(x.numpy(), np.full(4, 200.0))
+        assert most == 1
+
+
 class _FakeCall(grpc.RpcError):
     def __init__(self, code, trailers=()):
         self._code, self._trailers = code, trailers
@@ -400,7 +415,9 @@ class ScriptedTape(pb_grpc.TapeServiceServicer):
             code, trailers = self.create_failures[len(self.proposed) - 1]
             context.set_trailing_metadata(trailers)
             context.abort(code, "no healthy upstream")
-        return pb.CreateSessionResponse(session_id=request.session_id, token="t", keep_alive_seconds=60)
+        return pb.CreateSessionResponse(
+            session_id=request.session_id, token="t", keep_alive_seconds=60
+        )
 
     def ListOps(self, request, context):  # noqa: N802
         return pb.ListOpsResponse()
@@ -429,10 +446,12 @@ class ScriptedTape(pb_grpc.TapeServiceServicer):
                 self.fetch_seqs.append(c.seq)
                 if self.forget_fetches > 0:
                     self.forget_fetches -= 1
-                    message = f"FetchTensor (command {c.seq}): already applied; its result is no longer kept: fetch again"
-                    reply.results.add(
-                        seq=c.seq, duplicate=True, error=pb.Error(code=grpc.StatusCode.ABORTED.value[0], message=message)
+                    message = (
+                        f"FetchTensor (command {c.seq}): already applied; its result is no "
+                        "longer kept: fetch again"
                     )
+                    error = pb.Error(code=grpc.StatusCode.ABORTED.value[0], message=message)
+                    reply.results.add(seq=c.seq, duplicate=True, error=error)
                 else:
                     reply.results.add(seq=c.seq, tensor=self.tensors[c.fetch.id])
             reply.last_seq = c.seq

@@ -355,13 +355,16 @@ class StreamCore:
                 answered = batch
         return answered
 
-    def _store_result_locked(self, batch: Optional[pb.CommandBatch], result: pb.CommandResult) -> None:
+    def _store_result_locked(
+        self, batch: Optional[pb.CommandBatch], result: pb.CommandResult
+    ) -> None:
         if result.duplicate:
             self._transport["duplicate_results"] += 1
         if result.WhichOneof("kind") != "error":
             self._results[result.seq] = result
             return
-        if result.duplicate and result.error.code == _ABORTED and self._refetch_locked(batch, result.seq):
+        no_longer_kept = result.duplicate and result.error.code == _ABORTED
+        if no_longer_kept and self._refetch_locked(batch, result.seq):
             return
         self._errors.append(
             (
@@ -400,7 +403,7 @@ class StreamCore:
         if self._closing.is_set() or self.closed:
             return None
         if error is None or not isinstance(error, grpc.RpcError):
-            why = "the server ended the command stream" if error is None else _resume.describe(error)
+            why = _resume.describe(error) if error else "the server ended the command stream"
             self._set_lost(
                 SessionLostError(
                     grpc.StatusCode.UNAVAILABLE if error is None else grpc.StatusCode.INTERNAL,
