@@ -267,6 +267,23 @@ def test_a_killed_server_is_one_clear_unavailable_error_in_bounded_time(servers)
         s.close()  # the loss was reported: close neither raises nor hangs
 
 
+def test_close_during_an_outage_ends_in_bounded_time(servers):
+    """close() while the reader is reconnecting: it waits at most `timeout`
+    for the unacknowledged batch, stops the reconnecting and raises."""
+    server = servers()
+    s = gradtape.connect(server.address, timeout=2, reconnect_timeout=60)
+    s.constant(np.ones(1)).numpy()
+    server.stop()
+    s.constant(np.ones(1))
+    s.flush()  # unacknowledged now
+    start = time.monotonic()
+    with pytest.raises(gradtape.GradtapeError) as info:
+        bounded(s.close, 20)
+    assert time.monotonic() - start < 8
+    assert info.value.code in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE)
+    assert s.closed and not s._core._reader.is_alive()
+
+
 def test_reconnect_timeout_0_loses_the_session_at_the_first_failure(servers):
     server = servers()
     s = gradtape.connect(server.address, reconnect_timeout=0)
