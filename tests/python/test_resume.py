@@ -16,6 +16,7 @@ from __future__ import annotations
 import gc
 import queue
 import signal
+import socket
 from concurrent import futures
 import subprocess
 import threading
@@ -317,6 +318,30 @@ def test_a_restarted_server_is_not_found_naming_the_session(servers, proxy):
         assert s.transport_stats()["reconnects"] == 0
     finally:
         s.close()
+
+
+def test_a_server_that_never_answers_is_unreachable_in_bounded_time(servers, proxy):
+    """Reconnect probes that time out (a host that accepts connections and
+    says nothing) count as unreachable, not as a final status."""
+    server = servers()
+    relay = proxy(server.address)
+    silent = socket.create_server(("127.0.0.1", 0))  # never accepts: no HTTP/2
+    try:
+        s = gradtape.connect(relay.address, timeout=0.5, reconnect_timeout=3)
+        try:
+            s.constant(np.ones(1)).numpy()
+            relay.set_upstream(f"127.0.0.1:{silent.getsockname()[1]}")
+            relay.cut_all()
+            start = time.monotonic()
+            with pytest.raises(gradtape.SessionLostError) as info:
+                bounded(lambda: s.constant(np.ones(1)).numpy(), 20)
+            assert time.monotonic() - start < 10
+            assert info.value.reason == "unreachable", info.value
+            assert "DEADLINE_EXCEEDED" in info.value.message and info.value.attempts >= 2
+        finally:
+            s.close()
+    finally:
+        silent.close()
 
 
 def test_a_drain_is_final_at_once(servers):

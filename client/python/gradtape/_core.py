@@ -39,7 +39,13 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 import grpc
 
 from gradtape import _resume
-from gradtape.errors import GradtapeError, SessionLostError, is_transport_failure, status_code
+from gradtape.errors import (
+    GradtapeError,
+    SessionLostError,
+    is_server_status,
+    is_transport_failure,
+    status_code,
+)
 from gradtape.v1 import tape_service_pb2 as pb
 from gradtape.v1 import tape_service_pb2_grpc as pb_grpc
 
@@ -447,7 +453,9 @@ class StreamCore:
                     timeout=_resume.attempt_timeout(outage, self.timeout),
                 )
             except grpc.RpcError as e:
-                if is_transport_failure(e):
+                # Our own deadline on the probe: the server did not answer.
+                timed_out = e.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+                if is_transport_failure(e) or (timed_out and not is_server_status(e)):
                     last = e
                     continue
                 self._set_lost(_resume.final(self.session_id, self.address, e, outage))
