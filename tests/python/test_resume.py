@@ -181,23 +181,26 @@ def train(address: str, steps: int, seed: int, on_start=lambda: None, **connect_
         }
 
 
-def test_training_through_random_cuts_matches_the_fault_free_run(servers, proxy):
-    server = servers()
+def train_with_and_without_cuts(servers, proxy, steps, cuts, gaps, *server_args):
+    """The fault-free run, then the run with cuts, through one FaultProxy to
+    one server. Returns (proxy, reference, faulted); prints the figures."""
+    server = servers(*server_args)
     cutter = proxy(server.address)
     start = time.monotonic()
-    reference = bounded(lambda: train(cutter.address, STEPS, SEED))
+    reference = bounded(lambda: train(cutter.address, steps, SEED))
     reference_s = time.monotonic() - start
     assert sum(cutter.cuts.values()) == 0 and cutter.connections == 1
 
     start = time.monotonic()
-    cut = lambda: cutter.start_cutting(GAPS, CUTS)  # noqa: E731
-    faulted = bounded(lambda: train(cutter.address, STEPS, SEED, cut, reconnect_timeout=20))
+    cut = lambda: cutter.start_cutting(gaps, cuts)  # noqa: E731
+    faulted = bounded(lambda: train(cutter.address, steps, SEED, cut, reconnect_timeout=20))
     faulted_s = time.monotonic() - start
     cutter.stop_cutting()
 
     t, ref_stats, stats = faulted["transport"], reference["stats"], faulted["stats"]
     print(
-        f"\nfault test: {STEPS} Adam steps, seed {SEED}: cuts c2s {cutter.cuts['c2s']} "
+        f"\nfault test{' ' + ' '.join(server_args) if server_args else ''}: {steps} Adam "
+        f"steps, seed {SEED}: cuts c2s {cutter.cuts['c2s']} "
         f"(mid-message {cutter.mid_message_cuts['c2s']}), s2c {cutter.cuts['s2c']} "
         f"(mid-message {cutter.mid_message_cuts['s2c']}); {cutter.connections - 1} reconnections; "
         f"client: {t['transport_failures']} transport failures, {t['reconnects']} resumes, "
@@ -209,11 +212,13 @@ def test_training_through_random_cuts_matches_the_fault_free_run(servers, proxy)
         f"{ref_stats.commands_applied} of {reference['commands_sent']}); "
         f"{reference_s:.1f} s fault-free, {faulted_s:.1f} s with cuts"
     )
-    assert cutter.cuts == CUTS, "fewer cuts than planned: widen GAPS' ranges"
-    assert sum(cutter.mid_message_cuts.values()) > 0
-    assert t["reconnects"] >= sum(CUTS.values()) // 2
-    # Bit for bit: every fetched loss and every final variable.
-    assert len(faulted["losses"]) == len(reference["losses"]) == STEPS
+    assert cutter.cuts == cuts, "fewer cuts than planned: narrow the gaps' ranges"
+    return cutter, reference, faulted
+
+
+def assert_same_as_fault_free(steps: int, reference: dict, faulted: dict) -> None:
+    """Bit for bit, and every command applied exactly once."""
+    assert len(faulted["losses"]) == len(reference["losses"]) == steps
     differing = [
         i for i, (a, b) in enumerate(zip(reference["losses"], faulted["losses"]))
         if a.tobytes() != b.tobytes()
@@ -223,13 +228,33 @@ def test_training_through_random_cuts_matches_the_fault_free_run(servers, proxy)
         assert a.tobytes() == b.tobytes(), f"variable {i} differs from the fault-free run"
     # Exactly once: the server applied each command the client sent once
     # (as in the fault-free run, where the stats command sees the same
-    # offset between the two), and skipped what was sent again.
+    # offset between the two; re-fetches are new commands, sent and
+    # applied), and skipped what was sent again.
+    t, ref_stats, stats = faulted["transport"], reference["stats"], faulted["stats"]
     ref_offset = ref_stats.commands_applied - reference["commands_sent"]
-    assert ref_stats.commands_applied > STEPS * 40
+    assert ref_stats.commands_applied > steps * 40
     assert stats.commands_applied - faulted["commands_sent"] == ref_offset
     assert stats.duplicate_commands == t["resent_already_applied"]
     assert ref_stats.duplicate_commands == 0
     assert stats.live_tensors == ref_stats.live_tensors  # releases neither lost nor doubled
+
+
+def test_training_through_random_cuts_matches_the_fault_free_run(servers, proxy):
+    cutter, reference, faulted = train_with_and_without_cuts(servers, proxy, STEPS, CUTS, GAPS)
+    assert sum(cutter.mid_message_cuts.values()) > 0
+    assert faulted["transport"]["reconnects"] >= sum(CUTS.values()) // 2
+    assert_same_as_fault_free(STEPS, reference, faulted)
+
+
+def test_fetches_are_sent_again_when_the_server_kept_no_result(servers, proxy):
+    """--result_cache_mb=0: a resent fetch whose reply was cut gets ABORTED
+    "no longer kept"; the client fetches again, with a new seq."""
+    cuts, gaps = {"c2s": 0, "s2c": 6}, {"c2s": (1, 1), "s2c": (1_000, 4_000)}
+    _, reference, faulted = train_with_and_without_cuts(
+        servers, proxy, 500, cuts, gaps, "--result_cache_mb=0"
+    )
+    assert faulted["transport"]["refetches"] >= 1
+    assert_same_as_fault_free(500, reference, faulted)
 
 
 # -- a server that is gone ----------------------------------------------------
