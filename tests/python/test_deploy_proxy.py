@@ -533,15 +533,16 @@ def test_a_drained_replica_lets_its_clients_restore_and_continue(tmp_path):
             assert t.losses == reference[t.seed][0] and t.final() == reference[t.seed][1]
             t.session.close()
         live = [k for k in range(REPLICAS) if k != victim]
-        resumed, restored = [], []
         for t in drained:
             error, _ = outcome[t.seed]
             assert isinstance(error, gradtape.GradtapeError), repr(error)
             assert error.code == grpc.StatusCode.UNAVAILABLE, error
             assert "server draining; reconnect" in error.message, error.message
             assert (shared / f"drain-{t.session.id}").exists()
-            s, _, _ = _connect_routed(address, replicas, live)
-            again = Trainer(s, t.seed, restore=f"drain-{t.session.id}")
+            _close_quietly(t.session)
+
+        def resume(t, session):
+            again = Trainer(session, t.seed, restore=f"drain-{t.session.id}")
             # The checkpoint holds every step the client saw finish, and
             # perhaps the next: a step whose batch the drain applied but
             # whose wait saw the stream end (the step variable tells).
@@ -552,17 +553,34 @@ def test_a_drained_replica_lets_its_clients_restore_and_continue(tmp_path):
             assert len(losses) >= STEPS - 1
             assert all(loss == reference[t.seed][0][k] for k, loss in losses.items())
             assert again.final() == reference[t.seed][1]
-            resumed.append(again)
-            s.close()
-            _close_quietly(t.session)
+            session.close()
+            return again
+
+        # One client resumes at once on another replica, under a new id
+        # (the checkpoint dir is shared) ...
+        restored = []
+        s, _, _ = _connect_routed(address, replicas, live)
+        resumed = [resume(drained[0], s)]
+        # ... the other once its replica is back, under its old id: that
+        # routes to the same replica, whose own disk holds the checkpoint
+        # (deploy/k8s: one volume per replica).
+        replicas[victim].start()
+        old_id = drained[1].session.id
+        s = gradtape.connect(address, session_id=old_id, timeout=10)
+        deadline = time.monotonic() + LOG_TIMEOUT_S
+        while old_id not in _access_log_sessions(replicas[victim].logs[-1:]):
+            assert time.monotonic() < deadline, f"{old_id} not created on replica {victim}"
+            time.sleep(0.02)
+        resumed.append(resume(drained[1], s))
 
         _assert_each_session_on_one_replica(
             replicas, [t.session.id for t in trainers + resumed]
         )
         print(
             f"\nreplica drained: {len(kept)} sessions on survivors bit-identical, "
-            f"{len(drained)} restored from drain-<id> on another replica and finished "
-            f"bit-identical (resumed at steps {restored}; the client "
+            f"{len(drained)} restored from drain-<id> (one at once on another replica, "
+            f"one under its old id on the restarted replica) and finished "
+            f"bit-identical (resumed at steps {restored}; the clients "
             f"had seen {[t.done for t in drained]})"
         )
 
