@@ -1,12 +1,15 @@
 """deploy/k8s/nginx (the proxy in front of the replicas) on loopback: two
-gradtape-servers behind Debian's nginx running the same nginx.conf,
+(or three) gradtape-servers behind Debian's nginx running the same nginx.conf,
 upstream.conf and proxy.conf, only with the replicas' names and the listen
 port replaced by 127.0.0.1 ports.
 
 Checks that sessions created through the proxy work (ops, tapes, gradients,
 a Stream of many batches, a tensor larger than nginx's default 1 MB body
 limit), that each session lives on exactly one replica and that both
-replicas get sessions.
+replicas get sessions; that a CreateSession without the routing header is
+refused; and, with three replicas, what a replica lost mid-training
+(killed and restarted, or drained) does to the sessions on it and on the
+others (README "A replica lost behind the proxy").
 """
 
 import contextlib
