@@ -435,8 +435,8 @@ def test_a_killed_replica_loses_only_its_sessions_and_routing_stays_sticky(tmp_p
         fault = threading.Event()
         threads, outcome = _train_all(trainers, fault)
         _wait_all_reached(trainers, FAULT_AT)
-        replicas[victim].kill()
         killed = time.monotonic()
+        replicas[victim].kill()
         fault.set()
         _join(threads, WORKER_TIMEOUT_S)
 
