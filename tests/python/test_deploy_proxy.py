@@ -493,12 +493,18 @@ def test_a_killed_replica_loses_only_its_sessions_and_routing_stays_sticky(tmp_p
             t.run(STEPS)
             assert t.losses == reference[t.seed][0] and t.final() == reference[t.seed][1]
             t.session.close()
+        # The restarted replica takes its share of new sessions at once (no
+        # fail_timeout to wait out).
+        back, _, failed = _connect_routed(address, replicas, range(REPLICAS), want=victim)
+        assert not failed
+        Trainer(back, 0).run(FAULT_AT)
+        back.close()
         for t in kept:
             t.session.close()
         for t in lost:
             _close_quietly(t.session)
 
-        ids = [t.session.id for t in trainers + fresh]
+        ids = [t.session.id for t in trainers + fresh] + [back.id]
         _assert_each_session_on_one_replica(replicas, ids)
         assert not set(t.session.id for t in fresh) & set(replicas[victim].sessions())
         print(
