@@ -1,0 +1,370 @@
+"""The Python client resumes after transport failures and never reports a
+false OK (README "Resuming clients").
+
+The fault test trains a small MLP with Adam through FaultProxy
+(fault_proxy.py), which cuts the connection at seeded byte offsets in both
+directions, and compares every fetched loss and the final variables bit for
+bit with a fault-free run of the same seed; the server's SessionStats show
+that no command was applied twice. The other tests: a killed server gives a
+bounded-time UNAVAILABLE SessionLostError, a restarted one NOT_FOUND, a
+drain a final error at once, and a status that is not a transport failure is
+never retried.
+"""
+
+from __future__ import annotations
+
+import queue
+import signal
+import subprocess
+import threading
+import time
+
+import grpc
+import numpy as np
+import pytest
+
+import gradtape
+from gradtape import optimizers
+from gradtape.v1 import tape_service_pb2 as pb
+from conftest import _server_binary
+from fault_proxy import FaultProxy
+
+START_TIMEOUT_S = 15
+TRAIN_TIMEOUT_S = 120  # a bound, far above the ~20 s the fault test takes
+STEPS = 3000
+SEED = 20261201
+# Cuts per direction and the bytes between cuts (c2s: ~1.3 KB a step, s2c:
+# ~80 B a step; the ranges leave a margin so every planned cut happens).
+CUTS = {"c2s": 14, "s2c": 14}
+GAPS = {"c2s": (40_000, 240_000), "s2c": (2_000, 14_000)}
+
+
+class Server:
+    """A gradtape-server process on 127.0.0.1 (a free port); stop() kills."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [str(_server_binary()), "--address=127.0.0.1:0", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.lines: list = []
+        ready: "queue.Queue" = queue.Queue()
+
+        def pump() -> None:
+            for line in self.proc.stdout:
+                self.lines.append(line)
+                if line.startswith("gradtape-server listening on "):
+                    ready.put(line.split()[-1])
+            ready.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+        try:
+            self.address = ready.get(timeout=START_TIMEOUT_S)
+        except queue.Empty:
+            self.stop()
+            pytest.fail(f"no 'listening' line within {START_TIMEOUT_S} s")
+        if self.address is None:
+            pytest.fail(f"gradtape-server exited early: {''.join(self.lines)}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def servers():
+    started = []
+
+    def start(*args: str) -> Server:
+        started.append(Server(*args))
+        return started[-1]
+
+    yield start
+    for s in started:
+        s.stop()
+
+
+@pytest.fixture
+def proxy():
+    p = None
+
+    def make(upstream: str, seed: int = SEED) -> FaultProxy:
+        nonlocal p
+        p = FaultProxy(upstream, seed=seed)
+        return p
+
+    yield make
+    if p is not None:
+        p.close()
+
+
+def bounded(fn, timeout: float = TRAIN_TIMEOUT_S):
+    """Runs fn() in a thread; fails the test if it takes over `timeout`."""
+    out: dict = {}
+
+    def run() -> None:
+        try:
+            out["value"] = fn()
+        except BaseException as e:  # re-raised in the test's thread
+            out["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        pytest.fail(f"did not finish within {timeout} s (a hang)")
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+# -- the training run ---------------------------------------------------------
+
+
+def glorot(rng: np.random.Generator, fan_in: int, fan_out: int) -> np.ndarray:
+    limit = np.sqrt(6.0 / (fan_in + fan_out))
+    return rng.uniform(-limit, limit, size=(fan_in, fan_out)).astype(np.float32)
+
+
+def train(address: str, steps: int, seed: int, on_start=lambda: None, **connect_args) -> dict:
+    """Adam on a 16-32-4 MLP over a seeded synthetic set, the loss fetched
+    every step; on_start() runs before the first step. Returns the losses,
+    final variables and counters."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(256, 16)).astype(np.float32)
+    y = np.argmax(x @ rng.normal(size=(16, 4)), axis=1).astype(np.int64)
+    losses = []
+    with gradtape.connect(address, **connect_args) as s:
+        ops = s.ops
+        train_x, train_y = s.constant(x), s.constant(y)
+        params = [
+            s.Variable(glorot(rng, 16, 32)),
+            s.Variable(np.zeros(32, np.float32)),
+            s.Variable(glorot(rng, 32, 4)),
+            s.Variable(np.zeros(4, np.float32)),
+        ]
+        opt = optimizers.Adam(learning_rate=1e-2)
+        s.sync()
+        on_start()
+        for _ in range(steps):
+            idx = s.constant(rng.integers(0, len(x), size=32).astype(np.int32))
+            xb = ops.gather_v2(train_x, idx, axis=0)
+            yb = ops.gather_v2(train_y, idx, axis=0)
+            with s.GradientTape() as tape:
+                h = ops.relu(ops.bias_add(xb @ params[0], params[1]))
+                logits = ops.bias_add(h @ params[2], params[3])
+                loss = ops.mean(
+                    ops.sparse_softmax_cross_entropy_with_logits(logits, yb).loss, axis=[0]
+                )
+            opt.apply_gradients(zip(tape.gradient(loss, params), params))
+            losses.append(loss.numpy())
+        final = [p.numpy() for p in params]
+        stats = s.stats()
+        return {
+            "losses": losses,
+            "final": final,
+            "stats": stats,
+            "transport": s.transport_stats(),
+            # Includes the stats command. (Not comparable across runs: how
+            # many ReleaseTensors commands carry the finalizers' releases
+            # depends on when cyclic garbage is collected.)
+            "commands_sent": s.counters["commands_sent"],
+        }
+
+
+def test_training_through_random_cuts_matches_the_fault_free_run(servers, proxy):
+    server = servers()
+    cutter = proxy(server.address)
+    start = time.monotonic()
+    reference = bounded(lambda: train(cutter.address, STEPS, SEED))
+    reference_s = time.monotonic() - start
+    assert sum(cutter.cuts.values()) == 0 and cutter.connections == 1
+
+    start = time.monotonic()
+    cut = lambda: cutter.start_cutting(GAPS, CUTS)  # noqa: E731
+    faulted = bounded(lambda: train(cutter.address, STEPS, SEED, cut, reconnect_timeout=20))
+    faulted_s = time.monotonic() - start
+    cutter.stop_cutting()
+
+    t, ref_stats, stats = faulted["transport"], reference["stats"], faulted["stats"]
+    print(
+        f"\nfault test: {STEPS} Adam steps, seed {SEED}: cuts c2s {cutter.cuts['c2s']} "
+        f"(mid-message {cutter.mid_message_cuts['c2s']}), s2c {cutter.cuts['s2c']} "
+        f"(mid-message {cutter.mid_message_cuts['s2c']}); {cutter.connections - 1} reconnections; "
+        f"client: {t['transport_failures']} transport failures, {t['reconnects']} resumes, "
+        f"{t['reconnect_attempts']} reconnect attempts, {t['commands_resent']} commands resent "
+        f"in {t['batches_resent']} batches ({t['resent_already_applied']} of them already "
+        f"applied), {t['duplicate_results']} duplicate results, {t['refetches']} re-fetches; "
+        f"server: {stats.duplicate_commands} duplicates skipped, {stats.commands_applied} "
+        f"commands applied of {faulted['commands_sent']} sent (fault-free: "
+        f"{ref_stats.commands_applied} of {reference['commands_sent']}); "
+        f"{reference_s:.1f} s fault-free, {faulted_s:.1f} s with cuts"
+    )
+    assert cutter.cuts == CUTS, "fewer cuts than planned: widen GAPS' ranges"
+    assert sum(cutter.mid_message_cuts.values()) > 0
+    assert t["reconnects"] >= sum(CUTS.values()) // 2
+    # Bit for bit: every fetched loss and every final variable.
+    assert len(faulted["losses"]) == len(reference["losses"]) == STEPS
+    differing = [
+        i for i, (a, b) in enumerate(zip(reference["losses"], faulted["losses"]))
+        if a.tobytes() != b.tobytes()
+    ]
+    assert not differing, f"{len(differing)} losses differ, the first at step {differing[0]}"
+    for i, (a, b) in enumerate(zip(reference["final"], faulted["final"])):
+        assert a.tobytes() == b.tobytes(), f"variable {i} differs from the fault-free run"
+    # Exactly once: the server applied each command the client sent once
+    # (as in the fault-free run, where the stats command sees the same
+    # offset between the two), and skipped what was sent again.
+    ref_offset = ref_stats.commands_applied - reference["commands_sent"]
+    assert ref_stats.commands_applied > STEPS * 40
+    assert stats.commands_applied - faulted["commands_sent"] == ref_offset
+    assert stats.duplicate_commands == t["resent_already_applied"]
+    assert ref_stats.duplicate_commands == 0
+    assert stats.live_tensors == ref_stats.live_tensors  # releases neither lost nor doubled
+
+
+# -- a server that is gone ----------------------------------------------------
+
+
+def test_a_killed_server_is_one_clear_unavailable_error_in_bounded_time(servers):
+    """The false OK of issue 14: a session idle when its server died. sync()
+    with commands buffered raises (never OK), naming the session and the
+    server, within reconnect_timeout; later calls raise it at once."""
+    server = servers()
+    s = gradtape.connect(server.address, reconnect_timeout=2.0)
+    try:
+        x = s.constant(np.ones(3))
+        np.testing.assert_array_equal((x + 1.0).numpy(), [2.0, 2.0, 2.0])
+        server.stop()  # SIGKILL while the session is idle
+        y = x * 2.0  # buffered
+        start = time.monotonic()
+        with pytest.raises(gradtape.GradtapeError) as info:
+            bounded(s.sync, 20)
+        elapsed = time.monotonic() - start
+        e = info.value
+        assert e.code == grpc.StatusCode.UNAVAILABLE
+        assert f"session {s.id}: server {server.address} unreachable for" in e.message
+        assert "reconnect attempts)" in e.message
+        assert isinstance(e, gradtape.SessionLostError) and e.reason == "unreachable"
+        assert e.attempts >= 2
+        assert 1.5 <= elapsed < 8, elapsed
+        # Every later call raises the same error at once.
+        for later in (y.numpy, s.sync, lambda: s.constant(1.0), s.keep_alive):
+            start = time.monotonic()
+            with pytest.raises(gradtape.SessionLostError) as again:
+                later()
+            assert time.monotonic() - start < 0.5
+            assert again.value.message == e.message
+    finally:
+        s.close()  # the loss was reported: close neither raises nor hangs
+
+
+def test_reconnect_timeout_0_loses_the_session_at_the_first_failure(servers):
+    server = servers()
+    s = gradtape.connect(server.address, reconnect_timeout=0)
+    try:
+        s.constant(np.ones(1)).numpy()
+        server.stop()
+        start = time.monotonic()
+        with pytest.raises(gradtape.SessionLostError) as info:
+            bounded(lambda: s.constant(np.ones(1)).numpy(), 20)
+        assert time.monotonic() - start < 2
+        assert info.value.code == grpc.StatusCode.UNAVAILABLE
+        assert "(0 reconnect attempts)" in info.value.message
+    finally:
+        s.close()
+
+
+def test_a_restarted_server_is_not_found_naming_the_session(servers, proxy):
+    first = servers()
+    relay = proxy(first.address)
+    s = gradtape.connect(relay.address, reconnect_timeout=20)
+    try:
+        np.testing.assert_array_equal(s.constant(np.arange(3.0)).numpy(), [0.0, 1.0, 2.0])
+        first.stop()
+        relay.cut_all()
+        relay.set_upstream(servers().address)  # a new process: no sessions
+        with pytest.raises(gradtape.SessionLostError) as info:
+            bounded(lambda: s.constant(np.ones(1)).numpy(), 30)
+        e = info.value
+        assert e.code == grpc.StatusCode.NOT_FOUND and e.reason == "not_found"
+        assert f"session {s.id}: the server no longer has this session" in e.message
+        assert s.transport_stats()["reconnects"] == 0
+    finally:
+        s.close()
+
+
+def test_a_drain_is_final_at_once(servers):
+    server = servers("--shutdown_grace_seconds=10")
+    s = gradtape.connect(server.address, reconnect_timeout=30)
+    try:
+        s.constant(np.ones(2)).numpy()
+        start = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        with pytest.raises(gradtape.SessionLostError) as info:
+            bounded(lambda: s.constant(np.ones(2)).numpy(), 20)
+        e = info.value
+        assert e.code == grpc.StatusCode.UNAVAILABLE and e.reason == "draining", e
+        assert "restore the drain checkpoint" in e.message and "server draining" in e.message
+        assert s.transport_stats()["reconnect_attempts"] == 0
+        assert time.monotonic() - start < 10  # not the 30 s of reconnect_timeout
+    finally:
+        s.close()
+
+
+def test_a_server_status_is_never_retried(servers):
+    """The session closed behind the client's back: the stream's next batch
+    gets the server's NOT_FOUND, final at once (no reconnect attempt); a
+    failed command fails alone and is not sent again."""
+    server = servers()
+    s = gradtape.connect(server.address, reconnect_timeout=30)
+    try:
+        a = s.constant(np.ones((2, 3)))
+        with pytest.raises(gradtape.GradtapeError) as bad:
+            s.ops.mat_mul(a, a).numpy()
+        assert bad.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert not isinstance(bad.value, gradtape.SessionLostError)
+        s.sync()
+        s._core.stub.CloseSession(
+            pb.CloseSessionRequest(), metadata=s._core.metadata, timeout=10
+        )
+        start = time.monotonic()
+        with pytest.raises(gradtape.SessionLostError) as info:
+            bounded(lambda: s.constant(np.ones(1)).numpy(), 20)
+        assert info.value.code == grpc.StatusCode.NOT_FOUND
+        assert time.monotonic() - start < 5
+        stats = s.transport_stats()
+        assert stats["reconnect_attempts"] == 0 and stats["commands_resent"] == 0
+    finally:
+        s.close()
+
+
+class _FakeCall(grpc.RpcError):
+    def __init__(self, code, trailers=()):
+        self._code, self._trailers = code, trailers
+
+    def code(self):
+        return self._code
+
+    def trailing_metadata(self):
+        return self._trailers
+
+
+def test_only_statuses_the_server_did_not_send_are_transport_failures():
+    from gradtape.errors import is_transport_failure
+
+    mine = (("gradtape-server-status", "1"),)
+    for code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN):
+        assert is_transport_failure(_FakeCall(code))
+        assert not is_transport_failure(_FakeCall(code, mine))
+    for code in (
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+    ):
+        assert not is_transport_failure(_FakeCall(code))
