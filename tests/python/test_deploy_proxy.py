@@ -303,6 +303,7 @@ class Trainer:
         self.b = session.Variable(np.zeros(()), name="b")
         self.step = session.Variable(np.zeros(()), name="step")
         if restore is not None:
+            # The Python client has no checkpoint API yet: the raw command.
             from gradtape.v1 import tape_service_pb2 as pb
 
             command = pb.Command(restore_checkpoint=pb.RestoreCheckpoint(name=restore))
@@ -372,8 +373,8 @@ def _connect_routed(address, replicas, live, want=None, reconnect=RECONNECT_S, a
 
 
 def _train_all(trainers, pause):
-    """Runs every trainer in its own thread; returns {seed: exception or None}
-    and fails on a worker that neither finished nor raised in time (a hang)."""
+    """Runs every trainer in its own thread up to STEPS; returns the threads
+    and {seed: None (finished) or (the exception raised, when)}."""
     outcome = {}
 
     def work(t):
@@ -390,6 +391,7 @@ def _train_all(trainers, pause):
 
 
 def _join(threads, timeout):
+    """Fails on a worker that neither finished nor raised in time: a hang."""
     deadline = time.monotonic() + timeout
     for th in threads:
         th.join(max(0.0, deadline - time.monotonic()))
