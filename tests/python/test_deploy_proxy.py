@@ -573,6 +573,7 @@ def test_a_drained_replica_lets_its_clients_restore_and_continue(tmp_path):
         fault = threading.Event()
         threads, outcome = _train_all(trainers, fault)
         _wait_all_reached(trainers, FAULT_AT)
+        drained_at = time.monotonic()
         replicas[victim].drain()
         fault.set()
         _join(threads, WORKER_TIMEOUT_S)
@@ -582,14 +583,13 @@ def test_a_drained_replica_lets_its_clients_restore_and_continue(tmp_path):
             assert t.losses == reference[t.seed][0] and t.final() == reference[t.seed][1]
             t.session.close()
         live = [k for k in range(REPLICAS) if k != victim]
+        to_draining = []
         for t in drained:
-            error, _ = outcome[t.seed]
-            # INTERIM (until i14-server, whose statuses carry the
-            # gradtape-server-status trailer, is merged): the client cannot
-            # tell the drain's UNAVAILABLE from a transport failure, keeps
-            # trying and reports the replica unreachable once it exited.
-            # Final: _assert_lost(error, UNAVAILABLE, "draining", "draining", ...).
-            _assert_lost(error, grpc.StatusCode.UNAVAILABLE, "unreachable", "unreachable", t.session)
+            error, when = outcome[t.seed]
+            # The server's own UNAVAILABLE (its status trailer tells it from
+            # the proxy's): final, never retried.
+            _assert_lost(error, grpc.StatusCode.UNAVAILABLE, "draining", "draining", t.session)
+            to_draining.append(when - drained_at)
             assert (shared / f"drain-{t.session.id}").exists()
             _close_quietly(t.session)
 
@@ -630,6 +630,8 @@ def test_a_drained_replica_lets_its_clients_restore_and_continue(tmp_path):
         )
         print(
             f"\nreplica drained: {len(kept)} sessions on survivors bit-identical, "
+            f"drained clients UNAVAILABLE draining {max(to_draining):.2f} s (max) after "
+            f"the SIGTERM, "
             f"{len(drained)} restored from drain-<id> (one at once on another replica, "
             f"one under its old id on the restarted replica) and finished "
             f"bit-identical (resumed at steps {restored}; the clients "
