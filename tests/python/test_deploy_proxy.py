@@ -519,9 +519,8 @@ def test_a_killed_replica_loses_only_its_sessions_and_routing_stays_sticky(tmp_p
         # has the session: NOT_FOUND, said once, soon.
         _join([threads[trainers.index(outlives)]], WORKER_TIMEOUT_S)
         error, when = outcome[outlives.seed]
-        _assert_lost(
-            error, grpc.StatusCode.NOT_FOUND, "not_found", "no longer has this session", outlives.session
-        )
+        words = "no longer has this session"
+        _assert_lost(error, grpc.StatusCode.NOT_FOUND, "not_found", words, outlives.session)
         to_not_found = when - restarted
         raw, _ = _raw_keep_alive(pb, address, gone.session)  # its replica answers now
         assert raw.code() == grpc.StatusCode.NOT_FOUND, raw
@@ -561,7 +560,11 @@ def test_a_drained_replica_lets_its_clients_restore_and_continue(tmp_path):
 
     shared = tmp_path / "checkpoints"
     shared.mkdir()
-    drain_flags = (f"--checkpoint_dir={shared}", "--checkpoint_on_drain", "--shutdown_grace_seconds=10")
+    drain_flags = (
+        f"--checkpoint_dir={shared}",
+        "--checkpoint_on_drain",
+        "--shutdown_grace_seconds=10",
+    )
     with cluster(tmp_path, *drain_flags) as (address, replicas):
         placed = _spread(address, replicas)
         seeds = range(len(placed))
