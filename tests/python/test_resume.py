@@ -13,8 +13,11 @@ never retried.
 
 from __future__ import annotations
 
+import gc
 import queue
 import signal
+import socket
+from concurrent import futures
 import subprocess
 import threading
 import time
@@ -26,6 +29,7 @@ import pytest
 import gradtape
 from gradtape import optimizers
 from gradtape.v1 import tape_service_pb2 as pb
+from gradtape.v1 import tape_service_pb2_grpc as pb_grpc
 from conftest import _server_binary
 from fault_proxy import FaultProxy
 
@@ -162,6 +166,8 @@ def train(address: str, steps: int, seed: int, on_start=lambda: None, **connect_
             opt.apply_gradients(zip(tape.gradient(loss, params), params))
             losses.append(loss.numpy())
         final = [p.numpy() for p in params]
+        gc.collect()  # releases of handles in reference cycles: now, in both runs
+        s.sync()
         stats = s.stats()
         return {
             "losses": losses,
@@ -262,6 +268,23 @@ def test_a_killed_server_is_one_clear_unavailable_error_in_bounded_time(servers)
         s.close()  # the loss was reported: close neither raises nor hangs
 
 
+def test_close_during_an_outage_ends_in_bounded_time(servers):
+    """close() while the reader is reconnecting: it waits at most `timeout`
+    for the unacknowledged batch, stops the reconnecting and raises."""
+    server = servers()
+    s = gradtape.connect(server.address, timeout=2, reconnect_timeout=60)
+    s.constant(np.ones(1)).numpy()
+    server.stop()
+    s.constant(np.ones(1))
+    s.flush()  # unacknowledged now
+    start = time.monotonic()
+    with pytest.raises(gradtape.GradtapeError) as info:
+        bounded(s.close, 20)
+    assert time.monotonic() - start < 8
+    assert info.value.code in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE)
+    assert s.closed and not s._core._reader.is_alive()
+
+
 def test_reconnect_timeout_0_loses_the_session_at_the_first_failure(servers):
     server = servers()
     s = gradtape.connect(server.address, reconnect_timeout=0)
@@ -295,6 +318,30 @@ def test_a_restarted_server_is_not_found_naming_the_session(servers, proxy):
         assert s.transport_stats()["reconnects"] == 0
     finally:
         s.close()
+
+
+def test_a_server_that_never_answers_is_unreachable_in_bounded_time(servers, proxy):
+    """Reconnect probes that time out (a host that accepts connections and
+    says nothing) count as unreachable, not as a final status."""
+    server = servers()
+    relay = proxy(server.address)
+    silent = socket.create_server(("127.0.0.1", 0))  # never accepts: no HTTP/2
+    try:
+        s = gradtape.connect(relay.address, timeout=0.5, reconnect_timeout=3)
+        try:
+            s.constant(np.ones(1)).numpy()
+            relay.set_upstream(f"127.0.0.1:{silent.getsockname()[1]}")
+            relay.cut_all()
+            start = time.monotonic()
+            with pytest.raises(gradtape.SessionLostError) as info:
+                bounded(lambda: s.constant(np.ones(1)).numpy(), 20)
+            assert time.monotonic() - start < 10
+            assert info.value.reason == "unreachable", info.value
+            assert "DEADLINE_EXCEEDED" in info.value.message and info.value.attempts >= 2
+        finally:
+            s.close()
+    finally:
+        silent.close()
 
 
 def test_a_drain_is_final_at_once(servers):
@@ -342,6 +389,21 @@ def test_a_server_status_is_never_retried(servers):
         s.close()
 
 
+def test_unacknowledged_batches_are_bounded(servers):
+    """What a resume may have to resend is bounded: past max_unacked_bytes
+    a flush waits for replies (here: one batch in flight at a time)."""
+    server = servers()
+    with gradtape.connect(server.address, batch_size=1) as s:
+        s._core.max_unacked_bytes = 1
+        x = s.constant(np.zeros(4))
+        most = 0
+        for _ in range(200):
+            x = x + 1.0
+            most = max(most, len(s._core._unacked))
+        np.testing.assert_array_equal(x.numpy(), np.full(4, 200.0))
+        assert most == 1
+
+
 class _FakeCall(grpc.RpcError):
     def __init__(self, code, trailers=()):
         self._code, self._trailers = code, trailers
@@ -368,3 +430,154 @@ def test_only_statuses_the_server_did_not_send_are_transport_failures():
         grpc.StatusCode.RESOURCE_EXHAUSTED,
     ):
         assert not is_transport_failure(_FakeCall(code))
+
+
+# -- against a scripted stand-in server ----------------------------------------
+
+
+class ScriptedTape(pb_grpc.TapeServiceServicer):
+    """Answers like a gradtape server (puts and fetches only) and does on
+    request what the real one does rarely: CreateSession failing in
+    transport (a proxy that cannot reach the replica the id hashes to),
+    Streams ending with a given status after their first batch, fetches
+    answered "already applied; its result is no longer kept"."""
+
+    def __init__(self, create_failures=(), stream_failures=(), forget_fetches=0):
+        self.create_failures = create_failures  # [(code, trailers)]*n, in order
+        self.stream_failures = list(stream_failures)
+        self.forget_fetches = forget_fetches
+        self.proposed = []  # CreateSession's session ids
+        self.fetch_seqs = []
+        self.streams = 0
+        self.tensors = {}
+
+    def CreateSession(self, request, context):  # noqa: N802 (gRPC's names)
+        self.proposed.append(request.session_id)
+        if len(self.proposed) <= len(self.create_failures):
+            code, trailers = self.create_failures[len(self.proposed) - 1]
+            context.set_trailing_metadata(trailers)
+            context.abort(code, "no healthy upstream")
+        return pb.CreateSessionResponse(
+            session_id=request.session_id, token="t", keep_alive_seconds=60
+        )
+
+    def ListOps(self, request, context):  # noqa: N802
+        return pb.ListOpsResponse()
+
+    def KeepAlive(self, request, context):  # noqa: N802
+        return pb.KeepAliveResponse()
+
+    def CloseSession(self, request, context):  # noqa: N802
+        return pb.CloseSessionResponse()
+
+    def Stream(self, requests, context):  # noqa: N802
+        self.streams += 1
+        failure = self.stream_failures.pop(0) if self.stream_failures else None
+        for batch in requests:
+            if failure is not None:  # the batch is lost with the stream
+                context.set_trailing_metadata(failure[1])
+                context.abort(failure[0], "upstream reset the stream")
+            yield self._apply(batch)
+
+    def _apply(self, batch):
+        reply = pb.BatchReply(batch_id=batch.batch_id)
+        for c in batch.commands:
+            if c.WhichOneof("kind") == "put":
+                self.tensors[c.put.id] = c.put.value
+            elif c.WhichOneof("kind") == "fetch":
+                self.fetch_seqs.append(c.seq)
+                if self.forget_fetches > 0:
+                    self.forget_fetches -= 1
+                    message = (
+                        f"FetchTensor (command {c.seq}): already applied; its result is no "
+                        "longer kept: fetch again"
+                    )
+                    error = pb.Error(code=grpc.StatusCode.ABORTED.value[0], message=message)
+                    reply.results.add(seq=c.seq, duplicate=True, error=error)
+                else:
+                    reply.results.add(seq=c.seq, tensor=self.tensors[c.fetch.id])
+            reply.last_seq = c.seq
+        return reply
+
+
+@pytest.fixture
+def scripted():
+    started = []
+
+    def start(servicer: ScriptedTape) -> str:
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        pb_grpc.add_TapeServiceServicer_to_server(servicer, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        started.append(server)
+        return f"127.0.0.1:{port}"
+
+    yield start
+    for server in started:
+        server.stop(grace=None)
+
+
+MINE = (("gradtape-server-status", "1"),)
+PROXY_502 = (grpc.StatusCode.UNAVAILABLE, ())
+
+
+def test_create_session_failing_in_transport_is_retried_with_a_new_id(scripted):
+    tape = ScriptedTape(create_failures=[PROXY_502, PROXY_502])
+    with gradtape.connect(scripted(tape), reconnect_timeout=10) as s:
+        assert len(tape.proposed) == 3 and len(set(tape.proposed)) == 3
+        assert s.id == tape.proposed[-1]
+        np.testing.assert_array_equal(s.constant(np.arange(2.0)).numpy(), [0.0, 1.0])
+
+
+@pytest.mark.parametrize(
+    "failure, connect_args",
+    [
+        ((grpc.StatusCode.UNAVAILABLE, MINE), {}),  # the server's own: draining
+        (PROXY_502, {"session_id": "ab" * 16}),  # the caller's id: tried once
+        (PROXY_502, {"reconnect_timeout": 0}),
+    ],
+)
+def test_create_session_is_not_retried(scripted, failure, connect_args):
+    tape = ScriptedTape(create_failures=[failure])
+    with pytest.raises(gradtape.GradtapeError) as info:
+        gradtape.connect(scripted(tape), **connect_args)
+    assert info.value.code == grpc.StatusCode.UNAVAILABLE
+    assert "CreateSession at 127.0.0.1:" in info.value.message
+    assert len(tape.proposed) == 1
+
+
+def test_a_reset_stream_is_resumed_and_its_batch_resent(scripted):
+    """INTERNAL (a proxy's RST_STREAM) and UNKNOWN without the server's
+    trailer are transport failures: resumed, the lost batch sent again."""
+    failures = [(grpc.StatusCode.INTERNAL, ()), (grpc.StatusCode.UNKNOWN, ())]
+    tape = ScriptedTape(stream_failures=failures)
+    with gradtape.connect(scripted(tape), reconnect_timeout=10) as s:
+        np.testing.assert_array_equal(s.constant(np.arange(3.0)).numpy(), [0.0, 1.0, 2.0])
+        stats = s.transport_stats()
+    assert tape.streams == 3
+    assert stats["transport_failures"] == 2 and stats["reconnects"] == 2
+    assert stats["batches_resent"] == 2
+
+
+def test_a_server_sent_unavailable_is_final(scripted):
+    tape = ScriptedTape(stream_failures=[(grpc.StatusCode.UNAVAILABLE, MINE)])
+    s = gradtape.connect(scripted(tape), reconnect_timeout=10)
+    try:
+        with pytest.raises(gradtape.SessionLostError) as info:
+            bounded(lambda: s.constant(np.ones(1)).numpy(), 20)
+        assert info.value.reason == "draining"
+        assert "restore the drain checkpoint" in info.value.message
+        assert tape.streams == 1 and s.transport_stats()["reconnect_attempts"] == 0
+    finally:
+        s.close()
+
+
+def test_a_fetch_whose_result_is_no_longer_kept_is_fetched_again(scripted):
+    tape = ScriptedTape(forget_fetches=1)
+    with gradtape.connect(scripted(tape)) as s:
+        x = s.constant(np.array([4.0, 5.0]))
+        np.testing.assert_array_equal(x.numpy(), [4.0, 5.0])
+        assert s.transport_stats()["refetches"] == 1
+        first, again = tape.fetch_seqs
+        assert again > first  # a new seq: the server applies it
+        np.testing.assert_array_equal(x.numpy(), [4.0, 5.0])

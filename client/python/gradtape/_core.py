@@ -39,7 +39,13 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 import grpc
 
 from gradtape import _resume
-from gradtape.errors import GradtapeError, SessionLostError, is_transport_failure, status_code
+from gradtape.errors import (
+    GradtapeError,
+    SessionLostError,
+    is_server_status,
+    is_transport_failure,
+    status_code,
+)
 from gradtape.v1 import tape_service_pb2 as pb
 from gradtape.v1 import tape_service_pb2_grpc as pb_grpc
 
@@ -162,6 +168,7 @@ class StreamCore:
         self._acked_seq = 0  # every result up to this seq was received
         self._redirects: Dict[int, int] = {}  # fetch seq -> seq of its re-fetch
         self._outage: Optional[_resume.Backoff] = None  # since the first failure after a reply
+        self._stream_opened = time.monotonic()
         self._lost: Optional[SessionLostError] = None
         self._lost_reported = False
         self._closing = threading.Event()
@@ -354,13 +361,16 @@ class StreamCore:
                 answered = batch
         return answered
 
-    def _store_result_locked(self, batch: Optional[pb.CommandBatch], result: pb.CommandResult) -> None:
+    def _store_result_locked(
+        self, batch: Optional[pb.CommandBatch], result: pb.CommandResult
+    ) -> None:
         if result.duplicate:
             self._transport["duplicate_results"] += 1
         if result.WhichOneof("kind") != "error":
             self._results[result.seq] = result
             return
-        if result.duplicate and result.error.code == _ABORTED and self._refetch_locked(batch, result.seq):
+        no_longer_kept = result.duplicate and result.error.code == _ABORTED
+        if no_longer_kept and self._refetch_locked(batch, result.seq):
             return
         self._errors.append(
             (
@@ -399,7 +409,7 @@ class StreamCore:
         if self._closing.is_set() or self.closed:
             return None
         if error is None or not isinstance(error, grpc.RpcError):
-            why = "the server ended the command stream" if error is None else _resume.describe(error)
+            why = _resume.describe(error) if error else "the server ended the command stream"
             self._set_lost(
                 SessionLostError(
                     grpc.StatusCode.UNAVAILABLE if error is None else grpc.StatusCode.INTERNAL,
@@ -415,6 +425,9 @@ class StreamCore:
             return None
         with self._lock:
             self._transport["transport_failures"] += 1
+            stayed_up = time.monotonic() - self._stream_opened >= _resume.STABLE_STREAM_S
+            if self._outage is not None and not self._unacked and stayed_up:
+                self._outage = None  # an idle stream that worked: a new outage
             if self._outage is None:
                 self._outage = _resume.Backoff(self.reconnect_timeout)
             outage = self._outage
@@ -440,7 +453,9 @@ class StreamCore:
                     timeout=_resume.attempt_timeout(outage, self.timeout),
                 )
             except grpc.RpcError as e:
-                if is_transport_failure(e):
+                # Our own deadline on the probe: the server did not answer.
+                timed_out = e.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+                if is_transport_failure(e) or (timed_out and not is_server_status(e)):
                     last = e
                     continue
                 self._set_lost(_resume.final(self.session_id, self.address, e, outage))
@@ -462,9 +477,8 @@ class StreamCore:
                 self._transport["resent_already_applied"] += sum(
                     1 for c in batch.commands if c.seq <= last_applied_seq
                 )
-            if not self._unacked:
-                self._outage = None  # reachable, and nothing left to prove
             self._transport["reconnects"] += 1
+            self._stream_opened = time.monotonic()
             self._outbox = outbox
             self._call = self._open_stream(outbox)
             return self._call

@@ -37,6 +37,10 @@ T = TypeVar("T")
 # to at most 1 s, each delay jittered to [50%, 100%] of its value.
 INITIAL_DELAY_S = 0.05
 MAX_DELAY_S = 1.0
+# The clock of an outage (reconnect_timeout) runs from the first failure
+# after the last reply; an idle stream (nothing unacknowledged) that stayed
+# up this long also ends the outage.
+STABLE_STREAM_S = 1.0
 # gRPC's own reconnect backoff (its default starts at 1 s and grows to
 # 120 s), set to match unless the caller gave channel options for it.
 CHANNEL_BACKOFF_OPTIONS = (
