@@ -8,9 +8,11 @@ Certificates are made at test time (tests/make_test_certs.sh).
 Checks that a TLS client works through the proxy (an op and a gradient on
 sessions spread over both replicas), that a plaintext client cannot use the
 proxy, and that a replica refuses a client without a certificate (only the
-proxy, holding the client certificate, may open sessions there).
+proxy, holding the client certificate, may open sessions there), and that
+the proxy refuses a CreateSession without the routing header.
 """
 
+import grpc
 import numpy as np
 import pytest
 
@@ -51,7 +53,7 @@ def tls_proxy(tmp_path):
             yield certs, f"127.0.0.1:{port}", (a, b)
 
 
-def test_tls_through_the_proxy_with_mtls_to_the_replicas(tls_proxy):
+def test_tls_through_the_proxy_with_mtls_to_the_replicas(tls_proxy, pb):
     import gradtape
 
     certs, address, replicas = tls_proxy
@@ -68,6 +70,16 @@ def test_tls_through_the_proxy_with_mtls_to_the_replicas(tls_proxy):
     finally:
         for s in sessions:
             s.close()
+    # The routing rules of ../nginx/proxy.conf hold here too: no
+    # CreateSession without the routing header (README "A replica lost
+    # behind the proxy").
+    tls = grpc.ssl_channel_credentials(root_certificates=ca)
+    with grpc.secure_channel(address, tls) as channel:
+        stub = pb.pb2_grpc.TapeServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.CreateSession(pb.pb2.CreateSessionRequest(), timeout=10)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "gradtape-session-id" in caught.value.details()
     with pytest.raises(gradtape.GradtapeError):
         gradtape.connect(address, timeout=3)  # plaintext to the TLS proxy
     with pytest.raises(gradtape.GradtapeError):

@@ -20,7 +20,7 @@ transpose_b=True)``.
 """
 
 from gradtape import optimizers
-from gradtape.errors import GradtapeError
+from gradtape.errors import GradtapeError, SessionLostError
 from gradtape.session import (
     GradientTape,
     Ops,
@@ -38,6 +38,7 @@ __all__ = [
     "GradtapeError",
     "Ops",
     "Session",
+    "SessionLostError",
     "SessionStats",
     "Tensor",
     "UnconnectedGradients",

@@ -12,6 +12,14 @@ per batch, in order), storing results by sequence number and errors in a
 list. A wait point flushes, waits for the reply to the last batch sent and
 raises the earliest unreported error as a GradtapeError.
 
+Every batch stays in ``_unacked`` until a reply acknowledges it (a reply
+acknowledges its batch and every earlier one); each batch tells the server,
+in ``ack_seq``, up to which seq the client holds every result. When the
+stream fails in transport, the reader thread reconnects and sends the
+unacknowledged batches again with their seqs (_resume.py says how); wait
+points meanwhile just wait. Once the session is lost for good every wait
+point, and every later call, raises one SessionLostError.
+
 Released ids (handles garbage-collected) and deleted tapes go into deques
 without taking a lock (a finalizer may run anywhere, even while this thread
 holds the lock) and are sent as one ReleaseTensors (and DeleteTape commands)
@@ -26,31 +34,67 @@ import queue
 import secrets
 import threading
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 import grpc
 
-from gradtape.errors import GradtapeError, last_applied_seq_of, status_code
+from gradtape import _resume
+from gradtape.errors import (
+    GradtapeError,
+    SessionLostError,
+    is_server_status,
+    is_transport_failure,
+    status_code,
+)
 from gradtape.v1 import tape_service_pb2 as pb
 from gradtape.v1 import tape_service_pb2_grpc as pb_grpc
 
 SESSION_ID_HEADER = "gradtape-session-id"
 SESSION_TOKEN_HEADER = "gradtape-session-token"
 _END = object()  # ends the request iterator
+_ABORTED = grpc.StatusCode.ABORTED.value[0]
+# The counters of transport_stats(), in the order they are shown.
+TRANSPORT_COUNTERS = (
+    "transport_failures",  # streams that ended in transport
+    "reconnect_attempts",  # KeepAlive probes sent while reconnecting
+    "reconnects",  # new streams opened on the session
+    "batches_resent",
+    "commands_resent",
+    "resent_already_applied",  # of those, at or below the server's last applied seq
+    "duplicate_results",  # results the server marked `duplicate`
+    "refetches",  # fetches sent again: their result was no longer kept
+)
+T = TypeVar("T")
 
 
-def _command_label(batch: Optional[pb.CommandBatch], seq: int) -> Optional[str]:
-    """The op name (ExecuteOp) or command kind of command `seq` in `batch`."""
+def _find_command(batch: Optional[pb.CommandBatch], seq: int) -> Optional[pb.Command]:
     if batch is None:
         return None
     for command in batch.commands:
         if command.seq == seq:
-            kind = command.WhichOneof("kind")
-            if kind == "execute":
-                return command.execute.op
-            # The command's message type: PutTensor, Gradient, Jacobian, ...
-            return command.DESCRIPTOR.fields_by_name[kind].message_type.name
+            return command
     return None
+
+
+def _command_label(batch: Optional[pb.CommandBatch], seq: int) -> Optional[str]:
+    """The op name (ExecuteOp) or command kind of command `seq` in `batch`."""
+    command = _find_command(batch, seq)
+    if command is None:
+        return None
+    kind = command.WhichOneof("kind")
+    if kind == "execute":
+        return command.execute.op
+    # The command's message type: PutTensor, Gradient, Jacobian, ...
+    return command.DESCRIPTOR.fields_by_name[kind].message_type.name
+
+
+def _requests(outbox: "queue.Queue[object]"):
+    """One stream's request iterator: the batches put into `outbox`."""
+    while True:
+        item = outbox.get()
+        if item is _END:
+            return
+        yield item
 
 
 class StreamCore:
@@ -68,14 +112,22 @@ class StreamCore:
         credentials: Optional[grpc.ChannelCredentials] = None,
         channel_options: Sequence[Tuple[str, object]] = (),
         api_key: Optional[str] = None,
+        reconnect_timeout: float = 30.0,
+        max_unacked_bytes: int = 256 << 20,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        if not reconnect_timeout >= 0:
+            raise ValueError(f"reconnect_timeout must be >= 0 (0: off), got {reconnect_timeout}")
         self.address = address
         self.batch_size = batch_size
         self.max_batch_bytes = max_batch_bytes
         self.timeout = timeout
+        self.reconnect_timeout = float(reconnect_timeout)
+        self.max_unacked_bytes = max_unacked_bytes
         options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+        given = {name for name, _ in channel_options}
+        options += [o for o in _resume.CHANNEL_BACKOFF_OPTIONS if o[0] not in given]
         options += list(channel_options)  # TLS name override, keepalive (_transport.py)
         if credentials is None:
             self.channel = grpc.insecure_channel(address, options=options)
@@ -83,19 +135,9 @@ class StreamCore:
             self.channel = grpc.secure_channel(address, credentials, options=options)
         self.stub = pb_grpc.TapeServiceStub(self.channel)
 
-        proposed = session_id or secrets.token_hex(16)
         # API keys (--api_keys_file): `authorization: Bearer <key>` on every call.
         key_metadata = [("authorization", f"Bearer {api_key}")] if api_key else []
-        try:
-            response = self.stub.CreateSession(
-                pb.CreateSessionRequest(session_id=proposed, keep_alive_seconds=keep_alive_seconds),
-                metadata=[(SESSION_ID_HEADER, proposed)] + key_metadata,
-                timeout=timeout,
-                wait_for_ready=True,
-            )
-        except grpc.RpcError as e:
-            self.channel.close()
-            raise GradtapeError(e.code(), f"CreateSession at {address}: {e.details()}") from None
+        response = self._create_session(session_id, keep_alive_seconds, key_metadata)
         self.session_id: str = response.session_id
         self.keep_alive_seconds: int = response.keep_alive_seconds
         self.metadata = [
@@ -108,7 +150,7 @@ class StreamCore:
         self._releases: collections.deque = collections.deque()
         self._tape_deletes: collections.deque = collections.deque()
 
-        self._lock = threading.Lock()  # buffer, seq, batch ids, results
+        self._lock = threading.Lock()  # everything below
         self._write_lock = threading.Lock()  # batches enter the stream in order
         self._cv = threading.Condition(self._lock)
         self._pending: List[pb.Command] = []
@@ -118,19 +160,57 @@ class StreamCore:
         self._last_answered = 0
         self._errors: List[Tuple[int, GradtapeError]] = []
         self._results: Dict[int, pb.CommandResult] = {}
-        self._inflight: Dict[int, pb.CommandBatch] = {}  # sent, not answered
-        self._stream_done = False
-        self._stream_error: Optional[GradtapeError] = None
+        # Sent, not acknowledged yet: batch id -> (batch, bytes), in order.
+        self._unacked: "collections.OrderedDict[int, Tuple[pb.CommandBatch, int]]" = (
+            collections.OrderedDict()
+        )
+        self._unacked_bytes = 0
+        self._acked_seq = 0  # every result up to this seq was received
+        self._redirects: Dict[int, int] = {}  # fetch seq -> seq of its re-fetch
+        self._outage: Optional[_resume.Backoff] = None  # since the first failure after a reply
+        self._stream_opened = time.monotonic()
+        self._lost: Optional[SessionLostError] = None
+        self._lost_reported = False
+        self._closing = threading.Event()
+        self._transport = dict.fromkeys(TRANSPORT_COUNTERS, 0)
         self.closed = False
         self.commands_sent = 0
         self.batches_sent = 0
 
         self._outbox: "queue.Queue[object]" = queue.Queue()
-        self._responses = self.stub.Stream(self._requests(), metadata=self.metadata)
+        self._call = self._open_stream(self._outbox)
         self._reader = threading.Thread(
             target=self._read_loop, name=f"gradtape-{self.session_id[:8]}", daemon=True
         )
         self._reader.start()
+
+    def _create_session(
+        self, session_id: Optional[str], keep_alive_seconds: int, key_metadata: list
+    ) -> pb.CreateSessionResponse:
+        """CreateSession. A transport failure (e.g. a proxy that cannot reach
+        the replica the id hashes to) is retried with a NEW random id, within
+        reconnect_timeout; a caller's own id is tried once."""
+        backoff = _resume.Backoff(self.reconnect_timeout if session_id is None else 0.0)
+
+        def create(timeout: float) -> pb.CreateSessionResponse:
+            proposed = session_id or secrets.token_hex(16)
+            return self.stub.CreateSession(
+                pb.CreateSessionRequest(session_id=proposed, keep_alive_seconds=keep_alive_seconds),
+                metadata=[(SESSION_ID_HEADER, proposed)] + key_metadata,
+                timeout=timeout,
+                wait_for_ready=True,
+            )
+
+        try:
+            return _resume.retry_unary(create, backoff, self.timeout)
+        except grpc.RpcError as e:
+            self.channel.close()
+            tries = ""
+            if backoff.attempts:
+                tries = f" ({backoff.attempts + 1} attempts in {backoff.elapsed():.1f} s)"
+            raise GradtapeError(
+                e.code(), f"CreateSession at {self.address}{tries}: {e.details()}"
+            ) from None
 
     # -- ids ---------------------------------------------------------------
 
@@ -155,10 +235,12 @@ class StreamCore:
 
     def enqueue(self, command: pb.Command) -> int:
         """Appends `command` with the next sequence number (returned; 0 if the
-        session is closed) and sends the buffer when it is full."""
+        session is closed) and sends the buffer when it is full. Raises the
+        SessionLostError of a lost session."""
         with self._lock:
             if self.closed:
                 return 0
+            self._raise_if_lost_locked()
             self._drain_finalized_locked()
             self._seq += 1
             command.seq = self._seq
@@ -192,71 +274,225 @@ class StreamCore:
             )
 
     def flush(self) -> None:
-        """Sends the buffered commands as one batch, without waiting."""
+        """Sends the buffered commands as one batch. Does not wait, unless
+        the unacknowledged batches would pass max_unacked_bytes: then until
+        replies make room. Raises the SessionLostError of a lost session
+        (nothing buffered is dropped silently)."""
         with self._write_lock:
             with self._lock:
-                if self.closed or self._stream_done:
+                if self.closed:
                     self._pending.clear()
                     self._pending_bytes = 0
                     return
+                self._raise_if_lost_locked()
+                while (
+                    self._unacked
+                    and self._unacked_bytes + self._pending_bytes > self.max_unacked_bytes
+                    and self._lost is None
+                ):
+                    self._cv.wait()
+                self._raise_if_lost_locked()
                 self._drain_finalized_locked()
                 if not self._pending:
                     return
                 self._last_batch_id += 1
-                batch = pb.CommandBatch(batch_id=self._last_batch_id, commands=self._pending)
+                batch = pb.CommandBatch(
+                    batch_id=self._last_batch_id, commands=self._pending, ack_seq=self._acked_seq
+                )
+                self._unacked[batch.batch_id] = (batch, self._pending_bytes)
+                self._unacked_bytes += self._pending_bytes
                 self.commands_sent += len(self._pending)
                 self.batches_sent += 1
                 self._pending = []
                 self._pending_bytes = 0
-                self._inflight[batch.batch_id] = batch
-            self._outbox.put(batch)
+                self._outbox.put(batch)
 
     def last_seq(self) -> int:
         with self._lock:
             return self._seq
 
+    def transport_stats(self) -> Dict[str, int]:
+        """Counters of transport failures and resumes (TRANSPORT_COUNTERS)."""
+        with self._lock:
+            return dict(self._transport)
+
     # -- the stream --------------------------------------------------------
 
-    def _requests(self):
-        while True:
-            item = self._outbox.get()
-            if item is _END:
-                return
-            yield item
+    def _open_stream(self, outbox: "queue.Queue[object]") -> grpc.Call:
+        return self.stub.Stream(_requests(outbox), metadata=self.metadata)
 
     def _read_loop(self) -> None:
-        try:
-            for reply in self._responses:
-                with self._lock:
-                    batch = self._inflight.pop(reply.batch_id, None)
-                    for result in reply.results:
-                        if result.WhichOneof("kind") == "error":
-                            self._errors.append(
-                                (
-                                    result.seq,
-                                    GradtapeError(
-                                        status_code(result.error.code),
-                                        result.error.message,
-                                        seq=result.seq,
-                                        op=_command_label(batch, result.seq),
-                                    ),
-                                )
-                            )
-                        else:
-                            self._results[result.seq] = result
-                    self._last_answered = reply.batch_id
-                    self._cv.notify_all()
-            error = GradtapeError(grpc.StatusCode.UNAVAILABLE, "the server ended the command stream")
-        except grpc.RpcError as e:
-            error = GradtapeError(
-                e.code(),
-                f"gradtape command stream: {e.details()}",
-                last_applied_seq=last_applied_seq_of(e),
-            )
+        """The reader thread: replies of the current stream; after a stream
+        ends, reconnects or marks the session lost."""
+        call = self._call
+        while call is not None:
+            error: Optional[BaseException] = None
+            try:
+                for reply in call:
+                    self._on_reply(reply)
+            except grpc.RpcError as e:
+                error = e
+            except Exception as e:  # a client bug: fail the session, never hang a wait
+                call.cancel()
+                error = e
+            call = self._after_stream(error)
+
+    def _on_reply(self, reply: pb.BatchReply) -> None:
         with self._lock:
-            self._stream_done = True
-            self._stream_error = error
+            batch = self._acknowledge_locked(reply.batch_id)
+            for result in reply.results:
+                self._store_result_locked(batch, result)
+            self._last_answered = max(self._last_answered, reply.batch_id)
+            self._outage = None  # the server answered: a later failure starts a new clock
             self._cv.notify_all()
+
+    def _acknowledge_locked(self, batch_id: int) -> Optional[pb.CommandBatch]:
+        """Forgets batch `batch_id` and every earlier one; returns it."""
+        answered = None
+        while self._unacked:
+            first = next(iter(self._unacked))
+            if first > batch_id:
+                break
+            batch, size = self._unacked.pop(first)
+            self._unacked_bytes -= size
+            if batch.commands:
+                self._acked_seq = max(self._acked_seq, batch.commands[-1].seq)
+            if first == batch_id:
+                answered = batch
+        return answered
+
+    def _store_result_locked(
+        self, batch: Optional[pb.CommandBatch], result: pb.CommandResult
+    ) -> None:
+        if result.duplicate:
+            self._transport["duplicate_results"] += 1
+        if result.WhichOneof("kind") != "error":
+            self._results[result.seq] = result
+            return
+        no_longer_kept = result.duplicate and result.error.code == _ABORTED
+        if no_longer_kept and self._refetch_locked(batch, result.seq):
+            return
+        self._errors.append(
+            (
+                result.seq,
+                GradtapeError(
+                    status_code(result.error.code),
+                    result.error.message,
+                    seq=result.seq,
+                    op=_command_label(batch, result.seq),
+                ),
+            )
+        )
+
+    def _refetch_locked(self, batch: Optional[pb.CommandBatch], seq: int) -> bool:
+        """A fetch the server applied but whose result it no longer keeps
+        (ABORTED, duplicate) is a read: buffer it again with a new seq, for
+        call() to wait on. False for any other command."""
+        command = _find_command(batch, seq)
+        if command is None or command.WhichOneof("kind") != "fetch":
+            return False
+        again = pb.Command()
+        again.CopyFrom(command)
+        self._seq += 1
+        again.seq = self._seq
+        self._pending.append(again)
+        self._pending_bytes += again.ByteSize()
+        self._redirects[seq] = again.seq
+        self._transport["refetches"] += 1
+        return True
+
+    def _after_stream(self, error: Optional[BaseException]) -> Optional[grpc.Call]:
+        """The next stream after `error` ended one (None: it ended with OK),
+        or None when the session is closing or lost."""
+        with self._lock:
+            self._outbox.put(_END)  # lets the old request iterator's thread end
+        if self._closing.is_set() or self.closed:
+            return None
+        if error is None or not isinstance(error, grpc.RpcError):
+            why = _resume.describe(error) if error else "the server ended the command stream"
+            self._set_lost(
+                SessionLostError(
+                    grpc.StatusCode.UNAVAILABLE if error is None else grpc.StatusCode.INTERNAL,
+                    f"session {self.session_id}: {why}",
+                    session_id=self.session_id,
+                    address=self.address,
+                    reason="ended",
+                )
+            )
+            return None
+        if not is_transport_failure(error):
+            self._set_lost(_resume.final(self.session_id, self.address, error))
+            return None
+        with self._lock:
+            self._transport["transport_failures"] += 1
+            stayed_up = time.monotonic() - self._stream_opened >= _resume.STABLE_STREAM_S
+            if self._outage is not None and not self._unacked and stayed_up:
+                self._outage = None  # an idle stream that worked: a new outage
+            if self._outage is None:
+                self._outage = _resume.Backoff(self.reconnect_timeout)
+            outage = self._outage
+        return self._reconnect(outage, error)
+
+    def _reconnect(self, outage: _resume.Backoff, error: grpc.RpcError) -> Optional[grpc.Call]:
+        """Probes the session with KeepAlive (backoff, bounded by `outage`),
+        then opens a new stream and resends the unacknowledged batches."""
+        last: grpc.RpcError = error
+        while True:
+            delay = outage.next_delay()
+            if delay is None:
+                self._set_lost(_resume.unreachable(self.session_id, self.address, outage, last))
+                return None
+            if self._closing.wait(delay):
+                return None
+            with self._lock:
+                self._transport["reconnect_attempts"] += 1
+            try:
+                alive = self.stub.KeepAlive(
+                    pb.KeepAliveRequest(),
+                    metadata=self.metadata,
+                    timeout=_resume.attempt_timeout(outage, self.timeout),
+                )
+            except grpc.RpcError as e:
+                # Our own deadline on the probe: the server did not answer.
+                timed_out = e.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+                if is_transport_failure(e) or (timed_out and not is_server_status(e)):
+                    last = e
+                    continue
+                self._set_lost(_resume.final(self.session_id, self.address, e, outage))
+                return None
+            return self._resend(alive.last_applied_seq)
+
+    def _resend(self, last_applied_seq: int) -> Optional[grpc.Call]:
+        """A new stream on the session, with every unacknowledged batch first
+        (original seqs; ack_seq brought up to date), in order."""
+        with self._lock:
+            if self.closed:
+                return None
+            outbox: "queue.Queue[object]" = queue.Queue()
+            for batch, _ in self._unacked.values():
+                batch.ack_seq = self._acked_seq
+                outbox.put(batch)
+                self._transport["batches_resent"] += 1
+                self._transport["commands_resent"] += len(batch.commands)
+                self._transport["resent_already_applied"] += sum(
+                    1 for c in batch.commands if c.seq <= last_applied_seq
+                )
+            self._transport["reconnects"] += 1
+            self._stream_opened = time.monotonic()
+            self._outbox = outbox
+            self._call = self._open_stream(outbox)
+            return self._call
+
+    def _set_lost(self, error: SessionLostError) -> None:
+        with self._lock:
+            if self._lost is None:
+                self._lost = error
+            self._cv.notify_all()
+
+    def _raise_if_lost_locked(self) -> None:
+        if self._lost is not None:
+            self._lost_reported = True
+            raise self._lost.with_traceback(None)
 
     # -- wait points -------------------------------------------------------
 
@@ -265,15 +501,20 @@ class StreamCore:
         with self._lock:
             return self._last_batch_id
 
+    def _closed_error(self) -> GradtapeError:
+        return GradtapeError(
+            grpc.StatusCode.FAILED_PRECONDITION, f"gradtape session {self.session_id} is closed"
+        )
+
     def _wait(self, batch_id: int, timeout: Optional[float] = None) -> None:
+        """Waits until batch `batch_id` is acknowledged (through reconnects);
+        raises the earliest unreported command error, else the session's
+        SessionLostError if it is lost."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             if self.closed:
-                raise GradtapeError(
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    f"gradtape session {self.session_id} is closed",
-                )
-            while self._last_answered < batch_id and not self._stream_done:
+                raise self._closed_error()
+            while self._last_answered < batch_id and self._lost is None:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise GradtapeError(
@@ -285,12 +526,7 @@ class StreamCore:
             error = self._take_errors_locked()
             if error is not None:
                 raise error
-            # A dead stream fails every wait point after its last reply (as
-            # in the C++ client): commands buffered since were dropped, and
-            # the stream's status (e.g. UNAVAILABLE "server draining;
-            # reconnect ..." when the server drains) says why.
-            if self._last_answered < batch_id or self._stream_done:
-                raise self._stream_error
+            self._raise_if_lost_locked()
 
     def _take_errors_locked(self) -> Optional[GradtapeError]:
         if not self._errors:
@@ -316,18 +552,22 @@ class StreamCore:
         """Enqueues a command that returns something, waits, returns its result."""
         seq = self.enqueue(command)
         if seq == 0:
-            raise GradtapeError(
-                grpc.StatusCode.FAILED_PRECONDITION,
-                f"gradtape session {self.session_id} is closed",
-            )
-        try:
-            self._wait(self._flush_for_wait())
-        except GradtapeError:
+            raise self._closed_error()
+        # A fetch whose result the server no longer kept after a reconnect is
+        # sent again (_refetch_locked): wait for that one instead.
+        for _ in range(8):
+            try:
+                self._wait(self._flush_for_wait())
+            except GradtapeError:
+                with self._lock:
+                    self._results.pop(seq, None)
+                raise
             with self._lock:
-                self._results.pop(seq, None)
-            raise
-        with self._lock:
-            result = self._results.pop(seq, None)
+                result = self._results.pop(seq, None)
+                again = self._redirects.pop(seq, None) if result is None else None
+            if again is None:
+                break
+            seq = again
         if result is None:
             raise GradtapeError(
                 grpc.StatusCode.INTERNAL,
@@ -336,17 +576,34 @@ class StreamCore:
             )
         return result
 
-    def keep_alive(self) -> None:
+    def unary(self, what: str, call: Callable[[float], T]) -> T:
+        """Runs a unary call of the session (`call(timeout_s)`), retrying
+        transport failures within reconnect_timeout; GradtapeError on
+        failure, the SessionLostError of a lost session at once."""
+        with self._lock:
+            self._raise_if_lost_locked()
+        backoff = _resume.Backoff(self.reconnect_timeout)
         try:
-            self.stub.KeepAlive(pb.KeepAliveRequest(), metadata=self.metadata, timeout=self.timeout)
+            return _resume.retry_unary(call, backoff, self.timeout, self._closing)
         except grpc.RpcError as e:
-            raise GradtapeError(e.code(), f"KeepAlive: {e.details()}") from None
+            raise GradtapeError(
+                e.code(), f"{what} (session {self.session_id}): {e.details()}"
+            ) from None
+
+    def keep_alive(self) -> None:
+        self.unary(
+            "KeepAlive",
+            lambda t: self.stub.KeepAlive(pb.KeepAliveRequest(), metadata=self.metadata, timeout=t),
+        )
 
     def close(self) -> None:
         """Waits for everything sent (bounded), ends the stream, closes the
-        session on the server. Raises the first unreported error, if any."""
+        session on the server. Raises the first unreported error, if any (a
+        SessionLostError only if no call raised it yet)."""
         if self.closed:
             return
+        with self._lock:
+            lost_reported = self._lost_reported
         first: Optional[GradtapeError] = None
         try:
             self._wait(self._flush_for_wait(), self.timeout)
@@ -356,19 +613,24 @@ class StreamCore:
             with self._lock:
                 self.closed = True
                 self._pending.clear()
-            self._outbox.put(_END)
+                self._outbox.put(_END)
+                lost = self._lost
+        self._closing.set()
         self._reader.join(self.timeout)
         if self._reader.is_alive():
-            self._responses.cancel()
+            with self._lock:
+                call = self._call
+            call.cancel()
             self._reader.join(self.timeout)
         try:
-            self.stub.CloseSession(
-                pb.CloseSessionRequest(), metadata=self.metadata, timeout=self.timeout
-            )
+            if lost is None:
+                self.stub.CloseSession(
+                    pb.CloseSessionRequest(), metadata=self.metadata, timeout=self.timeout
+                )
         except grpc.RpcError as e:
             if first is None:
                 first = GradtapeError(e.code(), f"CloseSession: {e.details()}")
         finally:
             self.channel.close()
-        if first is not None:
+        if first is not None and not (isinstance(first, SessionLostError) and lost_reported):
             raise first

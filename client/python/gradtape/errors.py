@@ -1,9 +1,11 @@
-"""The exception the client raises for server and stream errors."""
+"""The exceptions the client raises for server and stream errors, and how a
+failed call's status is classified (the server's own, or a transport
+failure)."""
 
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import Optional, Sequence, Tuple
 
 import grpc
 
@@ -59,18 +61,93 @@ class GradtapeError(Exception):
         super().__init__(f"{code.name}: {message}")
 
 
+class SessionLostError(GradtapeError):
+    """The session can no longer be used from this client: raised by every
+    wait point (and every later call) once the session's command stream
+    failed for good. One of:
+
+    * ``UNAVAILABLE`` (``reason == "unreachable"``): the connection failed
+      and reconnecting within ``connect(reconnect_timeout=...)`` did not
+      succeed: "session <id>: server <addr> unreachable for <T> s (<N>
+      reconnect attempts): <last error>". The server may still hold the
+      session: connecting again with the same session id and token is not
+      possible from this client, so start a new session.
+    * ``NOT_FOUND`` (``reason == "not_found"``): the server answered, but
+      no longer has the session (it restarted, drained, or its lease ran
+      out). Create a new session (and restore a checkpoint).
+    * ``UNAVAILABLE`` (``reason == "draining"``): the server is draining
+      and ended the stream; never retried: restore the drain checkpoint
+      (``--checkpoint_on_drain``) in a new session on another replica or
+      after the restart.
+    * any other code (``reason == "ended"``): the server ended the stream
+      with a status of its own (a malformed batch, a revoked key, ...).
+
+    Commands that were buffered or unacknowledged when the session was lost
+    may or may not have been applied.
+
+    Attributes (beyond GradtapeError's): ``session_id``, ``address``,
+    ``reason``, ``attempts`` (reconnect attempts made) and ``seconds``
+    (time spent trying).
+    """
+
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        message: str,
+        *,
+        session_id: str,
+        address: str,
+        reason: str,
+        attempts: int = 0,
+        seconds: float = 0.0,
+        last_applied_seq: Optional[int] = None,
+    ):
+        super().__init__(code, message, last_applied_seq=last_applied_seq)
+        self.session_id = session_id
+        self.address = address
+        self.reason = reason
+        self.attempts = attempts
+        self.seconds = seconds
+
+
 LAST_APPLIED_SEQ_TRAILER = "gradtape-last-applied-seq"
+SERVER_STATUS_TRAILER = "gradtape-server-status"
+# A call that ends with one of these and without the server-status trailer
+# failed in transport (proto: "Which statuses are the server's").
+TRANSPORT_CODES = frozenset(
+    (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
+)
+
+
+def _trailers(error: grpc.RpcError) -> Sequence[Tuple[str, str]]:
+    trailers = getattr(error, "trailing_metadata", None)
+    if trailers is None:
+        return ()
+    try:
+        return tuple(trailers() or ())
+    except (TypeError, ValueError):
+        return ()
+
+
+def is_server_status(error: grpc.RpcError) -> bool:
+    """Whether the gradtape server itself sent this status (its trailer
+    ``gradtape-server-status: 1``)."""
+    return any(key == SERVER_STATUS_TRAILER for key, _ in _trailers(error))
+
+
+def is_transport_failure(error: grpc.RpcError) -> bool:
+    """UNAVAILABLE, INTERNAL or UNKNOWN that the server did not send: a
+    dropped connection, a proxy's RST_STREAM or 502. Worth a reconnect."""
+    code = error.code() if callable(getattr(error, "code", None)) else None
+    return code in TRANSPORT_CODES and not is_server_status(error)
 
 
 def last_applied_seq_of(error: grpc.RpcError) -> Optional[int]:
     """The trailer gradtape-last-applied-seq of a failed call, or None."""
-    trailers = getattr(error, "trailing_metadata", None)
-    if trailers is None:
-        return None
-    try:
-        for key, value in trailers() or ():
-            if key == LAST_APPLIED_SEQ_TRAILER:
+    for key, value in _trailers(error):
+        if key == LAST_APPLIED_SEQ_TRAILER:
+            try:
                 return int(value)
-    except (TypeError, ValueError):
-        return None
+            except (TypeError, ValueError):
+                return None
     return None

@@ -824,6 +824,10 @@ class SessionStats(NamedTuple):
     tapes: int
     tape_entries: int
     tape_saved_bytes: int
+    # Commands applied (or failed) since the session was created, and
+    # duplicates the server skipped (resent after a reconnect).
+    commands_applied: int = 0
+    duplicate_commands: int = 0
 
 
 class Session:
@@ -836,7 +840,10 @@ class Session:
 
     def __init__(self, core: StreamCore) -> None:
         self._core = core
-        response = core.stub.ListOps(pb.ListOpsRequest(), metadata=core.metadata, timeout=core.timeout)
+        response = core.unary(
+            "ListOps",
+            lambda t: core.stub.ListOps(pb.ListOpsRequest(), metadata=core.metadata, timeout=t),
+        )
         self._op_infos = {op.name: op for op in response.ops}
         self.ops = Ops(self, response.ops)
         self._constants: Dict[Tuple[Any, str], Tensor] = {}
@@ -891,7 +898,14 @@ class Session:
         """Wait point: the server's statistics for this session."""
         r = self._core.call(pb.Command(stats=pb.Stats())).stats
         return SessionStats(
-            r.live_tensors, r.poisoned_ids, r.bytes_in_use, r.tapes, r.tape_entries, r.tape_saved_bytes
+            r.live_tensors,
+            r.poisoned_ids,
+            r.bytes_in_use,
+            r.tapes,
+            r.tape_entries,
+            r.tape_saved_bytes,
+            r.commands_applied,
+            r.duplicate_commands,
         )
 
     @property
@@ -904,6 +918,13 @@ class Session:
     def counters(self) -> Dict[str, int]:
         """Client-side counters: commands and batches sent."""
         return {"commands_sent": self._core.commands_sent, "batches_sent": self._core.batches_sent}
+
+    def transport_stats(self) -> Dict[str, int]:
+        """Client-side counters of transport failures and resumes:
+        transport_failures, reconnect_attempts, reconnects, batches_resent,
+        commands_resent, resent_already_applied (resent commands the server
+        had applied: it skips them), duplicate_results, refetches."""
+        return self._core.transport_stats()
 
     # -- tensors -----------------------------------------------------------
     def constant(self, value: ArrayLike, dtype: Optional[_dtypes.DTypeLike] = None) -> Tensor:
@@ -1079,6 +1100,7 @@ def connect(
     keepalive_timeout: float = 20.0,
     keepalive_permit_without_calls: bool = False,
     api_key: Optional[str] = None,
+    reconnect_timeout: float = 30.0,
 ) -> Session:
     """Connects to a gradtape server and creates a session.
 
@@ -1110,6 +1132,16 @@ def connect(
       api_key: the key of a server started with --api_keys_file, sent as
         `authorization: Bearer <key>` on every call; None for none. Send keys
         over TLS except on loopback.
+      reconnect_timeout: after a transport failure (the stream ends with
+        UNAVAILABLE, INTERNAL or UNKNOWN not sent by the server: a dropped
+        connection, a proxy's reset), the client reconnects with backoff for
+        at most this many seconds since the last reply, opens a new stream
+        on the same session and resends the commands not yet acknowledged
+        (the server applies each seq once). Past it, every wait point raises
+        a SessionLostError (UNAVAILABLE "... unreachable for T s ...").
+        0: off, the first transport failure loses the session. Also bounds
+        retries of a CreateSession that fails in transport (each with a new
+        random id, unless `session_id` is given).
 
     Returns:
       A Session (a context manager that closes it).
@@ -1131,6 +1163,7 @@ def connect(
             keepalive_permit_without_calls=keepalive_permit_without_calls,
         ),
         api_key=api_key,
+        reconnect_timeout=reconnect_timeout,
     )
     try:
         return Session(core)
