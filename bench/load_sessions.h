@@ -16,7 +16,9 @@ struct SessionCredentials {
   std::string id, token;
 };
 
-// Opens `count` sessions with the given lease. Stops at the first failure:
+// Opens `count` unsequenced sessions (CreateSessionRequest.unsequenced: the
+// drivers replay fixed seqs, and every command must be applied) with the
+// given lease. Stops at the first failure:
 // false, and the reason in *error. A non-empty `api_key` is sent as
 // `authorization: Bearer <key>` (servers with --api_keys_file).
 bool CreateSessions(gradtape::v1::TapeService::Stub& stub, int count,
@@ -28,7 +30,8 @@ bool CreateSessions(gradtape::v1::TapeService::Stub& stub, int count,
 struct SessionsCheck {
   int sessions = 0;
   // Sessions whose Stats failed, or that hold a poisoned id (a command
-  // failed inside an OK reply) or a tape.
+  // failed inside an OK reply) or a tape, or that skipped a command as a
+  // duplicate.
   int unclean = 0;
   int64_t live_tensors = 0;  // over all sessions
 };
