@@ -9,15 +9,16 @@ sample: once a second (on a fixed schedule, not a sleep after each sample)
 until the stop file exists, appends one CSV row: wall time, the server's
 VmRSS (/proc/P/status) and, from its Prometheus endpoint, live tensor bytes,
 tape-saved bytes, open sessions and the running totals of RPCs, commands,
-sessions created and reaped. Exits 1 as soon as the server is gone or the
+sessions created and reaped, and duplicate commands. Exits 1 as soon as the server is gone or the
 endpoint does not answer for 10 s in a row.
 
 report: reads the CSV and the load's start and end (wall time), applies the
 drift rule of soak.sh's header, prints one summary line ("soak: ...") and
 writes a PNG of RSS, live bytes and request rate over time. Exits 1 if RSS
-drifted more than --max-drift percent, if the live tensor bytes did not come
-back to 0 after the load (every session of the soak is then closed, reaped
-or empty), or if the samples do not cover the load.
+drifted more than --max-drift percent, if the server skipped any command as
+a duplicate (exactly-once; nothing in the soak resends), if the live tensor
+bytes did not come back to 0 after the load (every session of the soak is
+then closed, reaped or empty), or if the samples do not cover the load.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ import urllib.request
 from typing import Dict, List
 
 FIELDS = ["time", "rss_bytes", "live_tensor_bytes", "tape_saved_bytes", "sessions_open",
-          "rpcs_total", "commands_total", "sessions_created_total", "sessions_reaped_total"]
+          "rpcs_total", "commands_total", "sessions_created_total", "sessions_reaped_total",
+          "duplicate_commands_total"]
 # Prometheus sample name -> CSV column (summed over every label set).
 METRICS = {
     "gradtape_live_tensor_bytes": "live_tensor_bytes",
@@ -42,6 +44,9 @@ METRICS = {
     "gradtape_commands_total": "commands_total",
     "gradtape_sessions_created_total": "sessions_created_total",
     "gradtape_sessions_reaped_total": "sessions_reaped_total",
+    # Exactly-once: a command not applied because its seq was (no client of
+    # the soak resends, and ghz's sessions are unsequenced: must stay 0).
+    "gradtape_duplicate_commands_total": "duplicate_commands_total",
 }
 MIB = 1 << 20
 
@@ -150,6 +155,10 @@ def report(args: argparse.Namespace) -> int:
     commands = last_during["commands_total"] - during[0]["commands_total"]
     reaped = last_during["sessions_reaped_total"] - during[0]["sessions_reaped_total"]
     created = last_during["sessions_created_total"] - during[0]["sessions_created_total"]
+    duplicates = rows[-1].get("duplicate_commands_total", 0) - rows[0].get("duplicate_commands_total", 0)
+    if duplicates:
+        failures.append(f"{duplicates:.0f} duplicate commands (not applied: a client "
+                        "resent, or a replaying load's session is not unsequenced)")
     live_max = max(r["live_tensor_bytes"] for r in during)
     zero = next((r for r in after if r["live_tensor_bytes"] == 0), None)
     if zero is None:
@@ -164,7 +173,7 @@ def report(args: argparse.Namespace) -> int:
                    f"(RSS then {zero['rss_bytes'] / MIB:.1f} MiB)")
     line = (
         f"soak: {load_seconds / 60:.1f} min, {requests:.0f} requests ({requests / load_seconds:.0f}/s), "
-        f"{commands:.0f} commands, {created:.0f} sessions ({args.churned} churned, {reaped:.0f} reaped; "
+        f"{commands:.0f} commands ({duplicates:.0f} duplicates), {created:.0f} sessions ({args.churned} churned, {reaped:.0f} reaped; "
         f"{args.trained} trained), RSS start {start_rss / MIB:.1f} MiB, "
         f"after warm-up ({w['warmup']:.0f} s) {base / MIB:.1f} MiB, end {end / MIB:.1f} MiB, "
         f"drift {drift:+.2f}% (limit {args.max_drift:g}%; medians of {w['window']:.0f} s), "

@@ -19,7 +19,7 @@ MIB = 1 << 20
 T0 = 1_000_000.0
 
 
-def write_samples(path, load_seconds, rss, live_after=0, after_seconds=5):
+def write_samples(path, load_seconds, rss, live_after=0, after_seconds=5, duplicates=0):
     """One row a second from 3 s before the load until after_seconds after
     it; rss(t) gives the RSS at load time t."""
     with open(path, "w", newline="") as f:
@@ -33,6 +33,7 @@ def write_samples(path, load_seconds, rss, live_after=0, after_seconds=5):
                 "tape_saved_bytes": 0, "sessions_open": 3,
                 "rpcs_total": 100 * max(0, t), "commands_total": 1000 * max(0, t),
                 "sessions_created_total": 4 * max(0, t), "sessions_reaped_total": 4 * max(0, t - 3),
+                "duplicate_commands_total": duplicates if t > 30 else 0,
             })
 
 
@@ -86,3 +87,13 @@ def test_samples_that_stop_early_fail(tmp_path):
     result = report(tmp_path / "s.csv", 60)
     assert result.returncode == 1
     assert "the samples do not cover the load" in result.stderr, result.stderr
+
+
+def test_duplicate_commands_fail(tmp_path):
+    # Exactly-once skipped commands: a load replaying seqs on a sequenced
+    # session (its calls would do nothing and still be OK).
+    write_samples(tmp_path / "s.csv", 60, lambda t: 30 * MIB, duplicates=990)
+    result = report(tmp_path / "s.csv", 60)
+    assert result.returncode == 1
+    assert "(990 duplicates)" in result.stdout
+    assert "FAILED: 990 duplicate commands (not applied" in result.stdout, result.stdout
