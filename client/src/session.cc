@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "client/src/channel.h"
+#include "client/src/resume.h"
 #include "client/src/session_core.h"
 #include "core/base/status_macros.h"
 
@@ -34,6 +35,10 @@ std::string RandomSessionId() {
   std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd() ^
                       static_cast<uint64_t>(absl::GetCurrentTimeNanos()));
   return absl::StrFormat("%016x%016x", gen(), gen());
+}
+
+bool HasServerTrailer(const grpc::ClientContext& context) {
+  return context.GetServerTrailingMetadata().count(kServerStatusTrailer) > 0;
 }
 
 google::protobuf::ArenaOptions BufferArenaOptions() {
@@ -114,10 +119,16 @@ SessionCore::SessionCore(SessionOptions options)
     : options_(std::move(options)) {}
 
 SessionCore::~SessionCore() {
-  // Session's destructor closes; this only matters if Open failed half-way.
-  if (reader_.joinable()) {
-    stream_context_->TryCancel();
-    reader_.join();
+  // Session's destructor closes; this only matters if Open failed half-way
+  // or Close was not called.
+  if (supervisor_.joinable()) {
+    {
+      absl::MutexLock lock(&mu_);
+      closing_ = true;
+      cv_.SignalAll();
+      stream_context_->TryCancel();
+    }
+    supervisor_.join();
   }
 }
 
@@ -127,34 +138,55 @@ absl::Status SessionCore::Open(absl::string_view address) {
         absl::StrCat("SessionOptions::batch_size must be at least 1, got ",
                      options_.batch_size));
   }
+  address_ = std::string(address);
   // Credentials, TLS and keepalive: client/src/channel.cc.
   ASSIGN_OR_RETURN(channel_, MakeChannel(address, options_));
   stub_ = v1::TapeService::NewStub(channel_);
-
-  session_id_ =
-      options_.session_id.empty() ? RandomSessionId() : options_.session_id;
-  v1::CreateSessionRequest request;
-  request.set_session_id(session_id_);
-  request.set_keep_alive_seconds(options_.keep_alive_seconds);
-  v1::CreateSessionResponse response;
-  grpc::ClientContext context;
-  context.AddMetadata(kSessionIdHeader, session_id_);
-  AddKeyMetadata(&context);
-  context.set_wait_for_ready(true);
-  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
-  grpc::Status s = stub_->CreateSession(&context, request, &response);
-  if (!s.ok()) {
-    return FromGrpc(s, absl::StrCat("CreateSession at ", address));
-  }
-  session_id_ = response.session_id();
-  token_ = response.token();
-  keep_alive_seconds_ = response.keep_alive_seconds();
-
+  RETURN_IF_ERROR(CreateSession());
   stream_context_ = std::make_unique<grpc::ClientContext>();
   AddSessionMetadata(stream_context_.get());
   stream_ = stub_->Stream(stream_context_.get());
-  reader_ = std::thread([this] { ReadLoop(); });
+  supervisor_ = std::thread([this] { Supervise(); });
   return absl::OkStatus();
+}
+
+absl::Status SessionCore::CreateSession() {
+  const absl::Time start = absl::Now();
+  ReconnectBackoff backoff(options_.initial_backoff, options_.max_backoff,
+                           std::random_device()());
+  for (int attempt = 1;; ++attempt) {
+    session_id_ =
+        options_.session_id.empty() ? RandomSessionId() : options_.session_id;
+    v1::CreateSessionRequest request;
+    request.set_session_id(session_id_);
+    request.set_keep_alive_seconds(options_.keep_alive_seconds);
+    v1::CreateSessionResponse response;
+    grpc::ClientContext context;
+    context.AddMetadata(kSessionIdHeader, session_id_);
+    AddKeyMetadata(&context);
+    context.set_wait_for_ready(true);
+    context.set_deadline(
+        absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+    grpc::Status s = stub_->CreateSession(&context, request, &response);
+    if (s.ok()) {
+      session_id_ = response.session_id();
+      token_ = response.token();
+      keep_alive_seconds_ = response.keep_alive_seconds();
+      return absl::OkStatus();
+    }
+    // A transport failure (e.g. a proxy that cannot reach the replica this
+    // id hashes to) is retried with a new id, within reconnect_timeout.
+    const absl::Duration delay = backoff.Next();
+    if (!IsTransportFailure(static_cast<absl::StatusCode>(s.error_code()),
+                            HasServerTrailer(context)) ||
+        absl::Now() + delay - start > options_.reconnect_timeout) {
+      return FromGrpc(
+          s, absl::StrCat(
+                 "CreateSession at ", address_,
+                 attempt > 1 ? absl::StrCat(" (attempt ", attempt, ")") : ""));
+    }
+    absl::SleepFor(delay);
+  }
 }
 
 void SessionCore::AddSessionMetadata(grpc::ClientContext* context) const {
@@ -284,11 +316,19 @@ void SessionCore::ClearPendingLocked() {
   pending_releases_.clear();
 }
 
+std::shared_ptr<CommandBuffer> SessionCore::NewBufferLocked() {
+  if (spare_buffers_.empty()) return std::make_shared<CommandBuffer>();
+  std::shared_ptr<CommandBuffer> buffer = std::move(spare_buffers_.back());
+  spare_buffers_.pop_back();
+  return buffer;
+}
+
 void SessionCore::FlushLocked(bool reply_wanted) {
+  std::shared_ptr<CommandBuffer> sending;
   {
     absl::MutexLock lock(&mu_);
-    if (closed_ || stream_done_) {
-      // Nobody will answer: drop the commands (the wait reports the loss).
+    if (closed_ || !lost_.ok()) {
+      // Nobody will answer: every wait reports the loss instead.
       ClearPendingLocked();
       return;
     }
@@ -302,24 +342,41 @@ void SessionCore::FlushLocked(bool reply_wanted) {
         return;
       }
     }
-    // sending_ is empty: the commands go out from it while new ones fill
-    // the other buffer.
-    std::swap(pending_, sending_);
-    pending_bytes_ = 0;
-    v1::CommandBatch& batch = sending_->batch();
+    // Back-pressure on what a resend would need: replies come (every
+    // quarter of the limit asked for one) or the stream breaks (the batch
+    // is then kept for the resend).
+    while (unacked_bytes_ > options_.max_unacked_bytes && !broken_ &&
+           lost_.ok()) {
+      cv_.Wait(&mu_);
+    }
+    if (!lost_.ok()) {
+      ClearPendingLocked();
+      return;
+    }
+    sending = std::exchange(pending_, NewBufferLocked());
+    const int64_t bytes = std::exchange(pending_bytes_, 0);
+    v1::CommandBatch& batch = sending->batch();
+    if (batch.commands_size() > 0) {
+      last_sent_seq_ = batch.commands(batch.commands_size() - 1).seq();
+    }
+    if (bytes_since_reply_wanted_ + bytes >= options_.max_unacked_bytes / 4) {
+      reply_wanted = true;
+    }
+    bytes_since_reply_wanted_ =
+        reply_wanted ? 0 : bytes_since_reply_wanted_ + bytes;
     batch.set_batch_id(++last_batch_id_);
     batch.set_reply_optional(!reply_wanted);
+    batch.set_ack_seq(acked_seq_);
     last_reply_optional_ = !reply_wanted;
+    unacked_.push_back({last_batch_id_, last_sent_seq_, bytes, sending});
+    unacked_bytes_ += bytes;
     counters_.commands_sent += batch.commands_size();
     ++counters_.batches_sent;
+    // A broken stream: the supervisor resends the batch on the next one.
+    if (broken_) return;
   }
-  const bool written = stream_->Write(sending_->batch());
-  sending_->Clear();
-  if (!written) {
-    // The stream is broken; Read fails too and the reader marks it done.
-    absl::MutexLock lock(&mu_);
-    cv_.SignalAll();
-  }
+  // A failed write needs nothing here: the reader sees the stream end.
+  (void)stream_->Write(sending->batch());
 }
 
 int64_t SessionCore::FlushForWait() {
@@ -331,27 +388,22 @@ int64_t SessionCore::FlushForWait() {
 
 absl::Status SessionCore::WaitAndTakeErrors(int64_t batch_id,
                                             absl::Time deadline) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (closed_) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("gradtape session ", session_id_, " is closed"));
-    }
-    while (last_answered_id_ < batch_id && !stream_done_) {
-      if (cv_.WaitWithDeadline(&mu_, deadline)) break;
-    }
-    if (last_answered_id_ >= batch_id) {
-      absl::Status errors = TakeErrorsLocked();
-      // A dead stream fails every wait point after its last reply.
-      if (!errors.ok() || !stream_done_) return errors;
-    } else if (!stream_done_) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "gradtape session ", session_id_, ": no reply to batch ", batch_id,
-          " in time (last answered: ", last_answered_id_, ")"));
-    }
+  absl::MutexLock lock(&mu_);
+  if (closed_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("gradtape session ", session_id_, " is closed"));
   }
-  absl::MutexLock write_lock(&write_mu_);
-  return FinishStreamLocked();
+  while (last_answered_id_ < batch_id && lost_.ok()) {
+    if (cv_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+  // A lost session fails every wait point with the same error.
+  if (!lost_.ok()) return lost_;
+  if (last_answered_id_ < batch_id) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "gradtape session ", session_id_, ": no reply to batch ", batch_id,
+        " in time (last answered: ", last_answered_id_, ")"));
+  }
+  return TakeErrorsLocked();
 }
 
 absl::Status SessionCore::TakeErrorsLocked() {
@@ -372,81 +424,261 @@ absl::Status SessionCore::TakeErrorsLocked() {
   return status;
 }
 
-absl::Status SessionCore::FinishStreamLocked() {
-  if (!stream_finished_) {
-    stream_finished_ = true;
-    if (reader_.joinable()) reader_.join();
-    grpc::Status s = stream_->Finish();
-    stream_status_ =
-        s.ok() ? absl::UnavailableError("the server ended the command stream")
-               : FromGrpc(s, "gradtape command stream");
-    // A stream stopped by its deadline or cancellation names where the
-    // session stands.
-    const auto& trailers = stream_context_->GetServerTrailingMetadata();
-    if (auto it = trailers.find(kLastAppliedSeqPayload);
-        !s.ok() && it != trailers.end()) {
-      stream_status_.SetPayload(
-          kLastAppliedSeqPayload,
-          absl::Cord(absl::string_view(it->second.data(), it->second.size())));
-    }
-  }
-  return stream_status_;
-}
-
 absl::Status SessionCore::Sync() { return WaitAndTakeErrors(FlushForWait()); }
 
 absl::StatusOr<v1::CommandResult> SessionCore::Call(v1::Command command) {
-  {
-    // Releases buffered so far go first, so that what the command observes
-    // (Stats) reflects them.
+  // A read whose result the server no longer kept after a resume is sent
+  // again with a new seq (bounded: it can only happen after a resume).
+  constexpr int kMaxRereads = 3;
+  for (int reread = 0;; ++reread) {
+    {
+      // Releases buffered so far go first, so that what the command
+      // observes (Stats) reflects them.
+      absl::MutexLock lock(&mu_);
+      AppendReleasesLocked();
+    }
+    const int64_t seq = Enqueue(command);
+    if (seq == 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("gradtape session ", session_id_, " is closed"));
+    }
+    absl::Status status = WaitAndTakeErrors(FlushForWait());
     absl::MutexLock lock(&mu_);
-    AppendReleasesLocked();
+    auto it = results_.find(seq);
+    const bool stale = stale_reads_.erase(seq) > 0;
+    if (!status.ok()) {
+      if (it != results_.end()) results_.erase(it);
+      return status;
+    }
+    if (it != results_.end()) {
+      v1::CommandResult result = std::move(it->second);
+      results_.erase(it);
+      return result;
+    }
+    if (!stale || reread == kMaxRereads) {
+      return absl::InternalError(absl::StrCat(
+          "the server sent no result for command ", seq, " of session ",
+          session_id_,
+          stale ? " (its result was no longer kept, 4 times)" : ""));
+    }
+    ++counters_.refetches;
   }
-  const int64_t seq = Enqueue(command);
-  if (seq == 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("gradtape session ", session_id_, " is closed"));
-  }
-  absl::Status status = WaitAndTakeErrors(FlushForWait());
-  absl::MutexLock lock(&mu_);
-  auto it = results_.find(seq);
-  if (!status.ok()) {
-    if (it != results_.end()) results_.erase(it);
-    return status;
-  }
-  if (it == results_.end()) {
-    return absl::InternalError(
-        absl::StrCat("the server sent no result for command ", seq,
-                     " of session ", session_id_));
-  }
-  v1::CommandResult result = std::move(it->second);
-  results_.erase(it);
-  return result;
 }
 
-void SessionCore::ReadLoop() {
-  v1::BatchReply reply;
-  while (stream_->Read(&reply)) {
-    absl::MutexLock lock(&mu_);
-    for (v1::CommandResult& result : *reply.mutable_results()) {
-      if (result.has_error()) {
-        if (local_failures_.erase(result.seq()) > 0) continue;
-        errors_.push_back(
-            {result.seq(),
-             absl::Status(static_cast<absl::StatusCode>(result.error().code()),
-                          result.error().message())});
-      } else {
-        const int64_t seq = result.seq();
-        results_[seq] = std::move(result);
-      }
+void SessionCore::Supervise() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  // True while this thread holds write_mu_ from a reconnect: the resend
+  // goes out before any new batch.
+  bool resend = false;
+  for (;;) {
+    auto* stream = stream_.get();
+    std::thread reader([this, stream] { ReadReplies(stream); });
+    if (resend) {
+      ResendLocked();
+      write_mu_.Unlock();
     }
-    last_answered_id_ = reply.batch_id();
-    ++counters_.batches_answered;
-    cv_.SignalAll();
+    reader.join();
+    write_mu_.Lock();
+    if (!RecoverLocked()) break;
+    resend = true;
+  }
+  write_mu_.Unlock();
+  absl::MutexLock lock(&mu_);
+  supervisor_done_ = true;
+  cv_.SignalAll();
+}
+
+void SessionCore::ReadReplies(
+    grpc::ClientReaderWriter<v1::CommandBatch, v1::BatchReply>* stream) {
+  v1::BatchReply reply;
+  while (stream->Read(&reply)) {
+    absl::MutexLock lock(&mu_);
+    HandleReplyLocked(reply);
   }
   absl::MutexLock lock(&mu_);
-  stream_done_ = true;
+  broken_ = true;
   cv_.SignalAll();
+}
+
+void SessionCore::HandleReplyLocked(v1::BatchReply& reply) {
+  for (v1::CommandResult& result : *reply.mutable_results()) {
+    if (result.duplicate()) {
+      ++counters_.duplicate_results;
+      if (result.has_error() &&
+          result.error().code() ==
+              static_cast<int>(absl::StatusCode::kAborted) &&
+          IsRereadableLocked(result.seq())) {
+        stale_reads_.insert(result.seq());
+        continue;
+      }
+    }
+    if (result.has_error()) {
+      if (local_failures_.erase(result.seq()) > 0) continue;
+      errors_.push_back(
+          {result.seq(),
+           absl::Status(static_cast<absl::StatusCode>(result.error().code()),
+                        result.error().message())});
+    } else {
+      const int64_t seq = result.seq();
+      results_[seq] = std::move(result);
+    }
+  }
+  // The reply acknowledges its batch and every earlier one.
+  while (!unacked_.empty() && unacked_.front().batch_id <= reply.batch_id()) {
+    SentBatch& sent = unacked_.front();
+    acked_seq_ = std::max(acked_seq_, sent.last_seq);
+    unacked_bytes_ -= sent.bytes;
+    if (sent.buffer.use_count() == 1 && spare_buffers_.size() < 2) {
+      sent.buffer->Clear();
+      spare_buffers_.push_back(std::move(sent.buffer));
+    }
+    unacked_.pop_front();
+  }
+  last_answered_id_ = std::max(last_answered_id_, reply.batch_id());
+  ++counters_.batches_answered;
+  cv_.SignalAll();
+}
+
+bool SessionCore::IsRereadableLocked(int64_t seq) const {
+  for (const SentBatch& sent : unacked_) {
+    if (sent.last_seq < seq) continue;
+    for (const v1::Command& command : sent.buffer->batch().commands()) {
+      if (command.seq() != seq) continue;
+      return command.has_fetch() || command.has_stats();
+    }
+    return false;
+  }
+  return false;
+}
+
+bool SessionCore::RecoverLocked() {
+  const grpc::Status s = stream_->Finish();
+  const bool server_trailer = HasServerTrailer(*stream_context_);
+  absl::Status cause =
+      s.ok() ? absl::UnavailableError("the server ended the command stream")
+             : FromGrpc(s, "gradtape command stream");
+  // A stream stopped by its deadline or cancellation names where the
+  // session stands.
+  const auto& trailers = stream_context_->GetServerTrailingMetadata();
+  absl::optional<absl::Cord> last_applied;
+  if (auto it = trailers.find(kLastAppliedSeqPayload);
+      !s.ok() && it != trailers.end()) {
+    last_applied =
+        absl::Cord(absl::string_view(it->second.data(), it->second.size()));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (closing_) return false;
+    if (s.ok() || !IsTransportFailure(cause.code(), server_trailer)) {
+      absl::Status final_status =
+          FinalStreamError(session_id_, address_, cause);
+      if (last_applied.has_value()) {
+        final_status.SetPayload(kLastAppliedSeqPayload, *last_applied);
+      }
+      SetLostLocked(std::move(final_status));
+      return false;
+    }
+    ++counters_.transport_failures;
+    if (options_.reconnect_timeout <= absl::ZeroDuration()) {
+      SetLostLocked(ConnectionLostError(session_id_, address_, cause));
+      return false;
+    }
+  }
+  return ReconnectLocked(cause);
+}
+
+bool SessionCore::ReconnectLocked(const absl::Status& cause) {
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + options_.reconnect_timeout;
+  ReconnectBackoff backoff(options_.initial_backoff, options_.max_backoff,
+                           std::random_device()());
+  absl::Status last_error = cause;
+  for (int64_t attempts = 0;; ++attempts) {
+    if (attempts > 0 &&
+        !SleepUnlessClosing(std::min(absl::Now() + backoff.Next(), deadline))) {
+      return false;
+    }
+    if (absl::Now() >= deadline) {
+      absl::MutexLock lock(&mu_);
+      SetLostLocked(UnreachableError(session_id_, address_, absl::Now() - start,
+                                     attempts, last_error));
+      return false;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      ++counters_.reconnect_attempts;
+    }
+    bool server_trailer = false;
+    absl::Status probe =
+        ProbeSession(std::min(deadline, absl::Now() + options_.rpc_timeout),
+                     &server_trailer);
+    if (probe.ok()) {
+      OpenStreamLocked();
+      return true;
+    }
+    if (!IsTransportFailure(probe.code(), server_trailer,
+                            /*own_deadline=*/true)) {
+      absl::MutexLock lock(&mu_);
+      SetLostLocked(FinalStreamError(session_id_, address_, probe));
+      return false;
+    }
+    last_error = std::move(probe);
+  }
+}
+
+absl::Status SessionCore::ProbeSession(absl::Time deadline,
+                                       bool* server_trailer) {
+  grpc::ClientContext context;
+  AddSessionMetadata(&context);
+  context.set_deadline(absl::ToChronoTime(deadline));
+  v1::KeepAliveResponse response;
+  grpc::Status s =
+      stub_->KeepAlive(&context, v1::KeepAliveRequest(), &response);
+  *server_trailer = !s.ok() && HasServerTrailer(context);
+  return FromGrpc(s, "KeepAlive");
+}
+
+void SessionCore::OpenStreamLocked() {
+  auto context = std::make_unique<grpc::ClientContext>();
+  AddSessionMetadata(context.get());
+  auto stream = stub_->Stream(context.get());
+  absl::MutexLock lock(&mu_);
+  // The old stream is finished and its reader joined.
+  std::swap(stream_context_, context);
+  std::swap(stream_, stream);
+  broken_ = false;
+  ++counters_.resumes;
+  cv_.SignalAll();
+}
+
+void SessionCore::ResendLocked() {
+  // The batches stay alive while written even if a reply on the new stream
+  // acknowledges them meanwhile.
+  std::vector<std::shared_ptr<CommandBuffer>> batches;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const SentBatch& sent : unacked_) {
+      batches.push_back(sent.buffer);
+      counters_.commands_resent += sent.buffer->batch().commands_size();
+    }
+    counters_.batches_resent += static_cast<int64_t>(batches.size());
+  }
+  for (const auto& batch : batches) {
+    // A failed write: the reader sees this stream end too.
+    if (!stream_->Write(batch->batch())) return;
+  }
+}
+
+void SessionCore::SetLostLocked(absl::Status status) {
+  if (lost_.ok()) lost_ = std::move(status);
+  cv_.SignalAll();
+}
+
+bool SessionCore::SleepUnlessClosing(absl::Time until) {
+  absl::MutexLock lock(&mu_);
+  while (!closing_) {
+    if (cv_.WaitWithDeadline(&mu_, until)) break;
+  }
+  return !closing_;
 }
 
 absl::Status SessionCore::KeepAlive() {
@@ -465,29 +697,29 @@ absl::Status SessionCore::Close() {
   }
   absl::Status status =
       WaitAndTakeErrors(FlushForWait(), absl::Now() + options_.rpc_timeout);
+  bool lost;
   {
     absl::MutexLock write_lock(&write_mu_);
-    {
-      absl::MutexLock lock(&mu_);
-      closed_ = true;
-      ClearPendingLocked();
-    }
-    if (!stream_finished_) {
-      stream_->WritesDone();
-      {
-        absl::MutexLock lock(&mu_);
-        const absl::Time deadline = absl::Now() + kStreamDrainTimeout;
-        while (!stream_done_) {
-          if (cv_.WaitWithDeadline(&mu_, deadline)) break;
-        }
-        if (!stream_done_) stream_context_->TryCancel();
-      }
-      absl::Status finished = FinishStreamLocked();
-      // A stream the server ended cleanly after WritesDone is the normal
-      // case, reported by FinishStreamLocked as UNAVAILABLE; ignore it.
-      (void)finished;
-    }
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+    closing_ = true;
+    ClearPendingLocked();
+    lost = !lost_.ok();
+    // The server ends the stream cleanly after WritesDone.
+    if (!supervisor_done_ && !broken_) stream_->WritesDone();
+    cv_.SignalAll();
   }
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time deadline = absl::Now() + kStreamDrainTimeout;
+    while (!supervisor_done_) {
+      if (cv_.WaitWithDeadline(&mu_, deadline)) break;
+    }
+    if (!supervisor_done_) stream_context_->TryCancel();
+  }
+  if (supervisor_.joinable()) supervisor_.join();
+  // A lost session has nothing left to close on the server.
+  if (lost) return status;
   grpc::ClientContext context;
   AddSessionMetadata(&context);
   context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
@@ -615,6 +847,8 @@ absl::StatusOr<SessionStats> Session::Stats() {
   stats.tapes = s.tapes();
   stats.tape_entries = s.tape_entries();
   stats.tape_saved_bytes = s.tape_saved_bytes();
+  stats.commands_applied = s.commands_applied();
+  stats.duplicate_commands = s.duplicate_commands();
   return stats;
 }
 
