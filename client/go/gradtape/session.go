@@ -173,6 +173,9 @@ func (s *Session) Op(op string, inputs ...Tensor) Tensor {
 // returns the earliest command error in it (nil if none). Results of
 // commands that return something are kept for Fetch / GradientValues.
 func (s *Session) Sync() error {
+	if s.resume.lost != nil {
+		return s.resume.lost // a lost session fails every call the same way
+	}
 	if len(s.pending) == 0 {
 		return nil
 	}
