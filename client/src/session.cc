@@ -138,6 +138,12 @@ absl::Status SessionCore::Open(absl::string_view address) {
         absl::StrCat("SessionOptions::batch_size must be at least 1, got ",
                      options_.batch_size));
   }
+  if (options_.max_unacked_bytes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SessionOptions::max_unacked_bytes must be at least 1, "
+                     "got ",
+                     options_.max_unacked_bytes));
+  }
   address_ = std::string(address);
   // Credentials, TLS and keepalive: client/src/channel.cc.
   ASSIGN_OR_RETURN(channel_, MakeChannel(address, options_));
@@ -700,14 +706,18 @@ absl::Status SessionCore::Close() {
   bool lost;
   {
     absl::MutexLock write_lock(&write_mu_);
-    absl::MutexLock lock(&mu_);
-    closed_ = true;
-    closing_ = true;
-    ClearPendingLocked();
-    lost = !lost_.ok();
+    bool writes_done;
+    {
+      absl::MutexLock lock(&mu_);
+      closed_ = true;
+      closing_ = true;
+      ClearPendingLocked();
+      lost = !lost_.ok();
+      writes_done = !supervisor_done_ && !broken_;
+      cv_.SignalAll();
+    }
     // The server ends the stream cleanly after WritesDone.
-    if (!supervisor_done_ && !broken_) stream_->WritesDone();
-    cv_.SignalAll();
+    if (writes_done) stream_->WritesDone();
   }
   {
     absl::MutexLock lock(&mu_);

@@ -32,7 +32,8 @@
 // Thread-safety: Session and Tensor may be used from several threads;
 // commands are applied in the order their calls entered the buffer. Sends
 // happen on the calling thread (one at a time); replies are read on the
-// session's reader thread. A GradientTape is used by one thread at a time.
+// session's reader thread, and a supervisor thread reconnects and resends
+// after a transport failure (client/src/resume.h). A GradientTape is used by one thread at a time.
 // Typically one thread drives a session.
 #ifndef GRADTAPE_CLIENT_SESSION_H_
 #define GRADTAPE_CLIENT_SESSION_H_
