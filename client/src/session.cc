@@ -730,14 +730,32 @@ absl::Status SessionCore::Close() {
   if (supervisor_.joinable()) supervisor_.join();
   // A lost session has nothing left to close on the server.
   if (lost) return status;
-  grpc::ClientContext context;
-  AddSessionMetadata(&context);
-  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
-  v1::CloseSessionResponse response;
-  absl::Status closed = FromGrpc(
-      stub_->CloseSession(&context, v1::CloseSessionRequest(), &response),
-      "CloseSession");
+  absl::Status closed = CloseOnServer();
   return status.ok() ? closed : status;
+}
+
+absl::Status SessionCore::CloseOnServer() {
+  // Retried in transport within reconnect_timeout, like the stream.
+  const absl::Time deadline = absl::Now() + options_.reconnect_timeout;
+  ReconnectBackoff backoff(options_.initial_backoff, options_.max_backoff,
+                           std::random_device()());
+  for (;;) {
+    grpc::ClientContext context;
+    AddSessionMetadata(&context);
+    context.set_deadline(
+        absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+    v1::CloseSessionResponse response;
+    grpc::Status s =
+        stub_->CloseSession(&context, v1::CloseSessionRequest(), &response);
+    const absl::Duration delay = backoff.Next();
+    if (s.ok() ||
+        !IsTransportFailure(static_cast<absl::StatusCode>(s.error_code()),
+                            HasServerTrailer(context)) ||
+        absl::Now() + delay > deadline) {
+      return FromGrpc(s, "CloseSession");
+    }
+    absl::SleepFor(delay);
+  }
 }
 
 ClientCounters SessionCore::counters() const {
