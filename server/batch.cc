@@ -537,6 +537,20 @@ std::string KindName(const v1::Command& cmd) {
   return field != nullptr ? field->name() : "no kind";
 }
 
+// The command's name in messages: the op of an ExecuteOp, else its kind's
+// message type ("FetchTensor", "Gradient").
+std::string CommandName(const v1::Command& cmd) {
+  if (cmd.has_execute()) return cmd.execute().op();
+  if (cmd.has_execute_with_gradient()) {
+    return cmd.execute_with_gradient().op().op();
+  }
+  const google::protobuf::FieldDescriptor* field =
+      v1::Command::descriptor()->FindFieldByNumber(cmd.kind_case());
+  return field != nullptr && field->message_type() != nullptr
+             ? field->message_type()->name()
+             : "command";
+}
+
 // The error that ends a batch whose reply is full: the result of command
 // `seq` (an error, `original`) does not fit, and the commands after it are
 // not applied. Its message is bounded so that it fits in kStopReserve.
@@ -567,7 +581,7 @@ v1::CommandResult StopResult(int64_t seq, const v1::Error& original,
 
 // DEADLINE_EXCEEDED / CANCELLED for a batch stopped before commands[index]
 // (index == size: after its last command, which a kernel's check stopped).
-absl::Status StoppedError(const Cancellation& cancel, const Session& session,
+absl::Status StoppedError(const Cancellation& cancel, int64_t last_seq,
                           const v1::CommandBatch& batch, int index) {
   const absl::StatusCode code = cancel.Check("").code();
   const int rest = batch.commands_size() - index;
@@ -581,7 +595,7 @@ absl::Status StoppedError(const Cancellation& cancel, const Session& session,
       code, absl::StrCat(code == absl::StatusCode::kDeadlineExceeded
                              ? "the call's deadline passed"
                              : "the call was cancelled",
-                         ": last applied seq ", session.last_seq(),
+                         ": last applied seq ", last_seq,
                          " (applied commands stay applied; one stopped by the "
                          "deadline or cancellation failed with its outputs "
                          "poisoned); ",
@@ -593,7 +607,8 @@ absl::Status StoppedError(const Cancellation& cancel, const Session& session,
 absl::Status ApplyBatch(Session& session, const v1::CommandBatch& batch,
                         int64_t max_reply_bytes, Cancellation* cancel,
                         v1::BatchReply* reply, PutLimit put_limit,
-                        Metrics* metrics, RpcMethod method) {
+                        Metrics* metrics, RpcMethod method,
+                        ResultCache* results) {
   ScopedCancellation cancel_scope(cancel);
   // Counted and timed however the batch ends (also when it is stopped).
   Metrics::CommandTally tally(metrics);
@@ -611,30 +626,59 @@ absl::Status ApplyBatch(Session& session, const v1::CommandBatch& batch,
             metrics != nullptr ? absl::GetCurrentTimeNanos() : 0};
   reply->set_batch_id(batch.batch_id());
   ReplyBudget budget(max_reply_bytes);
+  if (results != nullptr) results->Acknowledge(batch.ack_seq());
+  const auto last_seq = [&] {
+    return results != nullptr && results->sequenced() ? results->last_applied()
+                                                      : session.last_seq();
+  };
   const auto& commands = batch.commands();
   for (int i = 0; i < commands.size(); ++i) {
     if (cancel != nullptr && cancel->Poll()) {
-      reply->set_last_seq(session.last_seq());
-      return StoppedError(*cancel, session, batch, i);
+      reply->set_last_seq(last_seq());
+      return StoppedError(*cancel, last_seq(), batch, i);
     }
     const v1::Command& cmd = commands[i];
     const int64_t seq = cmd.seq();
     v1::CommandResult result;
     absl::Status status;
-    const Prediction prediction = Predict(session, cmd);
-    if (prediction.size.reply_bytes > 0 &&
-        !budget.Fits(prediction.size.reply_bytes)) {
-      status = Refuse(prediction, seq, budget);
-      session.Fail(seq, prediction.output_ids, status);
+    Prediction prediction;
+    // Exactly-once (server/result_cache.h): duplicates and bad seqs are
+    // answered without touching the session.
+    const ResultCache::Verdict verdict = results != nullptr
+                                             ? results->Classify(seq)
+                                             : ResultCache::Verdict::kApply;
+    if (verdict == ResultCache::Verdict::kDuplicate) {
+      if (metrics != nullptr) metrics->CountDuplicate();
+      if (!results->AnswerDuplicate(seq, CommandName(cmd), &result)) continue;
+    } else if (verdict == ResultCache::Verdict::kBadSeq) {
+      status = ResultCache::BadSeqError(seq, CommandName(cmd));
     } else {
-      status = Apply(session, cmd, budget, put_limit, &result);
+      prediction = Predict(session, cmd);
+      if (prediction.size.reply_bytes > 0 &&
+          !budget.Fits(prediction.size.reply_bytes)) {
+        status = Refuse(prediction, seq, budget);
+        session.Fail(seq, prediction.output_ids, status);
+      } else {
+        status = Apply(session, cmd, budget, put_limit, &result);
+      }
+      tally.Count(cmd, status.code());
     }
-    tally.Count(cmd, status.code());
+    const bool applied = verdict == ResultCache::Verdict::kApply;
     if (!status.ok()) {
       result.Clear();
       ToProto(status, result.mutable_error());
     }
-    if (result.kind_case() == v1::CommandResult::KIND_NOT_SET) continue;
+    if (applied && result.has_stats() && results != nullptr) {
+      // This command counts itself.
+      result.mutable_stats()->set_commands_applied(results->commands_applied() +
+                                                   1);
+      result.mutable_stats()->set_duplicate_commands(results->duplicates());
+    }
+    if (result.kind_case() == v1::CommandResult::KIND_NOT_SET) {
+      if (applied && results != nullptr) results->Applied(seq, nullptr);
+      continue;
+    }
+    const bool duplicate = result.duplicate();
     result.set_seq(seq);
     int64_t bytes = ReplyBytes(result);
     if (!budget.Fits(bytes) &&
@@ -655,12 +699,16 @@ absl::Status ApplyBatch(Session& session, const v1::CommandBatch& batch,
                              "of its own if needed");
       result.Clear();
       result.set_seq(seq);
+      result.set_duplicate(duplicate);
       ToProto(absl::ResourceExhaustedError(absl::StrCat(what, advice)),
               result.mutable_error());
       bytes = ReplyBytes(result);
     }
+    // What the command's reply got is what its duplicates get.
+    if (applied && results != nullptr) results->Applied(seq, &result);
     if (!budget.Fits(bytes)) {
       result = StopResult(seq, result.error(), budget, batch, i);
+      result.set_duplicate(duplicate);
       bytes = ReplyBytes(result);
       if (budget.FitsInReserve(bytes)) {
         budget.Charge(bytes);
@@ -671,10 +719,10 @@ absl::Status ApplyBatch(Session& session, const v1::CommandBatch& batch,
     budget.Charge(bytes);
     *reply->add_results() = std::move(result);
   }
-  reply->set_last_seq(session.last_seq());
+  reply->set_last_seq(last_seq());
   // A kernel that stopped for the request failed its command: say so.
   if (cancel != nullptr && cancel->Requested()) {
-    return StoppedError(*cancel, session, batch, commands.size());
+    return StoppedError(*cancel, last_seq(), batch, commands.size());
   }
   return absl::OkStatus();
 }

@@ -11,6 +11,7 @@
 #include "core/session/session.h"
 #include "gradtape/v1/tape_service.pb.h"
 #include "server/metrics.h"
+#include "server/result_cache.h"
 
 namespace gradtape::server {
 
@@ -55,12 +56,26 @@ struct PutLimit {
 // With `metrics`, every command is counted (kind, op, code) and the batch's
 // duration observed under `method`.
 //
-// Not thread-safe for one session: the caller holds that session's lock.
+// Exactly-once (server/result_cache.h): with `results` (the session's; null
+// applies every command as an unsequenced session does, without counts),
+// batch.ack_seq is acknowledged first; a command whose seq is at or below
+// the last applied one is a duplicate: not applied, counted (also in
+// `metrics`), answered with its kept result, the ABORTED "no longer kept"
+// error or nothing (ResultCache::AnswerDuplicate); its answer counts
+// against the reply's bytes like any result. A seq below 1 fails alone with
+// INVALID_ARGUMENT (nothing applied, nothing poisoned). Every other
+// command's result, as the reply got it, is kept. reply->last_seq is the
+// last applied seq. Stats results get commands_applied and
+// duplicate_commands.
+//
+// Not thread-safe for one session: the caller holds that session's lock
+// (which also guards `results`).
 absl::Status ApplyBatch(Session& session, const v1::CommandBatch& batch,
                         int64_t max_reply_bytes, Cancellation* cancel,
                         v1::BatchReply* reply, PutLimit put_limit = {},
                         Metrics* metrics = nullptr,
-                        RpcMethod method = RpcMethod::kRun);
+                        RpcMethod method = RpcMethod::kRun,
+                        ResultCache* results = nullptr);
 
 }  // namespace gradtape::server
 

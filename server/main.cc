@@ -94,6 +94,11 @@ ABSL_FLAG(int64_t, max_inflight_batches,
           gradtape::server::ServerOptions::kDefaultMaxInflightBatches,
           "batches queued or running across the server; past it a Run gets "
           "RESOURCE_EXHAUSTED and a Stream's next batch waits; 0 = unlimited");
+// Exactly-once application (server/result_cache.h).
+ABSL_FLAG(int64_t, result_cache_mb, 64,
+          "per session, MiB of command results kept until the client "
+          "acknowledges them (CommandBatch.ack_seq), to answer commands "
+          "resent after a lost reply; oldest dropped first; 0 = keep none");
 // Metrics and access log (server/metrics.h, server/access_log.h).
 ABSL_FLAG(std::string, metrics_address, "",
           "host:port of the Prometheus endpoint (HTTP GET /metrics); empty = "
@@ -149,6 +154,15 @@ int main(int argc, char** argv) {
   options.max_inflight_batches = absl::GetFlag(FLAGS_max_inflight_batches);
   options.metrics_address = absl::GetFlag(FLAGS_metrics_address);
   options.access_log = absl::GetFlag(FLAGS_access_log);
+  const int64_t result_cache_mb = absl::GetFlag(FLAGS_result_cache_mb);
+  if (result_cache_mb < 0 || result_cache_mb > (int64_t{1} << 30)) {
+    std::fprintf(stderr,
+                 "gradtape-server: --result_cache_mb must be 0 to 2^30, got "
+                 "%lld\n",
+                 static_cast<long long>(result_cache_mb));
+    return 1;
+  }
+  options.result_cache_bytes = result_cache_mb << 20;
   const int max_message_mb = absl::GetFlag(FLAGS_max_message_mb);
   if (max_message_mb <= 0 || max_message_mb > 2047) {
     std::fprintf(stderr,

@@ -157,6 +157,13 @@ Metrics::Metrics(const OpRegistry& registry)
                        "Commands applied or refused, by command kind, op "
                        "(execute kinds) and status code.")
                    .Register(r);
+  duplicates_ = &prometheus::BuildCounter()
+                     .Name("gradtape_duplicate_commands_total")
+                     .Help(
+                         "Commands not applied because their seq was already "
+                         "applied (exactly-once: resent after a lost reply).")
+                     .Register(r)
+                     .Add({});
   rpcs_ = &prometheus::BuildCounter()
                .Name("gradtape_rpcs_total")
                .Help("Finished RPCs by method and status code.")
@@ -255,6 +262,8 @@ void Metrics::SessionReaped(absl::string_view tenant) {
   series.reaped->Increment();
   series.open->Decrement();
 }
+
+void Metrics::CountDuplicate() { duplicates_->Increment(); }
 
 int Metrics::CommandRow(const v1::Command& cmd) const {
   const std::string* op = nullptr;

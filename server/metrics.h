@@ -11,6 +11,7 @@
 //   gradtape_sessions_closed_total{tenant}              counter (CloseSession)
 //   gradtape_sessions_reaped_total{tenant}              counter (lease expired)
 //   gradtape_commands_total{kind,op,code}               counter
+//   gradtape_duplicate_commands_total                   counter
 //   gradtape_batch_duration_seconds{method}             histogram
 //   gradtape_rpcs_total{method,code}                    counter
 //   gradtape_rpc_duration_seconds{method}               histogram
@@ -113,6 +114,10 @@ class Metrics {
   void SessionClosed(absl::string_view tenant);
   void SessionReaped(absl::string_view tenant);
 
+  // One duplicate command (its seq was already applied: not applied, not
+  // in gradtape_commands_total; server/result_cache.h).
+  void CountDuplicate();
+
   // One command applied (or refused) with `code`.
   void CountCommand(const v1::Command& cmd, absl::StatusCode code);
 
@@ -184,6 +189,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* sessions_reaped_;
   prometheus::Family<prometheus::Counter>* commands_;
   prometheus::Family<prometheus::Counter>* rpcs_;
+  prometheus::Counter* duplicates_;
   absl::Mutex tenants_mu_;
   absl::flat_hash_map<std::string, TenantSeries> tenants_
       ABSL_GUARDED_BY(tenants_mu_);

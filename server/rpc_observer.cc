@@ -102,8 +102,12 @@ class RpcObserver::Interceptor final : public grpc::experimental::Interceptor {
     }
     if (methods->QueryInterceptionHookPoint(
             InterceptionHookPoints::PRE_SEND_STATUS)) {
-      Report(static_cast<int>(methods->GetSendStatus().error_code()),
-             /*ended=*/false);
+      const grpc::Status status = methods->GetSendStatus();
+      if (!status.ok()) {
+        // The one place that marks the server's own statuses.
+        methods->GetSendTrailingMetadata()->emplace(kServerStatusTrailer, "1");
+      }
+      Report(static_cast<int>(status.error_code()), /*ended=*/false);
     }
     methods->Proceed();
   }

@@ -11,6 +11,11 @@
 // (Run and Stream carry raw bytes that the service parses): the service reports
 // them with AddCommands, keyed by the call's context.
 //
+// The interceptor also adds the trailer `gradtape-server-status: 1`
+// (kServerStatusTrailer, server/tape_service.h) to every non-OK status the
+// server sends, so it is installed on every server, with or without metrics
+// and access log.
+//
 // Works with the callback API and raw (ByteBuffer) methods of gRPC 1.51
 // (tests/server/metrics_test.cc checks the bytes and codes it sees).
 //

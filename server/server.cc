@@ -50,6 +50,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
     return absl::InvalidArgumentError(
         "checkpoint_on_drain needs a checkpoint_dir (--checkpoint_dir=DIR)");
   }
+  if (options.result_cache_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "result_cache_bytes must be >= 0, got ", options.result_cache_bytes));
+  }
   if (options.worker_threads < -1 || options.max_inflight_batches < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "worker_threads must be >= 0 (or -1: the default) and "
@@ -95,16 +99,17 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
     if (!log.ok()) return log.status();
     server->access_log_ = *std::move(log);
   }
-  if (server->metrics_ != nullptr || server->access_log_ != nullptr) {
-    server->observer_ = std::make_unique<RpcObserver>(
-        server->metrics_.get(), server->access_log_.get());
-  }
+  // Always: its interceptor also marks the server's own non-OK statuses
+  // (kServerStatusTrailer).
+  server->observer_ = std::make_unique<RpcObserver>(server->metrics_.get(),
+                                                    server->access_log_.get());
   SessionManagerOptions session_options;
   session_options.max_sessions = options.max_sessions;
   session_options.session_memory_limit_bytes =
       options.session_memory_limit_bytes;
   session_options.checkpoint_dir = options.checkpoint_dir;
   session_options.default_lease = absl::Seconds(options.keep_alive_seconds);
+  session_options.result_cache_bytes = options.result_cache_bytes;
   session_options.metrics = server->metrics_.get();
   server->sessions_ =
       std::make_unique<SessionManager>(DefaultRegistry(), session_options);
@@ -128,7 +133,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   builder.RegisterService(server->service_.get());
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
-  if (server->observer_ != nullptr) {
+  {
     std::vector<
         std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
         interceptors;

@@ -92,6 +92,10 @@ struct ServerOptions {
   int worker_threads = -1;
   int64_t max_inflight_batches = kDefaultMaxInflightBatches;
   static constexpr int64_t kDefaultMaxInflightBatches = 1024;
+  // Exactly-once application (server/result_cache.h): per session, the
+  // results its client has not acknowledged are kept up to this many bytes
+  // (oldest dropped first) to answer resent commands; 0 keeps none.
+  int64_t result_cache_bytes = int64_t{64} << 20;
   // Metrics and access log (server/metrics.h, server/access_log.h).
   // host:port of the Prometheus endpoint (HTTP /metrics; port 0 picks a free
   // one, see metrics_port()); empty: no metrics.

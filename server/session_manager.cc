@@ -52,14 +52,16 @@ SessionEntry::SessionEntry(const OpRegistry& registry, SessionOptions options,
 SessionEntry::SessionEntry(const OpRegistry& registry, SessionOptions options,
                            std::string id, std::string token,
                            absl::Duration lease, std::shared_ptr<Tenant> tenant,
-                           std::unique_ptr<Tenant::SessionSlot> slot)
+                           std::unique_ptr<Tenant::SessionSlot> slot,
+                           ResultCache::Options results)
     : id_(std::move(id)),
       token_(std::move(token)),
       lease_(lease),
       tenant_(std::move(tenant)),
       last_used_ns_(NowNs()),
       session_(std::make_unique<Session>(registry, options)),
-      tenant_slot_(std::move(slot)) {}
+      tenant_slot_(std::move(slot)),
+      results_(results) {}
 
 int64_t SessionEntry::NowNs() { return absl::GetCurrentTimeNanos(); }
 
@@ -90,6 +92,7 @@ void SessionEntry::Close() {
     absl::MutexLock lock(&mu_);
     session = std::move(session_);
     slot = std::move(tenant_slot_);
+    results_.Clear();
   }
   // Freed outside the lock.
 }
@@ -141,7 +144,7 @@ std::string SessionManager::MapKey(const Tenant* tenant, absl::string_view id) {
 
 absl::StatusOr<SessionManager::Created> SessionManager::Create(
     absl::string_view id, absl::Duration lease,
-    const std::shared_ptr<Tenant>& tenant) {
+    const std::shared_ptr<Tenant>& tenant, bool unsequenced) {
   if (!id.empty() && !IsValidSessionId(id)) {
     return absl::InvalidArgumentError(
         absl::StrCat("session id '", id,
@@ -191,9 +194,12 @@ absl::StatusOr<SessionManager::Created> SessionManager::Create(
                        tenant->name());
     }
   }
-  auto entry =
-      std::make_shared<SessionEntry>(registry_, session_options, session_id,
-                                     token, lease, tenant, std::move(slot));
+  ResultCache::Options results;
+  results.sequenced = !unsequenced;
+  results.max_bytes = options_.result_cache_bytes;
+  auto entry = std::make_shared<SessionEntry>(registry_, session_options,
+                                              session_id, token, lease, tenant,
+                                              std::move(slot), results);
   sessions_.emplace(key, entry);
   if (options_.metrics != nullptr) {
     options_.metrics->SessionCreated(TenantName(*entry));

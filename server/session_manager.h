@@ -37,6 +37,7 @@
 #include "core/session/session.h"
 #include "server/api_keys.h"
 #include "server/metrics.h"
+#include "server/result_cache.h"
 
 namespace gradtape::server {
 
@@ -49,7 +50,8 @@ class SessionEntry {
   SessionEntry(const OpRegistry& registry, SessionOptions options,
                std::string id, std::string token, absl::Duration lease,
                std::shared_ptr<Tenant> tenant,
-               std::unique_ptr<Tenant::SessionSlot> slot);
+               std::unique_ptr<Tenant::SessionSlot> slot,
+               ResultCache::Options results = {});
   SessionEntry(const SessionEntry&) = delete;
   SessionEntry& operator=(const SessionEntry&) = delete;
 
@@ -67,6 +69,20 @@ class SessionEntry {
     fn(*session_);
     return absl::OkStatus();
   }
+
+  // The same with the session's exactly-once bookkeeping
+  // (server/result_cache.h), under the same lock: fn(Session&, ResultCache&).
+  template <typename Fn>
+  absl::Status WithSessionAndResults(Fn&& fn) {
+    absl::MutexLock lock(&mu_);
+    if (session_ == nullptr) return ClosedError();
+    fn(*session_, results_);
+    return absl::OkStatus();
+  }
+
+  // The seq of the session's last applied command (0 before the first),
+  // without waiting for a running batch. Thread-safe.
+  int64_t last_applied_seq() const { return results_.last_applied(); }
 
   // Refreshes the lease. Thread-safe.
   void Touch() { last_used_ns_.store(NowNs(), std::memory_order_relaxed); }
@@ -107,6 +123,8 @@ class SessionEntry {
   absl::Mutex mu_;
   std::unique_ptr<Session> session_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Tenant::SessionSlot> tenant_slot_ ABSL_GUARDED_BY(mu_);
+  // Guarded by mu_, but for its last_applied() (atomic).
+  ResultCache results_;
   // Metrics: the last MemoryForMetrics figures.
   std::atomic<int64_t> last_live_bytes_{0};
   std::atomic<int64_t> last_tape_saved_bytes_{0};
@@ -123,6 +141,9 @@ struct SessionManagerOptions {
   std::string checkpoint_dir;              // empty: checkpoints disabled
   absl::Duration default_lease = absl::Seconds(300);
   absl::Duration reap_interval = absl::Seconds(1);
+  // Exactly-once: the results a session keeps until the client acknowledges
+  // them, in bytes (server/result_cache.h; --result_cache_mb).
+  int64_t result_cache_bytes = ResultCache::kDefaultMaxBytes;
   // Metrics (server/metrics.h): sessions created, closed and reaped are
   // counted here when set. Must outlive the manager.
   Metrics* metrics = nullptr;
@@ -151,8 +172,12 @@ class SessionManager {
   // unknown to it (NOT_FOUND, or a free id at Create), so nothing says that
   // it exists elsewhere. The session's memory account has the tenant's as
   // parent.
+  //
+  // `unsequenced` (CreateSessionRequest.unsequenced): seqs are labels, every
+  // command is applied (no exactly-once bookkeeping).
   absl::StatusOr<Created> Create(absl::string_view id, absl::Duration lease,
-                                 const std::shared_ptr<Tenant>& tenant = {});
+                                 const std::shared_ptr<Tenant>& tenant = {},
+                                 bool unsequenced = false);
 
   // UNAUTHENTICATED if id or token is empty, NOT_FOUND for an id unknown to
   // `tenant`, PERMISSION_DENIED for a wrong token. Refreshes the lease on

@@ -69,10 +69,11 @@ absl::Status RunBatch(SessionEntry& entry, const v1::CommandBatch& batch,
     put_limit = {tenant->name(), tenant->max_put_bytes()};
   }
   absl::Status stopped;
-  RETURN_IF_ERROR(entry.WithSession([&](Session& session) {
-    stopped = ApplyBatch(session, batch, max_reply_bytes, cancel, reply,
-                         put_limit, metrics, method);
-  }));
+  RETURN_IF_ERROR(
+      entry.WithSessionAndResults([&](Session& session, ResultCache& results) {
+        stopped = ApplyBatch(session, batch, max_reply_bytes, cancel, reply,
+                             put_limit, metrics, method, &results);
+      }));
   return stopped;
 }
 
@@ -600,8 +601,9 @@ grpc::ServerUnaryReactor* TapeServiceImpl::CreateSession(
                      "' differs from the requested session_id '", id, "'"))));
     return reactor;
   }
-  absl::StatusOr<SessionManager::Created> created = sessions_.Create(
-      id, absl::Seconds(request->keep_alive_seconds()), *tenant);
+  absl::StatusOr<SessionManager::Created> created =
+      sessions_.Create(id, absl::Seconds(request->keep_alive_seconds()),
+                       *tenant, request->unsequenced());
   if (created.ok()) {
     response->set_session_id(created->entry->id());
     response->set_token(created->token);
@@ -630,7 +632,9 @@ grpc::ServerUnaryReactor* TapeServiceImpl::KeepAlive(
     v1::KeepAliveResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // Authenticate refreshes the lease.
-  reactor->Finish(ToGrpcStatus(Authenticate(*context).status()));
+  absl::StatusOr<std::shared_ptr<SessionEntry>> entry = Authenticate(*context);
+  if (entry.ok()) response->set_last_applied_seq((*entry)->last_applied_seq());
+  reactor->Finish(ToGrpcStatus(entry.status()));
   return reactor;
 }
 

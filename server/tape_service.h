@@ -50,6 +50,11 @@ inline constexpr char kAuthorizationHeader[] = "authorization";
 // the last applied seq (decimal).
 inline constexpr char kLastAppliedSeqTrailer[] = "gradtape-last-applied-seq";
 
+// Trailer of every non-OK status the server itself sends ("1"): a Stream
+// or Run that ends UNAVAILABLE / INTERNAL / UNKNOWN without it failed in
+// transport (set by RpcObserver's interceptor, server/rpc_observer.h).
+inline constexpr char kServerStatusTrailer[] = "gradtape-server-status";
+
 class WorkerPool;
 
 // The generated callback service with Stream and Run on raw bytes.

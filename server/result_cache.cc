@@ -1,0 +1,127 @@
+#include "server/result_cache.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "core/session/command.h"
+#include "server/convert.h"
+
+namespace gradtape::server {
+namespace {
+
+// The ABORTED answer of a duplicate whose result is gone (or may be).
+void Aborted(int64_t seq, absl::string_view what, absl::string_view why,
+             v1::CommandResult* result) {
+  result->Clear();
+  result->set_seq(seq);
+  result->set_duplicate(true);
+  ToProto(Command{seq, what}.Error(absl::StatusCode::kAborted, why),
+          result->mutable_error());
+}
+
+}  // namespace
+
+ResultCache::ResultCache(Options options) : options_(options) {}
+
+ResultCache::Verdict ResultCache::Classify(int64_t seq) const {
+  if (!options_.sequenced) return Verdict::kApply;
+  if (seq < 1) return Verdict::kBadSeq;
+  return seq > last_applied() ? Verdict::kApply : Verdict::kDuplicate;
+}
+
+absl::Status ResultCache::BadSeqError(int64_t seq, absl::string_view what) {
+  return Command{seq, what}.Error(
+      absl::StatusCode::kInvalidArgument,
+      "seq must be at least 1 (seqs strictly increase within a session); "
+      "nothing was applied");
+}
+
+bool ResultCache::AnswerDuplicate(int64_t seq, absl::string_view what,
+                                  v1::CommandResult* result) {
+  ++duplicates_;
+  if (seq <= acked_) return false;  // the client holds its result
+  // Records are few per batch in flight; a binary search keeps a raw
+  // caller's long backlog cheap too.
+  auto kept =
+      std::lower_bound(kept_.begin(), kept_.end(), seq,
+                       [](const Kept& k, int64_t s) { return k.seq < s; });
+  if (kept != kept_.end() && kept->seq == seq) {
+    *result = kept->result;
+    result->set_duplicate(true);
+    return true;
+  }
+  if (std::binary_search(evicted_.begin(), evicted_.end(), seq)) {
+    Aborted(seq, what,
+            "already applied; its result is no longer kept: fetch again "
+            "(a read: send it again with a new seq; the results a client "
+            "has not acknowledged are kept up to the server's "
+            "--result_cache_mb per session)",
+            result);
+    return true;
+  }
+  if (seq <= unknown_floor_) {
+    Aborted(seq, what,
+            "already applied; whether it had a result is no longer known "
+            "(too many results were dropped unacknowledged: send "
+            "CommandBatch.ack_seq): fetch again",
+            result);
+    return true;
+  }
+  return false;  // it had no result
+}
+
+void ResultCache::Applied(int64_t seq, const v1::CommandResult* result) {
+  ++commands_applied_;
+  last_applied_.store(seq, std::memory_order_relaxed);
+  if (!options_.sequenced || result == nullptr) return;
+  const int64_t bytes =
+      static_cast<int64_t>(result->ByteSizeLong()) + kEntryOverheadBytes;
+  if (bytes > options_.max_bytes) {
+    AddTombstone(seq);  // never copied
+    return;
+  }
+  kept_.push_back({seq, bytes, *result});
+  kept_bytes_ += bytes;
+  while (kept_bytes_ > options_.max_bytes) Evict();
+}
+
+void ResultCache::Evict() {
+  Kept& oldest = kept_.front();
+  kept_bytes_ -= oldest.bytes;
+  const int64_t seq = oldest.seq;
+  kept_.pop_front();
+  AddTombstone(seq);
+}
+
+void ResultCache::AddTombstone(int64_t seq) {
+  evicted_.push_back(seq);
+  while (static_cast<int64_t>(evicted_.size()) > options_.max_tombstones) {
+    unknown_floor_ = std::max(unknown_floor_, evicted_.front());
+    evicted_.pop_front();
+  }
+}
+
+void ResultCache::DropTombstonesUpTo(int64_t seq) {
+  while (!evicted_.empty() && evicted_.front() <= seq) evicted_.pop_front();
+}
+
+void ResultCache::Acknowledge(int64_t ack_seq) {
+  if (!options_.sequenced) return;
+  ack_seq = std::min(ack_seq, last_applied());
+  if (ack_seq <= acked_) return;
+  acked_ = ack_seq;
+  while (!kept_.empty() && kept_.front().seq <= acked_) {
+    kept_bytes_ -= kept_.front().bytes;
+    kept_.pop_front();
+  }
+  DropTombstonesUpTo(acked_);
+}
+
+void ResultCache::Clear() {
+  std::deque<Kept>().swap(kept_);
+  std::deque<int64_t>().swap(evicted_);
+  kept_bytes_ = 0;
+}
+
+}  // namespace gradtape::server
