@@ -328,6 +328,35 @@ TEST(ResumeTest, CutInsideAReplyIsResumed) {
   EXPECT_EQ(stats->live_tensors, 2);
 }
 
+// The same cut with a server that keeps no results: the resent fetch is a
+// duplicate answered ABORTED "no longer kept", and the client fetches again
+// with a new seq; the caller sees only the value.
+TEST(ResumeTest, AFetchWhoseResultWasNotKeptIsFetchedAgain) {
+  server::ServerOptions options;
+  options.result_cache_bytes = 0;
+  std::unique_ptr<server::Server> server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  std::unique_ptr<FaultProxy> proxy = StartProxy(server->port());
+  ASSERT_NE(proxy, nullptr);
+  std::unique_ptr<Session> session =
+      ConnectTo(proxy->port(), ResumeOptions(absl::Seconds(20)));
+  ASSERT_NE(session, nullptr);
+  const Tensor big =
+      session->Put<float>({1 << 18}, std::vector<float>(1 << 18, 1.25f));
+  ASSERT_TRUE(session->Sync().ok());
+  proxy->ArmCut(/*server_to_client=*/true, 100 << 10);
+  const int64_t applied_before = session->last_seq();
+  absl::StatusOr<HostTensor> v = session->Fetch(big);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->at(0), 1.25);
+  EXPECT_EQ(v->at((1 << 18) - 1), 1.25);
+  const ClientCounters counters = session->counters();
+  EXPECT_EQ(counters.resumes, 1);
+  EXPECT_EQ(counters.refetches, 1);
+  // The fetch went out twice with two seqs.
+  EXPECT_EQ(session->last_seq(), applied_before + 2);
+}
+
 // CreateSession cut before its answer (the server may have created the
 // session): retried with a new id, and the session works.
 TEST(ResumeTest, CreateSessionIsRetriedInTransport) {
