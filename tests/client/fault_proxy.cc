@@ -123,7 +123,8 @@ FaultProxy::~FaultProxy() {
     absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  Wake();
+  const char c = 1;
+  (void)!::write(wake_[1], &c, 1);
   if (thread_.joinable()) thread_.join();
   if (listen_fd_ >= 0) ::close(listen_fd_);
   for (int fd : wake_) {
@@ -146,7 +147,7 @@ void FaultProxy::CutAll() {
     absl::MutexLock lock(&mu_);
     cut_all_ = true;
   }
-  Wake();
+  WakeAndWait();
 }
 
 void FaultProxy::StopListening() {
@@ -154,7 +155,7 @@ void FaultProxy::StopListening() {
     absl::MutexLock lock(&mu_);
     stop_listening_ = true;
   }
-  Wake();
+  WakeAndWait();
 }
 
 void FaultProxy::ArmCut(bool server_to_client, int64_t bytes) {
@@ -163,12 +164,23 @@ void FaultProxy::ArmCut(bool server_to_client, int64_t bytes) {
     arm_bytes_ = bytes;
     arm_server_ = server_to_client;
   }
-  Wake();
+  WakeAndWait();
 }
 
-void FaultProxy::Wake() {
+void FaultProxy::WakeAndWait() {
+  int64_t ticket;
+  {
+    absl::MutexLock lock(&mu_);
+    ticket = ++requested_;
+  }
   const char c = 1;
   (void)!::write(wake_[1], &c, 1);
+  absl::MutexLock lock(&mu_);
+  const auto handled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return handled_ >= ticket;
+  };
+  // Bounded: the loop wakes at least every 100 ms.
+  mu_.AwaitWithTimeout(absl::Condition(&handled), absl::Seconds(5));
 }
 
 void FaultProxy::Loop() {
@@ -197,6 +209,7 @@ void FaultProxy::Loop() {
         for (auto& c : conns) c->cut_at[d] = c->sent[d] + arm_bytes_;
         arm_bytes_ = -1;
       }
+      handled_ = requested_;
     }
     std::vector<pollfd> fds = {{wake_[0], POLLIN, 0}};
     if (listen_fd_ >= 0) fds.push_back({listen_fd_, POLLIN, 0});

@@ -57,6 +57,7 @@ class FaultProxy {
 
   int port() const { return port_; }
   ProxyCounts counts() const;
+  // Each of these returns once the proxy's thread has acted on it.
   // New connections go to `port` from now on.
   void SetUpstream(int port);
   // Closes every open connection now.
@@ -72,7 +73,8 @@ class FaultProxy {
   struct Conn;
   FaultProxy() = default;
   void Loop();
-  void Wake();
+  // Wakes the thread and waits until it has handled the requests so far.
+  void WakeAndWait();
 
   int port_ = 0;
   int listen_fd_ = -1;
@@ -83,6 +85,8 @@ class FaultProxy {
   bool stop_listening_ ABSL_GUARDED_BY(mu_) = false;
   bool cut_all_ ABSL_GUARDED_BY(mu_) = false;
   int64_t arm_bytes_ ABSL_GUARDED_BY(mu_) = -1;
+  int64_t requested_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t handled_ ABSL_GUARDED_BY(mu_) = 0;
   bool arm_server_ ABSL_GUARDED_BY(mu_) = false;
   int upstream_port_ ABSL_GUARDED_BY(mu_) = 0;
   CutPlan plan_;
