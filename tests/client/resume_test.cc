@@ -380,6 +380,31 @@ TEST(ResumeTest, CreateSessionIsRetriedInTransport) {
   EXPECT_EQ(v->at(0), 16.0);
 }
 
+// Batches sent without a wait go out reply_optional, yet what a resend
+// needs stays bounded: past a quarter of max_unacked_bytes a batch asks for
+// the reply that acknowledges it and everything before.
+TEST(ResumeTest, UnacknowledgedBytesAreBounded) {
+  std::unique_ptr<server::Server> server = StartServer();
+  ASSERT_NE(server, nullptr);
+  SessionOptions options = ResumeOptions(absl::Seconds(20));
+  options.batch_size = 64;
+  options.max_unacked_bytes = 64 << 10;
+  std::unique_ptr<Session> session = ConnectTo(server->port(), options);
+  ASSERT_NE(session, nullptr);
+  constexpr int kOps = 10000;
+  Tensor x = session->Scalar(0.0, DType::kFloat64);
+  const Tensor one = session->Scalar(1.0, DType::kFloat64);
+  for (int i = 0; i < kOps; ++i) x = x + one;
+  absl::StatusOr<HostTensor> v = session->Fetch(x);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->at(0), kOps);
+  const ClientCounters counters = session->counters();
+  // About 60 bytes per op and its release: a reply every 16 KiB or so
+  // (with the default limit, only the Fetch's batch is answered).
+  EXPECT_GE(counters.batches_answered, 10);
+  EXPECT_LT(counters.batches_answered, counters.batches_sent / 2);
+}
+
 TEST(ResumeTest, TransportFailuresAreTheUntrailedTransportCodes) {
   using internal::IsTransportFailure;
   EXPECT_TRUE(IsTransportFailure(absl::StatusCode::kUnavailable, false));
