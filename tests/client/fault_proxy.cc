@@ -96,7 +96,7 @@ absl::StatusOr<std::unique_ptr<FaultProxy>> FaultProxy::Start(int upstream_port,
                                                               CutPlan plan) {
   std::unique_ptr<FaultProxy> proxy(new FaultProxy());
   proxy->plan_ = plan;
-  proxy->upstream_port_ = upstream_port;
+  proxy->SetUpstream(upstream_port);
   proxy->listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
   int one = 1;
   ::setsockopt(proxy->listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));

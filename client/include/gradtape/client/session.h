@@ -33,8 +33,8 @@
 // commands are applied in the order their calls entered the buffer. Sends
 // happen on the calling thread (one at a time); replies are read on the
 // session's reader thread, and a supervisor thread reconnects and resends
-// after a transport failure (client/src/resume.h). A GradientTape is used by one thread at a time.
-// Typically one thread drives a session.
+// after a transport failure (client/src/resume.h). A GradientTape is used by
+// one thread at a time. Typically one thread drives a session.
 #ifndef GRADTAPE_CLIENT_SESSION_H_
 #define GRADTAPE_CLIENT_SESSION_H_
 
@@ -194,7 +194,8 @@ struct SessionOptions {
   // "session <id>: server <addr> unreachable for <T> s (<N> reconnect
   // attempts): ...". 0 turns resuming off. A CreateSession that fails in
   // transport is retried within the same bound, with a new random session
-  // id (unless session_id is set).
+  // id (unless session_id is set). A wait, Close and the Session's
+  // destructor wait for a reconnect in progress (at most this long).
   absl::Duration reconnect_timeout = absl::Seconds(30);
   absl::Duration initial_backoff = absl::Milliseconds(50);
   absl::Duration max_backoff = absl::Seconds(2);
