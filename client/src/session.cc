@@ -688,6 +688,11 @@ bool SessionCore::SleepUnlessClosing(absl::Time until) {
 }
 
 absl::Status SessionCore::KeepAlive() {
+  {
+    // A lost session answers every call with its one error.
+    absl::MutexLock lock(&mu_);
+    if (!lost_.ok()) return lost_;
+  }
   grpc::ClientContext context;
   AddSessionMetadata(&context);
   context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));

@@ -218,6 +218,7 @@ TEST(ResumeTest, UnreachableServerGivesOneClearErrorInBoundedTime) {
   absl::Status s = session->Sync();
   EXPECT_EQ(s, v.status());
   EXPECT_EQ(session->Fetch(x).status(), v.status());
+  EXPECT_EQ(session->KeepAlive(), v.status());
   EXPECT_LT(absl::Now() - again, absl::Milliseconds(500));
   const ClientCounters counters = session->counters();
   EXPECT_EQ(counters.transport_failures, 1);
