@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
+	"math/rand"
 	"net"
 	"strings"
 	"sync"
@@ -16,6 +18,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	pb "gradtape/client/go/gen/gradtapev1"
 )
 
 type cutProxy struct {
@@ -135,5 +139,105 @@ func TestUnreachableServerIsOneSessionLostError(t *testing.T) {
 	}
 	if again := s.Sync(); again != err {
 		t.Errorf("a later Sync = %v, want the same error", again)
+	}
+}
+
+// randomCutProxy forwards to upstream and closes each of the first cuts
+// connections (both sockets) once a seeded random number of bytes went
+// through it, alternating directions.
+func randomCutProxy(t *testing.T, upstream string, cuts int, seed int64) (addr string, done func() int) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewSource(seed))
+	var mu sync.Mutex
+	made := 0
+	planned := 0
+	var open []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range open {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", upstream)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			open = append(open, c, u)
+			limit := [2]int64{-1, -1}
+			if planned < cuts {
+				limit[planned%2] = 64 + rng.Int63n([2]int64{4 << 10, 1 << 10}[planned%2])
+				planned++
+			}
+			mu.Unlock()
+			pump := func(dst, src net.Conn, limit int64) {
+				defer func() { dst.Close(); src.Close() }()
+				if limit < 0 {
+					io.Copy(dst, src)
+					return
+				}
+				if n, _ := io.CopyN(dst, src, limit); n == limit {
+					mu.Lock()
+					made++
+					mu.Unlock()
+				}
+			}
+			go pump(u, c, limit[0])
+			go pump(c, u, limit[1])
+		}
+	}()
+	return ln.Addr().String(), func() int { mu.Lock(); defer mu.Unlock(); return made }
+}
+
+// accumulate adds 0.5 * step to a variable each step and reads it back:
+// a step applied twice (or lost) changes every later value.
+func accumulate(t *testing.T, s *Session, steps int) []float64 {
+	t.Helper()
+	f64 := &pb.AttrValue{Value: &pb.AttrValue_Type{Type: pb.DType_DTYPE_FLOAT64}}
+	v := s.Execute("VarHandleOp", nil, 1, map[string]*pb.AttrValue{
+		"dtype": f64, "shape": Ints(), "shared_name": {Value: &pb.AttrValue_S{S: "acc"}}})[0]
+	s.Execute("AssignVariableOp", []Tensor{v, s.Put(nil, []float64{0})}, 0, nil)
+	var out []float64
+	for step := 1; step <= steps; step++ {
+		s.Execute("AssignAddVariableOp", []Tensor{v, s.Put(nil, []float64{0.5 * float64(step)})}, 0, nil)
+		read := s.Execute("ReadVariableOp", []Tensor{v}, 1, map[string]*pb.AttrValue{"dtype": f64})[0]
+		got, _, err := s.Fetch(read)
+		if err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		out = append(out, got[0])
+	}
+	return out
+}
+
+func TestRandomCutsLeaveResultsIdentical(t *testing.T) {
+	server := startServer(t)
+	const steps = 400
+	reference := accumulate(t, connect(t, server), steps)
+	addr, cutsMade := randomCutProxy(t, server, 20, 14)
+	s := connectVia(t, addr, WithReconnect(20*time.Second, 10*time.Millisecond, 200*time.Millisecond))
+	got := accumulate(t, s, steps)
+	c := s.ResumeCounters()
+	t.Logf("%d cuts, counters %+v", cutsMade(), c)
+	if cutsMade() < 20 || c.Resumes < int64(cutsMade())/2 {
+		t.Errorf("%d cuts and %d resumes, want 20 cuts, most resumed", cutsMade(), c.Resumes)
+	}
+	for i := range reference {
+		if math.Float64bits(got[i]) != math.Float64bits(reference[i]) {
+			t.Fatalf("step %d: %v with cuts, %v without", i+1, got[i], reference[i])
+		}
 	}
 }
