@@ -4,7 +4,8 @@
 // "Which statuses are the server's" at the top of
 // proto/gradtape/v1/tape_service.proto).
 //
-// How the client resumes (SessionCore, client/src/session.cc):
+// How the client resumes (SessionCore: client/src/session.cc, the threads and
+// the reconnect in client/src/session_resume.cc):
 //  * every batch sent is kept (SentBatch) until a reply acknowledges it: a
 //    reply acknowledges its batch and every earlier one. Batches sent
 //    reply_optional get no reply of their own, so once the bytes sent since

@@ -41,6 +41,18 @@
 
 namespace gradtape::client::internal {
 
+inline constexpr char kSessionIdHeader[] = "gradtape-session-id";
+inline constexpr char kSessionTokenHeader[] = "gradtape-session-token";
+
+// gRPC helpers shared by session.cc and session_resume.cc.
+// `s` as an absl::Status, its message prefixed with `what`.
+absl::Status FromGrpc(const grpc::Status& s, absl::string_view what);
+// 128 random bits as 32 lowercase hex digits.
+std::string RandomSessionId();
+// Whether the call's status carries the server's gradtape-server-status
+// trailer (client/src/resume.h).
+bool HasServerTrailer(const grpc::ClientContext& context);
+
 // Proto conversions shared by session.cc and autodiff.cc.
 // `t`'s dtype and shape with `bytes` moved in (no copy, also into an arena
 // message).
