@@ -255,7 +255,10 @@ TEST(ResumeTest, SessionGoneGivesNotFoundAtOnce) {
                     HasSubstr("the server no longer has this session")));
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   EXPECT_EQ(session->Sync(), v.status());
-  EXPECT_EQ(session->counters().reconnect_attempts, 1);
+  // A probe may first meet the cut channel (UNAVAILABLE, retried); the
+  // NOT_FOUND is not retried (it would be until reconnect_timeout, 20 s).
+  EXPECT_GE(session->counters().reconnect_attempts, 1);
+  EXPECT_LE(session->counters().reconnect_attempts, 3);
   std::printf("%s\n", v.status().ToString().c_str());
 }
 
