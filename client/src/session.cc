@@ -451,6 +451,13 @@ absl::Status SessionCore::Close() {
   }
   absl::Status status =
       WaitAndTakeErrors(FlushForWait(), absl::Now() + options_.rpc_timeout);
+  {
+    // A reconnect in progress gives up now (its sleep wakes): whatever it
+    // would resend was waited for above.
+    absl::MutexLock lock(&mu_);
+    closing_ = true;
+    cv_.SignalAll();
+  }
   bool lost;
   {
     absl::MutexLock write_lock(&write_mu_);

@@ -214,7 +214,7 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   void OpenStreamLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   void ResendLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   void SetLostLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // CloseSession, retried in transport within reconnect_timeout.
+  // CloseSession, retried in transport within rpc_timeout.
   absl::Status CloseOnServer();
   // Sleeps until `until` or Close; false on Close.
   bool SleepUnlessClosing(absl::Time until);

@@ -268,8 +268,11 @@ bool SessionCore::SleepUnlessClosing(absl::Time until) {
 }
 
 absl::Status SessionCore::CloseOnServer() {
-  // Retried in transport within reconnect_timeout, like the stream.
-  const absl::Time deadline = absl::Now() + options_.reconnect_timeout;
+  // Retried in transport (unless resuming is off) within rpc_timeout.
+  const absl::Time deadline =
+      absl::Now() + (options_.reconnect_timeout > absl::ZeroDuration()
+                         ? options_.rpc_timeout
+                         : absl::ZeroDuration());
   ReconnectBackoff backoff(options_.initial_backoff, options_.max_backoff,
                            std::random_device()());
   for (;;) {

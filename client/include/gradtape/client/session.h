@@ -194,8 +194,9 @@ struct SessionOptions {
   // "session <id>: server <addr> unreachable for <T> s (<N> reconnect
   // attempts): ...". 0 turns resuming off. A CreateSession that fails in
   // transport is retried within the same bound, with a new random session
-  // id (unless session_id is set). A wait, Close and the Session's
-  // destructor wait for a reconnect in progress (at most this long).
+  // id (unless session_id is set). A wait and Close wait for a reconnect
+  // in progress (at most this long); a reconnect that starts after Close's
+  // wait gives up.
   absl::Duration reconnect_timeout = absl::Seconds(30);
   absl::Duration initial_backoff = absl::Milliseconds(50);
   absl::Duration max_backoff = absl::Seconds(2);
