@@ -89,9 +89,12 @@ void SessionCore::HandleReplyLocked(v1::BatchReply& reply) {
   for (v1::CommandResult& result : *reply.mutable_results()) {
     if (result.duplicate()) {
       ++counters_.duplicate_results;
+      // A read whose kept result is gone (ABORTED) or no longer fits the
+      // reply of the resent batch (RESOURCE_EXHAUSTED) is read again.
+      const auto code = static_cast<absl::StatusCode>(result.error().code());
       if (result.has_error() &&
-          result.error().code() ==
-              static_cast<int>(absl::StatusCode::kAborted) &&
+          (code == absl::StatusCode::kAborted ||
+           code == absl::StatusCode::kResourceExhausted) &&
           IsRereadableLocked(result.seq())) {
         stale_reads_.insert(result.seq());
         continue;

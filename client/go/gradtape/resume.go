@@ -22,8 +22,10 @@ package gradtape
 //     same session (same id, token and API key), and the unacknowledged
 //     batch sent again, same seqs.
 //   - A duplicate fetch whose result the server no longer kept gets Aborted
-//     "... no longer kept: fetch again": the fetch is sent again with a new
-//     seq (a fetch is a read).
+//     "... no longer kept: fetch again" (or "... no longer known"), and one
+//     whose kept result no longer fits the resent batch's reply gets
+//     ResourceExhausted: the fetch is sent again with a new seq (a fetch is
+//     a read).
 //   - Anything else is final and never retried: a status with the trailer
 //     (NotFound: the server no longer has the session; Unavailable "server
 //     draining": restore the drain checkpoint in a new session), or any
@@ -246,7 +248,9 @@ func (s *Session) staleRead(batch *pb.CommandBatch, r *pb.CommandResult) bool {
 	}
 	s.resume.counters.DuplicateResults++
 	e := r.GetError()
-	if e == nil || codes.Code(e.Code) != codes.Aborted {
+	// Gone (Aborted), or too large for the resent batch's reply
+	// (ResourceExhausted): read again with a new seq.
+	if e == nil || (codes.Code(e.Code) != codes.Aborted && codes.Code(e.Code) != codes.ResourceExhausted) {
 		return false
 	}
 	for _, c := range batch.Commands {
