@@ -12,7 +12,8 @@ namespace v1 = gradtape::v1;
 bool CreateSessions(v1::TapeService::Stub& stub, int count,
                     int64_t keep_alive_seconds,
                     std::vector<SessionCredentials>* sessions,
-                    std::string* error, const std::string& api_key) {
+                    std::string* error, const std::string& api_key,
+                    bool unsequenced) {
   for (int i = 0; i < count; ++i) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
@@ -20,6 +21,7 @@ bool CreateSessions(v1::TapeService::Stub& stub, int count,
     if (!api_key.empty()) ctx.AddMetadata("authorization", "Bearer " + api_key);
     v1::CreateSessionRequest req;
     req.set_keep_alive_seconds(keep_alive_seconds);
+    req.set_unsequenced(unsequenced);
     v1::CreateSessionResponse resp;
     const grpc::Status s = stub.CreateSession(&ctx, req, &resp);
     if (!s.ok()) {
@@ -43,7 +45,7 @@ SessionsCheck CheckSessions(v1::TapeService::Stub& stub,
     if (!api_key.empty()) ctx.AddMetadata("authorization", "Bearer " + api_key);
     v1::CommandBatch batch;
     v1::Command* cmd = batch.add_commands();
-    cmd->set_seq(1 << 30);
+    cmd->set_seq(kCheckSeq);
     cmd->mutable_stats();
     v1::BatchReply reply;
     const grpc::Status s = stub.Run(&ctx, batch, &reply);

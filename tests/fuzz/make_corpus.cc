@@ -412,6 +412,24 @@ void BatchSeeds() {
     b.Stats();
     Write(fz, "poisoned_chain", b.Finish());
   }
+  {  // exactly-once, raw seqs (batch_id 3 mod 4: the harness keeps them):
+     // a fetch repeated with its seq (a duplicate with its kept result), a
+     // put resent (no result), a seq below 1, and an ack_seq
+    Batch b;
+    b.PutF32(1, {2}, {1, 2});
+    b.Fetch(1);
+    v1::CommandBatch raw;
+    if (!raw.ParseFromString(b.Finish())) std::exit(1);
+    raw.set_batch_id(3);
+    raw.set_ack_seq(1);
+    const v1::Command put = raw.commands(0), fetch = raw.commands(1);
+    *raw.add_commands() = fetch;            // duplicate, result kept
+    *raw.add_commands() = put;              // duplicate, no result
+    v1::Command* bad = raw.add_commands();  // seq below 1
+    *bad = fetch;
+    bad->set_seq(0);
+    Write(fz, "exactly_once_raw_seqs", raw.SerializeAsString());
+  }
   // Every registered op once, with float32 [2,2] inputs (float64 too for a
   // few) and default attrs: reaches every kernel's argument checks.
   for (const auto& op : gradtape::DefaultRegistry().ops()) {

@@ -18,6 +18,7 @@ type connectConfig struct {
 	keepalive *keepalive.ClientParameters
 	extra     []grpc.DialOption
 	apiKey    string
+	resume    resumeConfig // resume.go
 }
 
 // WithTLS makes the channel use TLS with cfg: RootCAs checks the server's
@@ -56,7 +57,7 @@ func WithAPIKey(key string) Option {
 }
 
 func newConnectConfig(opts []Option) connectConfig {
-	cc := connectConfig{creds: insecure.NewCredentials()}
+	cc := connectConfig{creds: insecure.NewCredentials(), resume: defaultResume()}
 	for _, o := range opts {
 		o(&cc)
 	}
