@@ -51,6 +51,11 @@ type Session struct {
 	nextTape int64
 	batchID  int64
 	results  map[int64]*pb.CommandResult
+	// Chunked transfer (chunks.go): the chunk size, and the id of the last
+	// batch whose reply has been read (batches sent by send are answered
+	// at the next Sync).
+	chunkBytes int64
+	answered   int64
 }
 
 // Connect dials address ("host:port"), creates a session with a random
@@ -87,7 +92,7 @@ func Connect(ctx context.Context, address string, opts ...Option) (*Session, err
 		return nil, err
 	}
 	return &Session{ID: resp.SessionId, conn: conn, client: client, ctx: sctx, cancel: scancel,
-		stream: stream, results: map[int64]*pb.CommandResult{}}, nil
+		stream: stream, results: map[int64]*pb.CommandResult{}, chunkBytes: cfg.chunkBytes}, nil
 }
 
 // Close ends the stream and closes the session on the server.
@@ -136,6 +141,10 @@ func (s *Session) PutInt32(shape []int64, values []int32) Tensor {
 
 func (s *Session) put(v *pb.TensorValue) Tensor {
 	s.nextID++
+	if int64(len(v.Data)) > s.chunkBytes {
+		s.putInChunks(s.nextID, v) // chunks.go
+		return Tensor(s.nextID)
+	}
 	s.enqueue(&pb.Command{Kind: &pb.Command_Put{Put: &pb.PutTensor{Id: s.nextID, Value: v}}})
 	return Tensor(s.nextID)
 }
@@ -162,32 +171,32 @@ func (s *Session) Op(op string, inputs ...Tensor) Tensor {
 	return s.Execute(op, inputs, 1, nil)[0]
 }
 
-// Sync sends the buffered commands as one batch, waits for the reply and
-// returns the earliest command error in it (nil if none). Results of
-// commands that return something are kept for Fetch / GradientValues.
+// Sync sends the buffered commands as one batch, waits for the replies to
+// it and to every batch sent before it, and returns the earliest command
+// error in them (nil if none). Results of commands that return something
+// are kept for Fetch / GradientValues.
 func (s *Session) Sync() error {
-	if len(s.pending) == 0 {
-		return nil
-	}
-	s.batchID++
-	batch := &pb.CommandBatch{BatchId: s.batchID, Commands: s.pending}
-	s.pending = nil
-	if err := s.stream.Send(batch); err != nil {
-		return fmt.Errorf("gradtape stream send: %w", err)
-	}
-	reply, err := s.stream.Recv()
-	if err != nil {
-		return fmt.Errorf("gradtape stream: %w", err)
-	}
-	if reply.BatchId != batch.BatchId {
-		return fmt.Errorf("gradtape stream: reply to batch %d, want %d", reply.BatchId, batch.BatchId)
+	if len(s.pending) > 0 {
+		if err := s.send(); err != nil {
+			return err
+		}
 	}
 	var errs []*CommandError
-	for _, r := range reply.Results {
-		if e := r.GetError(); e != nil {
-			errs = append(errs, &CommandError{Code: codes.Code(e.Code), Seq: r.Seq, Message: e.Message})
-		} else {
-			s.results[r.Seq] = r
+	for s.answered < s.batchID {
+		reply, err := s.stream.Recv()
+		if err != nil {
+			return fmt.Errorf("gradtape stream: %w", err)
+		}
+		if reply.BatchId != s.answered+1 {
+			return fmt.Errorf("gradtape stream: reply to batch %d, want %d", reply.BatchId, s.answered+1)
+		}
+		s.answered = reply.BatchId
+		for _, r := range reply.Results {
+			if e := r.GetError(); e != nil {
+				errs = append(errs, &CommandError{Code: codes.Code(e.Code), Seq: r.Seq, Message: e.Message})
+			} else {
+				s.results[r.Seq] = r
+			}
 		}
 	}
 	if len(errs) > 0 {
@@ -210,14 +219,15 @@ func (s *Session) call(c *pb.Command) (*pb.CommandResult, error) {
 	return r, nil
 }
 
-// Fetch is a wait point: the float64 values and shape of t.
+// Fetch is a wait point: the float64 values and shape of t (in chunks
+// when t is larger than one; see FetchValue).
 func (s *Session) Fetch(t Tensor) ([]float64, []int64, error) {
-	r, err := s.call(&pb.Command{Kind: &pb.Command_Fetch{Fetch: &pb.FetchTensor{Id: int64(t)}}})
+	value, err := s.FetchValue(t)
 	if err != nil {
 		return nil, nil, err
 	}
-	v, err := Float64s(r.GetTensor())
-	return v, r.GetTensor().GetShape(), err
+	v, err := Float64s(value)
+	return v, value.GetShape(), err
 }
 
 // Float64s decodes a float64 TensorValue.
