@@ -60,14 +60,15 @@ def _bad(tensor_id: int, seq: int, why: str) -> GradtapeError:
     )
 
 
-def _array(dtype: int, shape, buffer: bytearray) -> np.ndarray:
-    """`buffer`'s bytes as an array (no copy: a bytearray is writable)."""
+def _array(dtype: int, shape, buffer, copy: bool = False) -> np.ndarray:
+    """`buffer`'s bytes as a writable array: a copy of immutable bytes
+    (`copy`), none of a bytearray (as _dtypes.from_value decodes)."""
     if dtype == pb.DTYPE_RESOURCE:
         d = np.dtype("<i8")
     else:
         d = _dtypes.from_pb_dtype(dtype).newbyteorder("<")
     array = np.frombuffer(buffer, dtype=d).reshape(tuple(shape))
-    return array.astype(d.newbyteorder("="), copy=False)
+    return array.astype(d.newbyteorder("="), copy=copy)
 
 
 def fetch(core, tensor_id: int) -> np.ndarray:
@@ -84,11 +85,12 @@ def fetch(core, tensor_id: int) -> np.ndarray:
     total = head.total_bytes
     if head.offset != 0 or len(head.data) != min(chunk, total):
         raise _bad(tensor_id, result.seq, "is not the tensor's first chunk")
-    if total == len(head.data):
-        return _dtypes.from_value(pb.TensorValue(dtype=head.dtype, shape=head.shape, data=head.data))
+    data = head.data  # one copy out of the message
+    if total == len(data):
+        return _array(head.dtype, head.shape, data, copy=True)
     buffer = bytearray(total)
     view = memoryview(buffer)
-    view[: len(head.data)] = head.data
+    view[: len(data)] = data
     in_flight: collections.deque = collections.deque()
     offset = chunk
     failure = None
