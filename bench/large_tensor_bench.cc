@@ -171,29 +171,33 @@ client::HostTensor Floats(int64_t bytes) {
 // chunked transfer (FetchTensor without max_bytes), alternated.
 bool SmallFetches(client::Session& session, int n) {
   client::Tensor t = session.Put(Floats(16));
+  auto chunk_aware = [&] { return session.Fetch(t).ok(); };
+  auto plain = [&] {
+    v1::Command command;
+    command.mutable_fetch()->set_id(t.id());
+    absl::StatusOr<v1::CommandResult> r = session.core()->Call(command);
+    if (!r.ok() || !r->has_tensor()) return false;
+    client::HostTensor value = client::internal::FromProto(r->mutable_tensor());
+    return true;
+  };
   std::vector<double> now, before;
-  constexpr int kBlock = 1000;
-  for (int done = 0; done < n; done += kBlock) {
-    auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < kBlock; ++i) {
-      if (!session.Fetch(t).ok()) return false;
+  constexpr int kBlock = 200;
+  // ABBA order, so that neither path always runs first.
+  for (int done = 0, round = 0; done < n; done += kBlock, ++round) {
+    for (int which = 0; which < 2; ++which) {
+      const bool first_is_now = round % 2 == 0;
+      const bool is_now = (which == 0) == first_is_now;
+      const auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < kBlock; ++i) {
+        if (!(is_now ? chunk_aware() : plain())) return false;
+      }
+      (is_now ? now : before).push_back(Seconds(start) * 1e6 / kBlock);
     }
-    now.push_back(Seconds(start) * 1e6 / kBlock);
-    start = std::chrono::steady_clock::now();
-    for (int i = 0; i < kBlock; ++i) {
-      v1::Command command;
-      command.mutable_fetch()->set_id(t.id());
-      absl::StatusOr<v1::CommandResult> r = session.core()->Call(command);
-      if (!r.ok() || !r->has_tensor()) return false;
-      client::HostTensor value =
-          client::internal::FromProto(r->mutable_tensor());
-    }
-    before.push_back(Seconds(start) * 1e6 / kBlock);
   }
   std::printf(
       "small fetch (float32[4], %d each): %.1f us with chunk-aware Fetch, "
       "%.1f us with the plain FetchTensor call, ratio %.3f (medians of "
-      "blocks of %d)\n",
+      "blocks of %d, ABBA)\n",
       n, Median(now), Median(before), Median(now) / Median(before), kBlock);
   return true;
 }
