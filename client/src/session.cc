@@ -142,6 +142,11 @@ absl::Status SessionCore::Open(absl::string_view address) {
                      "got ",
                      options_.max_unacked_bytes));
   }
+  if (options_.chunk_bytes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SessionOptions::chunk_bytes must be at least 1, got ",
+                     options_.chunk_bytes));
+  }
   address_ = std::string(address);
   // Credentials, TLS and keepalive: client/src/channel.cc.
   ASSIGN_OR_RETURN(channel_, MakeChannel(address, options_));
@@ -538,6 +543,10 @@ int64_t Session::keep_alive_seconds() const {
 Tensor Session::Put(const HostTensor& value) {
   const int64_t id = core_->NewTensorId();
   Tensor handle = core_->MakeTensor(id);
+  if (static_cast<int64_t>(value.bytes.size()) > core_->chunk_bytes()) {
+    core_->PutInChunks(id, value);
+    return handle;
+  }
   // The one copy of the bytes is made here, outside the session lock.
   std::string bytes = value.bytes;
   core_->Enqueue([&](v1::Command& command) {
@@ -564,15 +573,7 @@ absl::StatusOr<HostTensor> Session::Fetch(const Tensor& tensor) {
   if (!problem.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("Fetch: ", problem));
   }
-  v1::Command command;
-  command.mutable_fetch()->set_id(id);
-  ASSIGN_OR_RETURN(v1::CommandResult result, core_->Call(std::move(command)));
-  if (!result.has_tensor()) {
-    return absl::InternalError(
-        absl::StrCat("Fetch: the server's result for command ", result.seq(),
-                     " holds no tensor"));
-  }
-  return internal::FromProto(result.mutable_tensor());
+  return core_->FetchInChunks(id);
 }
 
 void Session::StopRecording() {

@@ -102,6 +102,7 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
 
   const std::string& id() const { return session_id_; }
   int64_t keep_alive_seconds() const { return keep_alive_seconds_; }
+  int64_t chunk_bytes() const { return options_.chunk_bytes; }
 
   int64_t NewTensorId() { return next_tensor_id_.fetch_add(1) + 1; }
   int64_t NewTapeId() { return next_tape_id_.fetch_add(1) + 1; }
@@ -148,6 +149,14 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   absl::StatusOr<v1::CommandResult> Call(v1::Command command);
   absl::Status KeepAlive();
   absl::Status Close();
+
+  // Tensors larger than one chunk (client/src/chunks.cc).
+  // Buffers PutTensorBegin at `id`, then sends each chunk of `value` in a
+  // batch of its own (errors surface at the next wait point).
+  void PutInChunks(int64_t id, const HostTensor& value);
+  // Wait point: the tensor at `id`, fetched in chunks of at most
+  // options.chunk_bytes (one round trip when it fits in one).
+  absl::StatusOr<HostTensor> FetchInChunks(int64_t id);
   ClientCounters counters() const;
   int64_t last_seq() const;
 
@@ -218,6 +227,15 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   absl::Status CloseOnServer();
   // Sleeps until `until` or Close; false on Close.
   bool SleepUnlessClosing(absl::Time until);
+  // A command sent in a batch of its own, and collecting its result: Call
+  // in two halves, so that several can be in flight (chunk fetches).
+  struct Sent {
+    int64_t seq = 0;
+    int64_t batch_id = 0;
+    v1::Command command;  // sent again if its result was no longer kept
+  };
+  absl::StatusOr<Sent> SendForResult(const v1::Command& command);
+  absl::StatusOr<v1::CommandResult> AwaitResult(Sent sent);
 
   const SessionOptions options_;
   std::string address_;

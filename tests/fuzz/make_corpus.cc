@@ -106,6 +106,27 @@ class Batch {
     for (const auto& [k, v] : attrs) (*e->mutable_attrs())[k] = v;
   }
   void Fetch(int64_t id) { Next()->mutable_fetch()->set_id(id); }
+  // Chunked transfer: PutTensorBegin, PutTensorChunk, FetchTensor with
+  // offset and max_bytes.
+  void PutBegin(int64_t id, v1::DType dtype, std::vector<int64_t> shape) {
+    v1::PutTensorBegin* p = Next()->mutable_put_begin();
+    p->set_id(id);
+    p->set_dtype(dtype);
+    for (int64_t d : shape) p->add_shape(d);
+    Use(id);
+  }
+  void PutChunk(int64_t id, int64_t offset, std::string data) {
+    v1::PutTensorChunk* p = Next()->mutable_put_chunk();
+    p->set_id(id);
+    p->set_offset(offset);
+    p->set_data(std::move(data));
+  }
+  void FetchChunk(int64_t id, int64_t offset, int64_t max_bytes) {
+    v1::FetchTensor* f = Next()->mutable_fetch();
+    f->set_id(id);
+    f->set_offset(offset);
+    f->set_max_bytes(max_bytes);
+  }
   void PushTape(int64_t tape, bool persistent, bool watch_vars = true) {
     v1::PushTape* p = Next()->mutable_push_tape();
     p->set_tape_id(tape);
@@ -178,6 +199,24 @@ void BatchSeeds() {
     b.Fetch(8);
     b.Stats();
     Write(fz, "math_fetch", b.Finish());
+  }
+  {  // chunked put and fetch, a pending id read, a chunk out of order
+    Batch b;
+    const std::vector<float> v = {1, 2, 3, 4, 5, 6};
+    const std::string bytes = Bytes<float>(v);
+    b.PutBegin(1, v1::DTYPE_FLOAT32, {2, 3});
+    b.PutChunk(1, 0, bytes.substr(0, 8));
+    b.Exec("Neg", {1}, {2});
+    b.PutChunk(1, 16, bytes.substr(16));
+    b.PutChunk(1, 8, bytes.substr(8));
+    b.FetchChunk(1, 0, 10);
+    b.FetchChunk(1, 10, 10);
+    b.FetchChunk(1, 20, 10);
+    b.PutBegin(3, v1::DTYPE_BOOL, {3});
+    b.PutChunk(3, 0, std::string("\x00\x02\x01", 3));
+    b.Fetch(3);
+    b.PutBegin(4, v1::DTYPE_FLOAT64, {1 << 20});  // released pending
+    Write(fz, "chunked_transfer", b.Finish());
   }
   {  // array ops: Reshape, GatherV2, Cast, BroadcastTo
     Batch b;

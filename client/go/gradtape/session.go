@@ -57,6 +57,10 @@ type Session struct {
 	batchID  int64
 	results  map[int64]*pb.CommandResult
 	resume   resumeState // resume.go
+	// Chunked transfer (chunks.go): the chunk size, and the first command
+	// error of a chunk's batch, returned by the next Sync.
+	chunkBytes int64
+	chunkErr   error
 }
 
 // Connect dials address ("host:port"), creates a session with a random
@@ -94,7 +98,7 @@ func Connect(ctx context.Context, address string, opts ...Option) (*Session, err
 	}
 	return &Session{ID: resp.SessionId, conn: conn, client: client, ctx: sctx, cancel: scancel,
 		stream: stream, results: map[int64]*pb.CommandResult{},
-		resume: resumeState{address: address, cfg: cfg.resume}}, nil
+		resume: resumeState{address: address, cfg: cfg.resume}, chunkBytes: cfg.chunkBytes}, nil
 }
 
 // Close ends the stream and closes the session on the server.
@@ -143,6 +147,10 @@ func (s *Session) PutInt32(shape []int64, values []int32) Tensor {
 
 func (s *Session) put(v *pb.TensorValue) Tensor {
 	s.nextID++
+	if int64(len(v.Data)) > s.chunkBytes {
+		s.putInChunks(s.nextID, v) // chunks.go
+		return Tensor(s.nextID)
+	}
 	s.enqueue(&pb.Command{Kind: &pb.Command_Put{Put: &pb.PutTensor{Id: s.nextID, Value: v}}})
 	return Tensor(s.nextID)
 }
@@ -169,12 +177,22 @@ func (s *Session) Op(op string, inputs ...Tensor) Tensor {
 	return s.Execute(op, inputs, 1, nil)[0]
 }
 
-// Sync sends the buffered commands as one batch, waits for the reply and
-// returns the earliest command error in it (nil if none). Results of
-// commands that return something are kept for Fetch / GradientValues.
+// Sync sends the buffered commands as one batch, waits for the replies to
+// it and to every batch sent before it, and returns the earliest command
+// error in them (nil if none). Results of commands that return something
+// are kept for Fetch / GradientValues.
 func (s *Session) Sync() error {
 	if s.resume.lost != nil {
 		return s.resume.lost // a lost session fails every call the same way
+	}
+	if s.chunkErr != nil {
+		// A chunked put's command error, earlier than anything buffered.
+		err := s.chunkErr
+		s.chunkErr = nil
+		if len(s.pending) > 0 {
+			_ = s.Sync()
+		}
+		return err
 	}
 	if len(s.pending) == 0 {
 		return nil
@@ -225,14 +243,15 @@ func (s *Session) call(c *pb.Command) (*pb.CommandResult, error) {
 	}
 }
 
-// Fetch is a wait point: the float64 values and shape of t.
+// Fetch is a wait point: the float64 values and shape of t (in chunks
+// when t is larger than one; see FetchValue).
 func (s *Session) Fetch(t Tensor) ([]float64, []int64, error) {
-	r, err := s.call(&pb.Command{Kind: &pb.Command_Fetch{Fetch: &pb.FetchTensor{Id: int64(t)}}})
+	value, err := s.FetchValue(t)
 	if err != nil {
 		return nil, nil, err
 	}
-	v, err := Float64s(r.GetTensor())
-	return v, r.GetTensor().GetShape(), err
+	v, err := Float64s(value)
+	return v, value.GetShape(), err
 }
 
 // Float64s decodes a float64 TensorValue.

@@ -161,6 +161,13 @@ struct SessionOptions {
   // Puts). A single command must fit the server's message limit (256 MiB
   // for gradtape-server).
   int64_t max_batch_bytes = int64_t{16} << 20;
+  // Tensors larger than this move in chunks of this many bytes (Put: one
+  // PutTensorBegin, then one PutTensorChunk per batch; Fetch: every fetch
+  // asks for at most this many bytes, and a larger tensor's remaining
+  // chunks are fetched pipelined). A chunk must fit the server's message
+  // limit (256 MiB for gradtape-server, --max_message_mb) with a margin.
+  // At least 1.
+  int64_t chunk_bytes = int64_t{64} << 20;
   // Proposed session id (32 lowercase hex digits); empty: 128 random bits.
   std::string session_id;
   // Idle time after which the server collects the session; 0: the server's
@@ -260,7 +267,8 @@ class Session {
   const std::string& id() const;
   int64_t keep_alive_seconds() const;
 
-  // Buffers a PutTensor of `value` at a fresh id.
+  // Buffers a PutTensor of `value` at a fresh id (larger than
+  // options.chunk_bytes: sent in chunks, each in a batch of its own).
   Tensor Put(const HostTensor& value);
   template <typename T>
   Tensor Put(std::vector<int64_t> shape, const std::vector<T>& values) {
@@ -278,7 +286,9 @@ class Session {
 
   // Wait point: flushes, waits for the reply and returns the value, or the
   // first unreported error of the session (which may come from an earlier
-  // command; the fetched value is then dropped).
+  // command; the fetched value is then dropped). A value larger than
+  // options.chunk_bytes comes in chunks: the first tells its size, the
+  // rest are fetched pipelined.
   absl::StatusOr<HostTensor> Fetch(const Tensor& tensor);
 
   // Stop / start recording on every tape of the session (buffered).
