@@ -1,7 +1,8 @@
 // gradtape-ghz-sessions: session plumbing for ghz load tests
 // (tests/load/run_ghz.sh), which cannot chain CreateSession into later calls.
 //
-//   create: opens --count sessions on --address and writes
+//   create: opens --count unsequenced sessions (CreateSessionRequest.
+//     unsequenced: the scenarios replay fixed seqs) on --address and writes
 //     --metadata_out: ghz metadata (a JSON object) whose templates pick
 //       session (RequestNumber mod count) for each call, id and token alike
 //       (Go raw strings in backquotes, so the file is JSON after templating);
@@ -52,8 +53,9 @@ int Create(v1::TapeService::Stub& stub) {
   std::vector<bench::SessionCredentials> created;
   std::string error;
   const std::string api_key = absl::GetFlag(FLAGS_api_key);
+  // The scenarios replay fixed seqs: unsequenced sessions apply them all.
   if (!bench::CreateSessions(stub, absl::GetFlag(FLAGS_count), 3600, &created,
-                             &error, api_key)) {
+                             &error, api_key, /*unsequenced=*/true)) {
     std::fprintf(stderr, "%s\n", error.c_str());
     return 1;
   }

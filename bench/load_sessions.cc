@@ -12,7 +12,8 @@ namespace v1 = gradtape::v1;
 bool CreateSessions(v1::TapeService::Stub& stub, int count,
                     int64_t keep_alive_seconds,
                     std::vector<SessionCredentials>* sessions,
-                    std::string* error, const std::string& api_key) {
+                    std::string* error, const std::string& api_key,
+                    bool unsequenced) {
   for (int i = 0; i < count; ++i) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
@@ -20,9 +21,7 @@ bool CreateSessions(v1::TapeService::Stub& stub, int count,
     if (!api_key.empty()) ctx.AddMetadata("authorization", "Bearer " + api_key);
     v1::CreateSessionRequest req;
     req.set_keep_alive_seconds(keep_alive_seconds);
-    // Load drivers replay one fixed request (fixed seqs): with exactly-once
-    // application every call after the first would be a duplicate.
-    req.set_unsequenced(true);
+    req.set_unsequenced(unsequenced);
     v1::CreateSessionResponse resp;
     const grpc::Status s = stub.CreateSession(&ctx, req, &resp);
     if (!s.ok()) {
@@ -46,7 +45,7 @@ SessionsCheck CheckSessions(v1::TapeService::Stub& stub,
     if (!api_key.empty()) ctx.AddMetadata("authorization", "Bearer " + api_key);
     v1::CommandBatch batch;
     v1::Command* cmd = batch.add_commands();
-    cmd->set_seq(1 << 30);
+    cmd->set_seq(kCheckSeq);
     cmd->mutable_stats();
     v1::BatchReply reply;
     const grpc::Status s = stub.Run(&ctx, batch, &reply);
@@ -70,7 +69,7 @@ SessionsCheck CheckSessions(v1::TapeService::Stub& stub,
     if (stats.duplicate_commands() != 0) {
       std::fprintf(stderr,
                    "session %s: %lld duplicate commands (not applied; "
-                   "expected none: the session is unsequenced)\n",
+                   "expected none from a load on unsequenced sessions)\n",
                    session.id.c_str(),
                    static_cast<long long>(stats.duplicate_commands()));
       ++check.unclean;

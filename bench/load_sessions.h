@@ -16,15 +16,16 @@ struct SessionCredentials {
   std::string id, token;
 };
 
-// Opens `count` unsequenced sessions (CreateSessionRequest.unsequenced: the
-// drivers replay fixed seqs, and every command must be applied) with the
-// given lease. Stops at the first failure:
+// Opens `count` sessions with the given lease. Stops at the first failure:
 // false, and the reason in *error. A non-empty `api_key` is sent as
 // `authorization: Bearer <key>` (servers with --api_keys_file).
+// `unsequenced`: CreateSessionRequest.unsequenced, for loads that replay
+// fixed seqs (ghz scenarios): every command is applied.
 bool CreateSessions(gradtape::v1::TapeService::Stub& stub, int count,
                     int64_t keep_alive_seconds,
                     std::vector<SessionCredentials>* sessions,
-                    std::string* error, const std::string& api_key = "");
+                    std::string* error, const std::string& api_key = "",
+                    bool unsequenced = false);
 
 // What a Stats command on every session found after a load.
 struct SessionsCheck {
@@ -36,7 +37,9 @@ struct SessionsCheck {
   int64_t live_tensors = 0;  // over all sessions
 };
 
-// Reports problems on stderr, one line per unclean session.
+// Reports problems on stderr, one line per unclean session. Its Stats
+// command's seq (kCheckSeq) is above any seq of a load.
+inline constexpr int64_t kCheckSeq = int64_t{1} << 62;
 SessionsCheck CheckSessions(gradtape::v1::TapeService::Stub& stub,
                             const std::vector<SessionCredentials>& sessions,
                             const std::string& api_key = "");

@@ -51,14 +51,18 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using gradtape::bench::SessionCredentials;
 
-// The batch of tests/load/run_unary.json for call number `n`.
+// The batch of tests/load/run_unary.json for call number `n`, with seqs
+// that increase from call to call (a worker's calls on its session have
+// increasing n): base + 1 to base + 5. ack_seq acknowledges every earlier
+// call's results (the worker has their replies), as a client does.
 void FillRunBatch(int64_t n, v1::CommandBatch& batch) {
   static const float kValues[4] = {0.5f, 1.5f, 2.0f, -1.0f};
   const int64_t base = n * 16;
   batch.Clear();
   batch.set_batch_id(n);
+  batch.set_ack_seq(base);
   v1::Command* put = batch.add_commands();
-  put->set_seq(1);
+  put->set_seq(base + 1);
   put->mutable_put()->set_id(base + 1);
   v1::TensorValue* value = put->mutable_put()->mutable_value();
   value->set_dtype(v1::DTYPE_FLOAT32);
@@ -67,7 +71,7 @@ void FillRunBatch(int64_t n, v1::CommandBatch& batch) {
   auto execute = [&](int64_t seq, const char* op, int64_t a, int64_t b,
                      int64_t out) {
     v1::Command* cmd = batch.add_commands();
-    cmd->set_seq(seq);
+    cmd->set_seq(base + seq);
     v1::ExecuteOp* e = cmd->mutable_execute();
     e->set_op(op);
     e->add_input_ids(a);
@@ -77,10 +81,10 @@ void FillRunBatch(int64_t n, v1::CommandBatch& batch) {
   execute(2, "AddV2", base + 1, base + 1, base + 2);
   execute(3, "Mul", base + 2, base + 1, base + 3);
   v1::Command* fetch = batch.add_commands();
-  fetch->set_seq(4);
+  fetch->set_seq(base + 4);
   fetch->mutable_fetch()->set_id(base + 3);
   v1::Command* release = batch.add_commands();
-  release->set_seq(5);
+  release->set_seq(base + 5);
   release->mutable_release()->add_ids(base + 1);
   release->mutable_release()->add_ids(base + 2);
 }

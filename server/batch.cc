@@ -95,6 +95,26 @@ ValueSize SizeOfTensor(const Tensor& t) {
   return SizeOfValue(t.dtype(), t.shape(), t.num_elements());
 }
 
+// The encoded size of the TensorChunk of `slice` (data_bytes: its length).
+ValueSize SizeOfChunk(const Session::TensorSlice& slice) {
+  ValueSize size;
+  size.dtype = slice.tensor.dtype();
+  size.shape = slice.tensor.shape();
+  size.data_bytes = slice.length;
+  v1::TensorChunk header;
+  header.set_dtype(ToProto(size.dtype));
+  header.mutable_shape()->Add(size.shape.begin(), size.shape.end());
+  header.set_offset(slice.offset);
+  header.set_total_bytes(static_cast<int64_t>(slice.tensor.num_bytes()));
+  size.encoded_bytes = static_cast<int64_t>(header.ByteSizeLong());
+  if (slice.length > 0) {
+    size.encoded_bytes = SaturatingAdd(
+        size.encoded_bytes,
+        FieldBytes(v1::TensorChunk::kDataFieldNumber, slice.length));
+  }
+  return size;
+}
+
 // What a result would hold: its encoded size (the whole CommandResult in the
 // reply) and the values, for messages.
 struct ResultSize {
@@ -187,8 +207,8 @@ std::string RoomForMessage(const ReplyBudget& budget, int64_t reply_bytes) {
 }
 
 constexpr char kChunkedLater[] =
-    "; tensors larger than a whole reply cannot be returned until chunked "
-    "transfer (a later issue)";
+    "; a tensor larger than a whole reply moves in chunks (chunked transfer: "
+    "FetchTensor with max_bytes)";
 
 // What to do instead of returning values that do not fit.
 std::string FetchInsteadAdvice(absl::Span<const int64_t> ids) {
@@ -398,31 +418,92 @@ absl::Status ExecuteWithGradient(Session& session, int64_t seq,
                                        *std::move(program));
 }
 
+// A put (`what`: PutTensor, PutTensorBegin) of `bytes` at `id` past the
+// tenant's put limit fails before anything is built, its id poisoned.
+absl::Status CheckPutLimit(Session& session, int64_t seq,
+                           absl::string_view what, int64_t id, int64_t bytes,
+                           PutLimit limit) {
+  if (limit.max_bytes <= 0 || bytes <= limit.max_bytes) {
+    return absl::OkStatus();
+  }
+  absl::Status failure = Command{seq, what}.Error(
+      absl::StatusCode::kResourceExhausted, "id ", id, ": ", bytes,
+      " bytes exceed tenant '", limit.tenant, "''s max_put_mib limit of ",
+      limit.max_bytes,
+      " bytes; send smaller tensors (ConcatV2 joins them on the server)");
+  const int64_t ids[] = {id};
+  session.Fail(seq, ids, failure);
+  return failure;
+}
+
+// The dtype of a put's value, or its failure (INVALID_ARGUMENT naming the
+// id; the id poisoned).
+absl::StatusOr<DType> PutDType(Session& session, int64_t seq,
+                               absl::string_view what, int64_t id,
+                               v1::DType wire) {
+  absl::StatusOr<DType> dtype = FromProto(wire);
+  if (dtype.ok()) return dtype;
+  absl::Status failure = Command{seq, what}.Annotate(
+      absl::InvalidArgumentError(dtype.status().message()),
+      absl::StrCat("id ", id));
+  const int64_t ids[] = {id};
+  session.Fail(seq, ids, failure);
+  return failure;
+}
+
 absl::Status Put(Session& session, int64_t seq, const v1::PutTensor& cmd,
                  PutLimit limit) {
   const v1::TensorValue& value = cmd.value();
   const int64_t bytes = static_cast<int64_t>(value.data().size());
-  if (limit.max_bytes > 0 && bytes > limit.max_bytes) {
-    absl::Status failure = Command{seq, "PutTensor"}.Error(
-        absl::StatusCode::kResourceExhausted, "id ", cmd.id(), ": ", bytes,
-        " bytes exceed tenant '", limit.tenant, "''s max_put_mib limit of ",
-        limit.max_bytes,
-        " bytes; send smaller tensors (ConcatV2 joins them on the server)");
-    const int64_t ids[] = {cmd.id()};
-    session.Fail(seq, ids, failure);
-    return failure;
-  }
-  absl::StatusOr<DType> dtype = FromProto(value.dtype());
-  if (!dtype.ok()) {
-    absl::Status failure = Command{seq, "PutTensor"}.Annotate(
-        absl::InvalidArgumentError(dtype.status().message()),
-        absl::StrCat("id ", cmd.id()));
-    const int64_t ids[] = {cmd.id()};
-    session.Fail(seq, ids, failure);
-    return failure;
-  }
-  return session.PutTensor(seq, cmd.id(), *dtype, Ids(value.shape()),
+  RETURN_IF_ERROR(
+      CheckPutLimit(session, seq, "PutTensor", cmd.id(), bytes, limit));
+  ASSIGN_OR_RETURN(DType dtype, PutDType(session, seq, "PutTensor", cmd.id(),
+                                         value.dtype()));
+  return session.PutTensor(seq, cmd.id(), dtype, Ids(value.shape()),
                            value.data());
+}
+
+// The tenant's put limit applies to the whole tensor, before it is charged.
+// A shape that does not pass the size rule goes on to the session, which
+// fails it with the rule's message.
+absl::Status PutBegin(Session& session, int64_t seq,
+                      const v1::PutTensorBegin& cmd, PutLimit limit) {
+  ASSIGN_OR_RETURN(DType dtype, PutDType(session, seq, "PutTensorBegin",
+                                         cmd.id(), cmd.dtype()));
+  absl::StatusOr<TensorSize> size = CheckedTensorSize(dtype, Ids(cmd.shape()));
+  if (size.ok()) {
+    RETURN_IF_ERROR(CheckPutLimit(session, seq, "PutTensorBegin", cmd.id(),
+                                  size->bytes, limit));
+  }
+  return session.PutTensorBegin(seq, cmd.id(), dtype, Ids(cmd.shape()));
+}
+
+// A chunked fetch (max_bytes > 0), measured like a whole one: the chunk's
+// exact encoded size is checked against what remains of the reply before
+// its bytes are copied.
+absl::Status FetchChunk(Session& session, int64_t seq,
+                        const v1::FetchTensor& cmd, const ReplyBudget& budget,
+                        v1::CommandResult* result) {
+  ASSIGN_OR_RETURN(
+      Session::TensorSlice slice,
+      session.FetchTensorChunk(seq, cmd.id(), cmd.offset(), cmd.max_bytes()));
+  ValueSize chunk = SizeOfChunk(slice);
+  const int64_t data_bytes = chunk.data_bytes;
+  ResultSize size = SizeOfResult(seq, v1::CommandResult::kChunkFieldNumber,
+                                 {std::move(chunk)}, /*single_tensor=*/true);
+  if (!budget.Fits(size.reply_bytes)) {
+    return Command{seq, "FetchTensor"}.Error(
+        absl::StatusCode::kResourceExhausted, "chunk of tensor id ", cmd.id(),
+        " (", ValuesForMessage(size.values), ", bytes ", slice.offset, " to ",
+        slice.offset + data_bytes, ") does not fit in this reply: ",
+        RoomForMessage(budget, size.reply_bytes),
+        "; ask for a smaller max_bytes, or fetch it in a batch of its own");
+  }
+  if (absl::Status s = ToProto(slice, result->mutable_chunk()); !s.ok()) {
+    return Command{seq, "FetchTensor"}.Error(
+        absl::StatusCode::kInternal, "tensor id ", cmd.id(), ": ", s.message());
+  }
+  return absl::OkStatus();
 }
 
 // Reads the tensor, then measures it before serialising it: a tensor that
@@ -430,6 +511,9 @@ absl::Status Put(Session& session, int64_t seq, const v1::PutTensor& cmd,
 // nothing but last_seq, so the refusal is as atomic as any failed fetch).
 absl::Status Fetch(Session& session, int64_t seq, const v1::FetchTensor& cmd,
                    const ReplyBudget& budget, v1::CommandResult* result) {
+  if (cmd.max_bytes() != 0 || cmd.offset() != 0) {
+    return FetchChunk(session, seq, cmd, budget, result);
+  }
   ASSIGN_OR_RETURN(Tensor tensor, session.FetchTensor(seq, cmd.id()));
   std::vector<ValueSize> values = {SizeOfTensor(tensor)};
   ResultSize size = SizeOfResult(seq, v1::CommandResult::kTensorFieldNumber,
@@ -461,6 +545,12 @@ absl::Status Apply(Session& session, const v1::Command& cmd,
       return Put(session, seq, cmd.put(), put_limit);
     case v1::Command::kFetch:
       return Fetch(session, seq, cmd.fetch(), budget, result);
+    case v1::Command::kPutBegin:
+      return PutBegin(session, seq, cmd.put_begin(), put_limit);
+    case v1::Command::kPutChunk:
+      return session.PutTensorChunk(seq, cmd.put_chunk().id(),
+                                    cmd.put_chunk().offset(),
+                                    cmd.put_chunk().data());
     case v1::Command::kRelease:
       return session.ReleaseTensors(seq, Ids(cmd.release().ids()));
     case v1::Command::kPushTape:

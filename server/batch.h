@@ -35,9 +35,13 @@ namespace gradtape::server {
 // gets one short RESOURCE_EXHAUSTED error naming the commands that were not
 // applied, and last_seq says where the session stands.
 //
+// A chunked FetchTensor (max_bytes > 0) is measured the same way: the
+// chunk's exact encoded size against what remains.
+//
 // Tenants: a PutTensor whose data exceeds `put_limit.max_bytes` (> 0) fails
 // alone with RESOURCE_EXHAUSTED naming the tenant, the put's seq and id, its
-// bytes and the limit, before its tensor is built (its id is poisoned).
+// bytes and the limit, before its tensor is built (its id is poisoned). For
+// a PutTensorBegin the limit applies to the whole tensor's bytes.
 struct PutLimit {
   absl::string_view tenant;
   int64_t max_bytes = 0;  // 0: none

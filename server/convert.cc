@@ -48,6 +48,22 @@ absl::Status ToProto(const Tensor& tensor, v1::TensorValue* out) {
   return absl::OkStatus();
 }
 
+absl::Status ToProto(const Session::TensorSlice& slice, v1::TensorChunk* out) {
+  const Tensor& tensor = slice.tensor;
+  if (!tensor.valid() || (slice.length > 0 && tensor.raw_data() == nullptr)) {
+    return absl::InternalError(absl::StrCat(
+        "the tensor ", tensor.DebugString(),
+        " has no data to return (a server bug: please report it)"));
+  }
+  out->set_dtype(ToProto(tensor.dtype()));
+  out->mutable_shape()->Assign(tensor.shape().begin(), tensor.shape().end());
+  out->set_offset(slice.offset);
+  out->set_total_bytes(static_cast<int64_t>(tensor.num_bytes()));
+  out->set_data(static_cast<const char*>(tensor.raw_data()) + slice.offset,
+                static_cast<size_t>(slice.length));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<AttrValue> FromProto(absl::string_view attr_name,
                                     const v1::AttrValue& value) {
   switch (value.value_case()) {

@@ -37,6 +37,10 @@ v1::DType ToProto(DType dtype);
 // (and `out` untouched) if the tensor is invalid or has no buffer for its
 // bytes: a core bug, reported instead of reading through a null pointer.
 absl::Status ToProto(const Tensor& tensor, v1::TensorValue* out);
+// A chunk of `slice.tensor`: its dtype and whole shape, total_bytes, and the
+// data bytes [slice.offset, slice.offset + slice.length) (the caller checked
+// that they lie within the tensor). INTERNAL as ToProto(Tensor).
+absl::Status ToProto(const Session::TensorSlice& slice, v1::TensorChunk* out);
 
 // INVALID_ARGUMENT naming `attr_name` when the oneof is unset or a type attr
 // holds no dtype ("dtype is not set") or an unknown one ("unknown dtype 99").

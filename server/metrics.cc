@@ -114,6 +114,12 @@ class Metrics::ScrapeTimeMetrics final : public prometheus::Collectable {
         prometheus::MetricType::Gauge,
         static_cast<double>(totals.tape_saved_bytes)));
     families.push_back(OneValue(
+        "gradtape_result_cache_bytes",
+        "Bytes of command results open sessions keep until their clients "
+        "acknowledge them (exactly-once; not in live tensor bytes).",
+        prometheus::MetricType::Gauge,
+        static_cast<double>(totals.result_cache_bytes)));
+    families.push_back(OneValue(
         "gradtape_elision_saved_bytes_total",
         "Bytes the elision registry kept off the tapes: inputs and outputs "
         "of recorded ops that their backward does not read.",

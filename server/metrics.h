@@ -19,6 +19,7 @@
 //   gradtape_sent_bytes_total{method}                   counter
 //   gradtape_live_tensor_bytes                          gauge (at scrape)
 //   gradtape_tape_saved_bytes                           gauge (at scrape)
+//   gradtape_result_cache_bytes                         gauge (at scrape)
 //   gradtape_elision_saved_bytes_total                  counter (at scrape)
 //
 // kind is the Command's oneof field name ("execute", "put", ...); op is a
@@ -87,8 +88,9 @@ absl::string_view CodeName(int code);
 
 // Tensor memory over all sessions, taken when /metrics is scraped.
 struct MemoryTotals {
-  int64_t live_tensor_bytes = 0;  // every buffer charged to a session
-  int64_t tape_saved_bytes = 0;   // tensors tapes keep for backward
+  int64_t live_tensor_bytes = 0;   // every buffer charged to a session
+  int64_t tape_saved_bytes = 0;    // tensors tapes keep for backward
+  int64_t result_cache_bytes = 0;  // kept results (server/result_cache.h)
 };
 
 class Metrics {

@@ -1,5 +1,6 @@
 #include "server/session_manager.h"
 
+#include <malloc.h>
 #include <sys/random.h>
 
 #include <cerrno>
@@ -105,10 +106,13 @@ MemoryTotals SessionEntry::MemoryForMetrics() {
       last_tape_saved_bytes_.store(stats.tape_saved_bytes,
                                    std::memory_order_relaxed);
     }
+    last_result_cache_bytes_.store(results_.kept_bytes(),
+                                   std::memory_order_relaxed);
     mu_.Unlock();
   }
   return {last_live_bytes_.load(std::memory_order_relaxed),
-          last_tape_saved_bytes_.load(std::memory_order_relaxed)};
+          last_tape_saved_bytes_.load(std::memory_order_relaxed),
+          last_result_cache_bytes_.load(std::memory_order_relaxed)};
 }
 
 SessionEntry::ActiveCall::ActiveCall(SessionEntry* entry) : entry_(entry) {
@@ -248,6 +252,7 @@ absl::Status SessionManager::Close(const std::string& id,
     sessions_.erase(it);
   }
   entry->Close();
+  freed_since_trim_.store(true, std::memory_order_relaxed);
   if (options_.metrics != nullptr) {
     options_.metrics->SessionClosed(TenantName(*entry));
   }
@@ -266,6 +271,7 @@ MemoryTotals SessionManager::MemoryForMetrics() const {
     const MemoryTotals one = entry->MemoryForMetrics();
     totals.live_tensor_bytes += one.live_tensor_bytes;
     totals.tape_saved_bytes += one.tape_saved_bytes;
+    totals.result_cache_bytes += one.result_cache_bytes;
   }
   return totals;
 }
@@ -293,6 +299,15 @@ void SessionManager::Shutdown() {
   }
   if (reaper_.joinable()) reaper_.join();
   for (auto& entry : entries) entry->Close();
+  if (!entries.empty()) freed_since_trim_.store(true);
+  ReturnFreedMemory();
+}
+
+absl::Duration SessionManager::ReturnFreedMemory() {
+  if (!freed_since_trim_.exchange(false)) return absl::ZeroDuration();
+  const absl::Time start = absl::Now();
+  malloc_trim(0);
+  return absl::Now() - start;
 }
 
 void SessionManager::ReaperLoop() {
@@ -302,8 +317,12 @@ void SessionManager::ReaperLoop() {
       mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.reap_interval);
       if (stopping_) return;
     }
-    if (int n = ReapIdle(); n > 0) {
-      gpr_log(GPR_INFO, "gradtape: closed %d idle session(s)", n);
+    const int n = ReapIdle();
+    const absl::Duration trim = ReturnFreedMemory();
+    if (n > 0) {
+      gpr_log(GPR_INFO,
+              "gradtape: closed %d idle session(s); malloc_trim took %.1f ms",
+              n, absl::ToDoubleMilliseconds(trim));
     }
   }
 }
@@ -322,6 +341,7 @@ int SessionManager::ReapIdle() {
       }
     }
   }
+  if (!idle.empty()) freed_since_trim_.store(true, std::memory_order_relaxed);
   for (auto& entry : idle) {
     entry->Close();
     if (options_.metrics != nullptr) {

@@ -16,6 +16,11 @@
 // Lifetime: entries are shared. Close (explicit or by the reaper) removes
 // the entry from the manager and frees its core Session; a call still
 // holding the entry then sees closed() and fails with NOT_FOUND.
+//
+// Memory: glibc keeps freed memory in its arenas (a dead client's tensors
+// would stay in the server's RSS). After sessions are freed the reaper
+// thread calls malloc_trim(0) at its next wake (at most reap_interval
+// later, off the calls' path), and Shutdown once at the end.
 #ifndef GRADTAPE_SERVER_SESSION_MANAGER_H_
 #define GRADTAPE_SERVER_SESSION_MANAGER_H_
 
@@ -128,6 +133,7 @@ class SessionEntry {
   // Metrics: the last MemoryForMetrics figures.
   std::atomic<int64_t> last_live_bytes_{0};
   std::atomic<int64_t> last_tape_saved_bytes_{0};
+  std::atomic<int64_t> last_result_cache_bytes_{0};
 };
 
 // With API keys, a tenant's sessions read and write checkpoints in
@@ -208,6 +214,9 @@ class SessionManager {
   void ReaperLoop();
   // Closes sessions idle past their lease; returns how many.
   int ReapIdle();
+  // malloc_trim(0) if a session was freed since the last one; returns its
+  // time, or zero when there was nothing to do.
+  absl::Duration ReturnFreedMemory();
 
   const OpRegistry& registry_;
   const SessionManagerOptions options_;
@@ -215,6 +224,8 @@ class SessionManager {
   absl::flat_hash_map<std::string, std::shared_ptr<SessionEntry>> sessions_
       ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // A session was freed: the reaper returns memory to the OS.
+  std::atomic<bool> freed_since_trim_{false};
   std::thread reaper_;
 };
 

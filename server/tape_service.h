@@ -20,6 +20,12 @@
 // under their session's lock; in the pool's inline mode, on the gRPC callback
 // thread that delivered them.
 //
+// Exactly-once (server/result_cache.h): every session but an unsequenced one
+// (CreateSessionRequest.unsequenced) skips commands whose seq it already
+// applied and answers them from its kept results; KeepAlive answers the
+// session's last applied seq. Every non-OK status carries the trailer
+// kServerStatusTrailer.
+//
 // Deadlines and cancellation: a Run or Stream batch stops before its next
 // command once the call's deadline passed or the call was cancelled (long
 // kernels stop at their next block); the call then ends with

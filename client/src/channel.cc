@@ -64,6 +64,14 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
   if (options.tls.has_value() && !options.tls->server_name_override.empty()) {
     args.SetSslTargetNameOverride(options.tls->server_name_override);
   }
+  if (options.reconnect_timeout > absl::ZeroDuration()) {
+    // The channel's own reconnect backoff (by default 1 s growing to 120 s)
+    // must not outlast the session's resume (SessionOptions).
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+                std::max(1, Millis(options.initial_backoff)));
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+                std::max(1, Millis(options.max_backoff)));
+  }
   if (keepalive.time > absl::ZeroDuration()) {
     args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, Millis(keepalive.time));
     args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, Millis(keepalive.timeout));

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "client/src/channel.h"
+#include "client/src/resume.h"
 #include "client/src/session_core.h"
 #include "core/base/status_macros.h"
 
@@ -18,23 +19,8 @@ namespace gradtape::client {
 namespace internal {
 namespace {
 
-constexpr char kSessionIdHeader[] = "gradtape-session-id";
-constexpr char kSessionTokenHeader[] = "gradtape-session-token";
 // How long Close waits for the server to end the stream after WritesDone.
 constexpr absl::Duration kStreamDrainTimeout = absl::Seconds(5);
-
-absl::Status FromGrpc(const grpc::Status& s, absl::string_view what) {
-  if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      absl::StrCat(what, ": ", s.error_message()));
-}
-
-std::string RandomSessionId() {
-  std::random_device rd;
-  std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd() ^
-                      static_cast<uint64_t>(absl::GetCurrentTimeNanos()));
-  return absl::StrFormat("%016x%016x", gen(), gen());
-}
 
 google::protobuf::ArenaOptions BufferArenaOptions() {
   google::protobuf::ArenaOptions options;
@@ -63,6 +49,23 @@ int64_t ApproxBytes(const v1::Command& command) {
 }
 
 }  // namespace
+
+absl::Status FromGrpc(const grpc::Status& s, absl::string_view what) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      absl::StrCat(what, ": ", s.error_message()));
+}
+
+std::string RandomSessionId() {
+  std::random_device rd;
+  std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+                      static_cast<uint64_t>(absl::GetCurrentTimeNanos()));
+  return absl::StrFormat("%016x%016x", gen(), gen());
+}
+
+bool HasServerTrailer(const grpc::ClientContext& context) {
+  return context.GetServerTrailingMetadata().count(kServerStatusTrailer) > 0;
+}
 
 void ToProto(const HostTensor& t, std::string bytes, v1::TensorValue* out) {
   out->set_dtype(static_cast<v1::DType>(t.dtype));
@@ -114,10 +117,16 @@ SessionCore::SessionCore(SessionOptions options)
     : options_(std::move(options)) {}
 
 SessionCore::~SessionCore() {
-  // Session's destructor closes; this only matters if Open failed half-way.
-  if (reader_.joinable()) {
-    stream_context_->TryCancel();
-    reader_.join();
+  // Session's destructor closes; this only matters if Open failed half-way
+  // or Close was not called.
+  if (supervisor_.joinable()) {
+    {
+      absl::MutexLock lock(&mu_);
+      closing_ = true;
+      cv_.SignalAll();
+      stream_context_->TryCancel();
+    }
+    supervisor_.join();
   }
 }
 
@@ -127,33 +136,26 @@ absl::Status SessionCore::Open(absl::string_view address) {
         absl::StrCat("SessionOptions::batch_size must be at least 1, got ",
                      options_.batch_size));
   }
+  if (options_.max_unacked_bytes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SessionOptions::max_unacked_bytes must be at least 1, "
+                     "got ",
+                     options_.max_unacked_bytes));
+  }
+  if (options_.chunk_bytes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SessionOptions::chunk_bytes must be at least 1, got ",
+                     options_.chunk_bytes));
+  }
+  address_ = std::string(address);
   // Credentials, TLS and keepalive: client/src/channel.cc.
   ASSIGN_OR_RETURN(channel_, MakeChannel(address, options_));
   stub_ = v1::TapeService::NewStub(channel_);
-
-  session_id_ =
-      options_.session_id.empty() ? RandomSessionId() : options_.session_id;
-  v1::CreateSessionRequest request;
-  request.set_session_id(session_id_);
-  request.set_keep_alive_seconds(options_.keep_alive_seconds);
-  v1::CreateSessionResponse response;
-  grpc::ClientContext context;
-  context.AddMetadata(kSessionIdHeader, session_id_);
-  AddKeyMetadata(&context);
-  context.set_wait_for_ready(true);
-  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
-  grpc::Status s = stub_->CreateSession(&context, request, &response);
-  if (!s.ok()) {
-    return FromGrpc(s, absl::StrCat("CreateSession at ", address));
-  }
-  session_id_ = response.session_id();
-  token_ = response.token();
-  keep_alive_seconds_ = response.keep_alive_seconds();
-
+  RETURN_IF_ERROR(CreateSession());
   stream_context_ = std::make_unique<grpc::ClientContext>();
   AddSessionMetadata(stream_context_.get());
   stream_ = stub_->Stream(stream_context_.get());
-  reader_ = std::thread([this] { ReadLoop(); });
+  supervisor_ = std::thread([this] { Supervise(); });
   return absl::OkStatus();
 }
 
@@ -284,11 +286,19 @@ void SessionCore::ClearPendingLocked() {
   pending_releases_.clear();
 }
 
+std::shared_ptr<CommandBuffer> SessionCore::NewBufferLocked() {
+  if (spare_buffers_.empty()) return std::make_shared<CommandBuffer>();
+  std::shared_ptr<CommandBuffer> buffer = std::move(spare_buffers_.back());
+  spare_buffers_.pop_back();
+  return buffer;
+}
+
 void SessionCore::FlushLocked(bool reply_wanted) {
+  std::shared_ptr<CommandBuffer> sending;
   {
     absl::MutexLock lock(&mu_);
-    if (closed_ || stream_done_) {
-      // Nobody will answer: drop the commands (the wait reports the loss).
+    if (closed_ || !lost_.ok()) {
+      // Nobody will answer: every wait reports the loss instead.
       ClearPendingLocked();
       return;
     }
@@ -302,24 +312,41 @@ void SessionCore::FlushLocked(bool reply_wanted) {
         return;
       }
     }
-    // sending_ is empty: the commands go out from it while new ones fill
-    // the other buffer.
-    std::swap(pending_, sending_);
-    pending_bytes_ = 0;
-    v1::CommandBatch& batch = sending_->batch();
+    // Back-pressure on what a resend would need: replies come (every
+    // quarter of the limit asked for one) or the stream breaks (the batch
+    // is then kept for the resend).
+    while (unacked_bytes_ > options_.max_unacked_bytes && !broken_ &&
+           lost_.ok()) {
+      cv_.Wait(&mu_);
+    }
+    if (!lost_.ok()) {
+      ClearPendingLocked();
+      return;
+    }
+    sending = std::exchange(pending_, NewBufferLocked());
+    const int64_t bytes = std::exchange(pending_bytes_, 0);
+    v1::CommandBatch& batch = sending->batch();
+    if (batch.commands_size() > 0) {
+      last_sent_seq_ = batch.commands(batch.commands_size() - 1).seq();
+    }
+    if (bytes_since_reply_wanted_ + bytes >= options_.max_unacked_bytes / 4) {
+      reply_wanted = true;
+    }
+    bytes_since_reply_wanted_ =
+        reply_wanted ? 0 : bytes_since_reply_wanted_ + bytes;
     batch.set_batch_id(++last_batch_id_);
     batch.set_reply_optional(!reply_wanted);
+    batch.set_ack_seq(acked_seq_);
     last_reply_optional_ = !reply_wanted;
+    unacked_.push_back({last_batch_id_, last_sent_seq_, bytes, sending});
+    unacked_bytes_ += bytes;
     counters_.commands_sent += batch.commands_size();
     ++counters_.batches_sent;
+    // A broken stream: the supervisor resends the batch on the next one.
+    if (broken_) return;
   }
-  const bool written = stream_->Write(sending_->batch());
-  sending_->Clear();
-  if (!written) {
-    // The stream is broken; Read fails too and the reader marks it done.
-    absl::MutexLock lock(&mu_);
-    cv_.SignalAll();
-  }
+  // A failed write needs nothing here: the reader sees the stream end.
+  (void)stream_->Write(sending->batch());
 }
 
 int64_t SessionCore::FlushForWait() {
@@ -331,27 +358,22 @@ int64_t SessionCore::FlushForWait() {
 
 absl::Status SessionCore::WaitAndTakeErrors(int64_t batch_id,
                                             absl::Time deadline) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (closed_) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("gradtape session ", session_id_, " is closed"));
-    }
-    while (last_answered_id_ < batch_id && !stream_done_) {
-      if (cv_.WaitWithDeadline(&mu_, deadline)) break;
-    }
-    if (last_answered_id_ >= batch_id) {
-      absl::Status errors = TakeErrorsLocked();
-      // A dead stream fails every wait point after its last reply.
-      if (!errors.ok() || !stream_done_) return errors;
-    } else if (!stream_done_) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "gradtape session ", session_id_, ": no reply to batch ", batch_id,
-          " in time (last answered: ", last_answered_id_, ")"));
-    }
+  absl::MutexLock lock(&mu_);
+  if (closed_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("gradtape session ", session_id_, " is closed"));
   }
-  absl::MutexLock write_lock(&write_mu_);
-  return FinishStreamLocked();
+  while (last_answered_id_ < batch_id && lost_.ok()) {
+    if (cv_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+  // A lost session fails every wait point with the same error.
+  if (!lost_.ok()) return lost_;
+  if (last_answered_id_ < batch_id) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "gradtape session ", session_id_, ": no reply to batch ", batch_id,
+        " in time (last answered: ", last_answered_id_, ")"));
+  }
+  return TakeErrorsLocked();
 }
 
 absl::Status SessionCore::TakeErrorsLocked() {
@@ -372,84 +394,53 @@ absl::Status SessionCore::TakeErrorsLocked() {
   return status;
 }
 
-absl::Status SessionCore::FinishStreamLocked() {
-  if (!stream_finished_) {
-    stream_finished_ = true;
-    if (reader_.joinable()) reader_.join();
-    grpc::Status s = stream_->Finish();
-    stream_status_ =
-        s.ok() ? absl::UnavailableError("the server ended the command stream")
-               : FromGrpc(s, "gradtape command stream");
-    // A stream stopped by its deadline or cancellation names where the
-    // session stands.
-    const auto& trailers = stream_context_->GetServerTrailingMetadata();
-    if (auto it = trailers.find(kLastAppliedSeqPayload);
-        !s.ok() && it != trailers.end()) {
-      stream_status_.SetPayload(
-          kLastAppliedSeqPayload,
-          absl::Cord(absl::string_view(it->second.data(), it->second.size())));
-    }
-  }
-  return stream_status_;
-}
-
 absl::Status SessionCore::Sync() { return WaitAndTakeErrors(FlushForWait()); }
 
 absl::StatusOr<v1::CommandResult> SessionCore::Call(v1::Command command) {
-  {
-    // Releases buffered so far go first, so that what the command observes
-    // (Stats) reflects them.
-    absl::MutexLock lock(&mu_);
-    AppendReleasesLocked();
-  }
-  const int64_t seq = Enqueue(command);
-  if (seq == 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("gradtape session ", session_id_, " is closed"));
-  }
-  absl::Status status = WaitAndTakeErrors(FlushForWait());
-  absl::MutexLock lock(&mu_);
-  auto it = results_.find(seq);
-  if (!status.ok()) {
-    if (it != results_.end()) results_.erase(it);
-    return status;
-  }
-  if (it == results_.end()) {
-    return absl::InternalError(
-        absl::StrCat("the server sent no result for command ", seq,
-                     " of session ", session_id_));
-  }
-  v1::CommandResult result = std::move(it->second);
-  results_.erase(it);
-  return result;
-}
-
-void SessionCore::ReadLoop() {
-  v1::BatchReply reply;
-  while (stream_->Read(&reply)) {
-    absl::MutexLock lock(&mu_);
-    for (v1::CommandResult& result : *reply.mutable_results()) {
-      if (result.has_error()) {
-        if (local_failures_.erase(result.seq()) > 0) continue;
-        errors_.push_back(
-            {result.seq(),
-             absl::Status(static_cast<absl::StatusCode>(result.error().code()),
-                          result.error().message())});
-      } else {
-        const int64_t seq = result.seq();
-        results_[seq] = std::move(result);
-      }
+  // A read whose result the server no longer kept after a resume is sent
+  // again with a new seq (bounded: it can only happen after a resume).
+  constexpr int kMaxRereads = 3;
+  for (int reread = 0;; ++reread) {
+    {
+      // Releases buffered so far go first, so that what the command
+      // observes (Stats) reflects them.
+      absl::MutexLock lock(&mu_);
+      AppendReleasesLocked();
     }
-    last_answered_id_ = reply.batch_id();
-    ++counters_.batches_answered;
-    cv_.SignalAll();
+    const int64_t seq = Enqueue(command);
+    if (seq == 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("gradtape session ", session_id_, " is closed"));
+    }
+    absl::Status status = WaitAndTakeErrors(FlushForWait());
+    absl::MutexLock lock(&mu_);
+    auto it = results_.find(seq);
+    const bool stale = stale_reads_.erase(seq) > 0;
+    if (!status.ok()) {
+      if (it != results_.end()) results_.erase(it);
+      return status;
+    }
+    if (it != results_.end()) {
+      v1::CommandResult result = std::move(it->second);
+      results_.erase(it);
+      return result;
+    }
+    if (!stale || reread == kMaxRereads) {
+      return absl::InternalError(absl::StrCat(
+          "the server sent no result for command ", seq, " of session ",
+          session_id_,
+          stale ? " (its result was no longer kept, 4 times)" : ""));
+    }
+    ++counters_.refetches;
   }
-  absl::MutexLock lock(&mu_);
-  stream_done_ = true;
-  cv_.SignalAll();
 }
 
 absl::Status SessionCore::KeepAlive() {
+  {
+    // A lost session answers every call with its one error.
+    absl::MutexLock lock(&mu_);
+    if (!lost_.ok()) return lost_;
+  }
   grpc::ClientContext context;
   AddSessionMetadata(&context);
   context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
@@ -466,35 +457,40 @@ absl::Status SessionCore::Close() {
   absl::Status status =
       WaitAndTakeErrors(FlushForWait(), absl::Now() + options_.rpc_timeout);
   {
+    // A reconnect in progress gives up now (its sleep wakes): whatever it
+    // would resend was waited for above.
+    absl::MutexLock lock(&mu_);
+    closing_ = true;
+    cv_.SignalAll();
+  }
+  bool lost;
+  {
     absl::MutexLock write_lock(&write_mu_);
+    bool writes_done;
     {
       absl::MutexLock lock(&mu_);
       closed_ = true;
+      closing_ = true;
       ClearPendingLocked();
+      lost = !lost_.ok();
+      writes_done = !supervisor_done_ && !broken_;
+      cv_.SignalAll();
     }
-    if (!stream_finished_) {
-      stream_->WritesDone();
-      {
-        absl::MutexLock lock(&mu_);
-        const absl::Time deadline = absl::Now() + kStreamDrainTimeout;
-        while (!stream_done_) {
-          if (cv_.WaitWithDeadline(&mu_, deadline)) break;
-        }
-        if (!stream_done_) stream_context_->TryCancel();
-      }
-      absl::Status finished = FinishStreamLocked();
-      // A stream the server ended cleanly after WritesDone is the normal
-      // case, reported by FinishStreamLocked as UNAVAILABLE; ignore it.
-      (void)finished;
-    }
+    // The server ends the stream cleanly after WritesDone.
+    if (writes_done) stream_->WritesDone();
   }
-  grpc::ClientContext context;
-  AddSessionMetadata(&context);
-  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
-  v1::CloseSessionResponse response;
-  absl::Status closed = FromGrpc(
-      stub_->CloseSession(&context, v1::CloseSessionRequest(), &response),
-      "CloseSession");
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time deadline = absl::Now() + kStreamDrainTimeout;
+    while (!supervisor_done_) {
+      if (cv_.WaitWithDeadline(&mu_, deadline)) break;
+    }
+    if (!supervisor_done_) stream_context_->TryCancel();
+  }
+  if (supervisor_.joinable()) supervisor_.join();
+  // A lost session has nothing left to close on the server.
+  if (lost) return status;
+  absl::Status closed = CloseOnServer();
   return status.ok() ? closed : status;
 }
 
@@ -547,6 +543,10 @@ int64_t Session::keep_alive_seconds() const {
 Tensor Session::Put(const HostTensor& value) {
   const int64_t id = core_->NewTensorId();
   Tensor handle = core_->MakeTensor(id);
+  if (static_cast<int64_t>(value.bytes.size()) > core_->chunk_bytes()) {
+    core_->PutInChunks(id, value);
+    return handle;
+  }
   // The one copy of the bytes is made here, outside the session lock.
   std::string bytes = value.bytes;
   core_->Enqueue([&](v1::Command& command) {
@@ -573,15 +573,7 @@ absl::StatusOr<HostTensor> Session::Fetch(const Tensor& tensor) {
   if (!problem.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("Fetch: ", problem));
   }
-  v1::Command command;
-  command.mutable_fetch()->set_id(id);
-  ASSIGN_OR_RETURN(v1::CommandResult result, core_->Call(std::move(command)));
-  if (!result.has_tensor()) {
-    return absl::InternalError(
-        absl::StrCat("Fetch: the server's result for command ", result.seq(),
-                     " holds no tensor"));
-  }
-  return internal::FromProto(result.mutable_tensor());
+  return core_->FetchInChunks(id);
 }
 
 void Session::StopRecording() {
@@ -615,6 +607,8 @@ absl::StatusOr<SessionStats> Session::Stats() {
   stats.tapes = s.tapes();
   stats.tape_entries = s.tape_entries();
   stats.tape_saved_bytes = s.tape_saved_bytes();
+  stats.commands_applied = s.commands_applied();
+  stats.duplicate_commands = s.duplicate_commands();
   return stats;
 }
 

@@ -7,6 +7,12 @@
 // write_mu_, then mu_. The reader thread takes only mu_. No Tensor is ever
 // destroyed while either lock is held (a handle's destructor takes mu_).
 //
+// Two threads per session: the supervisor owns the stream's life (it starts
+// a reader thread per stream, finishes the stream when the reader ends,
+// and on a transport failure reconnects and resends the unacknowledged
+// batches, holding write_mu_ from the failure to the end of the resend so
+// that no new batch overtakes them; client/src/resume.h).
+//
 // Commands are built in place in the buffer's protobuf arena (see
 // CommandBuffer): a buffered op costs no heap allocation for its proto.
 #ifndef GRADTAPE_CLIENT_SRC_SESSION_CORE_H_
@@ -14,6 +20,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <thread>
@@ -33,6 +40,18 @@
 #include "grpcpp/grpcpp.h"
 
 namespace gradtape::client::internal {
+
+inline constexpr char kSessionIdHeader[] = "gradtape-session-id";
+inline constexpr char kSessionTokenHeader[] = "gradtape-session-token";
+
+// gRPC helpers shared by session.cc and session_resume.cc.
+// `s` as an absl::Status, its message prefixed with `what`.
+absl::Status FromGrpc(const grpc::Status& s, absl::string_view what);
+// 128 random bits as 32 lowercase hex digits.
+std::string RandomSessionId();
+// Whether the call's status carries the server's gradtape-server-status
+// trailer (client/src/resume.h).
+bool HasServerTrailer(const grpc::ClientContext& context);
 
 // Proto conversions shared by session.cc and autodiff.cc.
 // `t`'s dtype and shape with `bytes` moved in (no copy, also into an arena
@@ -83,6 +102,7 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
 
   const std::string& id() const { return session_id_; }
   int64_t keep_alive_seconds() const { return keep_alive_seconds_; }
+  int64_t chunk_bytes() const { return options_.chunk_bytes; }
 
   int64_t NewTensorId() { return next_tensor_id_.fetch_add(1) + 1; }
   int64_t NewTapeId() { return next_tape_id_.fetch_add(1) + 1; }
@@ -129,6 +149,14 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   absl::StatusOr<v1::CommandResult> Call(v1::Command command);
   absl::Status KeepAlive();
   absl::Status Close();
+
+  // Tensors larger than one chunk (client/src/chunks.cc).
+  // Buffers PutTensorBegin at `id`, then sends each chunk of `value` in a
+  // batch of its own (errors surface at the next wait point).
+  void PutInChunks(int64_t id, const HostTensor& value);
+  // Wait point: the tensor at `id`, fetched in chunks of at most
+  // options.chunk_bytes (one round trip when it fits in one).
+  absl::StatusOr<HostTensor> FetchInChunks(int64_t id);
   ClientCounters counters() const;
   int64_t last_seq() const;
 
@@ -138,31 +166,79 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
     absl::Status status;
   };
 
+  // A batch sent and not acknowledged yet, kept for a resend.
+  struct SentBatch {
+    int64_t batch_id;
+    int64_t last_seq;  // the last seq sent up to it (its own last command's)
+    int64_t bytes;
+    std::shared_ptr<CommandBuffer> buffer;
+  };
+
+  // CreateSession, retried in transport with a new id (resume.h).
+  absl::Status CreateSession();
   void AddSessionMetadata(grpc::ClientContext* context) const;
   // `authorization: Bearer <api_key>` when SessionOptions::api_key is set.
   void AddKeyMetadata(grpc::ClientContext* context) const;
   // Moves the buffered releases into the buffer as one ReleaseTensors.
   void AppendReleasesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sends the buffer (plus pending releases) as one batch. Unless
-  // `reply_wanted` (a wait point follows), the batch goes out
-  // reply_optional: the server answers it only if it has results.
+  // Sends the buffer (plus pending releases) as one batch and keeps it
+  // until acknowledged. Unless `reply_wanted` (a wait point follows, or the
+  // unacknowledged bytes grew past a quarter of max_unacked_bytes), the
+  // batch goes out reply_optional: the server answers it only if it has
+  // results. Waits while the unacknowledged bytes exceed max_unacked_bytes.
   void FlushLocked(bool reply_wanted) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   // Drops the buffered commands and releases.
   void ClearPendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::shared_ptr<CommandBuffer> NewBufferLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Flushes and returns the id of the last batch sent.
   int64_t FlushForWait();
-  // Waits for the reply to `batch_id`, then reports errors: the stream's
-  // failure if it ended first, else the earliest unreported command error.
+  // Waits for the reply to `batch_id`, then reports errors: the session's
+  // loss if it is lost, else the earliest unreported command error.
   // DEADLINE_EXCEEDED if no reply came by `deadline`.
   absl::Status WaitAndTakeErrors(int64_t batch_id,
                                  absl::Time deadline = absl::InfiniteFuture());
   absl::Status TakeErrorsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // After the stream ended: joins the reader and calls Finish once; returns
-  // the stream's status as a client error.
-  absl::Status FinishStreamLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
-  void ReadLoop();
+
+  // The supervisor thread's body (see the top of this file).
+  void Supervise();
+  // The reader thread's body: records the replies of `stream` until it
+  // ends, then marks it broken.
+  void ReadReplies(
+      grpc::ClientReaderWriter<v1::CommandBatch, v1::BatchReply>* stream);
+  void HandleReplyLocked(v1::BatchReply& reply)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the command `seq` (still kept) is a read that may be sent again
+  // with a new seq (FetchTensor, Stats).
+  bool IsRereadableLocked(int64_t seq) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After the reader ended: finishes the stream and either reconnects (true:
+  // a new stream is open, its resend to do) or marks the session lost or
+  // closed (false).
+  bool RecoverLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  bool ReconnectLocked(const absl::Status& cause)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // KeepAlive with the session's metadata: a reconnect's probe. Sets
+  // `*server_trailer` when the status carries the server's trailer.
+  absl::Status ProbeSession(absl::Time deadline, bool* server_trailer);
+  void OpenStreamLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  void ResendLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  void SetLostLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // CloseSession, retried in transport within rpc_timeout.
+  absl::Status CloseOnServer();
+  // Sleeps until `until` or Close; false on Close.
+  bool SleepUnlessClosing(absl::Time until);
+  // A command sent in a batch of its own, and collecting its result: Call
+  // in two halves, so that several can be in flight (chunk fetches).
+  struct Sent {
+    int64_t seq = 0;
+    int64_t batch_id = 0;
+    v1::Command command;  // sent again if its result was no longer kept
+  };
+  absl::StatusOr<Sent> SendForResult(const v1::Command& command);
+  absl::StatusOr<v1::CommandResult> AwaitResult(Sent sent);
 
   const SessionOptions options_;
+  std::string address_;
   std::string session_id_;
   std::string token_;
   int64_t keep_alive_seconds_ = 0;
@@ -172,32 +248,47 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   std::atomic<int64_t> next_tape_id_{0};
 
   absl::Mutex write_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  // The current stream: replaced by the supervisor under both locks.
   std::unique_ptr<grpc::ClientContext> stream_context_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::CommandBatch, v1::BatchReply>>
       stream_;
-  std::thread reader_;
-  // The batch being written; swapped with pending_ by FlushLocked.
-  std::unique_ptr<CommandBuffer> sending_ ABSL_GUARDED_BY(write_mu_) =
-      std::make_unique<CommandBuffer>();
-  bool stream_finished_ ABSL_GUARDED_BY(write_mu_) = false;
-  absl::Status stream_status_ ABSL_GUARDED_BY(write_mu_);
+  std::thread supervisor_;
 
   mutable absl::Mutex mu_;
-  absl::CondVar cv_;  // signalled on every reply and when the stream ends
+  // Signalled on every reply, when a stream breaks, when the session is
+  // lost, and on Close.
+  absl::CondVar cv_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  bool stream_done_ ABSL_GUARDED_BY(mu_) = false;  // no more replies
-  std::unique_ptr<CommandBuffer> pending_ ABSL_GUARDED_BY(mu_) =
-      std::make_unique<CommandBuffer>();
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;  // the stream ends on purpose
+  // The current stream's reader has ended (its batches wait for a resend).
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;
+  // Not OK once the session is lost: every wait returns it.
+  absl::Status lost_ ABSL_GUARDED_BY(mu_);
+  bool supervisor_done_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<CommandBuffer> pending_ ABSL_GUARDED_BY(mu_) =
+      std::make_shared<CommandBuffer>();
+  std::vector<std::shared_ptr<CommandBuffer>> spare_buffers_
+      ABSL_GUARDED_BY(mu_);
   int64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // serialized, roughly
   std::vector<int64_t> pending_releases_ ABSL_GUARDED_BY(mu_);
   int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t last_sent_seq_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t last_batch_id_ ABSL_GUARDED_BY(mu_) = 0;     // sent
   int64_t last_answered_id_ ABSL_GUARDED_BY(mu_) = 0;  // acknowledged
   // Whether batch last_batch_id_ went out reply_optional.
   bool last_reply_optional_ ABSL_GUARDED_BY(mu_) = false;
+  // Sent, not acknowledged, in batch order; their bytes; the bytes sent
+  // since the last reply-wanted batch; the last seq acknowledged.
+  std::deque<SentBatch> unacked_ ABSL_GUARDED_BY(mu_);
+  int64_t unacked_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t bytes_since_reply_wanted_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t acked_seq_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<CommandError> errors_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<int64_t> local_failures_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int64_t, v1::CommandResult> results_ ABSL_GUARDED_BY(mu_);
+  // Reads whose duplicate's result was no longer kept: Call sends them
+  // again with a new seq.
+  absl::flat_hash_set<int64_t> stale_reads_ ABSL_GUARDED_BY(mu_);
   ClientCounters counters_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -84,6 +84,11 @@ absl::StatusOr<Tensor> Session::Resolve(const Command& cmd, int64_t id) const {
     return cmd.Error(absl::StatusCode::kFailedPrecondition, "tensor id ", id,
                      " ", *slot.reason);
   }
+  if (slot.kind == Slot::kPending) {
+    return cmd.Error(absl::StatusCode::kFailedPrecondition,
+                     PendingString(id, slot),
+                     "; send the rest with PutTensorChunk (or release it)");
+  }
   poisoned_read_seq_ = cmd.seq;
   poisoned_read_reason_ = slot.reason;
   return cmd.Error(absl::StatusCode::kFailedPrecondition, "tensor id ", id,
@@ -125,6 +130,11 @@ absl::Status Session::CheckFreeOutputs(const Command& cmd,
                        it->second.tensor.DebugString(),
                        "); release it first or choose a new id");
     }
+    if (it != slots_.end() && it->second.kind == Slot::kPending) {
+      return cmd.Error(absl::StatusCode::kAlreadyExists, "output id ", id, ": ",
+                       PendingString(id, it->second),
+                       "; release it first or choose a new id");
+    }
   }
   return absl::OkStatus();
 }
@@ -137,7 +147,11 @@ void Session::Poison(int64_t seq, absl::Span<const int64_t> ids,
   for (int64_t id : ids) {
     if (id == 0) continue;
     auto it = slots_.find(id);
-    if (it != slots_.end() && it->second.kind == Slot::kTensor) continue;
+    // A live tensor or a pending put is not the failed command's to poison.
+    if (it != slots_.end() && (it->second.kind == Slot::kTensor ||
+                               it->second.kind == Slot::kPending)) {
+      continue;
+    }
     if (reason == nullptr) {
       reason = MakeReason(absl::StrCat(absl::StatusCodeToString(failure.code()),
                                        ": ", failure.message()));

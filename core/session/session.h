@@ -92,6 +92,37 @@ class Session {
                          absl::string_view bytes);
   absl::Status PutTensor(int64_t seq, int64_t id, const Tensor& value);
   absl::StatusOr<Tensor> FetchTensor(int64_t seq, int64_t id);
+
+  // Tensors larger than one message (core/session/session_chunks.cc).
+  //
+  // PutTensorBegin checks `shape` (CheckedTensorSize) and charges the whole
+  // tensor to the session's account (and its parent's) before any data is
+  // stored: RESOURCE_EXHAUSTED then, `id` poisoned. On success `id` is
+  // *pending*: reading it fails with FAILED_PRECONDITION "tensor N is being
+  // put: K of M bytes received", writing it with ALREADY_EXISTS, and
+  // ReleaseTensors drops it with its charge. A tensor of 0 bytes is live at
+  // once.
+  absl::Status PutTensorBegin(int64_t seq, int64_t id, DType dtype,
+                              absl::Span<const int64_t> shape);
+  // Appends little-endian `bytes` to the pending put at `id`. `offset` must
+  // be the bytes received so far and the chunk must end within the tensor
+  // (INVALID_ARGUMENT otherwise); a failed chunk changes nothing and
+  // poisons nothing. The chunk that completes the data makes the tensor
+  // live.
+  absl::Status PutTensorChunk(int64_t seq, int64_t id, int64_t offset,
+                              absl::string_view bytes);
+  // The data bytes [offset, offset + length) of the tensor at `id`: length
+  // is max_bytes, or what is left at the end. INVALID_ARGUMENT for a
+  // negative offset or a max_bytes below 1, OUT_OF_RANGE for an offset past
+  // the end (offset == total bytes gives an empty slice).
+  struct TensorSlice {
+    Tensor tensor;
+    int64_t offset = 0;
+    int64_t length = 0;
+  };
+  absl::StatusOr<TensorSlice> FetchTensorChunk(int64_t seq, int64_t id,
+                                               int64_t offset,
+                                               int64_t max_bytes);
   absl::Status ReleaseTensors(int64_t seq, absl::Span<const int64_t> ids);
   absl::Status PushTape(int64_t seq, int64_t tape, bool persistent,
                         bool watch_accessed_variables);
@@ -178,13 +209,18 @@ class Session {
 
  private:
   struct Slot {
-    enum Kind { kTensor, kPoisoned, kNone } kind = kTensor;
+    // kPending: a chunked put in progress (PutTensorBegin); `tensor` holds
+    // the buffer being filled, charged in full.
+    enum Kind { kTensor, kPoisoned, kNone, kPending } kind = kTensor;
     Tensor tensor;
     // kPoisoned: the first failure of the chain that poisoned the id, shared
     // by every id it poisoned; kNone: why the id holds no tensor.
     std::shared_ptr<const std::string> reason;
     int64_t poisoned_by = 0;  // kPoisoned: seq of the command that failed
+    int64_t received = 0;     // kPending: data bytes received so far
   };
+  // "tensor N is being put: K of M bytes received" for a kPending slot.
+  static std::string PendingString(int64_t id, const Slot& slot);
 
   // Runs one command; every command of the session goes through here. It
   // records `seq` as the last command processed, makes the session's memory

@@ -5,6 +5,14 @@
 // earlier inputs) and replaced every kResetEvery inputs so it stays bounded.
 // Unparsable input is ignored.
 //
+// Exactly-once: the session is sequenced (a server::ResultCache, small so
+// that eviction and tombstones happen). Most inputs are renumbered to seqs
+// above the last applied one, as a client's would be, so they apply (and
+// seeds compose; their ack_seq stays as given, mostly 0, so results pile up
+// and get evicted); inputs whose batch_id is 3 mod 4 keep their own seqs,
+// so duplicates (with kept, evicted and forgotten results), seqs
+// below 1 and repeats inside a batch are fuzzed too.
+//
 // Random byte mutations rarely keep a protobuf parsable (length prefixes),
 // so a custom mutator edits most inputs as messages (through protobuf
 // reflection): it sets an integer anywhere in the batch to a size that
@@ -33,6 +41,7 @@
 #include "gradtape/v1/tape_service.pb.h"
 #include "server/batch.h"
 #include "server/convert.h"
+#include "server/result_cache.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "tests/fuzz/proto_mutator.h"
 #include "tests/temp_dir.h"
@@ -44,14 +53,22 @@ namespace {
 constexpr int kResetEvery = 256;
 constexpr int64_t kMemoryLimitBytes = int64_t{64} << 20;  // 64 MiB
 
+constexpr int64_t kResultCacheBytes = int64_t{4} << 20;
+constexpr int64_t kResultCacheTombstones = 64;
+
 struct State {
   gradtape::testing::TempDir dir;
   std::unique_ptr<gradtape::Session> session;
+  std::unique_ptr<gradtape::server::ResultCache> results;
   int inputs = 0;
 
   void Reset() {
     gradtape::fuzz::Require(!dir.path().empty(), "a scratch directory");
     session.reset();
+    gradtape::server::ResultCache::Options cache;
+    cache.max_bytes = kResultCacheBytes;
+    cache.max_tombstones = kResultCacheTombstones;
+    results = std::make_unique<gradtape::server::ResultCache>(cache);
     dir.Clear();
     gradtape::SessionOptions options;
     options.memory_limit_bytes = kMemoryLimitBytes;
@@ -175,14 +192,31 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   gradtape::v1::CommandBatch batch;
   if (!batch.ParseFromArray(data, static_cast<int>(size))) return 0;
   State& state = GetState();
-  if (++state.inputs % kResetEvery == 0) state.Reset();
+  // Renumbering must not overflow after a raw input's huge seq.
+  constexpr int64_t kMaxBase = int64_t{1} << 62;
+  if (++state.inputs % kResetEvery == 0 ||
+      state.results->last_applied() > kMaxBase) {
+    state.Reset();
+  }
+  if (batch.batch_id() % 4 != 3) {  // a client's seqs: all new
+    const int64_t base = state.results->last_applied();
+    for (int i = 0; i < batch.commands_size(); ++i) {
+      batch.mutable_commands(i)->set_seq(base + 1 + i);
+    }
+  }
   gradtape::v1::BatchReply reply;
   // A small reply budget, so the fuzzer reaches the refusals of results
   // that do not fit as well as the answers.
   constexpr int64_t kMaxReplyBytes = 1 << 20;
   gradtape::server::ApplyBatch(*state.session, batch, kMaxReplyBytes,
-                               /*cancel=*/nullptr, &reply)
+                               /*cancel=*/nullptr, &reply, {}, nullptr,
+                               gradtape::server::RpcMethod::kRun,
+                               state.results.get())
       .IgnoreError();
+  gradtape::fuzz::Require(
+      state.results->kept_bytes() <= kResultCacheBytes &&
+          state.results->tombstones() <= kResultCacheTombstones,
+      "the result cache stays within its bounds");
   // The reply must be something the server can send.
   std::string wire;
   gradtape::fuzz::Require(reply.SerializeToString(&wire),

@@ -106,6 +106,27 @@ class Batch {
     for (const auto& [k, v] : attrs) (*e->mutable_attrs())[k] = v;
   }
   void Fetch(int64_t id) { Next()->mutable_fetch()->set_id(id); }
+  // Chunked transfer: PutTensorBegin, PutTensorChunk, FetchTensor with
+  // offset and max_bytes.
+  void PutBegin(int64_t id, v1::DType dtype, std::vector<int64_t> shape) {
+    v1::PutTensorBegin* p = Next()->mutable_put_begin();
+    p->set_id(id);
+    p->set_dtype(dtype);
+    for (int64_t d : shape) p->add_shape(d);
+    Use(id);
+  }
+  void PutChunk(int64_t id, int64_t offset, std::string data) {
+    v1::PutTensorChunk* p = Next()->mutable_put_chunk();
+    p->set_id(id);
+    p->set_offset(offset);
+    p->set_data(std::move(data));
+  }
+  void FetchChunk(int64_t id, int64_t offset, int64_t max_bytes) {
+    v1::FetchTensor* f = Next()->mutable_fetch();
+    f->set_id(id);
+    f->set_offset(offset);
+    f->set_max_bytes(max_bytes);
+  }
   void PushTape(int64_t tape, bool persistent, bool watch_vars = true) {
     v1::PushTape* p = Next()->mutable_push_tape();
     p->set_tape_id(tape);
@@ -178,6 +199,24 @@ void BatchSeeds() {
     b.Fetch(8);
     b.Stats();
     Write(fz, "math_fetch", b.Finish());
+  }
+  {  // chunked put and fetch, a pending id read, a chunk out of order
+    Batch b;
+    const std::vector<float> v = {1, 2, 3, 4, 5, 6};
+    const std::string bytes = Bytes<float>(v);
+    b.PutBegin(1, v1::DTYPE_FLOAT32, {2, 3});
+    b.PutChunk(1, 0, bytes.substr(0, 8));
+    b.Exec("Neg", {1}, {2});
+    b.PutChunk(1, 16, bytes.substr(16));
+    b.PutChunk(1, 8, bytes.substr(8));
+    b.FetchChunk(1, 0, 10);
+    b.FetchChunk(1, 10, 10);
+    b.FetchChunk(1, 20, 10);
+    b.PutBegin(3, v1::DTYPE_BOOL, {3});
+    b.PutChunk(3, 0, std::string("\x00\x02\x01", 3));
+    b.Fetch(3);
+    b.PutBegin(4, v1::DTYPE_FLOAT64, {1 << 20});  // released pending
+    Write(fz, "chunked_transfer", b.Finish());
   }
   {  // array ops: Reshape, GatherV2, Cast, BroadcastTo
     Batch b;
@@ -411,6 +450,24 @@ void BatchSeeds() {
     b.Exec("MatMul", {1, 1}, {4});
     b.Stats();
     Write(fz, "poisoned_chain", b.Finish());
+  }
+  {  // exactly-once, raw seqs (batch_id 3 mod 4: the harness keeps them):
+     // a fetch repeated with its seq (a duplicate with its kept result), a
+     // put resent (no result), a seq below 1, and an ack_seq
+    Batch b;
+    b.PutF32(1, {2}, {1, 2});
+    b.Fetch(1);
+    v1::CommandBatch raw;
+    if (!raw.ParseFromString(b.Finish())) std::exit(1);
+    raw.set_batch_id(3);
+    raw.set_ack_seq(1);
+    const v1::Command put = raw.commands(0), fetch = raw.commands(1);
+    *raw.add_commands() = fetch;            // duplicate, result kept
+    *raw.add_commands() = put;              // duplicate, no result
+    v1::Command* bad = raw.add_commands();  // seq below 1
+    *bad = fetch;
+    bad->set_seq(0);
+    Write(fz, "exactly_once_raw_seqs", raw.SerializeAsString());
   }
   // Every registered op once, with float32 [2,2] inputs (float64 too for a
   // few) and default attrs: reaches every kernel's argument checks.

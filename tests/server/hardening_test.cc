@@ -424,12 +424,25 @@ TEST(ApplyBatchTest, EveryCommandKindRefusesABadInputAlone) {
           seq: 23
           fetch { id: 22 }
         }
+        commands {
+          seq: 24
+          put_begin { id: 24 dtype: DTYPE_FLOAT32 shape: -2 }
+        }
+        commands {
+          seq: 25
+          put_chunk { id: 25 offset: 0 data: "abcd" }
+        }
+        commands {
+          seq: 26
+          fetch { id: 22 offset: -1 max_bytes: 8 }
+        }
       )pb",
       &batch));
   v1::BatchReply reply;
   ASSERT_TRUE(ApplyBatch(session, batch, 1 << 20, nullptr, &reply).ok());
-  EXPECT_EQ(reply.last_seq(), 23);
-  for (int64_t seq = 3; seq <= 21; ++seq) {
+  EXPECT_EQ(reply.last_seq(), 26);
+  for (int64_t seq = 3; seq <= 26; ++seq) {
+    if (seq == 22 || seq == 23) continue;  // the good ones
     SCOPED_TRACE(seq);
     const v1::CommandResult* r = Find(reply, seq);
     ASSERT_NE(r, nullptr);

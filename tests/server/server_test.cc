@@ -581,7 +581,12 @@ TEST_F(ServerTest, RunAnswersReplyOptionalBatches) {
 }
 
 TEST_F(ServerTest, ConcurrentRunsOnOneSessionAreSerialized) {
-  SessionCreds creds = NewSession();
+  // Threads that race on one session cannot keep its seqs increasing in
+  // arrival order: an unsequenced session applies them all.
+  v1::CreateSessionRequest request;
+  request.set_unsequenced(true);
+  SessionCreds creds;
+  ASSERT_TRUE(CreateSession(request, &creds).ok());
   constexpr int kThreads = 4, kBatches = 20;
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {

@@ -80,6 +80,31 @@ class Batch {
     Add(seq)->mutable_fetch()->set_id(id);
     return *this;
   }
+  // Chunked transfer: PutTensorBegin, PutTensorChunk, FetchTensor with
+  // offset and max_bytes.
+  Batch& PutBegin(int64_t seq, int64_t id, v1::DType dtype,
+                  std::vector<int64_t> shape) {
+    v1::PutTensorBegin* begin = Add(seq)->mutable_put_begin();
+    begin->set_id(id);
+    begin->set_dtype(dtype);
+    for (int64_t d : shape) begin->add_shape(d);
+    return *this;
+  }
+  Batch& PutChunk(int64_t seq, int64_t id, int64_t offset, std::string data) {
+    v1::PutTensorChunk* chunk = Add(seq)->mutable_put_chunk();
+    chunk->set_id(id);
+    chunk->set_offset(offset);
+    chunk->set_data(std::move(data));
+    return *this;
+  }
+  Batch& FetchChunk(int64_t seq, int64_t id, int64_t offset,
+                    int64_t max_bytes) {
+    v1::FetchTensor* fetch = Add(seq)->mutable_fetch();
+    fetch->set_id(id);
+    fetch->set_offset(offset);
+    fetch->set_max_bytes(max_bytes);
+    return *this;
+  }
   Batch& Release(int64_t seq, std::vector<int64_t> ids) {
     v1::ReleaseTensors* release = Add(seq)->mutable_release();
     for (int64_t id : ids) release->add_ids(id);

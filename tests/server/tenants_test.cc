@@ -424,6 +424,41 @@ TEST_F(TenantsTest, PutLargerThanTheTenantsLimitFailsAlone) {
   EXPECT_EQ(reply.results_size(), 0);
 }
 
+// Chunked puts: the tenant's put limit and memory apply to the whole
+// tensor at PutTensorBegin, before any chunk.
+TEST_F(TenantsTest, ChunkedPutBeginMeetsTheTenantsLimits) {
+  Start(TwoTenants("max_put_mib=1", "memory_mib=1"));
+  SessionCreds a = MustCreate(kKeyA);
+  v1::BatchReply reply;
+  ASSERT_TRUE(
+      RunBatch(kKeyA, a,
+               std::move(Batch()
+                             .PutBegin(1, 7, v1::DTYPE_FLOAT64, {(1 << 17) + 1})
+                             .PutBegin(2, 8, v1::DTYPE_FLOAT64, {1 << 17})),
+               &reply)
+          .ok());
+  ASSERT_EQ(reply.results_size(), 1) << reply.ShortDebugString();
+  EXPECT_EQ(reply.results(0).seq(), 1);
+  EXPECT_EQ(reply.results(0).error().code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  for (const char* part : {"PutTensorBegin (command 1)", "id 7",
+                           "1048584 bytes", "tenant 'a'", "max_put_mib"}) {
+    EXPECT_TRUE(absl::StrContains(reply.results(0).error().message(), part))
+        << part << ": " << reply.results(0).error().message();
+  }
+  // Tenant b: 2 MiB over its 1 MiB of memory, refused at Begin.
+  SessionCreds b = MustCreate(kKeyB);
+  ASSERT_TRUE(
+      RunBatch(kKeyB, b,
+               std::move(Batch().PutBegin(1, 1, v1::DTYPE_FLOAT64, {1 << 18})),
+               &reply)
+          .ok());
+  ASSERT_EQ(reply.results_size(), 1) << reply.ShortDebugString();
+  EXPECT_TRUE(absl::StrContains(reply.results(0).error().message(),
+                                "tenant 'b' memory limit exceeded"))
+      << reply.results(0).error().message();
+}
+
 TEST_F(TenantsTest, ReloadRemovesKeysForOpenSessionsAndStreams) {
   Start(TwoTenants("max_sessions=1"));
   SessionCreds a = MustCreate(kKeyA);

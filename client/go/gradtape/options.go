@@ -2,6 +2,7 @@ package gradtape
 
 import (
 	"crypto/tls"
+	"math"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -14,10 +15,28 @@ import (
 type Option func(*connectConfig)
 
 type connectConfig struct {
-	creds     credentials.TransportCredentials
-	keepalive *keepalive.ClientParameters
-	extra     []grpc.DialOption
-	apiKey    string
+	creds      credentials.TransportCredentials
+	keepalive  *keepalive.ClientParameters
+	extra      []grpc.DialOption
+	apiKey     string
+	chunkBytes int64
+	resume     resumeConfig // resume.go
+}
+
+// DefaultChunkBytes is the chunk size of tensors larger than one message
+// (WithChunkBytes).
+const DefaultChunkBytes = 64 << 20
+
+// WithChunkBytes sets the chunk size: a Put or Fetch of more bytes moves in
+// chunks of n bytes, each in a batch of its own (chunks.go). A chunk must
+// fit the server's message limit (--max_message_mb, 256 MiB by default).
+// Values below 1 keep the default.
+func WithChunkBytes(n int64) Option {
+	return func(c *connectConfig) {
+		if n >= 1 {
+			c.chunkBytes = n
+		}
+	}
 }
 
 // WithTLS makes the channel use TLS with cfg: RootCAs checks the server's
@@ -56,7 +75,7 @@ func WithAPIKey(key string) Option {
 }
 
 func newConnectConfig(opts []Option) connectConfig {
-	cc := connectConfig{creds: insecure.NewCredentials()}
+	cc := connectConfig{creds: insecure.NewCredentials(), resume: defaultResume(), chunkBytes: DefaultChunkBytes}
 	for _, o := range opts {
 		o(&cc)
 	}
@@ -64,7 +83,10 @@ func newConnectConfig(opts []Option) connectConfig {
 }
 
 func (cc connectConfig) dialOptions() []grpc.DialOption {
-	out := []grpc.DialOption{grpc.WithTransportCredentials(cc.creds)}
+	out := []grpc.DialOption{grpc.WithTransportCredentials(cc.creds),
+		// Replies carry tensors (a whole one, or a chunk of up to chunkBytes):
+		// lift grpc-go's 4 MiB default on received messages.
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32))}
 	if cc.keepalive != nil {
 		out = append(out, grpc.WithKeepaliveParams(*cc.keepalive))
 	}

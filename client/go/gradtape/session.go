@@ -7,6 +7,11 @@
 // GradientValues. Per-command errors come back as *CommandError values
 // carrying the gRPC code, the command's sequence number and the server's
 // message (which names the op). Not safe for concurrent use.
+//
+// A stream that fails in transport is resumed (reconnect, resend the batch
+// with its seqs; the server applies each seq once), and a session that
+// cannot be resumed returns one *SessionLostError from every later call:
+// see resume.go for the rules.
 package gradtape
 
 import (
@@ -51,6 +56,11 @@ type Session struct {
 	nextTape int64
 	batchID  int64
 	results  map[int64]*pb.CommandResult
+	resume   resumeState // resume.go
+	// Chunked transfer (chunks.go): the chunk size, and the first command
+	// error of a chunk's batch, returned by the next Sync.
+	chunkBytes int64
+	chunkErr   error
 }
 
 // Connect dials address ("host:port"), creates a session with a random
@@ -65,18 +75,18 @@ func Connect(ctx context.Context, address string, opts ...Option) (*Session, err
 	if err != nil {
 		return nil, err
 	}
-	var raw [16]byte
-	if _, err := rand.Read(raw[:]); err != nil {
-		return nil, err
+	newID := func() (string, error) {
+		var raw [16]byte
+		if _, err := rand.Read(raw[:]); err != nil {
+			return "", err
+		}
+		return hex.EncodeToString(raw[:]), nil
 	}
-	id := hex.EncodeToString(raw[:])
 	client := pb.NewTapeServiceClient(conn)
-	cctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx, "gradtape-session-id", id), 10*time.Second)
-	defer cancel()
-	resp, err := client.CreateSession(cctx, &pb.CreateSessionRequest{SessionId: id}, grpc.WaitForReady(true))
+	resp, err := createSession(ctx, client, address, cfg.resume, newID)
 	if err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("CreateSession at %s: %w", address, err)
+		return nil, err
 	}
 	sctx, scancel := context.WithCancel(metadata.AppendToOutgoingContext(ctx,
 		"gradtape-session-id", resp.SessionId, "gradtape-session-token", resp.Token))
@@ -87,7 +97,8 @@ func Connect(ctx context.Context, address string, opts ...Option) (*Session, err
 		return nil, err
 	}
 	return &Session{ID: resp.SessionId, conn: conn, client: client, ctx: sctx, cancel: scancel,
-		stream: stream, results: map[int64]*pb.CommandResult{}}, nil
+		stream: stream, results: map[int64]*pb.CommandResult{},
+		resume: resumeState{address: address, cfg: cfg.resume}, chunkBytes: cfg.chunkBytes}, nil
 }
 
 // Close ends the stream and closes the session on the server.
@@ -136,6 +147,10 @@ func (s *Session) PutInt32(shape []int64, values []int32) Tensor {
 
 func (s *Session) put(v *pb.TensorValue) Tensor {
 	s.nextID++
+	if int64(len(v.Data)) > s.chunkBytes {
+		s.putInChunks(s.nextID, v) // chunks.go
+		return Tensor(s.nextID)
+	}
 	s.enqueue(&pb.Command{Kind: &pb.Command_Put{Put: &pb.PutTensor{Id: s.nextID, Value: v}}})
 	return Tensor(s.nextID)
 }
@@ -162,28 +177,41 @@ func (s *Session) Op(op string, inputs ...Tensor) Tensor {
 	return s.Execute(op, inputs, 1, nil)[0]
 }
 
-// Sync sends the buffered commands as one batch, waits for the reply and
-// returns the earliest command error in it (nil if none). Results of
-// commands that return something are kept for Fetch / GradientValues.
+// Sync sends the buffered commands as one batch, waits for the replies to
+// it and to every batch sent before it, and returns the earliest command
+// error in them (nil if none). Results of commands that return something
+// are kept for Fetch / GradientValues.
 func (s *Session) Sync() error {
+	if s.resume.lost != nil {
+		return s.resume.lost // a lost session fails every call the same way
+	}
+	if s.chunkErr != nil {
+		// A chunked put's command error, earlier than anything buffered.
+		err := s.chunkErr
+		s.chunkErr = nil
+		if len(s.pending) > 0 {
+			_ = s.Sync()
+		}
+		return err
+	}
 	if len(s.pending) == 0 {
 		return nil
 	}
 	s.batchID++
 	batch := &pb.CommandBatch{BatchId: s.batchID, Commands: s.pending}
 	s.pending = nil
-	if err := s.stream.Send(batch); err != nil {
-		return fmt.Errorf("gradtape stream send: %w", err)
-	}
-	reply, err := s.stream.Recv()
+	reply, err := s.exchange(batch) // resumes after transport failures
 	if err != nil {
-		return fmt.Errorf("gradtape stream: %w", err)
+		return err
 	}
 	if reply.BatchId != batch.BatchId {
 		return fmt.Errorf("gradtape stream: reply to batch %d, want %d", reply.BatchId, batch.BatchId)
 	}
 	var errs []*CommandError
 	for _, r := range reply.Results {
+		if s.staleRead(batch, r) {
+			continue // call sends the fetch again
+		}
 		if e := r.GetError(); e != nil {
 			errs = append(errs, &CommandError{Code: codes.Code(e.Code), Seq: r.Seq, Message: e.Message})
 		} else {
@@ -198,26 +226,32 @@ func (s *Session) Sync() error {
 }
 
 func (s *Session) call(c *pb.Command) (*pb.CommandResult, error) {
-	seq := s.enqueue(c)
-	if err := s.Sync(); err != nil {
-		return nil, err
+	for reread := 0; ; reread++ {
+		seq := s.enqueue(c)
+		if err := s.Sync(); err != nil {
+			return nil, err
+		}
+		if r, ok := s.results[seq]; ok {
+			delete(s.results, seq)
+			return r, nil
+		}
+		if !s.resume.stale[seq] || reread == 3 {
+			return nil, fmt.Errorf("no result for command %d", seq)
+		}
+		delete(s.resume.stale, seq) // no longer kept after a resume: fetch again
+		s.resume.counters.Refetches++
 	}
-	r, ok := s.results[seq]
-	if !ok {
-		return nil, fmt.Errorf("no result for command %d", seq)
-	}
-	delete(s.results, seq)
-	return r, nil
 }
 
-// Fetch is a wait point: the float64 values and shape of t.
+// Fetch is a wait point: the float64 values and shape of t (in chunks
+// when t is larger than one; see FetchValue).
 func (s *Session) Fetch(t Tensor) ([]float64, []int64, error) {
-	r, err := s.call(&pb.Command{Kind: &pb.Command_Fetch{Fetch: &pb.FetchTensor{Id: int64(t)}}})
+	value, err := s.FetchValue(t)
 	if err != nil {
 		return nil, nil, err
 	}
-	v, err := Float64s(r.GetTensor())
-	return v, r.GetTensor().GetShape(), err
+	v, err := Float64s(value)
+	return v, value.GetShape(), err
 }
 
 // Float64s decodes a float64 TensorValue.

@@ -108,6 +108,7 @@ class StreamCore:
         keep_alive_seconds: int = 0,
         batch_size: int = 512,
         max_batch_bytes: int = 16 << 20,
+        chunk_bytes: int = 64 << 20,
         timeout: float = 10.0,
         credentials: Optional[grpc.ChannelCredentials] = None,
         channel_options: Sequence[Tuple[str, object]] = (),
@@ -119,6 +120,9 @@ class StreamCore:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         if not reconnect_timeout >= 0:
             raise ValueError(f"reconnect_timeout must be >= 0 (0: off), got {reconnect_timeout}")
+        if chunk_bytes < 1:
+            raise ValueError(f"chunk_bytes must be at least 1, got {chunk_bytes}")
+        self.chunk_bytes = chunk_bytes  # tensors larger move in chunks (_chunks.py)
         self.address = address
         self.batch_size = batch_size
         self.max_batch_bytes = max_batch_bytes
@@ -634,3 +638,42 @@ class StreamCore:
             self.channel.close()
         if first is not None and not (isinstance(first, SessionLostError) and lost_reported):
             raise first
+
+    # -- chunked transfer (_chunks.py) -------------------------------------
+
+    def send_for_result(self, command: pb.Command) -> Tuple[int, int]:
+        """The first half of call(): enqueues `command` and sends it (with
+        what is buffered) as a batch; returns (seq, batch id) for
+        await_result. Several may be in flight."""
+        seq = self.enqueue(command)
+        if seq == 0:
+            raise GradtapeError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"gradtape session {self.session_id} is closed",
+            )
+        return seq, self._flush_for_wait()
+
+    def await_result(self, seq: int, batch_id: int) -> pb.CommandResult:
+        """The second half of call(): waits for batch `batch_id` and returns
+        the result of command `seq` (or raises the first unreported error).
+        A fetch sent again after a resume (see call) is followed."""
+        for _ in range(8):
+            try:
+                self._wait(batch_id)
+            except GradtapeError:
+                with self._lock:
+                    self._results.pop(seq, None)
+                raise
+            with self._lock:
+                result = self._results.pop(seq, None)
+                again = self._redirects.pop(seq, None) if result is None else None
+            if again is None:
+                break
+            seq, batch_id = again, self._flush_for_wait()
+        if result is None:
+            raise GradtapeError(
+                grpc.StatusCode.INTERNAL,
+                f"the server sent no result for command {seq} of session {self.session_id}",
+                seq=seq,
+            )
+        return result

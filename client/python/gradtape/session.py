@@ -31,7 +31,7 @@ from typing import (
 import grpc
 import numpy as np
 
-from gradtape import _dtypes, _transport
+from gradtape import _chunks, _dtypes, _transport
 from gradtape._core import StreamCore
 from gradtape.errors import GradtapeError
 from gradtape.v1 import tape_service_pb2 as pb
@@ -128,8 +128,7 @@ class Tensor:
 
     def numpy(self) -> np.ndarray:
         """Wait point: the value as a numpy array."""
-        result = self._session._core.call(pb.Command(fetch=pb.FetchTensor(id=self._id)))
-        array = _dtypes.from_value(result.tensor)
+        array = _chunks.fetch(self._session._core, self._id)  # chunked if large
         if self._dtype is None:
             self._dtype = array.dtype
         if self._shape is None:
@@ -933,7 +932,7 @@ class Session:
         if array.dtype == np.dtype(np.float16) or array.dtype.kind == "U":
             raise TypeError(f"gradtape has no dtype for numpy {array.dtype}")
         t = Tensor(self, self._core.new_id(), array.dtype, tuple(array.shape))
-        self._core.enqueue(pb.Command(put=pb.PutTensor(id=t.id, value=_dtypes.to_value(array))))
+        _chunks.put(self._core, t.id, array)  # chunked if large
         return t
 
     def convert_to_tensor(
@@ -1090,6 +1089,7 @@ def connect(
     keep_alive_seconds: int = 0,
     batch_size: int = 512,
     max_batch_bytes: int = 16 << 20,
+    chunk_bytes: int = 64 << 20,
     timeout: float = 10.0,
     credentials: Optional[grpc.ChannelCredentials] = None,
     root_certificates: Optional[bytes] = None,
@@ -1112,6 +1112,10 @@ def connect(
         session (0: the server's default).
       batch_size: commands per batch; the buffer is also sent at wait points.
       max_batch_bytes: the buffer is also sent once it holds this many bytes.
+      chunk_bytes: tensors larger than this move in chunks of this many bytes
+        (puts: PutTensorBegin, then one PutTensorChunk per batch; fetches ask
+        for at most this many bytes, the rest pipelined). A chunk must fit
+        the server's message limit (--max_message_mb, 256 MiB by default).
       timeout: seconds for connecting and for each unary call.
       credentials: a grpc.ChannelCredentials; None (with no PEM argument) for
         plaintext, fine on loopback. Exclusive with the PEM arguments below
@@ -1152,6 +1156,7 @@ def connect(
         keep_alive_seconds=keep_alive_seconds,
         batch_size=batch_size,
         max_batch_bytes=max_batch_bytes,
+        chunk_bytes=chunk_bytes,
         timeout=timeout,
         credentials=_transport.make_credentials(
             credentials, root_certificates, private_key, certificate_chain

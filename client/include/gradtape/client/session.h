@@ -19,15 +19,22 @@
 // call returns the earliest error not reported yet (code and message as the
 // server sent them; the message names the op, the command's sequence number
 // and the ids or shapes), noting how many more followed it. A wait point
-// reports every error received up to it, then forgets them. Lost streams and
-// RPC failures are reported the same way (UNAVAILABLE etc.); the session is
-// unusable after that.
+// reports every error received up to it, then forgets them.
+//
+// Lost connections. A stream that ends in transport (a dropped connection,
+// a proxy's RST_STREAM) is resumed: the session reconnects and resends what
+// the server has not acknowledged, and the server applies each command once
+// (SessionOptions::reconnect_timeout). A session that cannot be resumed
+// (unreachable past the timeout; the server no longer has it, NOT_FOUND;
+// the server is draining; any other error of the stream) is lost: every
+// later wait returns the same one error naming the session and the cause.
 //
 // Thread-safety: Session and Tensor may be used from several threads;
 // commands are applied in the order their calls entered the buffer. Sends
 // happen on the calling thread (one at a time); replies are read on the
-// session's reader thread. A GradientTape is used by one thread at a time.
-// Typically one thread drives a session.
+// session's reader thread, and a supervisor thread reconnects and resends
+// after a transport failure (client/src/resume.h). A GradientTape is used by
+// one thread at a time. Typically one thread drives a session.
 #ifndef GRADTAPE_CLIENT_SESSION_H_
 #define GRADTAPE_CLIENT_SESSION_H_
 
@@ -154,6 +161,13 @@ struct SessionOptions {
   // Puts). A single command must fit the server's message limit (256 MiB
   // for gradtape-server).
   int64_t max_batch_bytes = int64_t{16} << 20;
+  // Tensors larger than this move in chunks of this many bytes (Put: one
+  // PutTensorBegin, then one PutTensorChunk per batch; Fetch: every fetch
+  // asks for at most this many bytes, and a larger tensor's remaining
+  // chunks are fetched pipelined). A chunk must fit the server's message
+  // limit (256 MiB for gradtape-server, --max_message_mb) with a margin.
+  // At least 1.
+  int64_t chunk_bytes = int64_t{64} << 20;
   // Proposed session id (32 lowercase hex digits); empty: 128 random bits.
   std::string session_id;
   // Idle time after which the server collects the session; 0: the server's
@@ -174,6 +188,29 @@ struct SessionOptions {
   // Stream, KeepAlive, CloseSession). Empty: none. Send it over TLS only,
   // except on loopback.
   std::string api_key;
+
+  // Resume after a transport failure (README "Resuming clients";
+  // client/src/resume.h). When the stream ends in transport (UNAVAILABLE,
+  // INTERNAL or UNKNOWN without the server's gradtape-server-status
+  // trailer), the session reconnects on its own: KeepAlive probes with
+  // exponential backoff (initial_backoff doubling to max_backoff, with
+  // jitter) for at most reconnect_timeout since the failure, then a new
+  // Stream on the same session that resends every command not yet
+  // acknowledged, with its seq (the server applies each seq once). Callers
+  // see a delay; past reconnect_timeout every wait returns UNAVAILABLE
+  // "session <id>: server <addr> unreachable for <T> s (<N> reconnect
+  // attempts): ...". 0 turns resuming off. A CreateSession that fails in
+  // transport is retried within the same bound, with a new random session
+  // id (unless session_id is set). A wait and Close wait for a reconnect
+  // in progress (at most this long); a reconnect that starts after Close's
+  // wait gives up.
+  absl::Duration reconnect_timeout = absl::Seconds(30);
+  absl::Duration initial_backoff = absl::Milliseconds(50);
+  absl::Duration max_backoff = absl::Seconds(2);
+  // The bytes of sent commands kept for a resend until a reply
+  // acknowledges them: past a quarter of it the next batch asks for a
+  // reply, past all of it a flush waits for replies.
+  int64_t max_unacked_bytes = int64_t{64} << 20;
 };
 
 // gradtape.v1.SessionStats.
@@ -184,6 +221,10 @@ struct SessionStats {
   int64_t tapes = 0;
   int64_t tape_entries = 0;
   int64_t tape_saved_bytes = 0;
+  // Commands applied (or failed) since the session was created, and
+  // duplicates skipped (seqs sent again after a resume).
+  int64_t commands_applied = 0;
+  int64_t duplicate_commands = 0;
 };
 
 // Client-side counters (not a round trip).
@@ -194,6 +235,18 @@ struct ClientCounters {
   // only if they have results (CommandBatch.reply_optional); a reply
   // acknowledges every earlier batch too.
   int64_t batches_answered = 0;
+  // Resume (SessionOptions::reconnect_timeout): streams that ended in
+  // transport, KeepAlive probes while reconnecting, streams re-opened with
+  // the unacknowledged batches resent, those batches and their commands,
+  // results the server marked duplicate, and fetches sent again with a new
+  // seq because the server no longer kept their result.
+  int64_t transport_failures = 0;
+  int64_t reconnect_attempts = 0;
+  int64_t resumes = 0;
+  int64_t batches_resent = 0;
+  int64_t commands_resent = 0;
+  int64_t duplicate_results = 0;
+  int64_t refetches = 0;
 };
 
 class Session {
@@ -214,7 +267,8 @@ class Session {
   const std::string& id() const;
   int64_t keep_alive_seconds() const;
 
-  // Buffers a PutTensor of `value` at a fresh id.
+  // Buffers a PutTensor of `value` at a fresh id (larger than
+  // options.chunk_bytes: sent in chunks, each in a batch of its own).
   Tensor Put(const HostTensor& value);
   template <typename T>
   Tensor Put(std::vector<int64_t> shape, const std::vector<T>& values) {
@@ -232,7 +286,9 @@ class Session {
 
   // Wait point: flushes, waits for the reply and returns the value, or the
   // first unreported error of the session (which may come from an earlier
-  // command; the fetched value is then dropped).
+  // command; the fetched value is then dropped). A value larger than
+  // options.chunk_bytes comes in chunks: the first tells its size, the
+  // rest are fetched pipelined.
   absl::StatusOr<HostTensor> Fetch(const Tensor& tensor);
 
   // Stop / start recording on every tape of the session (buffered).
