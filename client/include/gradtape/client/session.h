@@ -210,7 +210,7 @@ struct SessionOptions {
   // The bytes of sent commands kept for a resend until a reply
   // acknowledges them: past a quarter of it the next batch asks for a
   // reply, past all of it a flush waits for replies.
-  int64_t max_unacked_bytes = int64_t{64} << 20;
+  int64_t max_unacked_bytes = int64_t{256} << 20;
 };
 
 // gradtape.v1.SessionStats.
