@@ -69,39 +69,44 @@ void SessionCore::PutInChunks(int64_t id, const HostTensor& value) {
 }
 
 absl::StatusOr<SessionCore::Sent> SessionCore::SendForResult(
-    const v1::Command& command) {
+    v1::Command command) {
   const int64_t seq = Enqueue(command);
   if (seq == 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("gradtape session ", session_id_, " is closed"));
   }
-  return Sent{seq, FlushForWait(), command};
+  return Sent{seq, FlushForWait(), std::move(command)};
 }
 
 absl::StatusOr<v1::CommandResult> SessionCore::AwaitResult(Sent sent) {
-  absl::Status status = WaitAndTakeErrors(sent.batch_id);
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = results_.find(sent.seq);
-    const bool stale = stale_reads_.erase(sent.seq) > 0;
-    if (!status.ok()) {
-      if (it != results_.end()) results_.erase(it);
-      return status;
+  // A read whose result the server no longer kept after a resume is sent
+  // again with a new seq (bounded: it can only happen after a resume).
+  constexpr int kMaxRereads = 3;
+  for (int reread = 0;; ++reread) {
+    absl::Status status = WaitAndTakeErrors(sent.batch_id);
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = results_.find(sent.seq);
+      const bool stale = stale_reads_.erase(sent.seq) > 0;
+      if (!status.ok()) {
+        if (it != results_.end()) results_.erase(it);
+        return status;
+      }
+      if (it != results_.end()) {
+        v1::CommandResult result = std::move(it->second);
+        results_.erase(it);
+        return result;
+      }
+      if (!stale || reread == kMaxRereads) {
+        return absl::InternalError(absl::StrCat(
+            "the server sent no result for command ", sent.seq, " of session ",
+            session_id_,
+            stale ? " (its result was no longer kept, 4 times)" : ""));
+      }
+      ++counters_.refetches;
     }
-    if (it != results_.end()) {
-      v1::CommandResult result = std::move(it->second);
-      results_.erase(it);
-      return result;
-    }
-    if (!stale) {
-      return absl::InternalError(
-          absl::StrCat("the server sent no result for command ", sent.seq,
-                       " of session ", session_id_));
-    }
+    ASSIGN_OR_RETURN(sent, SendForResult(std::move(sent.command)));
   }
-  // Its result was no longer kept after a resume: a read, sent again (Call
-  // re-reads a bounded number of times).
-  return Call(std::move(sent.command));
 }
 
 absl::StatusOr<HostTensor> SessionCore::FetchInChunks(int64_t id) {

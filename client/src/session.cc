@@ -397,42 +397,14 @@ absl::Status SessionCore::TakeErrorsLocked() {
 absl::Status SessionCore::Sync() { return WaitAndTakeErrors(FlushForWait()); }
 
 absl::StatusOr<v1::CommandResult> SessionCore::Call(v1::Command command) {
-  // A read whose result the server no longer kept after a resume is sent
-  // again with a new seq (bounded: it can only happen after a resume).
-  constexpr int kMaxRereads = 3;
-  for (int reread = 0;; ++reread) {
-    {
-      // Releases buffered so far go first, so that what the command
-      // observes (Stats) reflects them.
-      absl::MutexLock lock(&mu_);
-      AppendReleasesLocked();
-    }
-    const int64_t seq = Enqueue(command);
-    if (seq == 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("gradtape session ", session_id_, " is closed"));
-    }
-    absl::Status status = WaitAndTakeErrors(FlushForWait());
+  {
+    // Releases buffered so far go first, so that what the command observes
+    // (Stats) reflects them.
     absl::MutexLock lock(&mu_);
-    auto it = results_.find(seq);
-    const bool stale = stale_reads_.erase(seq) > 0;
-    if (!status.ok()) {
-      if (it != results_.end()) results_.erase(it);
-      return status;
-    }
-    if (it != results_.end()) {
-      v1::CommandResult result = std::move(it->second);
-      results_.erase(it);
-      return result;
-    }
-    if (!stale || reread == kMaxRereads) {
-      return absl::InternalError(absl::StrCat(
-          "the server sent no result for command ", seq, " of session ",
-          session_id_,
-          stale ? " (its result was no longer kept, 4 times)" : ""));
-    }
-    ++counters_.refetches;
+    AppendReleasesLocked();
   }
+  ASSIGN_OR_RETURN(Sent sent, SendForResult(std::move(command)));
+  return AwaitResult(std::move(sent));
 }
 
 absl::Status SessionCore::KeepAlive() {

@@ -234,7 +234,7 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
     int64_t batch_id = 0;
     v1::Command command;  // sent again if its result was no longer kept
   };
-  absl::StatusOr<Sent> SendForResult(const v1::Command& command);
+  absl::StatusOr<Sent> SendForResult(v1::Command command);
   absl::StatusOr<v1::CommandResult> AwaitResult(Sent sent);
 
   const SessionOptions options_;

@@ -234,7 +234,11 @@ def assert_same_as_fault_free(steps: int, reference: dict, faulted: dict) -> Non
     ref_offset = ref_stats.commands_applied - reference["commands_sent"]
     assert ref_stats.commands_applied > steps * 40
     assert stats.commands_applied - faulted["commands_sent"] == ref_offset
-    assert stats.duplicate_commands == t["resent_already_applied"]
+    # Every duplicate the server skipped was a resent command the client
+    # knew applied (its probe's last_applied_seq). Not always equal: a cut
+    # that lands during a resend, before the server read those commands,
+    # makes the client count them again at the next resume.
+    assert 0 < stats.duplicate_commands <= t["resent_already_applied"]
     assert ref_stats.duplicate_commands == 0
     assert stats.live_tensors == ref_stats.live_tensors  # releases neither lost nor doubled
 

@@ -554,31 +554,7 @@ class StreamCore:
 
     def call(self, command: pb.Command) -> pb.CommandResult:
         """Enqueues a command that returns something, waits, returns its result."""
-        seq = self.enqueue(command)
-        if seq == 0:
-            raise self._closed_error()
-        # A fetch whose result the server no longer kept after a reconnect is
-        # sent again (_refetch_locked): wait for that one instead.
-        for _ in range(8):
-            try:
-                self._wait(self._flush_for_wait())
-            except GradtapeError:
-                with self._lock:
-                    self._results.pop(seq, None)
-                raise
-            with self._lock:
-                result = self._results.pop(seq, None)
-                again = self._redirects.pop(seq, None) if result is None else None
-            if again is None:
-                break
-            seq = again
-        if result is None:
-            raise GradtapeError(
-                grpc.StatusCode.INTERNAL,
-                f"the server sent no result for command {seq} of session {self.session_id}",
-                seq=seq,
-            )
-        return result
+        return self.await_result(*self.send_for_result(command))
 
     def unary(self, what: str, call: Callable[[float], T]) -> T:
         """Runs a unary call of the session (`call(timeout_s)`), retrying
@@ -647,16 +623,14 @@ class StreamCore:
         await_result. Several may be in flight."""
         seq = self.enqueue(command)
         if seq == 0:
-            raise GradtapeError(
-                grpc.StatusCode.FAILED_PRECONDITION,
-                f"gradtape session {self.session_id} is closed",
-            )
+            raise self._closed_error()
         return seq, self._flush_for_wait()
 
     def await_result(self, seq: int, batch_id: int) -> pb.CommandResult:
         """The second half of call(): waits for batch `batch_id` and returns
         the result of command `seq` (or raises the first unreported error).
-        A fetch sent again after a resume (see call) is followed."""
+        A fetch whose result the server no longer kept after a reconnect is
+        sent again (_refetch_locked): then this waits for that one."""
         for _ in range(8):
             try:
                 self._wait(batch_id)
