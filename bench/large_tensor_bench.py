@@ -11,10 +11,12 @@ times, alternating, medians of --reps runs:
             and FetchTensor chunks decoded into a numpy array the same way
 
 and the small-fetch path: t.numpy() of a float32[4] against the plain
-FetchTensor call the client made before chunked transfer.
+FetchTensor call the client made before chunked transfer. Each backend of
+the client is timed (--backends: native, the compiled extension, and pure,
+StreamCore), alternated with the raw stub in the same run.
 
   python bench/large_tensor_bench.py [--bin build/bench/large_tensor_bench]
-      [--sizes_mb 64] [--reps 5]
+      [--sizes_mb 64] [--reps 5] [--backends native,pure]
 """
 
 import argparse
@@ -95,6 +97,7 @@ def main():
     parser.add_argument("--bin", default="build/bench/large_tensor_bench")
     parser.add_argument("--sizes_mb", default="64")
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--backends", default="native,pure", help="native, pure or both")
     args = parser.parse_args()
     proc = subprocess.Popen([args.bin, "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
@@ -103,31 +106,43 @@ def main():
         options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
         channel = grpc.insecure_channel(raw_address, options=options)
         stub = pb_grpc.TapeServiceStub(channel)
-        with gradtape.connect(gradtape_address, timeout=30) as session:
-            small_fetches(session)
+        backends = args.backends.split(",")
+        sessions = {b: gradtape.connect(gradtape_address, timeout=30, native=b == "native") for b in backends}
+        try:
+            for name, session in sessions.items():
+                print(f"[{name}] ", end="")
+                small_fetches(session)
             print(f"python large_tensor_bench: float32, chunks of {CHUNK >> 20} MiB, {args.reps} runs, medians")
-            print(f"{'MiB':<6} {'op':<6} {'gradtape MB/s':>14} {'raw MB/s':>14} {'time ratio g/raw':>18}")
+            print(f"{'MiB':<6} {'op':<6} {'backend':<8} {'gradtape MB/s':>14} {'raw MB/s':>14} {'time ratio g/raw':>18}")
             for mib in (int(m) for m in args.sizes_mb.split(",")):
                 x = (np.arange(mib << 18) % 1024).astype(np.float32)
-                gput, rput, gfetch, rfetch = [], [], [], []
+                times = {(b, op): [] for b in backends + ["raw"] for op in ("put", "fetch")}
                 for _ in range(args.reps):
-                    holder = {}
+                    for name, session in sessions.items():
+                        holder = {}
 
-                    def put():
-                        holder["t"] = session.constant(x)
-                        session.sync()
+                        def put():
+                            holder["t"] = session.constant(x)
+                            session.sync()
 
-                    gput.append(timed(put))
-                    rput.append(timed(lambda: raw_put(stub, x)))
-                    out = {}
-                    gfetch.append(timed(lambda: out.update(g=holder["t"].numpy())))
-                    rfetch.append(timed(lambda: out.update(r=raw_fetch(stub, x.nbytes, np.float32, x.shape))))
-                    assert np.array_equal(out["g"], x)
-                    del holder["t"], out
+                        times[name, "put"].append(timed(put))
+                        times["raw", "put"].append(timed(lambda: raw_put(stub, x)))
+                        out = {}
+                        times[name, "fetch"].append(timed(lambda: out.update(g=holder["t"].numpy())))
+                        times["raw", "fetch"].append(
+                            timed(lambda: out.update(r=raw_fetch(stub, x.nbytes, np.float32, x.shape)))
+                        )
+                        assert np.array_equal(out["g"], x)
+                        del holder["t"], out
                 mb = x.nbytes / 1e6
-                for op, g, r in (("put", gput, rput), ("fetch", gfetch, rfetch)):
-                    g, r = statistics.median(g), statistics.median(r)
-                    print(f"{mib:<6} {op:<6} {mb / g:>14.0f} {mb / r:>14.0f} {g / r:>18.2f}")
+                for op in ("put", "fetch"):
+                    r = statistics.median(times["raw", op])
+                    for name in backends:
+                        g = statistics.median(times[name, op])
+                        print(f"{mib:<6} {op:<6} {name:<8} {mb / g:>14.0f} {mb / r:>14.0f} {g / r:>18.2f}")
+        finally:
+            for session in sessions.values():
+                session.close()
         channel.close()
     finally:
         proc.stdin.close()

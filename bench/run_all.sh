@@ -18,11 +18,28 @@ if [ $QUICK = 1 ]; then REPS=3; OPS=50000; SMALL_OPS=10000; STEPS=100; LONG_STEP
 echo "== building $BUILD (Release)"
 cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DGRADTAPE_BUILD_TESTS=OFF >/dev/null
 ninja -C $BUILD recording_bench stream_bench kernel_bench memory_bench mlp_bench \
-  gradtape-server gradtape-ghz-sessions unary_load >/dev/null
+  gradtape-server gradtape-ghz-sessions unary_load large_tensor_bench >/dev/null
 if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import numpy" 2>/dev/null; then
   python3 -m venv .venv
   .venv/bin/pip install -q --disable-pip-version-check -r tests/python/requirements.txt
 fi
+# The Python client's comparison (bench/python_bench.py) needs torch and
+# tensorflow-cpu: benchmark-only dependencies, in a venv of their own
+# (.venv-bench, or $GRADTAPE_BENCH_VENV), never in the tests' .venv or CI's
+# path. PyPI's torch for Linux pulls the CUDA wheels: several GB. With
+# GRADTAPE_BENCH_BASELINES=0 they are not installed (the bench then prints
+# "not installed" for them). The client is reinstalled into it on every run,
+# so that the bench measures this checkout (and its extension, when built).
+BENCH_VENV="${GRADTAPE_BENCH_VENV:-.venv-bench}"
+[ -x "$BENCH_VENV/bin/python" ] || python3 -m venv "$BENCH_VENV"
+"$BENCH_VENV/bin/pip" install -q --disable-pip-version-check -r tests/python/requirements.txt
+if [ "${GRADTAPE_BENCH_BASELINES:-1}" = 1 ] && \
+    ! "$BENCH_VENV/bin/python" -c "import torch, tensorflow" 2>/dev/null; then
+  echo "== installing bench/requirements.txt (torch, tensorflow-cpu) into $BENCH_VENV: several GB"
+  "$BENCH_VENV/bin/pip" install -q --disable-pip-version-check -r bench/requirements.txt
+fi
+"$BENCH_VENV/bin/pip" install -q --disable-pip-version-check --no-build-isolation ./client/python
+echo "== $BENCH_VENV: $(du -sh "$BENCH_VENV" 2>/dev/null | cut -f1)"
 
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
@@ -62,6 +79,11 @@ GRADTAPE_BUILD_DIR=$ROOT/$BUILD run ghz bash $L/run_ghz.sh --duration=$GHZ_DURAT
   $L/keepalive.json $L/run_unary_fixed.json $L/run_unary.json \
   $L/keepalive.json $L/run_unary_fixed.json $L/stream.json \
   $L/keepalive.json $L/run_unary_fixed.json || true
+# The Python client (native and pure backends) beside local PyTorch and TF
+# eager: per op, the digits MLP, 64 MiB puts and fetches.
+PYQUICK=(); [ $QUICK = 1 ] && PYQUICK=(--quick)
+run python "$BENCH_VENV/bin/python" bench/python_bench.py --server-bin $BUILD/server/gradtape-server \
+  --large-bin $BUILD/bench/large_tensor_bench ${PYQUICK[@]+"${PYQUICK[@]}"} || true
 
 python3 bench/write_performance.py "$OUT" docs/PERFORMANCE.md
 echo "== wrote docs/PERFORMANCE.md"

@@ -272,6 +272,37 @@ def ghz(folder, out):
     out.append("")
 
 
+def python_client(folder, out):
+    """bench/python_bench.py prints markdown tables and "target ..." lines:
+    copied as they are, its section headings made sub-headings."""
+    text = read(folder, "python")
+    out.append("### 7. Python client vs local PyTorch and TF eager (same run)\n")
+    out.append(f"`{cmd(folder, 'python')}`\n")
+    if not text:
+        out.append("(not run)\n")
+        return
+    kind = None  # the kind of the last line copied: blocks of different kinds get a blank line
+    for line in text.splitlines():
+        if line.startswith("### python_bench "):
+            line, this = "**" + line[len("### python_bench "):] + "**", "heading"
+        elif line.startswith("target "):
+            line, this = line.replace("NOT met", "**NOT met**"), "target"
+        elif line.startswith("|"):
+            this = "table"
+        elif line.startswith("- "):
+            this = "list"
+        elif line.startswith(("batch ", "python_bench:", "C++ floor", "(C++ floor", "Traceback",
+                              "RuntimeError")):
+            this = "text"
+        else:
+            continue
+        if kind is not None and (this != kind or this in ("target", "text", "heading")):
+            out.append("")
+        out.append(line)
+        kind = this
+    out.append("")
+
+
 def main():
     folder, doc = sys.argv[1], sys.argv[2]
     out = [RESULTS_BEGIN, "## Results\n", machine()]
@@ -281,6 +312,7 @@ def main():
     mlp(folder, out)
     kernels(folder, out)
     memory(folder, out)
+    python_client(folder, out)
     out.append(RESULTS_END)
     section = "\n".join(out)
     text = open(doc).read() if os.path.exists(doc) else \

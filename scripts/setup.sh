@@ -13,6 +13,7 @@ PACKAGES=(g++ cmake ninja-build pkg-config
   openssl  # the CLI: throwaway test certificates (tests/make_test_certs.sh)
   prometheus-cpp-dev nlohmann-json3-dev libcurl4-openssl-dev  # metrics, access log, metrics_test
   python3 python3-venv python3-pip nginx-light
+  python3-dev  # the Python client's extension (client/python/native)
   clang-14 libfuzzer-14-dev libclang-rt-14-dev)  # scripts/fuzz.sh
 source "$ROOT/scripts/install_packages.sh"
 install_packages "${PACKAGES[@]}"

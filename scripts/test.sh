@@ -17,8 +17,9 @@ if [ ! -x .venv/bin/pytest ] || ! cmp -s tests/python/requirements.txt .venv/req
   .venv/bin/pip install -q --disable-pip-version-check -r tests/python/requirements.txt
   cp tests/python/requirements.txt .venv/requirements.txt
 fi
-echo "== python client (pip install ./client/python: stubs generated from proto/)"
-.venv/bin/pip install -q --disable-pip-version-check --no-build-isolation ./client/python
+echo "== python client (pip install ./client/python: stubs generated from proto/, the extension built in build/)"
+GRADTAPE_CMAKE_BUILD_DIR="$ROOT/build" \
+  .venv/bin/pip install -q --disable-pip-version-check --no-build-isolation ./client/python
 
 status=0
 LOGS="$(mktemp -d)"
@@ -35,9 +36,9 @@ if source scripts/go_env.sh; then
 else
   echo "go: no Go >= 1.22 (needed for client/go and ghz)" | tee "$LOGS/go"; status=1
 fi
-echo "== pytest"
-GRADTAPE_SERVER_BIN="$ROOT/build/server/gradtape-server" \
-  timeout 900 .venv/bin/pytest -q tests/python 2>&1 | tee "$LOGS/pytest" || status=1
+echo "== pytest (each client test as [native] and [pure]; CI=true: a missing extension fails them; 2 workers)"
+CI=true GRADTAPE_SERVER_BIN="$ROOT/build/server/gradtape-server" \
+  timeout 900 .venv/bin/pytest -q -n 2 tests/python 2>&1 | tee "$LOGS/pytest" || status=1
 echo "== ghz load test (tests/load: Run fixed ids 4 s, Run templated ids 3 s, Stream 3 s, Run fixed ids over TLS 2 s; fails on errors only)"
 bash tests/load/run_ghz.sh --duration=4s tests/load/run_unary_fixed.json 2>&1 | tee "$LOGS/ghz" || status=1
 bash tests/load/run_ghz.sh --duration=3s tests/load/run_unary.json tests/load/stream.json 2>&1 | tee -a "$LOGS/ghz" || status=1

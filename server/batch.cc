@@ -673,7 +673,7 @@ v1::CommandResult StopResult(int64_t seq, const v1::Error& original,
 // (index == size: after its last command, which a kernel's check stopped).
 absl::Status StoppedError(const Cancellation& cancel, int64_t last_seq,
                           const v1::CommandBatch& batch, int index) {
-  const absl::StatusCode code = cancel.Check("").code();
+  const absl::StatusCode code = cancel.StopCode();
   const int rest = batch.commands_size() - index;
   std::string not_applied =
       rest == 0 ? std::string("no command of the batch remained")
@@ -723,7 +723,7 @@ absl::Status ApplyBatch(Session& session, const v1::CommandBatch& batch,
   };
   const auto& commands = batch.commands();
   for (int i = 0; i < commands.size(); ++i) {
-    if (cancel != nullptr && cancel->Poll()) {
+    if (cancel != nullptr && cancel->PollBetweenCommands()) {
       reply->set_last_seq(last_seq());
       return StoppedError(*cancel, last_seq(), batch, i);
     }

@@ -105,6 +105,17 @@ absl::StatusCode CancelCode(const Cancellation& cancel) {
                                           : absl::StatusCode::kCancelled;
 }
 
+// A call's OnCancel: a passed deadline stops the batch at once (kernels
+// included), a cancellation before the next command.
+void StopOnCancel(Cancellation& cancel) {
+  const absl::StatusCode code = CancelCode(cancel);
+  if (code == absl::StatusCode::kDeadlineExceeded) {
+    cancel.Cancel(code);
+  } else {
+    cancel.CancelBetweenCommands(code);
+  }
+}
+
 // A batch stopped by its call's deadline or cancellation: the status names
 // `what` and the last applied seq, which also goes out as trailing metadata
 // (kLastAppliedSeqTrailer) so that clients read it without parsing text.
@@ -313,8 +324,11 @@ class StreamReactor final
   }
 
   // The client cancelled, the deadline passed or the connection broke: the
-  // batch running or queued stops before its next command.
-  void OnCancel() override { cancel_.Cancel(CancelCode(cancel_)); }
+  // batch running or queued stops before its next command. A passed
+  // deadline also stops the command in progress (kernels check it); a
+  // client gone lets it finish (Cancellation::CancelBetweenCommands says
+  // why).
+  void OnCancel() override { StopOnCancel(cancel_); }
 
   void OnDone() override {
     if (drain_.Unregister(this)) delete this;
@@ -519,7 +533,7 @@ class RunReactor final : public grpc::ServerUnaryReactor {
     if (!status.ok()) Finish(ToGrpcStatus(status));
   }
 
-  void OnCancel() override { cancel_.Cancel(CancelCode(cancel_)); }
+  void OnCancel() override { StopOnCancel(cancel_); }
   void OnDone() override { delete this; }
 
  private:

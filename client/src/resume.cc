@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -39,43 +40,60 @@ absl::Status UnreachableError(absl::string_view session_id,
                               absl::string_view address,
                               absl::Duration unreachable_for, int64_t attempts,
                               const absl::Status& last_error) {
-  return absl::UnavailableError(absl::StrFormat(
+  absl::Status status = absl::UnavailableError(absl::StrFormat(
       "session %s: server %s unreachable for %.1f s (%d reconnect attempts): "
-      "%s",
+      "%s: %s",
       session_id, address, absl::ToDoubleSeconds(unreachable_for), attempts,
-      last_error.message()));
+      absl::StatusCodeToString(last_error.code()), last_error.message()));
+  status.SetPayload(kLostReasonPayload, absl::Cord("unreachable"));
+  status.SetPayload(kLostAttemptsPayload, absl::Cord(absl::StrCat(attempts)));
+  status.SetPayload(
+      kLostSecondsPayload,
+      absl::Cord(absl::StrCat(absl::ToDoubleSeconds(unreachable_for))));
+  return status;
 }
 
 absl::Status ConnectionLostError(absl::string_view session_id,
                                  absl::string_view address,
                                  const absl::Status& cause) {
-  return absl::UnavailableError(absl::StrCat(
-      "session ", session_id, ": the connection to server ", address,
-      " was lost and reconnecting is off (SessionOptions::reconnect_timeout "
-      "is 0): ",
-      absl::StatusCodeToString(cause.code()), ": ", cause.message()));
+  // Worded as UnreachableError after no attempt (as the Python client).
+  absl::Status status = absl::UnavailableError(absl::StrCat(
+      "session ", session_id, ": server ", address,
+      " unreachable for 0.0 s (0 reconnect attempts): ",
+      absl::StatusCodeToString(cause.code()), ": ", cause.message(),
+      " (reconnecting is off: SessionOptions::reconnect_timeout is 0)"));
+  status.SetPayload(kLostReasonPayload, absl::Cord("unreachable"));
+  return status;
 }
 
 absl::Status FinalStreamError(absl::string_view session_id,
                               absl::string_view address,
                               const absl::Status& cause) {
+  absl::Status status;
+  absl::string_view reason = "ended";
   switch (cause.code()) {
     case absl::StatusCode::kNotFound:
-      return absl::NotFoundError(absl::StrCat(
+      reason = "not_found";
+      status = absl::NotFoundError(absl::StrCat(
           "session ", session_id,
           ": the server no longer has this session (it restarted, drained, "
           "or the session's lease ran out): ",
           cause.message()));
+      break;
     case absl::StatusCode::kUnavailable:
-      return absl::UnavailableError(absl::StrCat(
+      reason = "draining";
+      status = absl::UnavailableError(absl::StrCat(
           "session ", session_id, ": server ", address,
           " is draining and ended the session's stream; restore the drain "
           "checkpoint (--checkpoint_on_drain) in a new session: ",
           cause.message()));
+      break;
     default:
-      return absl::Status(cause.code(), absl::StrCat("session ", session_id,
-                                                     ": ", cause.message()));
+      status = absl::Status(cause.code(), absl::StrCat("session ", session_id,
+                                                       ": ", cause.message()));
   }
+  status.SetPayload(kLostReasonPayload, absl::Cord(reason));
+  return status;
 }
 
 }  // namespace gradtape::client::internal

@@ -36,6 +36,11 @@ namespace gradtape::client::internal {
 
 // The trailing metadata on every non-OK status the gradtape server sends.
 inline constexpr char kServerStatusTrailer[] = "gradtape-server-status";
+// Payloads of a lost session's status: why ("unreachable", "not_found",
+// "draining", "ended"), the reconnect attempts and the seconds they took.
+inline constexpr char kLostReasonPayload[] = "gradtape-lost-reason";
+inline constexpr char kLostAttemptsPayload[] = "gradtape-lost-attempts";
+inline constexpr char kLostSecondsPayload[] = "gradtape-lost-seconds";
 
 // True when a call that ended with `code` failed in transport (a dropped
 // connection, a proxy's RST_STREAM or 502): UNAVAILABLE, INTERNAL or
@@ -66,7 +71,9 @@ absl::Status UnreachableError(absl::string_view session_id,
                               absl::string_view address,
                               absl::Duration unreachable_for, int64_t attempts,
                               const absl::Status& last_error);
-// UNAVAILABLE for a transport failure with reconnecting turned off.
+// UNAVAILABLE for a transport failure with reconnecting turned off: "...
+// unreachable for 0.0 s (0 reconnect attempts): <cause> (reconnecting is
+// off: ...)".
 absl::Status ConnectionLostError(absl::string_view session_id,
                                  absl::string_view address,
                                  const absl::Status& cause);

@@ -208,25 +208,41 @@ int64_t SessionCore::Enqueue(CommandFill fill, absl::string_view what,
   {
     absl::MutexLock lock(&mu_);
     if (closed_) return 0;
-    // Handles dropped since the last command are released before it, as an
-    // in-process caller would: the server frees their tensors now instead
-    // of holding them until the batch ends.
-    AppendReleasesLocked();
-    seq = ++next_seq_;
-    v1::Command& command = *pending_->batch().add_commands();
-    fill(command);
-    command.set_seq(seq);
-    pending_bytes_ += ApproxBytes(command);
+    seq = AppendLocked(fill, &full);
     if (!local_error.empty()) {
       errors_.push_back(
           {seq, absl::InvalidArgumentError(absl::StrCat(what, " (command ", seq,
                                                         "): ", local_error))});
       local_failures_.insert(seq);
     }
-    full = pending_->batch().commands_size() >= options_.batch_size ||
-           pending_bytes_ >= options_.max_batch_bytes;
   }
   if (full) Flush();
+  return seq;
+}
+
+int64_t SessionCore::AppendLocked(CommandFill fill, bool* full) {
+  v1::Command& command = *pending_->batch().add_commands();
+  fill(command);
+  // Handles dropped are released in one ReleaseTensors before the command
+  // once kReleaseBatch of them wait, and before any command that is not an
+  // op (a fetch, a gradient, stats, ... see the releases at once): the
+  // server frees their tensors within a few ops instead of holding them
+  // until the batch ends, and a chain of ops does not cost two commands per
+  // op (an op, then the release of its input). A release after commands
+  // that name its id is always safe: a dropped handle is never named again.
+  if (!pending_releases_.empty() &&
+      (pending_releases_.size() >= kReleaseBatch || !command.has_execute())) {
+    AppendReleasesLocked();
+    auto* commands = pending_->batch().mutable_commands();
+    commands->SwapElements(commands->size() - 1, commands->size() - 2);
+    // `command` still refers to the same message, now second to last; the
+    // release took the next seq, the command takes the one after it.
+  }
+  const int64_t seq = ++next_seq_;
+  command.set_seq(seq);
+  pending_bytes_ += ApproxBytes(command);
+  *full = pending_->batch().commands_size() >= options_.batch_size ||
+          pending_bytes_ >= options_.max_batch_bytes;
   return seq;
 }
 
@@ -275,9 +291,31 @@ void SessionCore::AppendReleasesLocked() {
   pending_releases_.clear();
 }
 
-void SessionCore::Flush() {
-  absl::MutexLock write_lock(&write_mu_);
-  FlushLocked(/*reply_wanted=*/false);
+void SessionCore::Flush() { FlushUnlessReconnecting(/*reply_wanted=*/false); }
+
+int64_t SessionCore::FlushUnlessReconnecting(bool reply_wanted)
+    ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  if (!write_mu_.TryLock()) {
+    {
+      absl::MutexLock lock(&mu_);
+      // The supervisor holds write_mu_ while it reconnects: the batch joins
+      // the unacknowledged ones it resends (in order: it takes them only
+      // once the new stream is open).
+      if (broken_) {
+        (void)TakeBatchLocked(reply_wanted);
+        return last_batch_id_;
+      }
+    }
+    write_mu_.Lock();
+  }
+  FlushLocked(reply_wanted);
+  int64_t batch_id;
+  {
+    absl::MutexLock lock(&mu_);
+    batch_id = last_batch_id_;
+  }
+  write_mu_.Unlock();
+  return batch_id;
 }
 
 void SessionCore::ClearPendingLocked() {
@@ -297,63 +335,66 @@ void SessionCore::FlushLocked(bool reply_wanted) {
   std::shared_ptr<CommandBuffer> sending;
   {
     absl::MutexLock lock(&mu_);
-    if (closed_ || !lost_.ok()) {
-      // Nobody will answer: every wait reports the loss instead.
-      ClearPendingLocked();
-      return;
-    }
-    AppendReleasesLocked();
-    if (pending_->batch().commands_size() == 0) {
-      // Nothing new, but a wait needs a reply to the last batch: if that
-      // one went out reply_optional and may stay unanswered, an empty batch
-      // asks for the reply that acknowledges it.
-      if (!reply_wanted || !last_reply_optional_ ||
-          last_answered_id_ >= last_batch_id_) {
-        return;
-      }
-    }
-    // Back-pressure on what a resend would need: replies come (every
-    // quarter of the limit asked for one) or the stream breaks (the batch
-    // is then kept for the resend).
-    while (unacked_bytes_ > options_.max_unacked_bytes && !broken_ &&
-           lost_.ok()) {
-      cv_.Wait(&mu_);
-    }
-    if (!lost_.ok()) {
-      ClearPendingLocked();
-      return;
-    }
-    sending = std::exchange(pending_, NewBufferLocked());
-    const int64_t bytes = std::exchange(pending_bytes_, 0);
-    v1::CommandBatch& batch = sending->batch();
-    if (batch.commands_size() > 0) {
-      last_sent_seq_ = batch.commands(batch.commands_size() - 1).seq();
-    }
-    if (bytes_since_reply_wanted_ + bytes >= options_.max_unacked_bytes / 4) {
-      reply_wanted = true;
-    }
-    bytes_since_reply_wanted_ =
-        reply_wanted ? 0 : bytes_since_reply_wanted_ + bytes;
-    batch.set_batch_id(++last_batch_id_);
-    batch.set_reply_optional(!reply_wanted);
-    batch.set_ack_seq(acked_seq_);
-    last_reply_optional_ = !reply_wanted;
-    unacked_.push_back({last_batch_id_, last_sent_seq_, bytes, sending});
-    unacked_bytes_ += bytes;
-    counters_.commands_sent += batch.commands_size();
-    ++counters_.batches_sent;
-    // A broken stream: the supervisor resends the batch on the next one.
-    if (broken_) return;
+    sending = TakeBatchLocked(reply_wanted);
   }
   // A failed write needs nothing here: the reader sees the stream end.
-  (void)stream_->Write(sending->batch());
+  if (sending != nullptr) (void)stream_->Write(sending->batch());
+}
+
+std::shared_ptr<CommandBuffer> SessionCore::TakeBatchLocked(bool reply_wanted) {
+  std::shared_ptr<CommandBuffer> sending;
+  if (closed_ || !lost_.ok()) {
+    // Nobody will answer: every wait reports the loss instead.
+    ClearPendingLocked();
+    return nullptr;
+  }
+  AppendReleasesLocked();
+  if (pending_->batch().commands_size() == 0) {
+    // Nothing new, but a wait needs a reply to the last batch: if that
+    // one went out reply_optional and may stay unanswered, an empty batch
+    // asks for the reply that acknowledges it.
+    if (!reply_wanted || !last_reply_optional_ ||
+        last_answered_id_ >= last_batch_id_) {
+      return nullptr;
+    }
+  }
+  // Back-pressure on what a resend would need: replies come (every
+  // quarter of the limit asked for one) or the stream breaks (the batch
+  // is then kept for the resend).
+  while (unacked_bytes_ > options_.max_unacked_bytes && !broken_ &&
+         lost_.ok()) {
+    cv_.Wait(&mu_);
+  }
+  if (!lost_.ok()) {
+    ClearPendingLocked();
+    return nullptr;
+  }
+  sending = std::exchange(pending_, NewBufferLocked());
+  const int64_t bytes = std::exchange(pending_bytes_, 0);
+  v1::CommandBatch& batch = sending->batch();
+  if (batch.commands_size() > 0) {
+    last_sent_seq_ = batch.commands(batch.commands_size() - 1).seq();
+  }
+  if (bytes_since_reply_wanted_ + bytes >= options_.max_unacked_bytes / 4) {
+    reply_wanted = true;
+  }
+  bytes_since_reply_wanted_ =
+      reply_wanted ? 0 : bytes_since_reply_wanted_ + bytes;
+  batch.set_batch_id(++last_batch_id_);
+  batch.set_reply_optional(!reply_wanted);
+  batch.set_ack_seq(acked_seq_);
+  last_reply_optional_ = !reply_wanted;
+  unacked_.push_back({last_batch_id_, last_sent_seq_, bytes, sending});
+  unacked_bytes_ += bytes;
+  counters_.commands_sent += batch.commands_size();
+  ++counters_.batches_sent;
+  // A broken stream: the supervisor resends the batch on the next one.
+  if (broken_) return nullptr;
+  return sending;
 }
 
 int64_t SessionCore::FlushForWait() {
-  absl::MutexLock write_lock(&write_mu_);
-  FlushLocked(/*reply_wanted=*/true);
-  absl::MutexLock lock(&mu_);
-  return last_batch_id_;
+  return FlushUnlessReconnecting(/*reply_wanted=*/true);
 }
 
 absl::Status SessionCore::WaitAndTakeErrors(int64_t batch_id,
@@ -389,6 +430,10 @@ absl::Status SessionCore::TakeErrorsLocked() {
         status.code(),
         absl::StrCat(status.message(), " [and ", errors_.size() - 1,
                      " later command error(s) in this session]"));
+    first->status.ForEachPayload(
+        [&](absl::string_view key, const absl::Cord& value) {
+          status.SetPayload(key, value);
+        });
   }
   errors_.clear();
   return status;
@@ -426,6 +471,7 @@ absl::Status SessionCore::Close() {
     absl::MutexLock lock(&mu_);
     if (closed_) return absl::OkStatus();
   }
+  // FlushForWait does not wait for a reconnect in progress.
   absl::Status status =
       WaitAndTakeErrors(FlushForWait(), absl::Now() + options_.rpc_timeout);
   {

@@ -42,7 +42,13 @@
 namespace gradtape::client::internal {
 
 inline constexpr char kSessionIdHeader[] = "gradtape-session-id";
+// Released ids batched into one ReleaseTensors (SessionCore::AppendLocked).
+inline constexpr size_t kReleaseBatch = 16;
 inline constexpr char kSessionTokenHeader[] = "gradtape-session-token";
+// Payloads of a command's error status: its seq and op label
+// (CommandLabelLocked), for bindings that report them as fields.
+inline constexpr char kCommandSeqPayload[] = "gradtape-command-seq";
+inline constexpr char kCommandOpPayload[] = "gradtape-command-op";
 
 // gRPC helpers shared by session.cc and session_resume.cc.
 // `s` as an absl::Status, its message prefixed with `what`.
@@ -105,6 +111,8 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   int64_t chunk_bytes() const { return options_.chunk_bytes; }
 
   int64_t NewTensorId() { return next_tensor_id_.fetch_add(1) + 1; }
+  // The first of `n` (>= 1) consecutive new tensor ids.
+  int64_t NewTensorIds(int64_t n) { return next_tensor_id_.fetch_add(n) + 1; }
   int64_t NewTapeId() { return next_tape_id_.fetch_add(1) + 1; }
   // A handle owning `id`.
   Tensor MakeTensor(int64_t id);
@@ -130,6 +138,16 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   using CommandFill = absl::FunctionRef<void(v1::Command&)>;
   int64_t Enqueue(CommandFill fill, absl::string_view what = "",
                   absl::string_view local_error = "");
+  // Enqueue without the flush (client/src/session_bindings.cc): for callers
+  // that must not block here (a binding that first releases its
+  // interpreter lock, a finalizer). `flush_due`: the buffer is full, call
+  // Flush(). A lost session buffers nothing (`lost`: report lost()).
+  struct Enqueued {
+    int64_t seq = 0;  // 0: closed or lost, nothing buffered
+    bool flush_due = false;
+    bool lost = false;
+  };
+  Enqueued EnqueueNoFlush(CommandFill fill);
   // The same for a command built by the caller (copied into the buffer).
   int64_t Enqueue(const v1::Command& command, absl::string_view what = "",
                   absl::string_view local_error = "");
@@ -144,6 +162,8 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   void Flush();
   // Wait point: flush, wait for every reply, report the first error.
   absl::Status Sync();
+  // Sync bounded by `deadline` (DEADLINE_EXCEEDED past it).
+  absl::Status SyncUntil(absl::Time deadline);
   // Wait point for a command that returns something: enqueue, flush, wait,
   // and return its result (or the first unreported error).
   absl::StatusOr<v1::CommandResult> Call(v1::Command command);
@@ -159,6 +179,16 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   absl::StatusOr<HostTensor> FetchInChunks(int64_t id);
   ClientCounters counters() const;
   int64_t last_seq() const;
+
+  // For language bindings (client/src/session_bindings.cc).
+  // Unary ListOps with the session's metadata.
+  absl::StatusOr<v1::ListOpsResponse> ListOps();
+  bool closed() const;
+  // OK, or the error every wait returns once the session is lost (its
+  // payloads: kLostReasonPayload (client/src/resume.h), kLostAttemptsPayload,
+  // kLostSecondsPayload, kLastAppliedSeqPayload).
+  absl::Status lost() const;
+  const std::string& token() const { return token_; }
 
  private:
   struct CommandError {
@@ -187,6 +217,14 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   // batch goes out reply_optional: the server answers it only if it has
   // results. Waits while the unacknowledged bytes exceed max_unacked_bytes.
   void FlushLocked(bool reply_wanted) ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // FlushLocked's bookkeeping: the batch to write (null: nothing to write,
+  // or the stream is broken and the batch waits for the resend).
+  std::shared_ptr<CommandBuffer> TakeBatchLocked(bool reply_wanted)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Flush (or FlushForWait) that does not wait for a reconnect in
+  // progress: while the stream is broken the batch is only kept for the
+  // supervisor's resend. Returns the id of the last batch sent or kept.
+  int64_t FlushUnlessReconnecting(bool reply_wanted);
   // Drops the buffered commands and releases.
   void ClearPendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::shared_ptr<CommandBuffer> NewBufferLocked()
@@ -199,6 +237,13 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   absl::Status WaitAndTakeErrors(int64_t batch_id,
                                  absl::Time deadline = absl::InfiniteFuture());
   absl::Status TakeErrorsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Appends a command with the next seq; sets `*full` when the buffer is.
+  int64_t AppendLocked(CommandFill fill, bool* full)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The op (ExecuteOp) or command kind ("FetchTensor", "Gradient", ...) of
+  // the unacknowledged command `seq`, or "" if it is not kept.
+  std::string CommandLabelLocked(int64_t seq) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // The supervisor thread's body (see the top of this file).
   void Supervise();
@@ -219,9 +264,12 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   // KeepAlive with the session's metadata: a reconnect's probe. Sets
   // `*server_trailer` when the status carries the server's trailer.
-  absl::Status ProbeSession(absl::Time deadline, bool* server_trailer);
+  absl::Status ProbeSession(absl::Time deadline, bool* server_trailer,
+                            int64_t* last_applied_seq);
   void OpenStreamLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   void ResendLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // The server's last applied seq at the last successful probe.
+  int64_t probe_applied_seq_ ABSL_GUARDED_BY(write_mu_) = 0;
   void SetLostLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // CloseSession, retried in transport within rpc_timeout.
   absl::Status CloseOnServer();

@@ -38,9 +38,11 @@ absl::Status SessionCore::CreateSession() {
     }
     // A transport failure (e.g. a proxy that cannot reach the replica this
     // id hashes to) is retried with a new id, within reconnect_timeout.
+    // The caller's own id is tried once (it would reach the same replica).
     const absl::Duration delay = backoff.Next();
     if (!IsTransportFailure(static_cast<absl::StatusCode>(s.error_code()),
                             HasServerTrailer(context)) ||
+        !options_.session_id.empty() ||
         absl::Now() + delay - start > options_.reconnect_timeout) {
       return FromGrpc(
           s, absl::StrCat(
@@ -102,10 +104,13 @@ void SessionCore::HandleReplyLocked(v1::BatchReply& reply) {
     }
     if (result.has_error()) {
       if (local_failures_.erase(result.seq()) > 0) continue;
-      errors_.push_back(
-          {result.seq(),
-           absl::Status(static_cast<absl::StatusCode>(result.error().code()),
-                        result.error().message())});
+      absl::Status error(static_cast<absl::StatusCode>(result.error().code()),
+                         result.error().message());
+      error.SetPayload(kCommandSeqPayload,
+                       absl::Cord(absl::StrCat(result.seq())));
+      error.SetPayload(kCommandOpPayload,
+                       absl::Cord(CommandLabelLocked(result.seq())));
+      errors_.push_back({result.seq(), std::move(error)});
     } else {
       const int64_t seq = result.seq();
       results_[seq] = std::move(result);
@@ -160,6 +165,11 @@ bool SessionCore::RecoverLocked() {
     if (s.ok() || !IsTransportFailure(cause.code(), server_trailer)) {
       absl::Status final_status =
           FinalStreamError(session_id_, address_, cause);
+      // A clean end is no drain (that one carries the server's trailer).
+      if (s.ok() ||
+          (cause.code() == absl::StatusCode::kUnavailable && !server_trailer)) {
+        final_status.SetPayload(kLostReasonPayload, absl::Cord("ended"));
+      }
       if (last_applied.has_value()) {
         final_status.SetPayload(kLastAppliedSeqPayload, *last_applied);
       }
@@ -199,7 +209,7 @@ bool SessionCore::ReconnectLocked(const absl::Status& cause) {
     bool server_trailer = false;
     absl::Status probe =
         ProbeSession(std::min(deadline, absl::Now() + options_.rpc_timeout),
-                     &server_trailer);
+                     &server_trailer, &probe_applied_seq_);
     if (probe.ok()) {
       OpenStreamLocked();
       return true;
@@ -215,7 +225,8 @@ bool SessionCore::ReconnectLocked(const absl::Status& cause) {
 }
 
 absl::Status SessionCore::ProbeSession(absl::Time deadline,
-                                       bool* server_trailer) {
+                                       bool* server_trailer,
+                                       int64_t* last_applied_seq) {
   grpc::ClientContext context;
   AddSessionMetadata(&context);
   context.set_deadline(absl::ToChronoTime(deadline));
@@ -223,6 +234,7 @@ absl::Status SessionCore::ProbeSession(absl::Time deadline,
   grpc::Status s =
       stub_->KeepAlive(&context, v1::KeepAliveRequest(), &response);
   *server_trailer = !s.ok() && HasServerTrailer(context);
+  if (s.ok()) *last_applied_seq = response.last_applied_seq();
   return FromGrpc(s, "KeepAlive");
 }
 
@@ -248,6 +260,11 @@ void SessionCore::ResendLocked() {
     for (const SentBatch& sent : unacked_) {
       batches.push_back(sent.buffer);
       counters_.commands_resent += sent.buffer->batch().commands_size();
+      for (const v1::Command& command : sent.buffer->batch().commands()) {
+        if (command.seq() <= probe_applied_seq_) {
+          ++counters_.resent_already_applied;
+        }
+      }
     }
     counters_.batches_resent += static_cast<int64_t>(batches.size());
   }

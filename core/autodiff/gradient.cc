@@ -264,7 +264,11 @@ absl::StatusOr<std::vector<Tensor>> RunGradient(
   // The backward's intermediates are collected to delete their traces.
   std::vector<int64_t> created;
   OpExecutor::ScopedCreatedIds created_scope(exec, &created);
-  TapeSet::ScopedSuspend suspend(exec.tapes(), &tape);
+  // A persistent tape that is still pushed records its own backward, as in
+  // TensorFlow (a gradient taken inside its block can be differentiated
+  // again); any other tape is suspended.
+  TapeSet::ScopedSuspend suspend(exec.tapes(),
+                                 tape.persistent() ? nullptr : &tape);
   GradientSums sums(exec);
   absl::Status status = Seed(targets, output_gradients, sums);
   if (status.ok()) status = Walk(exec, tape, plan, sums);

@@ -35,8 +35,11 @@
 // Every tensor the backward functions create goes through
 // OpExecutor::Execute, so tapes other than this one record the backward:
 // that is how gradients of gradients work. This tape itself is suspended
-// while its gradient runs. The backward's intermediates have no client
-// handle: when the gradient is done, their traces are deleted
+// while its gradient runs, unless it is persistent: a persistent tape that
+// is still pushed records its own backward (TensorFlow's rule), which is
+// safe because the walk only reads entries recorded before it started and
+// erases none (entries live in stable chunks). The backward's intermediates
+// have no client handle: when the gradient is done, their traces are deleted
 // (OpExecutor::Forget) unless they are results.
 //
 // On error nothing is returned and the intermediates are forgotten; a

@@ -91,6 +91,18 @@ void Tape::RecordOperation(const OpDef& op,
 }
 
 void Tape::DeleteTrace(int64_t id) {
+  // A work list, not recursion: releasing the end of a chain of n recorded
+  // ops frees n entries, and a recursion that deep (one frame per op, a
+  // chain of 40,000 AddV2 from a client) overflowed the stack.
+  std::vector<int64_t> released = {id};
+  while (!released.empty()) {
+    const int64_t next = released.back();
+    released.pop_back();
+    DeleteOne(next, &released);
+  }
+}
+
+void Tape::DeleteOne(int64_t id, std::vector<int64_t>* released) {
   auto it = tensors_.find(id);
   if (it == tensors_.end() || it->second.usage == 0) return;
   if (--it->second.usage > 0) return;
@@ -113,7 +125,7 @@ void Tape::DeleteTrace(int64_t id) {
     alive = alive || (out_it != tensors_.end() && out_it->second.usage > 0);
   }
   if (!alive) {
-    EraseEntry(op_id, *entry);
+    EraseEntry(op_id, *entry, released);
     return;
   }
   // The entry stays. An output it saves stays on the tape with it, unused:
@@ -122,7 +134,8 @@ void Tape::DeleteTrace(int64_t id) {
   if (!saved) tensors_.erase(it);
 }
 
-void Tape::EraseEntry(int64_t op_id, TapeEntry& entry) {
+void Tape::EraseEntry(int64_t op_id, TapeEntry& entry,
+                      std::vector<int64_t>* released) {
   // Its outputs leave the tape (the unused saved ones were kept for it).
   for (const TensorMeta& out : entry.outputs) {
     auto out_it = tensors_.find(out.id);
@@ -130,12 +143,10 @@ void Tape::EraseEntry(int64_t op_id, TapeEntry& entry) {
       tensors_.erase(out_it);
     }
   }
-  // Move the inputs out before erasing: DeleteTrace recurses into entries_.
-  auto inputs = std::move(entry.inputs);
-  entries_.Erase(op_id);
-  for (const TensorMeta& in : inputs) {
-    if (in.id != 0) DeleteTrace(in.id);
+  for (const TensorMeta& in : entry.inputs) {
+    if (in.id != 0) released->push_back(in.id);
   }
+  entries_.Erase(op_id);
 }
 
 void Tape::MarkUsed() {
@@ -233,8 +244,19 @@ absl::Status TapeSet::Push(int64_t tape_id, bool persistent,
   }
   auto [it, inserted] = tapes_.try_emplace(tape_id);
   if (!inserted) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("tape ", tape_id, " already exists; delete it first"));
+    // A popped tape is pushed again (TensorFlow's tape.stop_recording()
+    // and re-entering a tape): it keeps what it recorded.
+    Tape* tape = it->second.get();
+    if (IsActive(tape) || tape->persistent() != persistent ||
+        tape->watch_accessed_variables() != watch_accessed_variables) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("tape ", tape_id,
+                       IsActive(tape) ? " already exists and is recording"
+                                      : " already exists with other flags",
+                       "; delete it first"));
+    }
+    active_.push_back(tape);
+    return absl::OkStatus();
   }
   it->second = std::make_unique<Tape>(persistent, watch_accessed_variables);
   active_.push_back(it->second.get());

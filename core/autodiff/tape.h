@@ -169,9 +169,13 @@ class Tape {
     size_t live_ = 0;
   };
 
+  // Drops one use of tensor `id`; when that frees its producer's entry,
+  // appends the entry's inputs to `released` (DeleteTrace's work list).
+  void DeleteOne(int64_t id, std::vector<int64_t>* released);
   // Erases live entry `op_id` (`entry`) and its outputs' states, and
-  // releases its inputs.
-  void EraseEntry(int64_t op_id, TapeEntry& entry);
+  // appends its inputs to `released`.
+  void EraseEntry(int64_t op_id, TapeEntry& entry,
+                  std::vector<int64_t>* released);
 
   // Per tensor id, one lookup for both: the op that produced it (kWatched,
   // or kNotOnTape for a tensor only consumed by recorded ops) and its usage
@@ -203,6 +207,8 @@ class TapeSet {
   // Handle of `id` released: tell every tape, active or not.
   void DeleteTrace(int64_t id);
 
+  // Creates tape `tape_id` and makes it record; a popped tape with the same
+  // flags records again, keeping its entries (ALREADY_EXISTS otherwise).
   absl::Status Push(int64_t tape_id, bool persistent,
                     bool watch_accessed_variables);
   // Stops recording into the tape; it stays usable for gradients.

@@ -21,6 +21,7 @@
 #define GRADTAPE_CORE_BASE_CANCELLATION_H_
 
 #include <atomic>
+#include <cstdint>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -46,14 +47,50 @@ class Cancellation {
                                   std::memory_order_relaxed);
   }
 
+  // Asks the work to stop before its next command, and gives the command in
+  // progress kBetweenCommandsGrace to finish before kernels see the request
+  // (Poll turns it into Cancel then). For a client that went away (the call
+  // was cancelled or its connection broke): a resuming client resends the
+  // batch, and a command stopped half-way would have failed for good (its
+  // outputs poisoned, its failure kept as its result), where one left to
+  // finish is answered from the result cache; the grace bounds what a
+  // client gone costs (a huge MatMul still stops within a block after it).
+  static constexpr absl::Duration kBetweenCommandsGrace = absl::Seconds(1);
+  void CancelBetweenCommands(absl::StatusCode code) {
+    escalate_at_ns_.store(
+        absl::ToUnixNanos(absl::Now() + kBetweenCommandsGrace),
+        std::memory_order_relaxed);
+    int expected = 0;
+    between_code_.compare_exchange_strong(expected, static_cast<int>(code),
+                                          std::memory_order_relaxed);
+  }
+
   // True once Cancel was called (or Poll saw the deadline pass).
   bool Requested() const { return code_.load(std::memory_order_relaxed) != 0; }
+
+  // Poll, or CancelBetweenCommands was called: for the loop over commands.
+  bool PollBetweenCommands() {
+    return Poll() || between_code_.load(std::memory_order_relaxed) != 0;
+  }
+
+  // The code of the request that stopped the work (Cancel's first, else
+  // CancelBetweenCommands'); OK if none.
+  absl::StatusCode StopCode() const {
+    const int code = code_.load(std::memory_order_relaxed);
+    return static_cast<absl::StatusCode>(
+        code != 0 ? code : between_code_.load(std::memory_order_relaxed));
+  }
 
   // Requested(), after turning a passed deadline into a request.
   bool Poll() {
     if (Requested()) return true;
     if (deadline_ != absl::InfiniteFuture() && absl::Now() >= deadline_) {
       Cancel(absl::StatusCode::kDeadlineExceeded);
+    }
+    const int between = between_code_.load(std::memory_order_relaxed);
+    if (between != 0 && absl::ToUnixNanos(absl::Now()) >=
+                            escalate_at_ns_.load(std::memory_order_relaxed)) {
+      Cancel(static_cast<absl::StatusCode>(between));
     }
     return Requested();
   }
@@ -77,6 +114,8 @@ class Cancellation {
  private:
   // 0 (not requested) or an absl::StatusCode.
   std::atomic<int> code_{0};
+  std::atomic<int> between_code_{0};        // CancelBetweenCommands
+  std::atomic<int64_t> escalate_at_ns_{0};  // ... turns into Cancel then
   const absl::Time deadline_ = absl::InfiniteFuture();
 };
 

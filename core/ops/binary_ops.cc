@@ -1,6 +1,10 @@
 // Elementwise binary arithmetic with numpy broadcasting: AddV2 (Add), Sub,
-// Mul, RealDiv (Div), Maximum, Minimum, SquaredDifference. Each backward sums
-// an input's gradient over the axes that input was broadcast along.
+// Mul, RealDiv (Div), Maximum, Minimum, SquaredDifference, Pow. Each backward
+// sums an input's gradient over the axes that input was broadcast along.
+#include <cmath>
+#include <complex>
+#include <type_traits>
+
 #include "core/autodiff/forward_mode.h"
 #include "core/autodiff/grad_context.h"
 #include "core/base/status_macros.h"
@@ -105,6 +109,63 @@ Op MaxMin(Op op, bool max) {
                        : "z = min(x, y), with numpy broadcasting"));
 }
 
+// x^y for integers, by squaring, wrapping on overflow as TensorFlow's CPU
+// kernel does (y >= 0: the caller checked).
+template <typename T>
+T IntegerPow(T x, T y) {
+  using U = std::make_unsigned_t<T>;
+  U result = 1, base = static_cast<U>(x);
+  for (U e = static_cast<U>(y); e != 0; e >>= 1) {
+    if (e & 1) result *= base;
+    base *= base;
+  }
+  return static_cast<T>(result);
+}
+
+absl::Status PowKernel(KernelContext& ctx) {
+  const Tensor& y = ctx.input(1);
+  const bool int32 = y.dtype() == DType::kInt32;
+  if ((int32 || y.dtype() == DType::kInt64) &&
+      ctx.input(0).dtype() == y.dtype()) {
+    for (int64_t i = 0; i < y.num_elements(); ++i) {
+      const int64_t e = int32 ? y.data<int32_t>()[i] : y.data<int64_t>()[i];
+      if (e < 0) {
+        return ctx.InvalidArgument(
+            "integers to negative integer powers are not allowed: y[", i,
+            "] = ", e, " (y ", y.DebugString(), ")");
+      }
+    }
+  }
+  return BinaryKernel<DTypes::kArithmetic>(ctx, [](auto a, auto b) {
+    if constexpr (std::is_integral_v<decltype(a)>) {
+      return IntegerPow(a, b);
+    } else {
+      return std::pow(a, b);
+    }
+  });
+}
+
+// TensorFlow's _PowGrad, with x, y, z conjugated for complex:
+//   dx = dz * y * x^(y - 1)
+//   dy = dz * z * log(x) where x > 0 (complex: x != 0), else 0
+void PowBackward(GradContext& g) {
+  Tensor x = g.Conj(g.Input(0)), y = g.Conj(g.Input(1)), dz = g.Grad(0);
+  const DType dtype = g.InputDType(0);
+  if (g.NeedsGrad(0)) {
+    Tensor p = g.Op("Pow", {x, g.Sub(y, g.Const(1.0, dtype))});
+    g.SetGrad(0, g.SumToShape(g.Mul(dz, g.Mul(y, p)), g.InputShape(0)));
+  }
+  if (g.NeedsGrad(1)) {
+    Tensor z = g.Conj(g.Output(0));
+    Tensor zero = g.Op("ZerosLike", {x});
+    Tensor mask = IsComplex(dtype) ? g.Op("NotEqual", {x, zero})
+                                   : g.Op("Greater", {x, zero});
+    Tensor safe_x = g.Op("Select", {mask, x, g.Op("OnesLike", {x})});
+    Tensor log_x = g.Op("Select", {mask, g.Op("Log", {safe_x}), zero});
+    g.SetGrad(1, g.SumToShape(g.Mul(dz, g.Mul(z, log_x)), g.InputShape(1)));
+  }
+}
+
 }  // namespace
 
 void RegisterBinaryOps(OpRegistry& r) {
@@ -177,6 +238,14 @@ void RegisterBinaryOps(OpRegistry& r) {
             })
             .SavesInputs({0, 1})
             .Summary("z = (x - y)^2 (real dtypes), with numpy broadcasting"));
+  r.Add(Binary(Op("Pow"))
+            .Forward(PowKernel)
+            // dx = dz * y * x^(y-1), dy = dz * z * log(x) (0 where x <= 0)
+            .Backward(PowBackward)
+            .SavesInputs({0, 1})
+            .SavesOutputs({0})
+            .Summary("z = x^y, with numpy broadcasting (floating, complex; "
+                     "integers with y >= 0, wrapping on overflow)"));
 }
 
 }  // namespace gradtape

@@ -9,6 +9,7 @@ void RegisterAllOps(OpRegistry& registry) {
   RegisterReductionOps(registry);
   RegisterScanOps(registry);
   RegisterArrayOps(registry);
+  RegisterSliceOps(registry);
   RegisterNnOps(registry);
   RegisterConvOps(registry);
   RegisterPoolOps(registry);

@@ -19,6 +19,8 @@ void RegisterReductionOps(OpRegistry& registry);
 void RegisterScanOps(OpRegistry& registry);
 // Shapes and dtypes: Identity, Reshape, Transpose, Cast, BroadcastTo, ...
 void RegisterArrayOps(OpRegistry& registry);
+// Slicing: StridedSlice, StridedSliceGrad, Slice.
+void RegisterSliceOps(OpRegistry& registry);
 // Activations, softmax and losses, BiasAdd.
 void RegisterNnOps(OpRegistry& registry);
 // Convolutions (NHWC/NDHWC, im2col + Eigen GEMM) and Dilation2D.

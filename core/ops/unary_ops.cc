@@ -174,19 +174,23 @@ void RegisterUnaryOps(OpRegistry& r) {
             .Summary("y = e^x"));
   r.Add(Unary(Op("Log"))
             .Forward([](KernelContext& ctx) {
+              if (IsComplex(ctx.input(0).dtype())) {  // principal branch
+                return UnaryKernel<DTypes::kInexact>(
+                    ctx, [](const auto& x) { return x.log(); });
+              }
               return ArrayFloatKernel(ctx, [](const auto* x, auto* y,
                                               int64_t n) { VecLog(x, y, n); });
             })
-            // dx = dy / x
+            // dx = dy / conj(x)
             .Backward([](GradContext& g) {
-              g.SetGrad(0, g.Div(g.Grad(0), g.Input(0)));
+              g.SetGrad(0, g.Div(g.Grad(0), g.Conj(g.Input(0))));
             })
             .SavesInputs({0})
             // ty = tx / x
             .Jvp([](JvpContext& j) {
               j.SetTangent(0, j.Div(j.Tangent(0), j.Input(0)));
             })
-            .Summary("y = ln(x)"));
+            .Summary("y = ln(x) (complex: the principal branch)"));
   r.Add(Unary(Op("Tanh"))
             .Forward([](KernelContext& ctx) {
               return UnaryFloatKernel(ctx,

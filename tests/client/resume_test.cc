@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/examples/adam_mlp.h"
@@ -228,6 +229,65 @@ TEST(ResumeTest, UnreachableServerGivesOneClearErrorInBoundedTime) {
   const absl::Time closing = absl::Now();
   session.reset();
   EXPECT_LT(absl::Now() - closing, absl::Seconds(2));
+}
+
+// During an outage, a flush does not wait for the reconnect (the batch joins
+// the resend) and Close waits at most rpc_timeout; the loss names its
+// reason as a payload (what the Python binding reports).
+TEST(ResumeTest, FlushAndCloseDuringAnOutageDoNotWaitForTheReconnect) {
+  std::unique_ptr<server::Server> server = StartServer();
+  ASSERT_NE(server, nullptr);
+  std::unique_ptr<FaultProxy> proxy = StartProxy(server->port());
+  ASSERT_NE(proxy, nullptr);
+  SessionOptions options = ResumeOptions(absl::Seconds(60));
+  options.rpc_timeout = absl::Seconds(2);
+  std::unique_ptr<Session> session = ConnectTo(proxy->port(), options);
+  ASSERT_NE(session, nullptr);
+  const Tensor x = session->Scalar(3.0);
+  ASSERT_TRUE(session->Sync().ok());
+  proxy->StopListening();
+  // The reconnect starts once the stream has failed.
+  for (int i = 0; i < 200 && session->counters().reconnect_attempts == 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_GE(session->counters().reconnect_attempts, 1);
+  const int64_t sent = session->counters().batches_sent;
+  const Tensor y = x * x;
+  const absl::Time flushing = absl::Now();
+  session->Flush();
+  EXPECT_LT(absl::Now() - flushing, absl::Milliseconds(500));
+  EXPECT_EQ(session->counters().batches_sent, sent + 1);  // kept for the resend
+  const absl::Time closing = absl::Now();
+  const absl::Status closed = session->Close();
+  EXPECT_LT(absl::Now() - closing, absl::Seconds(8));
+  EXPECT_EQ(closed.code(), absl::StatusCode::kDeadlineExceeded) << closed;
+}
+
+// The lost-session errors carry their reason for bindings.
+TEST(ResumeTest, LostSessionErrorsNameTheirReason) {
+  using internal::kLostReasonPayload;
+  const absl::Status cause = absl::UnavailableError("down");
+  EXPECT_EQ(internal::UnreachableError("s", "a", absl::Seconds(1), 3, cause)
+                .GetPayload(kLostReasonPayload),
+            absl::Cord("unreachable"));
+  EXPECT_EQ(internal::ConnectionLostError("s", "a", cause)
+                .GetPayload(kLostReasonPayload),
+            absl::Cord("unreachable"));
+  EXPECT_EQ(internal::FinalStreamError("s", "a", absl::NotFoundError("gone"))
+                .GetPayload(kLostReasonPayload),
+            absl::Cord("not_found"));
+  EXPECT_EQ(internal::FinalStreamError("s", "a", cause)
+                .GetPayload(kLostReasonPayload),
+            absl::Cord("draining"));
+  EXPECT_EQ(
+      internal::FinalStreamError("s", "a", absl::PermissionDeniedError("key"))
+          .GetPayload(kLostReasonPayload),
+      absl::Cord("ended"));
+  EXPECT_THAT(
+      internal::UnreachableError("s", "a", absl::Seconds(1), 3,
+                                 absl::DeadlineExceededError("KeepAlive"))
+          .message(),
+      HasSubstr("(3 reconnect attempts): DEADLINE_EXCEEDED: KeepAlive"));
 }
 
 // Reconnecting finds a server that does not know the session (a restarted

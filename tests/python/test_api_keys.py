@@ -4,76 +4,20 @@ working for an open session, a malformed file keeps the keys in force and is
 logged with its file:line, never with a key)."""
 
 import hashlib
-import queue
 import signal
-import subprocess
-import threading
-import time
 
 import grpc
 import numpy as np
 import pytest
 
 import gradtape
-from conftest import STARTUP_TIMEOUT_S, SHUTDOWN_TIMEOUT_S, _server_binary
+from server_process import ServerProcess
 
 KEY_A = "py-tenant-a-key-8d0f3e2b1c"
 KEY_A2 = "py-tenant-a-new-key-47aa91"
 KEY_B = "py-tenant-b-key-c3e5f7a9b1"
 ALL_KEYS = [KEY_A, KEY_A2, KEY_B]
 RELOAD_WAIT_S = 10
-
-
-class Server:
-    """gradtape-server with --api_keys_file; keeps every output line."""
-
-    def __init__(self, keys_file):
-        self.proc = subprocess.Popen(
-            [str(_server_binary()), "--address=127.0.0.1:0", f"--api_keys_file={keys_file}"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        self.lines = queue.Queue()
-        self.output = []
-        threading.Thread(target=self._pump, daemon=True).start()
-        self.address = None
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while self.address is None:
-            line = self.next_line(deadline)
-            if line.startswith("gradtape-server listening on "):
-                self.address = line.split()[-1]
-
-    def _pump(self):
-        for line in self.proc.stdout:
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def next_line(self, deadline):
-        try:
-            line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
-        except queue.Empty:
-            pytest.fail("gradtape-server printed nothing in time")
-        if line is None:
-            pytest.fail(f"gradtape-server exited ({self.proc.wait()}): {self.output}")
-        self.output.append(line)
-        return line
-
-    def wait_for_line(self, text):
-        deadline = time.monotonic() + RELOAD_WAIT_S
-        while True:
-            line = self.next_line(deadline)
-            if text in line:
-                return line
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=SHUTDOWN_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 @pytest.fixture
@@ -90,12 +34,12 @@ def keys_file(tmp_path):
 
 @pytest.fixture
 def server(keys_file):
-    s = Server(keys_file)
+    s = ServerProcess(f"--api_keys_file={keys_file}")
     try:
         yield s
     finally:
         s.stop()
-    for line in s.output:
+    for line in s.lines:
         for key in ALL_KEYS:
             assert key not in line, line
 
@@ -138,7 +82,7 @@ def test_sighup_reloads_the_keys(server, keys_file):
 
     keys_file.write_text(f"{KEY_A2} a max_sessions=2\n{KEY_B} b\n")
     server.proc.send_signal(signal.SIGHUP)
-    server.wait_for_line("API keys reloaded")
+    server.wait_for_line("API keys reloaded", RELOAD_WAIT_S)
     with pytest.raises(gradtape.GradtapeError) as e:
         connect(server, KEY_A)
     assert e.value.code == grpc.StatusCode.UNAUTHENTICATED
@@ -156,7 +100,7 @@ def test_sighup_reloads_the_keys(server, keys_file):
     # A malformed file: logged with file:line, the keys in force stay.
     keys_file.write_text(f"{KEY_A2} a max_sessions=2\n{KEY_B} b colour=red\n")
     server.proc.send_signal(signal.SIGHUP)
-    line = server.wait_for_line("reload failed")
+    line = server.wait_for_line("reload failed", RELOAD_WAIT_S)
     assert f"{keys_file}:2: unknown field 'colour'" in line
     with connect(server, KEY_A2) as s:
         np.testing.assert_array_equal(s.constant([6.0]).numpy(), [6.0])

@@ -10,6 +10,7 @@ import gradtape  # noqa: E402  (pip install ./client/python)
 from gradtape import optimizers  # noqa: E402
 
 
+@pytest.mark.no_client  # a pure function
 def test_snake_case_follows_tensorflow():
     cases = {
         "MatMul": "mat_mul",
@@ -172,10 +173,8 @@ def test_jacobian_and_batch_jacobian_are_server_commands(gt):
     jac = tape.jacobian(y, x)
     assert gt.counters["batches_sent"] == before  # buffered, no wait
     np.testing.assert_array_equal(jac.numpy(), np.diag([2.0, 3.0]))
-    with pytest.raises(gradtape.GradtapeError) as info:
-        tape.jacobian(y, x).numpy()
-    assert info.value.code.name == "FAILED_PRECONDITION"
-    assert info.value.op == "Jacobian"
+    with pytest.raises(RuntimeError, match="non-persistent GradientTape"):
+        tape.jacobian(y, x)  # TensorFlow's error, at the call
 
     rng = np.random.default_rng(3)
     xb, w = rng.normal(size=(4, 3)), rng.normal(size=(3, 2))

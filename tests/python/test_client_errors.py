@@ -8,6 +8,7 @@ import pytest
 
 import gradtape  # noqa: E402  (pip install ./client/python)
 from gradtape.v1 import tape_service_pb2 as pb  # noqa: E402
+from gradtape.v1 import tape_service_pb2_grpc as pb_grpc  # noqa: E402
 
 
 def test_bad_op_raises_at_the_wait_point_with_code_seq_and_op(gt):
@@ -46,7 +47,7 @@ def test_poisoned_input_is_failed_precondition_naming_the_first_failure(gt):
     "run, code, needle",
     [
         (lambda s, a: s.execute("NoSuchOp", [a])[0], grpc.StatusCode.NOT_FOUND, "NoSuchOp"),
-        (lambda s, a: s.ops.sum(a, axiss=[0]), grpc.StatusCode.INVALID_ARGUMENT, "axiss"),
+        (lambda s, a: s.ops.sum(a, axis=[5]), grpc.StatusCode.INVALID_ARGUMENT, "Sum"),
         (lambda s, a: s.ops.add_v2(s.ops.cast(a, DstT=np.int32), a), grpc.StatusCode.INVALID_ARGUMENT, "AddV2"),
         (lambda s, a: s.ops.read_variable_op(a), grpc.StatusCode.INVALID_ARGUMENT, "ReadVariableOp"),
     ],
@@ -67,29 +68,26 @@ def test_non_persistent_tape_refuses_a_second_gradient(gt):
         tape.watch(x)
         y = gt.ops.sum(x * x)
     np.testing.assert_array_equal(tape.gradient(y, x).numpy(), [2.0, 4.0])
-    with pytest.raises(gradtape.GradtapeError) as info:
-        tape.gradient(y, x).numpy()
-    assert info.value.code == grpc.StatusCode.FAILED_PRECONDITION
-    assert info.value.op == "Gradient"
-    assert "persistent" in info.value.message
+    with pytest.raises(RuntimeError, match="non-persistent GradientTape can only be used"):
+        tape.gradient(y, x)  # TensorFlow's RuntimeError, at the call
+    gt.sync()  # nothing was sent
 
 
-def test_none_gradient_handle_fails_when_used(gt):
+def test_unconnected_gradient_is_none(gt):
     x, z = gt.constant(np.ones(2)), gt.constant(np.ones(2))
     with gt.GradientTape() as tape:
         tape.watch([x, z])
         y = gt.ops.sum(x * 3.0)
     dx, dz = tape.gradient(y, [x, z])
     np.testing.assert_array_equal(dx.numpy(), [3.0, 3.0])
-    with pytest.raises(gradtape.GradtapeError) as info:
-        dz.numpy()
-    assert info.value.code == grpc.StatusCode.FAILED_PRECONDITION
-    assert "None gradient" in info.value.message
+    assert dz is None  # known on the client (TensorFlow's None)
 
 
 def test_local_misuse_raises_immediately(gt):
     with pytest.raises(TypeError):
-        gt.ops.cast(gt.constant(np.ones(2)), DstT=np.int32) + 1.5  # lossy constant
+        gt.ops.cast(gt.constant(np.ones(2)), DstT=np.int32) * 1.5  # a float on an int tensor (TF: TypeError)
+    with pytest.raises(TypeError):
+        gt.ops.sum(gt.constant(np.ones(2)), axiss=[0])  # an unknown attr (TF: TypeError at the call)
     with pytest.raises(TypeError):
         gt.ops.mat_mul(gt.constant(np.ones((1, 1))))  # missing input
     with pytest.raises(ValueError):
@@ -161,13 +159,20 @@ def test_a_closed_session_leaves_others_working(server_address):
 
 
 def test_a_token_only_opens_its_own_session(server_address):
-    with gradtape.connect(server_address) as a, gradtape.connect(server_address) as b:
+    with gradtape.connect(server_address) as a, gradtape.connect(server_address) as b, \
+            grpc.insecure_channel(server_address) as channel:
+        raw = pb_grpc.TapeServiceStub(channel)
         a.constant(np.ones(1))
         a.sync()
-        mixed = [("gradtape-session-id", a.id), b._core.metadata[1]]
-        command = pb.Command(seq=1000, fetch=pb.FetchTensor(id=1))
+        # The session's own metadata opens it (so the raw calls are right) ...
+        alive = raw.KeepAlive(pb.KeepAliveRequest(), metadata=a._core.metadata, timeout=10)
+        assert alive.last_applied_seq == a.last_seq
+        # ... another session's token does not.
+        token_b = dict(b._core.metadata)["gradtape-session-token"]
+        mixed = [("gradtape-session-id", a.id), ("gradtape-session-token", token_b)]
+        batch = pb.CommandBatch(commands=[pb.Command(seq=1000, fetch=pb.FetchTensor(id=1))])
         with pytest.raises(grpc.RpcError) as info:
-            a._core.stub.Run(pb.CommandBatch(commands=[command]), metadata=mixed, timeout=10)
+            raw.Run(batch, metadata=mixed, timeout=10)
         assert info.value.code() in (
             grpc.StatusCode.UNAUTHENTICATED,
             grpc.StatusCode.PERMISSION_DENIED,
@@ -206,6 +211,7 @@ class _FakeStoppedCall(grpc.RpcError):
         return self._trailers
 
 
+@pytest.mark.no_client  # errors.py on a stand-in call
 def test_last_applied_seq_is_read_from_the_trailer():
     from gradtape.errors import last_applied_seq_of
 

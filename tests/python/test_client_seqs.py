@@ -9,21 +9,24 @@ import pytest
 
 import gradtape
 from gradtape.v1 import tape_service_pb2 as pb
+from gradtape.v1 import tape_service_pb2_grpc as pb_grpc
 
 
-def server_view(session):
-    """(commands_applied, duplicate_commands, last_applied_seq) of the
-    session, read with raw calls beside the client (a Stats command with a
-    seq far above the client's, so nothing the client sends later is
-    compared with it: call this last)."""
-    core = session._core
-    reply = core.stub.Run(
-        pb.CommandBatch(commands=[pb.Command(seq=1 << 60, stats=pb.Stats())]),
-        metadata=core.metadata,
-        timeout=10,
-    )
-    stats = reply.results[0].stats
-    alive = core.stub.KeepAlive(pb.KeepAliveRequest(), metadata=core.metadata, timeout=10)
+def server_view(address, session):
+    """(commands_applied, duplicate_commands) of the session, read with raw
+    calls beside the client (a Stats command with a seq far above the
+    client's, so nothing the client sends later is compared with it: call
+    this last)."""
+    with grpc.insecure_channel(address) as channel:
+        raw = pb_grpc.TapeServiceStub(channel)
+        metadata = session._core.metadata
+        reply = raw.Run(
+            pb.CommandBatch(commands=[pb.Command(seq=1 << 60, stats=pb.Stats())]),
+            metadata=metadata,
+            timeout=10,
+        )
+        stats = reply.results[0].stats
+        alive = raw.KeepAlive(pb.KeepAliveRequest(), metadata=metadata, timeout=10)
     assert alive.last_applied_seq == 1 << 60
     return stats.commands_applied, stats.duplicate_commands
 
@@ -41,6 +44,6 @@ def test_seqs_increase_across_errors_and_wait_points(server_address):
             np.testing.assert_array_equal(gt.ops.add_v2(a, a).numpy(), np.full((2, 3), 2.0))
         gt.sync()
         last = gt.last_seq
-        applied, duplicates = server_view(gt)
+        applied, duplicates = server_view(server_address, gt)
         assert duplicates == 0
         assert applied == last + 1  # every client command, and the Stats

@@ -12,6 +12,8 @@ from conftest import PROTO_ROOT, REPO_ROOT
 import gradtape  # noqa: E402  (pip install ./client/python)
 from gradtape.v1 import tape_service_pb2, tape_service_pb2_grpc  # noqa: E402
 
+pytestmark = pytest.mark.no_client  # the installed stubs, no session
+
 
 def _without_json_names(message):
     """json_name is filled in by protoc for plugins only; drop it everywhere."""
@@ -75,4 +77,5 @@ def test_generated_stubs_are_not_committed():
         text=True,
         check=True,
     ).stdout.split()
-    assert not [p for p in tracked if p.endswith(("_pb2.py", "_pb2_grpc.py"))]
+    generated = ("_pb2.py", "_pb2_grpc.py", "_pb2.pyi", "_pb2_grpc.pyi")
+    assert not [p for p in tracked if p.endswith(generated)]

@@ -9,6 +9,9 @@ core/registry/op_registry.h). Needs no server.
 import pathlib
 
 import lizard
+import pytest
+
+pytestmark = pytest.mark.no_client  # reads core/
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MAX_LINES = 80

@@ -8,20 +8,18 @@ back within RSS_MARGIN_MIB of the baseline taken before the client came
 session_manager.h; without it glibc keeps the freed tensors in its arenas
 and RSS stays ~200 MiB up)."""
 
-import os
-import queue
 import re
-import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 import urllib.request
 
 import pytest
 
-from conftest import SHUTDOWN_TIMEOUT_S, STARTUP_TIMEOUT_S, _server_binary
+from server_process import ServerProcess
+
+pytestmark = pytest.mark.no_client  # its client is raw stubs in a subprocess
 
 LEASE_S = 2
 TENSOR_MIB = 1
@@ -60,53 +58,21 @@ CLIENT = textwrap.dedent(
 )
 
 
-class Server:
-    """gradtape-server with metrics, a short lease; stopped on exit."""
+class Server(ServerProcess):
+    """gradtape-server with metrics and a short lease, logging at INFO."""
 
     def __init__(self):
-        self.proc = subprocess.Popen(
-            [
-                str(_server_binary()),
-                "--address=127.0.0.1:0",
-                "--metrics_address=127.0.0.1:0",
-                f"--keep_alive_seconds={LEASE_S}",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env={**os.environ, "GRPC_VERBOSITY": "INFO"},
+        super().__init__(
+            "--metrics_address=127.0.0.1:0",
+            f"--keep_alive_seconds={LEASE_S}",
+            env={"GRPC_VERBOSITY": "INFO"},
         )
-        self.lines = queue.Queue()
-        self.log = []
-        threading.Thread(target=self._pump, daemon=True).start()
-        self.address = self.metrics_port = None
-        while self.address is None:
-            line = self.lines.get(timeout=STARTUP_TIMEOUT_S)
-            assert line is not None, f"gradtape-server exited ({self.proc.wait()})"
-            if line.startswith("gradtape-server metrics on port "):
-                self.metrics_port = int(line.split()[-1])
-            if line.startswith("gradtape-server listening on "):
-                self.address = line.split()[-1]
-
-    def _pump(self):
-        for line in self.proc.stdout:
-            self.log.append(line)
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=SHUTDOWN_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        assert self.metrics_port is not None, "no 'metrics on port' line"
 
     def trims(self):
         """The reaper's log lines "closed N idle session(s); malloc_trim took
         X ms" so far."""
-        return [line.strip() for line in list(self.log) if "malloc_trim took" in line]
+        return [line.strip() for line in self.output().splitlines() if "malloc_trim took" in line]
 
     def rss_mib(self):
         with open(f"/proc/{self.proc.pid}/status") as f:

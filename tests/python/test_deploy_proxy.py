@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO_ROOT, running_server
-from test_drain import Server
+from server_process import ServerProcess
 
 NGINX_DIR = REPO_ROOT / "deploy" / "k8s" / "nginx"
 START_TIMEOUT_S = 10
@@ -235,13 +235,14 @@ class Replica:
     def start(self):
         log = self.tmp / f"{self.name}-{len(self.logs)}.jsonl"
         self.logs.append(log)
-        self.server = Server(f"--address=127.0.0.1:{self.port}", f"--access_log={log}", *self.args)
+        self.server = ServerProcess(
+            f"--address=127.0.0.1:{self.port}", f"--access_log={log}", *self.args
+        )
         self.address = self.server.address
         self.port = int(self.address.rsplit(":", 1)[1])
 
     def kill(self):
-        self.server.proc.send_signal(signal.SIGKILL)
-        self.server.proc.wait(timeout=10)
+        self.server.kill()
 
     def drain(self):
         self.server.proc.send_signal(signal.SIGTERM)
@@ -642,6 +643,7 @@ def test_a_drained_replica_lets_its_clients_restore_and_continue(tmp_path):
         )
 
 
+@pytest.mark.no_client  # raw stubs through the proxy
 def test_create_session_without_the_routing_header_is_refused(proxy, pb):
     """Without gradtape-session-id nginx would pick a replica round-robin
     and the session's later calls would hash elsewhere."""

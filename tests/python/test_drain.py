@@ -10,7 +10,6 @@ UNAVAILABLE "server draining; reconnect ...".
 
 import queue
 import signal
-import subprocess
 import threading
 import time
 
@@ -18,62 +17,8 @@ import grpc
 import numpy as np
 import pytest
 
-from conftest import _server_binary
-
 TIMEOUT_S = 20
 GRACE_S = 15
-
-
-class Server:
-    """A gradtape-server process on 127.0.0.1 whose output is kept."""
-
-    def __init__(self, *args):
-        self.proc = subprocess.Popen(
-            [str(_server_binary()), "--address=127.0.0.1:0", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        self.lines = []
-        ready = queue.Queue()
-
-        def pump():
-            for line in self.proc.stdout:
-                self.lines.append(line)
-                if line.startswith("gradtape-server listening on "):
-                    ready.put(line.split()[-1])
-            ready.put(None)
-
-        threading.Thread(target=pump, daemon=True).start()
-        try:
-            self.address = ready.get(timeout=15)
-        except queue.Empty:
-            self.stop()
-            pytest.fail("no 'listening' line within 15 s")
-        if self.address is None:
-            pytest.fail(f"gradtape-server exited early: {''.join(self.lines)}")
-
-    def output(self):
-        return "".join(self.lines)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-
-
-@pytest.fixture
-def servers():
-    started = []
-
-    def start(*args):
-        s = Server(*args)
-        started.append(s)
-        return s
-
-    yield start
-    for s in started:
-        s.stop()
 
 
 def f64(pb, array):
@@ -162,6 +107,7 @@ def matmuls_lasting(pb, address, seconds):
     return int(min(2000, max(8, seconds / each)))
 
 
+@pytest.mark.no_client  # raw stubs
 def test_sigterm_finishes_in_flight_work_checkpoints_and_exits_0(pb, servers, tmp_path):
     first = servers(
         f"--checkpoint_dir={tmp_path}",
@@ -232,6 +178,7 @@ def test_python_client_reports_the_drain(servers):
             pass  # the server is gone
 
 
+@pytest.mark.no_client  # raw stubs
 def test_second_signal_exits_at_once(pb, servers):
     server = servers(f"--shutdown_grace_seconds={GRACE_S}")
     busy = Raw(pb, server.address)

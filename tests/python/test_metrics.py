@@ -3,10 +3,7 @@ while the Python client trains a model, and the Grafana dashboard checked
 against what the server exports (deploy/grafana/gradtape-dashboard.json)."""
 
 import json
-import queue
 import re
-import signal
-import subprocess
 import threading
 import time
 import urllib.request
@@ -15,7 +12,7 @@ import numpy as np
 import pytest
 
 import gradtape
-from conftest import REPO_ROOT, SHUTDOWN_TIMEOUT_S, STARTUP_TIMEOUT_S, _server_binary
+from server_process import REPO_ROOT, ServerProcess
 
 DASHBOARD = REPO_ROOT / "deploy" / "grafana" / "gradtape-dashboard.json"
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)$")
@@ -29,44 +26,9 @@ def metrics_server(tmp_path):
     ports: yields (grpc address, metrics port, access log path); always
     stopped."""
     log = tmp_path / "access.log"
-    proc = subprocess.Popen(
-        [
-            str(_server_binary()),
-            "--address=127.0.0.1:0",
-            "--metrics_address=127.0.0.1:0",
-            f"--access_log={log}",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    lines = queue.Queue()
-
-    def pump():
-        for line in proc.stdout:
-            lines.put(line)
-        lines.put(None)
-
-    threading.Thread(target=pump, daemon=True).start()
-    try:
-        address = port = None
-        while address is None:
-            line = lines.get(timeout=STARTUP_TIMEOUT_S)
-            assert line is not None, f"gradtape-server exited ({proc.wait()})"
-            if line.startswith("gradtape-server metrics on port "):
-                port = int(line.split()[-1])
-            if line.startswith("gradtape-server listening on "):
-                address = line.split()[-1]
-        assert port is not None, "no 'metrics on port' line before 'listening'"
-        yield address, port, log
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=SHUTDOWN_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with ServerProcess("--metrics_address=127.0.0.1:0", f"--access_log={log}") as server:
+        assert server.metrics_port is not None, "no 'metrics on port' line before 'listening'"
+        yield server.address, server.metrics_port, log
 
 
 def scrape(port):

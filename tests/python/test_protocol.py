@@ -8,6 +8,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+pytestmark = pytest.mark.no_client  # generated stubs only
+
 TIMEOUT_S = 10
 
 NP_TO_DTYPE = {

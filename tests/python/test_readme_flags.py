@@ -7,12 +7,16 @@ server/main.cc), so a new flag without a README row fails here.
 import re
 import subprocess
 
-from conftest import REPO_ROOT, _server_binary
+import pytest
+
+from server_process import REPO_ROOT, server_binary
+
+pytestmark = pytest.mark.no_client  # the binary's --helpfull and README
 
 
 def _server_flags():
     out = subprocess.run(
-        [str(_server_binary()), "--helpfull"],
+        [str(server_binary()), "--helpfull"],
         capture_output=True, text=True, timeout=30, check=False,
     ).stdout
     flags, in_main = set(), False

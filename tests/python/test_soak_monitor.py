@@ -15,6 +15,8 @@ MONITOR = ROOT / "tests" / "load" / "soak_monitor.py"
 sys.path.insert(0, str(MONITOR.parent))
 import soak_monitor  # noqa: E402
 
+pytestmark = pytest.mark.no_client  # the soak's sampler, on recorded samples
+
 MIB = 1 << 20
 T0 = 1_000_000.0
 

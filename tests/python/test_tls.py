@@ -10,6 +10,9 @@ from conftest import running_server
 from tls_certs import Certs
 
 CONNECT_TIMEOUT_S = 3
+# A connect that cannot succeed waits for its whole timeout (CreateSession
+# waits for the channel to be ready): short, it still fails for its reason.
+FAILING_TIMEOUT_S = 1
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +32,8 @@ def mtls_address(certs):
         yield address
 
 
-def add_over(address, **kwargs):
-    with gradtape.connect(address, timeout=CONNECT_TIMEOUT_S, **kwargs) as session:
+def add_over(address, timeout=CONNECT_TIMEOUT_S, **kwargs):
+    with gradtape.connect(address, timeout=timeout, **kwargs) as session:
         total = session.constant(np.array([1.0, 2.0])) + session.constant(np.array([3.0, 4.0]))
         return total.numpy()
 
@@ -40,6 +43,9 @@ def test_tls_session_computes(certs, tls_address):
     np.testing.assert_array_equal(out, [4.0, 6.0])
 
 
+@pytest.mark.pure_only(
+    reason="a grpc.ChannelCredentials object: only grpcio takes one, so connect() is pure"
+)
 def test_tls_with_grpc_credentials_object(certs, tls_address):
     creds = grpc.ssl_channel_credentials(root_certificates=certs.read("ca.pem"))
     np.testing.assert_array_equal(add_over(tls_address, credentials=creds), [4.0, 6.0])
@@ -47,12 +53,12 @@ def test_tls_with_grpc_credentials_object(certs, tls_address):
 
 def test_plaintext_client_against_tls_port_fails(tls_address):
     with pytest.raises(gradtape.GradtapeError):
-        add_over(tls_address)
+        add_over(tls_address, timeout=FAILING_TIMEOUT_S)
 
 
 def test_client_trusting_another_ca_fails(certs, tls_address):
     with pytest.raises(gradtape.GradtapeError) as err:
-        add_over(tls_address, root_certificates=certs.read("ca2.pem"))
+        add_over(tls_address, FAILING_TIMEOUT_S, root_certificates=certs.read("ca2.pem"))
     assert "CreateSession" in str(err.value)
 
 
@@ -75,7 +81,7 @@ def test_mtls_without_or_with_a_foreign_client_certificate_fails(certs, mtls_add
             certificate_chain=certs.read(client + ".pem"),
         )
     with pytest.raises(gradtape.GradtapeError):
-        add_over(mtls_address, **kwargs)
+        add_over(mtls_address, FAILING_TIMEOUT_S, **kwargs)
 
 
 def test_conflicting_arguments_are_refused(certs):

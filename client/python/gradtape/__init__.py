@@ -20,8 +20,12 @@ transpose_b=True)``.
 """
 
 from gradtape import optimizers
+from gradtape._custom import custom_gradient
+from gradtape._default import get_default_session, set_default_session
+from gradtape._forward import ForwardAccumulator
 from gradtape.errors import GradtapeError, SessionLostError
 from gradtape.session import (
+    CheckpointInfo,
     GradientTape,
     Ops,
     Session,
@@ -34,6 +38,11 @@ from gradtape.session import (
 )
 
 __all__ = [
+    "CheckpointInfo",
+    "ForwardAccumulator",
+    "custom_gradient",
+    "get_default_session",
+    "set_default_session",
     "GradientTape",
     "GradtapeError",
     "Ops",
@@ -48,3 +57,9 @@ __all__ = [
     "snake_case",
 ]
 __version__ = "0.1.0"
+
+# The compiled extension (gradtape._native_core): one RuntimeWarning here if
+# it was not built (the pure-Python client is used then).
+from gradtape import _native_build
+
+_native_build.warn_if_unavailable()

@@ -13,6 +13,7 @@ flight, and copied into one buffer as they arrive.
 from __future__ import annotations
 
 import collections
+from typing import Deque, Optional, Protocol, Sequence, Tuple, Union, cast
 
 import grpc
 import numpy as np
@@ -24,14 +25,26 @@ from gradtape.v1 import tape_service_pb2 as pb
 _FETCH_WINDOW = 4
 
 
-def put(core, tensor_id: int, array: np.ndarray) -> None:
+class Core(Protocol):
+    """What chunked transfers need of a backend (StreamCore has it)."""
+
+    chunk_bytes: int
+
+    def enqueue(self, command: pb.Command) -> int: ...
+    def flush(self) -> None: ...
+    def call(self, command: pb.Command) -> pb.CommandResult: ...
+    def send_for_result(self, command: pb.Command) -> Tuple[int, int]: ...
+    def await_result(self, seq: int, batch_id: int) -> pb.CommandResult: ...
+
+
+def put(core: Core, tensor_id: int, array: np.ndarray) -> None:
     """Buffers the put of `array` at `tensor_id`, in chunks if it is larger
     than core.chunk_bytes."""
     chunk = core.chunk_bytes
     if array.nbytes <= chunk:
         core.enqueue(pb.Command(put=pb.PutTensor(id=tensor_id, value=_dtypes.to_value(array))))
         return
-    dtype = _dtypes.to_pb_dtype(array.dtype)
+    dtype = cast("pb.DType.ValueType", _dtypes.to_pb_dtype(array.dtype))
     data = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
     core.enqueue(
         pb.Command(put_begin=pb.PutTensorBegin(id=tensor_id, dtype=dtype, shape=list(array.shape)))
@@ -60,7 +73,9 @@ def _bad(tensor_id: int, seq: int, why: str) -> GradtapeError:
     )
 
 
-def _array(dtype: int, shape, buffer, copy: bool = False) -> np.ndarray:
+def _array(
+    dtype: int, shape: Sequence[int], buffer: Union[bytes, bytearray], copy: bool = False
+) -> np.ndarray:
     """`buffer`'s bytes as a writable array: a copy of immutable bytes
     (`copy`), none of a bytearray (as _dtypes.from_value decodes)."""
     if dtype == pb.DTYPE_RESOURCE:
@@ -71,7 +86,7 @@ def _array(dtype: int, shape, buffer, copy: bool = False) -> np.ndarray:
     return array.astype(d.newbyteorder("="), copy=copy)
 
 
-def fetch(core, tensor_id: int) -> np.ndarray:
+def fetch(core: Core, tensor_id: int) -> np.ndarray:
     """Wait point: the value at `tensor_id`, in chunks of at most
     core.chunk_bytes."""
     chunk = core.chunk_bytes
@@ -91,9 +106,9 @@ def fetch(core, tensor_id: int) -> np.ndarray:
     buffer = bytearray(total)
     view = memoryview(buffer)
     view[: len(data)] = data
-    in_flight: collections.deque = collections.deque()
+    in_flight: Deque[Tuple[Tuple[int, int], int]] = collections.deque()
     offset = chunk
-    failure = None
+    failure: Optional[GradtapeError] = None
     while offset < total or in_flight:
         while failure is None and offset < total and len(in_flight) < _FETCH_WINDOW:
             in_flight.append((core.send_for_result(_fetch_command(tensor_id, offset, chunk)), offset))

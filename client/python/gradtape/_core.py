@@ -34,11 +34,24 @@ import queue
 import secrets
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
+from typing import (
+    Any,
+    Callable,
+    Deque,
+    Dict,
+    Iterator,
+    List,
+    Optional,
+    Protocol,
+    Sequence,
+    Tuple,
+    TypeVar,
+)
 
 import grpc
+import numpy as np
 
-from gradtape import _resume
+from gradtape import _backend, _chunks, _resume
 from gradtape.errors import (
     GradtapeError,
     SessionLostError,
@@ -51,7 +64,7 @@ from gradtape.v1 import tape_service_pb2_grpc as pb_grpc
 
 SESSION_ID_HEADER = "gradtape-session-id"
 SESSION_TOKEN_HEADER = "gradtape-session-token"
-_END = object()  # ends the request iterator
+_END = None  # in an outbox: ends the request iterator
 _ABORTED = grpc.StatusCode.ABORTED.value[0]
 # The counters of transport_stats(), in the order they are shown.
 TRANSPORT_COUNTERS = (
@@ -65,6 +78,14 @@ TRANSPORT_COUNTERS = (
     "refetches",  # fetches sent again: their result was no longer kept
 )
 T = TypeVar("T")
+_RELEASE_BATCH = 16  # released ids per ReleaseTensors (enqueue)
+
+
+class _ReplyStream(Protocol):
+    """The Stream call as the reader thread sees it (grpc's call iterator)."""
+
+    def __iter__(self) -> Iterator[pb.BatchReply]: ...
+    def cancel(self) -> bool: ...
 
 
 def _find_command(batch: Optional[pb.CommandBatch], seq: int) -> Optional[pb.Command]:
@@ -84,11 +105,14 @@ def _command_label(batch: Optional[pb.CommandBatch], seq: int) -> Optional[str]:
     kind = command.WhichOneof("kind")
     if kind == "execute":
         return command.execute.op
+    if kind is None:
+        return None
     # The command's message type: PutTensor, Gradient, Jacobian, ...
-    return command.DESCRIPTOR.fields_by_name[kind].message_type.name
+    message = command.DESCRIPTOR.fields_by_name[kind].message_type
+    return None if message is None else message.name
 
 
-def _requests(outbox: "queue.Queue[object]"):
+def _requests(outbox: "queue.Queue[Optional[pb.CommandBatch]]") -> Iterator[pb.CommandBatch]:
     """One stream's request iterator: the batches put into `outbox`."""
     while True:
         item = outbox.get()
@@ -116,12 +140,7 @@ class StreamCore:
         reconnect_timeout: float = 30.0,
         max_unacked_bytes: int = 256 << 20,
     ) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        if not reconnect_timeout >= 0:
-            raise ValueError(f"reconnect_timeout must be >= 0 (0: off), got {reconnect_timeout}")
-        if chunk_bytes < 1:
-            raise ValueError(f"chunk_bytes must be at least 1, got {chunk_bytes}")
+        _backend.check_options(batch_size, reconnect_timeout, chunk_bytes)
         self.chunk_bytes = chunk_bytes  # tensors larger move in chunks (_chunks.py)
         self.address = address
         self.batch_size = batch_size
@@ -129,7 +148,10 @@ class StreamCore:
         self.timeout = timeout
         self.reconnect_timeout = float(reconnect_timeout)
         self.max_unacked_bytes = max_unacked_bytes
-        options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+        options: List[Tuple[str, Any]] = [
+            ("grpc.max_send_message_length", -1),
+            ("grpc.max_receive_message_length", -1),
+        ]
         given = {name for name, _ in channel_options}
         options += [o for o in _resume.CHANNEL_BACKOFF_OPTIONS if o[0] not in given]
         options += list(channel_options)  # TLS name override, keepalive (_transport.py)
@@ -140,19 +162,22 @@ class StreamCore:
         self.stub = pb_grpc.TapeServiceStub(self.channel)
 
         # API keys (--api_keys_file): `authorization: Bearer <key>` on every call.
-        key_metadata = [("authorization", f"Bearer {api_key}")] if api_key else []
+        key_metadata: _backend.Metadata = ()
+        if api_key:
+            key_metadata = (("authorization", f"Bearer {api_key}"),)
         response = self._create_session(session_id, keep_alive_seconds, key_metadata)
         self.session_id: str = response.session_id
         self.keep_alive_seconds: int = response.keep_alive_seconds
-        self.metadata = [
+        self.metadata: _backend.Metadata = (
             (SESSION_ID_HEADER, response.session_id),
             (SESSION_TOKEN_HEADER, response.token),
-        ] + key_metadata
+        ) + key_metadata
 
-        self._ids = itertools.count(1)  # tensor ids; next() is atomic under the GIL
+        self._ids = itertools.count(1)  # tensor ids, taken under _id_lock
+        self._id_lock = threading.Lock()  # for blocks of consecutive ids
         self._tape_ids = itertools.count(1)
-        self._releases: collections.deque = collections.deque()
-        self._tape_deletes: collections.deque = collections.deque()
+        self._releases: Deque[int] = collections.deque()
+        self._tape_deletes: Deque[Tuple[int, bool]] = collections.deque()
 
         self._lock = threading.Lock()  # everything below
         self._write_lock = threading.Lock()  # batches enter the stream in order
@@ -181,7 +206,7 @@ class StreamCore:
         self.commands_sent = 0
         self.batches_sent = 0
 
-        self._outbox: "queue.Queue[object]" = queue.Queue()
+        self._outbox: "queue.Queue[Optional[pb.CommandBatch]]" = queue.Queue()
         self._call = self._open_stream(self._outbox)
         self._reader = threading.Thread(
             target=self._read_loop, name=f"gradtape-{self.session_id[:8]}", daemon=True
@@ -189,7 +214,7 @@ class StreamCore:
         self._reader.start()
 
     def _create_session(
-        self, session_id: Optional[str], keep_alive_seconds: int, key_metadata: list
+        self, session_id: Optional[str], keep_alive_seconds: int, key_metadata: _backend.Metadata
     ) -> pb.CreateSessionResponse:
         """CreateSession. A transport failure (e.g. a proxy that cannot reach
         the replica the id hashes to) is retried with a NEW random id, within
@@ -200,7 +225,7 @@ class StreamCore:
             proposed = session_id or secrets.token_hex(16)
             return self.stub.CreateSession(
                 pb.CreateSessionRequest(session_id=proposed, keep_alive_seconds=keep_alive_seconds),
-                metadata=[(SESSION_ID_HEADER, proposed)] + key_metadata,
+                metadata=((SESSION_ID_HEADER, proposed),) + key_metadata,
                 timeout=timeout,
                 wait_for_ready=True,
             )
@@ -219,10 +244,49 @@ class StreamCore:
     # -- ids ---------------------------------------------------------------
 
     def new_id(self) -> int:
-        return next(self._ids)
+        with self._id_lock:
+            return next(self._ids)
 
     def new_tape_id(self) -> int:
         return next(self._tape_ids)
+
+    def _new_ids(self, n: int) -> int:
+        with self._id_lock:  # n consecutive ids
+            first = next(self._ids)
+            for _ in range(n - 1):
+                next(self._ids)
+        return first
+
+    # -- the Backend interface (_backend.py) -----------------------------
+
+    def execute(
+        self,
+        op: str,
+        input_ids: Sequence[int],
+        num_outputs: int,
+        attrs: Optional[List[_backend.EncodedAttr]],
+    ) -> int:
+        first = self._new_ids(num_outputs) if num_outputs else 0
+        execute = pb.ExecuteOp(
+            op=op, input_ids=input_ids, output_ids=range(first, first + num_outputs)
+        )
+        if attrs:
+            for name, kind, value in attrs:
+                _backend.to_pb_attr(execute.attrs[name], kind, value)
+        self.enqueue(pb.Command(execute=execute))
+        return first
+
+    def put(self, tensor_id: int, array: np.ndarray) -> None:
+        _chunks.put(self, tensor_id, array)
+
+    def fetch(self, tensor_id: int) -> np.ndarray:
+        return _chunks.fetch(self, tensor_id)
+
+    def list_ops(self) -> pb.ListOpsResponse:
+        return self.unary(
+            "ListOps",
+            lambda t: self.stub.ListOps(pb.ListOpsRequest(), metadata=self.metadata, timeout=t),
+        )
 
     def release(self, tensor_id: int) -> None:
         """Buffers the release of `tensor_id` (lock-free: safe in finalizers)."""
@@ -245,7 +309,15 @@ class StreamCore:
             if self.closed:
                 return 0
             self._raise_if_lost_locked()
-            self._drain_finalized_locked()
+            # Dropped handles are released in one ReleaseTensors before the
+            # command once _RELEASE_BATCH of them wait, and before any
+            # command that is not an op (a fetch, stats, ... see them
+            # released): as the C++ client does (SessionCore::AppendLocked).
+            if self._tape_deletes or (
+                self._releases
+                and (len(self._releases) >= _RELEASE_BATCH or not command.HasField("execute"))
+            ):
+                self._drain_finalized_locked()
             self._seq += 1
             command.seq = self._seq
             self._pending.append(command)
@@ -322,13 +394,13 @@ class StreamCore:
 
     # -- the stream --------------------------------------------------------
 
-    def _open_stream(self, outbox: "queue.Queue[object]") -> grpc.Call:
+    def _open_stream(self, outbox: "queue.Queue[Optional[pb.CommandBatch]]") -> _ReplyStream:
         return self.stub.Stream(_requests(outbox), metadata=self.metadata)
 
     def _read_loop(self) -> None:
         """The reader thread: replies of the current stream; after a stream
         ends, reconnects or marks the session lost."""
-        call = self._call
+        call: Optional[_ReplyStream] = self._call
         while call is not None:
             error: Optional[BaseException] = None
             try:
@@ -405,7 +477,7 @@ class StreamCore:
         self._transport["refetches"] += 1
         return True
 
-    def _after_stream(self, error: Optional[BaseException]) -> Optional[grpc.Call]:
+    def _after_stream(self, error: Optional[BaseException]) -> Optional[_ReplyStream]:
         """The next stream after `error` ended one (None: it ended with OK),
         or None when the session is closing or lost."""
         with self._lock:
@@ -437,7 +509,9 @@ class StreamCore:
             outage = self._outage
         return self._reconnect(outage, error)
 
-    def _reconnect(self, outage: _resume.Backoff, error: grpc.RpcError) -> Optional[grpc.Call]:
+    def _reconnect(
+        self, outage: _resume.Backoff, error: grpc.RpcError
+    ) -> Optional[_ReplyStream]:
         """Probes the session with KeepAlive (backoff, bounded by `outage`),
         then opens a new stream and resends the unacknowledged batches."""
         last: grpc.RpcError = error
@@ -466,13 +540,13 @@ class StreamCore:
                 return None
             return self._resend(alive.last_applied_seq)
 
-    def _resend(self, last_applied_seq: int) -> Optional[grpc.Call]:
+    def _resend(self, last_applied_seq: int) -> Optional[_ReplyStream]:
         """A new stream on the session, with every unacknowledged batch first
         (original seqs; ack_seq brought up to date), in order."""
         with self._lock:
             if self.closed:
                 return None
-            outbox: "queue.Queue[object]" = queue.Queue()
+            outbox: "queue.Queue[Optional[pb.CommandBatch]]" = queue.Queue()
             for batch, _ in self._unacked.values():
                 batch.ack_seq = self._acked_seq
                 outbox.put(batch)

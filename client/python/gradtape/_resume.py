@@ -109,7 +109,9 @@ def final(
     session_id: str, address: str, error: grpc.RpcError, backoff: Optional[Backoff] = None
 ) -> SessionLostError:
     """The SessionLostError for a status that is not retried."""
-    code = error.code() or grpc.StatusCode.UNKNOWN
+    # A stand-in error (not grpc's own) may answer None despite the stubs.
+    status: Optional[grpc.StatusCode] = error.code()
+    code = grpc.StatusCode.UNKNOWN if status is None else status
     details = error.details() or ""
     if code == grpc.StatusCode.NOT_FOUND:
         reason = "not_found"

@@ -3,12 +3,14 @@ keepalive channel options (README "Transport security (TLS and mTLS)")."""
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import List, Optional, Tuple, Union
+
+Pem = Union[str, bytes, bytearray, None]
 
 import grpc
 
 
-def _pem(name: str, value) -> Optional[bytes]:
+def _pem(name: str, value: object) -> Optional[bytes]:
     if value is None:
         return None
     if isinstance(value, str):
@@ -20,9 +22,9 @@ def _pem(name: str, value) -> Optional[bytes]:
 
 def make_credentials(
     credentials: Optional[grpc.ChannelCredentials],
-    root_certificates=None,
-    private_key=None,
-    certificate_chain=None,
+    root_certificates: Pem = None,
+    private_key: Pem = None,
+    certificate_chain: Pem = None,
 ) -> Optional[grpc.ChannelCredentials]:
     """The channel's credentials: None (plaintext), the caller's, or TLS from
     PEM. The PEM arguments and `credentials` are exclusive."""

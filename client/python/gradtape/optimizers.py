@@ -12,13 +12,18 @@ recording stopped, so an enclosing tape does not record them.
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Optional, Tuple
+import warnings
+from typing import Dict, Iterable, List, Optional, Tuple, Union
 
 import numpy as np
 
 from gradtape.session import Session, Tensor, Variable
 
 GradsAndVars = Iterable[Tuple[Optional[Tensor], Variable]]
+
+
+def _variable_name(v: Variable) -> str:
+    return v.name if v.name else f"Variable:{v.handle.id}"
 
 
 class Optimizer:
@@ -37,8 +42,16 @@ class Optimizer:
         """
         self.learning_rate = float(learning_rate)
         self.use_server_op = use_server_op
-        self.iterations = 0
+        self._iterations: Optional[Variable] = None
         self._slots: Dict[Tuple[int, str], Variable] = {}
+
+    @property
+    def iterations(self) -> Union[Variable, int]:
+        """The number of apply_gradients calls: an int64 server Variable
+        (Keras' ``optimizer.iterations``), incremented on the server by each
+        call (buffered); 0 before the first call, when the optimizer does
+        not know its session yet."""
+        return self._iterations if self._iterations is not None else 0
 
     def _fused(self, session: Session) -> bool:
         if self.use_server_op is None:
@@ -49,21 +62,39 @@ class Optimizer:
         """The slot variable `name` of `var` (zeros of its shape at first use)."""
         key = (var.handle.id, name)
         if key not in self._slots:
-            self._slots[key] = var.session.Variable(np.zeros(var.shape, dtype=var.dtype))
+            self._slots[key] = var.session.Variable(np.zeros(var.shape, dtype=var.dtype), trainable=False)
         return self._slots[key]
 
     def apply_gradients(self, grads_and_vars: GradsAndVars) -> None:
-        """Buffers one update of every variable whose gradient is not None."""
-        pairs: List[Tuple[Tensor, Variable]] = [(g, v) for g, v in grads_and_vars if g is not None]
+        """Buffers one update of every variable whose gradient is not None,
+        and of ``iterations``. As Keras: a None gradient is skipped with
+        Keras' warning naming its variable; ValueError when no gradient is
+        given at all."""
+        pairs: List[Tuple[Tensor, Variable]] = []
+        missing: List[str] = []
+        for g, v in grads_and_vars:
+            if g is None:
+                missing.append(_variable_name(v))
+            else:
+                pairs.append((g, v))
         if not pairs:
-            return
+            raise ValueError("No gradients provided for any variable.")
+        if missing:
+            warnings.warn(
+                "Gradients do not exist for variables "
+                f"{missing} when minimizing the loss."
+                " If using `model.compile()`, did you forget to provide a "
+                "`loss` argument?"
+            )
         session = pairs[0][1].session
         with session.stop_recording():
             self._prepare(session, [v for _, v in pairs])
             for g, v in pairs:
                 self._apply(session, g, v)
             self._finish(session, [v for _, v in pairs])
-        self.iterations += 1
+            if self._iterations is None:
+                self._iterations = session.Variable(np.int64(0), name=None, trainable=False)
+            self._iterations.assign_add(session.scalar(1, np.int64))
 
     def _prepare(self, session: Session, variables: List[Variable]) -> None:
         pass
@@ -152,8 +183,8 @@ class Adam(Optimizer):
             key = var.dtype.str
             if key not in self._powers:
                 self._powers[key] = (
-                    session.Variable(np.asarray(self.beta_1, dtype=var.dtype)),
-                    session.Variable(np.asarray(self.beta_2, dtype=var.dtype)),
+                    session.Variable(np.asarray(self.beta_1, dtype=var.dtype), trainable=False),
+                    session.Variable(np.asarray(self.beta_2, dtype=var.dtype), trainable=False),
                 )
             if key not in self._power_values:
                 b1p, b2p = self._powers[key]
@@ -174,14 +205,14 @@ class Adam(Optimizer):
             return
         ops = session.ops
         one = session.scalar(1.0, d)
-        lr_t = lr * ops.sqrt(one - b2p) / (one - b1p)
+        lr_t = lr * ops["Sqrt"](one - b2p) / (one - b1p)
         m_new = m.read_value()
         m_new = m_new + (grad - m_new) * session.scalar(1.0 - self.beta_1, d)
         v_new = v.read_value()
-        v_new = v_new + (ops.square(grad) - v_new) * session.scalar(1.0 - self.beta_2, d)
+        v_new = v_new + (ops["Square"](grad) - v_new) * session.scalar(1.0 - self.beta_2, d)
         m.assign(m_new)
         v.assign(v_new)
-        var.assign_sub(lr_t * m_new / (ops.sqrt(v_new) + eps))
+        var.assign_sub(lr_t * m_new / (ops["Sqrt"](v_new) + eps))
 
     def _finish(self, session: Session, variables: List[Variable]) -> None:
         for key, (b1p_value, b2p_value) in self._power_values.items():

@@ -35,6 +35,27 @@ TEST_F(TapeTest, SquareGradient) {
   EXPECT_EQ(Values(3), std::vector<double>{6.0});
 }
 
+// Releasing the end of a long recorded chain frees every entry of it: that
+// once recursed one stack frame per op and overflowed the stack (a client's
+// chain of 40,000 AddV2, each intermediate released, crashed the server).
+TEST_F(TapeTest, ReleasingALongChainFreesItWithoutRecursion) {
+  constexpr int64_t kOps = 300000;
+  Put(1, {1.0});
+  Put(2, {1.0});
+  ASSERT_TRUE(session_.PushTape(++seq_, 10, false, false).ok());
+  ASSERT_TRUE(session_.Watch(++seq_, 10, {1}).ok());
+  int64_t last = 1;
+  for (int64_t i = 0; i < kOps; ++i) {
+    const int64_t next = 100 + i;
+    Exec("AddV2", {last, 2}, {next});
+    if (last != 1) ASSERT_TRUE(session_.ReleaseTensors(++seq_, {last}).ok());
+    last = next;
+  }
+  EXPECT_EQ(session_.Stats().tape_entries, kOps);
+  ASSERT_TRUE(session_.ReleaseTensors(++seq_, {last}).ok());
+  EXPECT_EQ(session_.Stats().tape_entries, 0);
+}
+
 TEST_F(TapeTest, FanInAggregates) {
   // y = x*x + x + exp(x)  ->  dy/dx = 2x + 1 + exp(x)
   Put(1, {0.5, -1.0});
@@ -77,6 +98,46 @@ TEST_F(TapeTest, PersistentTapeComputesTwice) {
   ASSERT_TRUE(Grad(10, {3}, {1}, {5}).ok());
   EXPECT_EQ(Values(4), std::vector<double>{3.0});
   EXPECT_NEAR(Values(5)[0], std::exp(1.5), 1e-12);
+}
+
+TEST_F(TapeTest, PersistentTapeRecordsItsOwnGradientWhilePushed) {
+  // y = x^3 on a persistent tape; dy = 3x^2 taken while it records is
+  // recorded on it (TensorFlow), so the tape differentiates it again: 6x.
+  Put(1, {2.0});
+  ASSERT_TRUE(session_.PushTape(++seq_, 10, /*persistent=*/true, false).ok());
+  ASSERT_TRUE(session_.Watch(++seq_, 10, {1}).ok());
+  Exec("Mul", {1, 1}, {2});
+  Exec("Mul", {2, 1}, {3});
+  ASSERT_TRUE(Grad(10, {3}, {1}, {4}).ok());
+  ASSERT_TRUE(session_.PopTape(++seq_, 10).ok());
+  EXPECT_EQ(Values(4), std::vector<double>{12.0});
+  ASSERT_TRUE(Grad(10, {4}, {1}, {5}).ok());
+  EXPECT_EQ(Values(5), std::vector<double>{12.0});  // 6x at x = 2
+  // Popped, it records nothing: a gradient taken now is a constant to it.
+  ASSERT_TRUE(Grad(10, {3}, {1}, {6}).ok());
+  auto none = Grad(10, {6}, {1}, {7});
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE((*none)[0].valid());
+}
+
+TEST_F(TapeTest, PoppedTapePushedAgainRecordsAgain) {
+  Put(1, {3.0});
+  ASSERT_TRUE(session_.PushTape(++seq_, 10, true, false).ok());
+  ASSERT_TRUE(session_.Watch(++seq_, 10, {1}).ok());
+  Exec("Mul", {1, 1}, {2});  // recorded
+  ASSERT_TRUE(session_.PopTape(++seq_, 10).ok());
+  Exec("Exp", {1}, {3});  // not recorded
+  ASSERT_TRUE(session_.PushTape(++seq_, 10, true, false).ok());
+  Exec("Sin", {1}, {4});  // recorded again, the watch kept
+  auto g = Grad(10, {2, 3, 4}, {1}, {5});
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_NEAR(Values(5)[0], 6.0 + std::cos(3.0), 1e-12);  // no Exp term
+  // Pushed twice, or again with other flags: ALREADY_EXISTS.
+  EXPECT_EQ(session_.PushTape(++seq_, 10, true, false).code(),
+            absl::StatusCode::kAlreadyExists);
+  ASSERT_TRUE(session_.PopTape(++seq_, 10).ok());
+  EXPECT_EQ(session_.PushTape(++seq_, 10, false, false).code(),
+            absl::StatusCode::kAlreadyExists);
 }
 
 TEST_F(TapeTest, NonPersistentTapeRefusesASecondGradient) {

@@ -245,5 +245,34 @@ TEST(GemmCancellationTest, CancelledBigMatMulStopsWithinABlock) {
               absl::ToDoubleMilliseconds(returned_at - cancelled_at));
 }
 
+// A client gone (CancelBetweenCommands): the product in progress is left to
+// finish (a resuming client's resend is answered with its result), the loop
+// over commands sees the request at once, and kernels see it only after
+// the grace, so a huge product still stops.
+TEST(GemmCancellationTest, BetweenCommandsLetsTheProductFinishThenEscalates) {
+  constexpr int64_t n = 256;
+  const std::vector<float> a = Random<float>(n * n, 9);
+  std::vector<float> c(n * n, -7.0f);
+  Cancellation cancel;
+  cancel.CancelBetweenCommands(absl::StatusCode::kCancelled);
+  EXPECT_TRUE(cancel.PollBetweenCommands());
+  EXPECT_EQ(cancel.StopCode(), absl::StatusCode::kCancelled);
+  {
+    ScopedCancellation scope(&cancel);
+    absl::Status status = Gemm<float>(false, false, n, n, n, a.data(), n,
+                                      a.data(), n, c.data(), n);
+    EXPECT_TRUE(status.ok()) << status;
+  }
+  EXPECT_NE(c[0], -7.0f);
+  EXPECT_FALSE(cancel.Requested());
+  const absl::Time give_up =
+      absl::Now() + Cancellation::kBetweenCommandsGrace + absl::Seconds(5);
+  while (!cancel.Poll() && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_TRUE(cancel.Requested());
+  EXPECT_EQ(cancel.Check("MatMul").code(), absl::StatusCode::kCancelled);
+}
+
 }  // namespace
 }  // namespace gradtape

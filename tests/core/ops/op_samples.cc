@@ -38,6 +38,7 @@ const std::vector<OpSample>& AllOpSamples() {
     SampleList list;
     AddMathSamples(list);
     AddArraySamples(list);
+    AddSliceSamples(list);
     AddNnSamples(list);
     AddConvSamples(list);
     AddPoolSamples(list);

@@ -41,6 +41,7 @@ class SampleList {
 // One function per op family file (tests/core/ops/samples_<family>.cc).
 void AddMathSamples(SampleList& s);
 void AddArraySamples(SampleList& s);
+void AddSliceSamples(SampleList& s);
 void AddNnSamples(SampleList& s);
 void AddConvSamples(SampleList& s);
 void AddPoolSamples(SampleList& s);

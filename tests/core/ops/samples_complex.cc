@@ -36,6 +36,12 @@ void AddComplexSamples(SampleList& s) {
         {MakeComplex(R({2}, 221), R({2}, 222)),
          MakeComplex(R({2}, 223), R({2}, 224))});
   s.Add("Neg", "complex", {MakeComplex(R({2}, 225), R({2}, 226))});
+  // Right half-plane: away from the branch cut of log.
+  s.Add("Log", "complex, right half-plane",
+        {MakeComplex(Positive({2, 3}, 227), R({2, 3}, 228))});
+  s.Add("Pow", "complex, broadcast exponent",
+        {MakeComplex(Positive({2, 3}, 229), R({2, 3}, 230)),
+         MakeComplex(R({3}, 231), R({3}, 232))});
 }
 
 }  // namespace gradtape::testing

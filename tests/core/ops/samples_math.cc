@@ -70,6 +70,12 @@ void AddMathSamples(SampleList& s) {
     s.Add(op, "outer broadcast", {R({2, 1}, 59), R({1, 3}, 60)});
     s.Add(op, "scalar", {R({}, 61), R({2, 2}, 62)});
   }
+  // Pow: bases kept positive (log(x) and a real x^y need x > 0).
+  s.Add("Pow", "same shape", {Positive({2, 3}, 320), R({2, 3}, 321)});
+  s.Add("Pow", "row broadcast", {Positive({2, 3}, 322), R({3}, 323)});
+  s.Add("Pow", "scalar exponent",
+        {Positive({2, 2}, 324), Tensor::Scalar<double>(2.5)});
+  s.Add("Pow", "scalar base", {Tensor::Scalar<double>(1.7), R({3}, 325)});
   s.Add("L2Loss", "matrix", {R({2, 3}, 63)});
   s.Add("L2Loss", "scalar", {R({}, 64)});
   s.Add("Prod", "all axes", {RandomAwayFromZero({2, 3}, 1.5, 0.5, 65)});

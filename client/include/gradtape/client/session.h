@@ -201,9 +201,10 @@ struct SessionOptions {
   // "session <id>: server <addr> unreachable for <T> s (<N> reconnect
   // attempts): ...". 0 turns resuming off. A CreateSession that fails in
   // transport is retried within the same bound, with a new random session
-  // id (unless session_id is set). A wait and Close wait for a reconnect
-  // in progress (at most this long); a reconnect that starts after Close's
-  // wait gives up.
+  // id (a caller's own session_id is tried once). A wait waits for a
+  // reconnect in progress (at most this long), Close at most rpc_timeout
+  // (the reconnect then gives up); Flush does not wait for it (the batch
+  // joins the resend).
   absl::Duration reconnect_timeout = absl::Seconds(30);
   absl::Duration initial_backoff = absl::Milliseconds(50);
   absl::Duration max_backoff = absl::Seconds(2);
@@ -245,6 +246,9 @@ struct ClientCounters {
   int64_t resumes = 0;
   int64_t batches_resent = 0;
   int64_t commands_resent = 0;
+  // Of the commands resent, those at or below the server's last applied seq
+  // when the session was probed (the server skips them).
+  int64_t resent_already_applied = 0;
   int64_t duplicate_results = 0;
   int64_t refetches = 0;
 };
@@ -300,7 +304,8 @@ class Session {
   absl::Status Sync();
   // Wait point: the server's session statistics after every earlier command.
   absl::StatusOr<SessionStats> Stats();
-  // Sends the buffered commands without waiting for their replies.
+  // Sends the buffered commands without waiting for their replies (nor for
+  // a reconnect in progress: they are then resent with the rest).
   void Flush();
   // Unary KeepAlive call (refreshes the lease of an idle session).
   absl::Status KeepAlive();

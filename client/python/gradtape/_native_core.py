@@ -1,0 +1,195 @@
+"""The compiled backend (internal): ``NativeCore``, gradtape._native's
+``Core`` (C++, over the C++ client's SessionCore: client/src) with the few
+methods that parse protobuf messages in Python.
+
+The hot methods (``execute``, ``release``, ``new_id``, ``fetch``, ...) are
+the native class's own, so a call from Python reaches C++ with no Python
+frame between. ``enqueue`` and ``call`` serialize their ``pb.Command`` here
+and the extension parses it into the command buffer (rare commands: tapes,
+gradients, stats, checkpoints). Behaviour, errors and counters are those of
+``gradtape._core.StreamCore`` (see gradtape/_backend.py, the contract).
+
+Importing this module raises ImportError when the extension is not built;
+``gradtape._backend.native_unavailable()`` says why.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Mapping, Optional, Tuple
+
+import grpc
+import numpy as np
+
+from gradtape import _backend, _dtypes, _transport
+from gradtape._core import SESSION_ID_HEADER, SESSION_TOKEN_HEADER, TRANSPORT_COUNTERS
+from gradtape._native import Core  # ImportError when the extension is not built
+from gradtape.errors import GradtapeError, SessionLostError, status_code
+from gradtape.v1 import tape_service_pb2 as pb
+from gradtape.v1 import tape_service_pb2_grpc as pb_grpc
+
+# SessionCore's status payloads (client/src/session_core.h, resume.h).
+_SEQ = "gradtape-command-seq"
+_OP = "gradtape-command-op"
+_REASON = "gradtape-lost-reason"
+_ATTEMPTS = "gradtape-lost-attempts"
+_SECONDS = "gradtape-lost-seconds"
+_LAST_APPLIED = "gradtape-last-applied-seq"
+
+
+def _int_or_none(value: Optional[str]) -> Optional[int]:
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return None
+
+
+def make_error(
+    code: int, message: str, payloads: Mapping[str, str], session_id: str, address: str
+) -> GradtapeError:
+    """The exception for a failed absl::Status of the extension (it raises
+    what this returns): SessionLostError for a lost session, else a
+    GradtapeError with the command's seq and op when it names one."""
+    last_applied = _int_or_none(payloads.get(_LAST_APPLIED))
+    reason = payloads.get(_REASON)
+    if reason is not None:
+        return SessionLostError(
+            status_code(code),
+            message,
+            session_id=session_id,
+            address=address,
+            reason=reason,
+            attempts=_int_or_none(payloads.get(_ATTEMPTS)) or 0,
+            seconds=float(payloads.get(_SECONDS) or 0.0),
+            last_applied_seq=last_applied,
+        )
+    return GradtapeError(
+        status_code(code),
+        message,
+        seq=_int_or_none(payloads.get(_SEQ)),
+        op=payloads.get(_OP) or None,
+        last_applied_seq=last_applied,
+    )
+
+
+class NativeCore(Core):
+    """One session's connection, in C++ (gradtape._backend.Backend)."""
+
+    metadata: List[Tuple[str, str]]
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        session_id: Optional[str] = None,
+        keep_alive_seconds: int = 0,
+        batch_size: int = 512,
+        max_batch_bytes: int = 16 << 20,
+        chunk_bytes: int = 64 << 20,
+        timeout: float = 10.0,
+        root_certificates: Optional[bytes] = None,
+        private_key: Optional[bytes] = None,
+        certificate_chain: Optional[bytes] = None,
+        server_name_override: Optional[str] = None,
+        keepalive_time: Optional[float] = None,
+        keepalive_timeout: float = 20.0,
+        keepalive_permit_without_calls: bool = False,
+        api_key: Optional[str] = None,
+        reconnect_timeout: float = 30.0,
+        max_unacked_bytes: int = 256 << 20,
+    ) -> None:
+        # The same checks and messages as the pure client (_backend.py, _transport.py).
+        _backend.check_options(batch_size, reconnect_timeout, chunk_bytes)
+        tls = _transport.make_credentials(None, root_certificates, private_key, certificate_chain)
+        _transport.channel_options(
+            server_name_override=server_name_override,
+            keepalive_time=keepalive_time,
+            keepalive_timeout=keepalive_timeout,
+            keepalive_permit_without_calls=keepalive_permit_without_calls,
+        )
+        options: Dict[str, object] = {
+            "session_id": session_id,
+            "keep_alive_seconds": keep_alive_seconds,
+            "batch_size": batch_size,
+            "max_batch_bytes": max_batch_bytes,
+            "chunk_bytes": chunk_bytes,
+            "max_unacked_bytes": max_unacked_bytes,
+            "timeout": timeout,
+            "reconnect_timeout": reconnect_timeout,
+            "api_key": api_key or None,
+            "keepalive_time": keepalive_time or None,
+            "keepalive_timeout": keepalive_timeout,
+            "keepalive_permit_without_calls": keepalive_permit_without_calls,
+        }
+        if tls is not None or server_name_override:
+            options.update(
+                tls=True,
+                root_certificates=_pem(root_certificates),
+                private_key=_pem(private_key),
+                certificate_chain=_pem(certificate_chain),
+                server_name_override=server_name_override,
+            )
+        super().__init__(address, options, make_error)
+        self._stub: Optional[pb_grpc.TapeServiceStub] = None
+        self._channel: Optional[grpc.Channel] = None
+        self._channel_args = (tls, server_name_override)
+        self.timeout = timeout
+        self.reconnect_timeout = float(reconnect_timeout)
+        self.metadata = [
+            (SESSION_ID_HEADER, self.session_id),
+            (SESSION_TOKEN_HEADER, self._token),
+        ]
+        if api_key:
+            self.metadata.append(("authorization", f"Bearer {api_key}"))
+
+    @property
+    def stub(self) -> pb_grpc.TapeServiceStub:
+        """A grpcio stub to the session's server (its own channel, made on
+        first use), for callers of raw RPCs with ``metadata``, as
+        StreamCore.stub. The session itself never uses it."""
+        if self._stub is None:
+            tls, name = self._channel_args
+            options = _transport.channel_options(server_name_override=name)
+            if tls is None:
+                self._channel = grpc.insecure_channel(self.address, options=options)
+            else:
+                self._channel = grpc.secure_channel(self.address, tls, options=options)
+            self._stub = pb_grpc.TapeServiceStub(self._channel)
+        return self._stub
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self._channel is not None:
+                self._channel.close()
+                self._channel = None
+                self._stub = None
+
+    def put(self, tensor_id: int, array: np.ndarray) -> None:
+        """Buffers the put of `array` (chunked above chunk_bytes): the
+        extension copies it once, from the array's buffer."""
+        dtype = _dtypes.to_pb_dtype(array.dtype)
+        data = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+        self._put(tensor_id, dtype, array.shape, data)  # (ascontiguousarray makes 0-d 1-d)
+
+    def enqueue(self, command: pb.Command) -> int:
+        seq: int = self._enqueue(command.SerializeToString())
+        command.seq = seq
+        return seq
+
+    def call(self, command: pb.Command) -> pb.CommandResult:
+        return pb.CommandResult.FromString(self._call(command.SerializeToString()))
+
+    def list_ops(self) -> pb.ListOpsResponse:
+        return pb.ListOpsResponse.FromString(self._list_ops())
+
+    def transport_stats(self) -> Dict[str, int]:
+        """Counters of transport failures and resumes (TRANSPORT_COUNTERS)."""
+        counters = self._counters()
+        return {name: int(counters[name]) for name in TRANSPORT_COUNTERS}
+
+
+def _pem(value: Optional[bytes]) -> Optional[str]:
+    if value is None:
+        return None
+    return bytes(value).decode("ascii")

@@ -1,0 +1,262 @@
+"""Output shapes the client knows without asking the server (internal).
+
+Each rule maps the input shapes (None where unknown) and the op's attrs to
+the output shapes, or None where it cannot tell (an unknown input shape, an
+attr it does not understand, inputs the server will refuse: the server then
+reports the error, and ``Tensor.shape`` fetches). A rule never raises.
+Rules are looked up once per op (``rule_for``), when the session builds its
+op table from ListOps.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+Shape = Tuple[int, ...]
+MaybeShape = Optional[Shape]
+ShapeRule = Callable[[Sequence[MaybeShape], Mapping[str, Any]], Optional[List[MaybeShape]]]
+
+
+def broadcast(a: MaybeShape, b: MaybeShape) -> MaybeShape:
+    """numpy / TensorFlow broadcasting of two shapes; None if unknown or
+    incompatible."""
+    if a is None or b is None:
+        return None
+    if a == b:
+        return a
+    n = max(len(a), len(b))
+    pa = (1,) * (n - len(a)) + a
+    pb = (1,) * (n - len(b)) + b
+    out = []
+    for x, y in zip(pa, pb):
+        if x == y or y == 1:
+            out.append(x)
+        elif x == 1:
+            out.append(y)
+        else:
+            return None
+    return tuple(out)
+
+
+def _same0(shapes: Sequence[MaybeShape], attrs: Mapping[str, Any]) -> Optional[List[MaybeShape]]:
+    return [shapes[0]] if shapes else None
+
+
+def _elementwise(shapes: Sequence[MaybeShape], attrs: Mapping[str, Any]) -> Optional[List[MaybeShape]]:
+    if not shapes:
+        return None
+    out = shapes[0]
+    for s in shapes[1:]:
+        out = broadcast(out, s)
+    return [out]
+
+
+def _select(shapes: Sequence[MaybeShape], attrs: Mapping[str, Any]) -> Optional[List[MaybeShape]]:
+    return [broadcast(shapes[1], shapes[2])] if len(shapes) == 3 else None
+
+
+def _matmul(shapes: Sequence[MaybeShape], attrs: Mapping[str, Any]) -> Optional[List[MaybeShape]]:
+    a, b = shapes[0], shapes[1]
+    if a is None or b is None or len(a) != 2 or len(b) != 2:
+        return None
+    m = a[1] if attrs.get("transpose_a") else a[0]
+    n = b[0] if attrs.get("transpose_b") else b[1]
+    return [(m, n)]
+
+
+def _batch_matmul(shapes: Sequence[MaybeShape], attrs: Mapping[str, Any]) -> Optional[List[MaybeShape]]:
+    a, b = shapes[0], shapes[1]
+    if a is None or b is None or len(a) < 2 or len(b) < 2:
+        return None
+    batch = broadcast(a[:-2], b[:-2])
+    if batch is None:
+        return None
+    m = a[-1] if attrs.get("adj_x") else a[-2]
+    n = b[-2] if attrs.get("adj_y") else b[-1]
+    return [batch + (m, n)]
+
+
+def _reduce(shapes: Sequence[MaybeShape], attrs: Mapping[str, Any]) -> Optional[List[MaybeShape]]:
+    s = shapes[0]
+    if s is None:
+        return None
+    axis = attrs.get("axis") or []
+    keep = bool(attrs.get("keep_dims", False))
+    rank = len(s)
+    try:
+        axes = {int(a) + rank if int(a) < 0 else int(a) for a in axis} if axis else set(range(rank))
+    except (TypeError, ValueError):
+        return None
+    if any(a < 0 or a >= rank for a in axes):
+        return None
+    if keep:
+        return [tuple(1 if i in axes else d for i, d in enumerate(s))]
+    return [tuple(d for i, d in enumerate(s) if i not in axes)]
+
+
+def _scalar(shapes: Sequence[MaybeShape], attrs: Mapping[str, Any]) -> Optional[List[MaybeShape]]:
+    return [()]
+
+
+def _reshape(shapes: Sequence[MaybeShape], attrs: Mapping[str, Any]) -> Optional[List[MaybeShape]]:
+    try:
+        target = [int(d) for d in attrs["shape"]]
+    except (KeyError, TypeError, ValueError):
+        return None
+    unknown = [i for i, d in enumerate(target) if d == -1]
+    if len(unknown) > 1 or any(d < -1 for d in target):
+        return None
+    if unknown:
+        s = shapes[0]
+        if s is None:
+            return None
+        size = 1
+        for d in s:
+            size *= d
+        rest = 1
+        for d in target:
+            if d != -1:
+                rest *= d
+        if rest == 0 or size % rest:
+            return None
+        target[unknown[0]] = size // rest
+    return [tuple(target)]
+
+
+def _broadcast_to(shapes: Sequence[MaybeShape], attrs: Mapping[str, Any]) -> Optional[List[MaybeShape]]:
+    try:
+        return [tuple(int(d) for d in attrs["shape"])]
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _transpose(shapes: Sequence[MaybeShape], attrs: Mapping[str, Any]) -> Optional[List[MaybeShape]]:
+    s = shapes[0]
+    if s is None:
+        return None
+    perm = attrs.get("perm")
+    try:
+        p = [int(i) for i in perm] if perm else list(range(len(s)))[::-1]
+        if sorted(p) != list(range(len(s))):
+            return None
+        return [tuple(s[i] for i in p)]
+    except (TypeError, ValueError):
+        return None
+
+
+def _shape(shapes: Sequence[MaybeShape], attrs: Mapping[str, Any]) -> Optional[List[MaybeShape]]:
+    s = shapes[0]
+    return [None if s is None else (len(s),)]
+
+
+def _gather(shapes: Sequence[MaybeShape], attrs: Mapping[str, Any]) -> Optional[List[MaybeShape]]:
+    p, i = shapes[0], shapes[1]
+    if p is None or i is None or attrs.get("batch_dims", 0):
+        return None
+    axis = int(attrs.get("axis", 0))
+    if axis < 0:
+        axis += len(p)
+    if not 0 <= axis < len(p):
+        return None
+    return [p[:axis] + i + p[axis + 1:]]
+
+
+def _one_hot(shapes: Sequence[MaybeShape], attrs: Mapping[str, Any]) -> Optional[List[MaybeShape]]:
+    s = shapes[0]
+    if s is None or "depth" not in attrs or attrs.get("axis", -1) != -1:
+        return None
+    return [s + (int(attrs["depth"]),)]
+
+
+def _sparse_xent(shapes: Sequence[MaybeShape], attrs: Mapping[str, Any]) -> Optional[List[MaybeShape]]:
+    s = shapes[0]
+    if s is None or len(s) != 2:
+        return None
+    return [(s[0],), s]
+
+
+def _bias_add_grad(shapes: Sequence[MaybeShape], attrs: Mapping[str, Any]) -> Optional[List[MaybeShape]]:
+    s = shapes[0]
+    if s is None or not s:
+        return None
+    fmt = attrs.get("data_format", "NHWC")
+    if fmt not in ("NHWC", "NCHW", b"NHWC", b"NCHW"):
+        return None
+    return [(s[1],) if fmt in ("NCHW", b"NCHW") and len(s) > 2 else (s[-1],)]
+
+
+def _expand_dims(shapes: Sequence[MaybeShape], attrs: Mapping[str, Any]) -> Optional[List[MaybeShape]]:
+    s = shapes[0]
+    if s is None or "axis" not in attrs:
+        return None
+    axis = int(attrs["axis"])
+    if axis < 0:
+        axis += len(s) + 1
+    if not 0 <= axis <= len(s):
+        return None
+    return [s[:axis] + (1,) + s[axis:]]
+
+
+_UNARY = (
+    "Neg Square Sqrt Exp Log Tanh Sigmoid Abs Sign Expm1 Log1p Sin Cos Tan Reciprocal Inv "
+    "Identity Cast StopGradient PreventGradient ZerosLike OnesLike Cumsum Cumprod "
+    "Relu Relu6 Elu Selu Softplus Softsign Softmax LogSoftmax Conj Real Imag Angle "
+    "Rsqrt Floor Ceil Round Erf LeakyRelu Gelu Mish Swish Acos Asin Atan Sinh Cosh Asinh Acosh Atanh "
+    "Lgamma Digamma Rint Erfc Square SquaredNorm BiasAdd BiasAddV1 LogicalNot ComplexAbs"
+).split()
+_BINARY = (
+    "AddV2 Add Sub Mul RealDiv Div DivNoNan Maximum Minimum SquaredDifference Pow Complex "
+    "Equal NotEqual Greater GreaterEqual Less LessEqual FloorDiv FloorMod Mod Atan2 "
+    "LogicalAnd LogicalOr Xdivy Xlogy MulNoNan TruncateDiv"
+).split()
+# Gradient helpers whose output has their first input's shape.
+_SAME0 = (
+    "SqrtGrad TanhGrad SigmoidGrad ReciprocalGrad RsqrtGrad ReluGrad Relu6Grad EluGrad SeluGrad "
+    "SoftplusGrad SoftsignGrad LeakyReluGrad"
+).split()
+
+_RULES: Dict[str, ShapeRule] = {}
+for _name in _UNARY + _SAME0:
+    _RULES[_name] = _same0
+for _name in _BINARY:
+    _RULES[_name] = _elementwise
+_RULES.update(
+    {
+        "Select": _select,
+        "SelectV2": lambda s, a: [broadcast(broadcast(s[0], s[1]), s[2])] if len(s) == 3 else None,
+        "MatMul": _matmul,
+        "BatchMatMul": _batch_matmul,
+        "BatchMatMulV2": _batch_matmul,
+        "Sum": _reduce,
+        "Mean": _reduce,
+        "Prod": _reduce,
+        "Max": _reduce,
+        "Min": _reduce,
+        "L2Loss": _scalar,
+        "VarHandleOp": _scalar,
+        "Reshape": _reshape,
+        "BroadcastTo": _broadcast_to,
+        "Transpose": _transpose,
+        "Shape": _shape,
+        "GatherV2": _gather,
+        "OneHot": _one_hot,
+        "SparseSoftmaxCrossEntropyWithLogits": _sparse_xent,
+        "BiasAddGrad": _bias_add_grad,
+        "ExpandDims": _expand_dims,
+    }
+)
+
+
+def rule_for(op: str) -> Optional[ShapeRule]:
+    """The shape rule of `op`, None if the client has none."""
+    return _RULES.get(op)
+
+
+def output_shapes(rule: Optional[ShapeRule], shapes: Sequence[MaybeShape], attrs: Mapping[str, Any]) -> Optional[List[MaybeShape]]:
+    """`rule` applied, never raising (None: not known)."""
+    if rule is None:
+        return None
+    try:
+        return rule(shapes, attrs)
+    except Exception:  # a rule must not turn a server-side error into a client crash
+        return None
