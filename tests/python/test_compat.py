@@ -4,6 +4,8 @@ the limits of custom gradients and forward mode's client-side None."""
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 
@@ -175,6 +177,27 @@ def test_custom_gradient_grad_cannot_read_values(gtf):
         f(tf.constant(1.0))
     # nothing half-sent: the session still works
     assert tf.constant(2.0).numpy() == 2.0
+
+
+def test_custom_gradient_failure_releases_no_traced_placeholder(gtf):
+    """A failed trace's placeholders (negative ids) may outlive it in the
+    exception's frames; dropping them later sends no release (a release of
+    id -1 failed the session's next wait with NOT_FOUND)."""
+    tf = gtf
+
+    @tf.custom_gradient
+    def f(x):
+        def grad(dy):
+            return dy * float(dy.numpy())
+
+        return tf.identity(x), grad
+
+    with pytest.raises(RuntimeError, match="traced") as info:
+        f(tf.constant(1.0))
+    del info  # the frames holding the traced upstream go now, tracer uninstalled
+    gc.collect()
+    assert tf.constant(3.0).numpy() == 3.0
+    tf.get_default_session().sync()
 
 
 def test_custom_gradient_leaves_no_stray_releases(gtf):

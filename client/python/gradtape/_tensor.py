@@ -61,6 +61,11 @@ class Tensor:
         self._conn: Any = None
 
     def __del__(self) -> None:
+        if self._id <= 0:
+            # A placeholder traced by custom_gradient (negative ids), never
+            # a server tensor: it may outlive the trace (a traceback frame
+            # holding it), when its release would reach the real backend.
+            return
         try:
             self._session._core.release(self._id)
         except Exception:  # interpreter shutdown
