@@ -1,7 +1,9 @@
-// Elementwise unary math: Neg, Abs, Sign, Square, Sqrt, Exp, Expm1, Log,
-// Log1p, Sin, Cos, Tan, Tanh, Sigmoid, Reciprocal (Inv), and the helpers
-// their backwards run, TensorFlow's SqrtGrad, TanhGrad, SigmoidGrad and
-// ReciprocalGrad (inputs (y, dy), y the forward output).
+// Elementwise unary math: Neg, Abs, Sign, Square, Sqrt, Rsqrt, Exp, Expm1,
+// Log, Log1p, Sin, Cos, Tan, Tanh, Sigmoid, Reciprocal (Inv), Erf, Erfc,
+// Floor, Ceil, Round, and the helpers their backwards run, TensorFlow's
+// SqrtGrad, RsqrtGrad, TanhGrad, SigmoidGrad and ReciprocalGrad (inputs
+// (y, dy), y the forward output).
+#include <cmath>
 #include <complex>
 #include <type_traits>
 
@@ -97,9 +99,75 @@ Op Reciprocal(Op op) {
           .Summary("y = 1 / x (floating or complex)"));
 }
 
+// Erf (sign = 1) and Erfc (sign = -1): dx = sign * 2/sqrt(pi) e^(-x^2) dy.
+void ErfBackward(GradContext& g, double sign) {
+  const DType t = g.InputDType(0);
+  Tensor x = g.Input(0);
+  Tensor e = g.Op("Exp", {g.Neg(g.Mul(x, x))});
+  Tensor c = g.Const(sign * 2.0 / std::sqrt(M_PI), t);
+  g.SetGrad(0, g.Mul(g.Grad(0), g.Mul(c, e)));
+}
+
+// Erf, Erfc, Floor, Ceil and Round (TensorFlow registers no gradient for
+// the last three: their gradient is None).
+void RegisterRoundingAndErfOps(OpRegistry& r) {
+  r.Add(Unary(Op("Erf"))
+            .Forward([](KernelContext& ctx) {
+              return UnaryFloatKernel(ctx, [](const auto& x) {
+                return x.unaryExpr([](auto v) { return std::erf(v); });
+              });
+            })
+            // dx = 2/sqrt(pi) e^(-x^2) dy
+            .Backward([](GradContext& g) { ErfBackward(g, 1.0); })
+            .SavesInputs({0})
+            .Summary("y = erf(x), the error function"));
+  r.Add(Unary(Op("Erfc"))
+            .Forward([](KernelContext& ctx) {
+              return UnaryFloatKernel(ctx, [](const auto& x) {
+                return x.unaryExpr([](auto v) { return std::erfc(v); });
+              });
+            })
+            // dx = -2/sqrt(pi) e^(-x^2) dy
+            .Backward([](GradContext& g) { ErfBackward(g, -1.0); })
+            .SavesInputs({0})
+            .Summary("y = erfc(x) = 1 - erf(x)"));
+  r.Add(Unary(Op("Floor"))
+            .Forward([](KernelContext& ctx) {
+              return UnaryFloatKernel(ctx, [](const auto& x) {
+                return x.unaryExpr([](auto v) { return std::floor(v); });
+              });
+            })
+            .NotDifferentiable()  // TensorFlow's _FloorGrad: None
+            .Summary("y = the largest integer <= x (floating)"));
+  r.Add(Unary(Op("Ceil"))
+            .Forward([](KernelContext& ctx) {
+              return UnaryFloatKernel(ctx, [](const auto& x) {
+                return x.unaryExpr([](auto v) { return std::ceil(v); });
+              });
+            })
+            .NotDifferentiable()  // TensorFlow's _CeilGrad: None
+            .Summary("y = the smallest integer >= x (floating)"));
+  r.Add(Unary(Op("Round"))
+            .Forward([](KernelContext& ctx) {
+              return UnaryKernel<DTypes::kNumeric>(ctx, [](const auto& x) {
+                return x.unaryExpr([](auto v) {
+                  if constexpr (std::is_integral_v<decltype(v)>) {
+                    return v;
+                  } else {  // half to even (the default rounding mode)
+                    return std::nearbyint(v);
+                  }
+                });
+              });
+            })
+            .NotDifferentiable()  // TensorFlow's _RoundGrad: None
+            .Summary("y = x rounded to the nearest integer, half to even "
+                     "(integers: x)"));
+}
+
 }  // namespace
 
 void RegisterUnaryOps(OpRegistry& r) {
+  RegisterRoundingAndErfOps(r);
   r.Add(Unary(Op("Neg"))
             .Forward([](KernelContext& ctx) {
               return UnaryKernel<DTypes::kArithmetic>(
@@ -157,6 +225,39 @@ void RegisterUnaryOps(OpRegistry& r) {
             .SavesInputs({0})
             .SavesOutputs({0})
             .Summary("z = 0.5 * dy / y (the gradient of Sqrt)"));
+  r.Add(Unary(Op("Rsqrt"))
+            .Forward([](KernelContext& ctx) {
+              return UnaryFloatKernel(ctx,
+                                      [](const auto& x) { return x.rsqrt(); });
+            })
+            // dx = -0.5 dy y^3 = RsqrtGrad(y, dy)
+            .Backward([](GradContext& g) {
+              g.SetGrad(0, g.Op("RsqrtGrad", {g.Output(0), g.Grad(0)}));
+            })
+            .SavesOutputs({0})
+            // ty = -0.5 tx y^3
+            .Jvp([](JvpContext& j) {
+              j.SetTangent(0, j.Op("RsqrtGrad", {j.Output(0), j.Tangent(0)}));
+            })
+            .Summary("y = 1 / sqrt(x)"));
+  r.Add(GradHelper(Op("RsqrtGrad"))
+            .Forward([](KernelContext& ctx) {
+              return GradHelperKernel(ctx, [](auto y, auto dy) {
+                return static_cast<decltype(y)>(-0.5) * dy * y * y * y;
+              });
+            })
+            // z = -0.5 dy y^3 (TensorFlow's _RsqrtGradGrad):
+            //   d(y) = -1.5 g dy y^2,  d(dy) = RsqrtGrad(y, g)
+            .Backward([](GradContext& g) {
+              Tensor y = g.Input(0), dy = g.Input(1), gz = g.Grad(0);
+              if (g.NeedsGrad(0)) {
+                Tensor c = g.Const(-1.5, g.InputDType(0));
+                g.SetGrad(0, g.Mul(g.Mul(c, g.Mul(gz, dy)), g.Mul(y, y)));
+              }
+              if (g.NeedsGrad(1)) g.SetGrad(1, g.Op("RsqrtGrad", {y, gz}));
+            })
+            .SavesInputs({0, 1})
+            .Summary("z = -0.5 * dy * y^3 (the gradient of Rsqrt)"));
   r.Add(Unary(Op("Exp"))
             .Forward([](KernelContext& ctx) {
               return ArrayFloatKernel(ctx, [](const auto* x, auto* y,
