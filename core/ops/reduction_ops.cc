@@ -169,8 +169,8 @@ void ReducedShapes(const Shape& in, const std::vector<bool>& mask,
 }
 
 // Max's and Min's input 1 "axis" as a mask over input 0's dims: int32 or
-// int64, a scalar or a vector of axes in [-rank, rank) (repeats allowed);
-// empty reduces nothing, as in TensorFlow.
+// int64, a scalar or a vector of distinct axes in [-rank, rank); empty
+// reduces nothing, as in TensorFlow.
 absl::StatusOr<std::vector<bool>> AxisInputMask(const KernelContext& ctx) {
   RETURN_IF_ERROR(ctx.RequireIndexDType(1));
   const Tensor& a = ctx.input(1);
@@ -182,7 +182,14 @@ absl::StatusOr<std::vector<bool>> AxisInputMask(const KernelContext& ctx) {
   if (a.num_elements() == 0) return std::vector<bool>(x.rank(), false);
   std::vector<int64_t> axes;
   for (int64_t i = 0; i < a.num_elements(); ++i) axes.push_back(IndexAt(a, i));
-  return AxesMask(ctx, axes, x.shape());
+  ASSIGN_OR_RETURN(std::vector<bool> mask, AxesMask(ctx, axes, x.shape()));
+  const int64_t reduced = std::count(mask.begin(), mask.end(), true);
+  if (reduced != static_cast<int64_t>(axes.size())) {  // as TensorFlow
+    return ctx.InvalidArgument("axis ", a.DebugString(),
+                               " contains a duplicate dimension (input ",
+                               x.DebugString(), ")");
+  }
+  return mask;
 }
 
 // Max (max = true) or Min over input 1's axes; an empty group gives the
