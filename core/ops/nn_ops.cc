@@ -303,7 +303,9 @@ void RegisterActivations(OpRegistry& r) {
   r.Add(Activation(Op("LeakyRelu"))
             .Attr("alpha", 0.2)
             .Forward([](KernelContext& ctx) {
-              const double alpha = ctx.attrs().Float("alpha");
+              // TensorFlow's alpha is a float32 attr.
+              const float alpha =
+                  static_cast<float>(ctx.attrs().Float("alpha"));
               return ActivationKernel(ctx, [alpha](auto x) {
                 using T = decltype(x);
                 return x > T(0) ? x : static_cast<T>(alpha) * x;
@@ -319,7 +321,9 @@ void RegisterActivations(OpRegistry& r) {
   r.Add(ActivationGrad(Op("LeakyReluGrad"), "features")
             .Attr("alpha", 0.2)
             .Forward([](KernelContext& ctx) {
-              const double alpha = ctx.attrs().Float("alpha");
+              // TensorFlow's alpha is a float32 attr.
+              const float alpha =
+                  static_cast<float>(ctx.attrs().Float("alpha"));
               return ActivationGradKernel(ctx, [alpha](auto dy, auto x) {
                 using T = decltype(dy);
                 return x > T(0) ? dy : static_cast<T>(alpha) * dy;

@@ -169,16 +169,12 @@ void ReducedShapes(const Shape& in, const std::vector<bool>& mask,
 }
 
 // Max's and Min's input 1 "axis" as a mask over input 0's dims: int32 or
-// int64, a scalar or a vector of distinct axes in [-rank, rank); empty
-// reduces nothing, as in TensorFlow.
+// int64 of any shape (TensorFlow flattens it), distinct axes in
+// [-rank, rank); empty reduces nothing, as in TensorFlow.
 absl::StatusOr<std::vector<bool>> AxisInputMask(const KernelContext& ctx) {
   RETURN_IF_ERROR(ctx.RequireIndexDType(1));
   const Tensor& a = ctx.input(1);
   const Tensor& x = ctx.input(0);
-  if (a.rank() > 1) {
-    return ctx.InvalidArgument("axis must be a scalar or a vector, got ",
-                               a.DebugString());
-  }
   if (a.num_elements() == 0) return std::vector<bool>(x.rank(), false);
   std::vector<int64_t> axes;
   for (int64_t i = 0; i < a.num_elements(); ++i) axes.push_back(IndexAt(a, i));

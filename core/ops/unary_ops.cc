@@ -24,8 +24,9 @@ Op GradHelper(Op op) {
   return std::move(op.Inputs({"y", "dy"}).Outputs({"z"}));
 }
 
+template <DTypes kKinds = DTypes::kFloating>
 absl::Status SameShapeBinary(KernelContext& ctx) {
-  RETURN_IF_ERROR(ctx.RequireFloat(0));
+  RETURN_IF_ERROR(RequireDTypes(ctx, 0, kKinds));
   RETURN_IF_ERROR(ctx.RequireSameDType(0, 1));
   if (ctx.input(0).shape() != ctx.input(1).shape()) {
     return ctx.InvalidArgument("y ", ShapeString(ctx.input(0).shape()),
@@ -35,11 +36,25 @@ absl::Status SameShapeBinary(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
-// z = f(y, dy) for the *Grad helpers (same shapes, floating).
-template <typename F>
+// z = f(y, dy) for the *Grad helpers (same shapes; floating, or kKinds).
+template <DTypes kKinds = DTypes::kFloating, typename F>
 absl::Status GradHelperKernel(KernelContext& ctx, F f) {
-  RETURN_IF_ERROR(SameShapeBinary(ctx));
-  return BinaryKernel<DTypes::kFloating>(ctx, f);
+  RETURN_IF_ERROR(SameShapeBinary<kKinds>(ctx));
+  return BinaryKernel<kKinds>(ctx, f);
+}
+
+// y = f(x) elementwise for complex x, f a scalar function of std::complex
+// (std::sqrt, std::exp, ...); for real x, `real` (the float path as it was).
+template <typename F, typename Real>
+absl::Status InexactKernel(KernelContext& ctx, F f, Real real) {
+  if (!IsComplex(ctx.input(0).dtype())) return real(ctx);
+  return UnaryKernel<DTypes::kInexact>(
+      ctx, [f](const auto& x) { return x.unaryExpr(f); });
+}
+
+// conj(t) for a complex t, t itself otherwise (in a forward-mode rule).
+Tensor ConjOf(JvpContext& j, Tensor t) {
+  return j.ok() && IsComplex(t.dtype()) ? j.Op("Conj", {t}) : t;
 }
 
 // y = f(x) for floating x, with f an array function of vector_math.h
@@ -179,12 +194,13 @@ void RegisterUnaryOps(OpRegistry& r) {
             .Summary("y = -x"));
   r.Add(Unary(Op("Square"))
             .Forward([](KernelContext& ctx) {
-              return UnaryFloatKernel(ctx, [](const auto& x) { return x * x; });
+              return UnaryKernel<DTypes::kInexact>(
+                  ctx, [](const auto& x) { return x * x; });
             })
-            // dx = dy * 2x
+            // dx = dy * 2 conj(x)
             .Backward([](GradContext& g) {
               Tensor two = g.Const(2.0, g.InputDType(0));
-              g.SetGrad(0, g.Mul(g.Grad(0), g.Mul(two, g.Input(0))));
+              g.SetGrad(0, g.Mul(g.Grad(0), g.Mul(two, g.Conj(g.Input(0)))));
             })
             .SavesInputs({0})
             // ty = 2x * tx
@@ -192,87 +208,110 @@ void RegisterUnaryOps(OpRegistry& r) {
               Tensor two = j.Const(2.0, j.Input(0).dtype());
               j.SetTangent(0, j.Mul(j.Mul(two, j.Input(0)), j.Tangent(0)));
             })
-            .Summary("y = x^2"));
+            .Summary("y = x^2 (floating or complex)"));
   r.Add(Unary(Op("Sqrt"))
             .Forward([](KernelContext& ctx) {
-              return UnaryFloatKernel(ctx,
-                                      [](const auto& x) { return x.sqrt(); });
+              return InexactKernel(
+                  ctx, [](auto v) { return std::sqrt(v); },
+                  [](KernelContext& c) {
+                    return UnaryFloatKernel(
+                        c, [](const auto& x) { return x.sqrt(); });
+                  });
             })
-            // dx = dy * 0.5 / y
+            // dx = dy * 0.5 / conj(y)
             .Backward([](GradContext& g) {
               g.SetGrad(0, g.Op("SqrtGrad", {g.Output(0), g.Grad(0)}));
             })
             .SavesOutputs({0})
             // ty = 0.5 tx / y
             .Jvp([](JvpContext& j) {
-              j.SetTangent(0, j.Op("SqrtGrad", {j.Output(0), j.Tangent(0)}));
+              j.SetTangent(
+                  0, j.Op("SqrtGrad", {ConjOf(j, j.Output(0)), j.Tangent(0)}));
             })
-            .Summary("y = sqrt(x)"));
+            .Summary("y = sqrt(x) (complex: the principal branch)"));
   r.Add(GradHelper(Op("SqrtGrad"))
             .Forward([](KernelContext& ctx) {
-              return GradHelperKernel(ctx, [](auto y, auto dy) {
-                return static_cast<decltype(y)>(0.5) * dy / y;
-              });
+              return GradHelperKernel<DTypes::kInexact>(
+                  ctx, [](auto y, auto dy) {
+                    return static_cast<decltype(y)>(0.5) * dy / Conj(y);
+                  });
             })
-            // z = 0.5 dy / y:  dy' = 0.5 g / y,  d(y) = -g z / y
+            // z = 0.5 dy / conj(y) (TensorFlow's _SqrtGradGrad): with
+            // ga = g / y,  d(dy) = 0.5 ga,  d(y) = -conj(ga) z
             .Backward([](GradContext& g) {
               Tensor ga = g.Div(g.Grad(0), g.Input(0));
-              if (g.NeedsGrad(0)) g.SetGrad(0, g.Neg(g.Mul(ga, g.Output(0))));
+              if (g.NeedsGrad(0)) {
+                g.SetGrad(0, g.Neg(g.Mul(g.Conj(ga), g.Output(0))));
+              }
               if (g.NeedsGrad(1)) {
                 g.SetGrad(1, g.Mul(g.Const(0.5, g.InputDType(0)), ga));
               }
             })
             .SavesInputs({0})
             .SavesOutputs({0})
-            .Summary("z = 0.5 * dy / y (the gradient of Sqrt)"));
+            .Summary("z = 0.5 * dy / conj(y) (the gradient of Sqrt)"));
   r.Add(Unary(Op("Rsqrt"))
             .Forward([](KernelContext& ctx) {
-              return UnaryFloatKernel(ctx,
-                                      [](const auto& x) { return x.rsqrt(); });
+              return InexactKernel(
+                  ctx, [](auto v) { return decltype(v)(1) / std::sqrt(v); },
+                  [](KernelContext& c) {
+                    return UnaryFloatKernel(
+                        c, [](const auto& x) { return x.rsqrt(); });
+                  });
             })
-            // dx = -0.5 dy y^3 = RsqrtGrad(y, dy)
+            // dx = -0.5 dy conj(y)^3 = RsqrtGrad(y, dy)
             .Backward([](GradContext& g) {
               g.SetGrad(0, g.Op("RsqrtGrad", {g.Output(0), g.Grad(0)}));
             })
             .SavesOutputs({0})
             // ty = -0.5 tx y^3
             .Jvp([](JvpContext& j) {
-              j.SetTangent(0, j.Op("RsqrtGrad", {j.Output(0), j.Tangent(0)}));
+              j.SetTangent(
+                  0, j.Op("RsqrtGrad", {ConjOf(j, j.Output(0)), j.Tangent(0)}));
             })
-            .Summary("y = 1 / sqrt(x)"));
-  r.Add(GradHelper(Op("RsqrtGrad"))
-            .Forward([](KernelContext& ctx) {
-              return GradHelperKernel(ctx, [](auto y, auto dy) {
-                return static_cast<decltype(y)>(-0.5) * dy * y * y * y;
-              });
-            })
-            // z = -0.5 dy y^3 (TensorFlow's _RsqrtGradGrad):
-            //   d(y) = -1.5 g dy y^2,  d(dy) = RsqrtGrad(y, g)
-            .Backward([](GradContext& g) {
-              Tensor y = g.Input(0), dy = g.Input(1), gz = g.Grad(0);
-              if (g.NeedsGrad(0)) {
-                Tensor c = g.Const(-1.5, g.InputDType(0));
-                g.SetGrad(0, g.Mul(g.Mul(c, g.Mul(gz, dy)), g.Mul(y, y)));
-              }
-              if (g.NeedsGrad(1)) g.SetGrad(1, g.Op("RsqrtGrad", {y, gz}));
-            })
-            .SavesInputs({0, 1})
-            .Summary("z = -0.5 * dy * y^3 (the gradient of Rsqrt)"));
+            .Summary("y = 1 / sqrt(x) (complex: the principal branch)"));
+  r.Add(
+      GradHelper(Op("RsqrtGrad"))
+          .Forward([](KernelContext& ctx) {
+            return GradHelperKernel<DTypes::kInexact>(ctx, [](auto y, auto dy) {
+              const auto cy = Conj(y);
+              return static_cast<decltype(y)>(-0.5) * dy * cy * cy * cy;
+            });
+          })
+          // z = -0.5 dy conj(y)^3 (TensorFlow's _RsqrtGradGrad):
+          //   d(y) = -1.5 conj(g) dy conj(y)^2,
+          //   d(dy) = RsqrtGrad(conj(y), g)
+          .Backward([](GradContext& g) {
+            Tensor y = g.Conj(g.Input(0)), dy = g.Input(1), gz = g.Grad(0);
+            if (g.NeedsGrad(0)) {
+              Tensor c = g.Const(-1.5, g.InputDType(0));
+              g.SetGrad(0, g.Mul(g.Mul(c, g.Mul(g.Conj(gz), dy)), g.Mul(y, y)));
+            }
+            if (g.NeedsGrad(1)) g.SetGrad(1, g.Op("RsqrtGrad", {y, gz}));
+          })
+          .SavesInputs({0, 1})
+          .Summary("z = -0.5 * dy * conj(y)^3 (the gradient of Rsqrt)"));
   r.Add(Unary(Op("Exp"))
             .Forward([](KernelContext& ctx) {
-              return ArrayFloatKernel(ctx, [](const auto* x, auto* y,
-                                              int64_t n) { VecExp(x, y, n); });
+              return InexactKernel(
+                  ctx, [](auto v) { return std::exp(v); },
+                  [](KernelContext& c) {
+                    return ArrayFloatKernel(
+                        c, [](const auto* x, auto* y, int64_t n) {
+                          VecExp(x, y, n);
+                        });
+                  });
             })
-            // dx = dy * y
+            // dx = dy * conj(y)
             .Backward([](GradContext& g) {
-              g.SetGrad(0, g.Mul(g.Grad(0), g.Output(0)));
+              g.SetGrad(0, g.Mul(g.Grad(0), g.Conj(g.Output(0))));
             })
             .SavesOutputs({0})
             // ty = tx * y
             .Jvp([](JvpContext& j) {
               j.SetTangent(0, j.Mul(j.Tangent(0), j.Output(0)));
             })
-            .Summary("y = e^x"));
+            .Summary("y = e^x (floating or complex)"));
   r.Add(Unary(Op("Log"))
             .Forward([](KernelContext& ctx) {
               if (IsComplex(ctx.input(0).dtype())) {  // principal branch
@@ -294,28 +333,35 @@ void RegisterUnaryOps(OpRegistry& r) {
             .Summary("y = ln(x) (complex: the principal branch)"));
   r.Add(Unary(Op("Tanh"))
             .Forward([](KernelContext& ctx) {
-              return UnaryFloatKernel(ctx,
-                                      [](const auto& x) { return x.tanh(); });
+              return InexactKernel(
+                  ctx, [](auto v) { return std::tanh(v); },
+                  [](KernelContext& c) {
+                    return UnaryFloatKernel(
+                        c, [](const auto& x) { return x.tanh(); });
+                  });
             })
-            // dx = dy * (1 - y^2)
+            // dx = dy * (1 - conj(y)^2) (TensorFlow's _TanhGrad)
             .Backward([](GradContext& g) {
-              g.SetGrad(0, g.Op("TanhGrad", {g.Output(0), g.Grad(0)}));
+              g.SetGrad(0, g.Op("TanhGrad", {g.Conj(g.Output(0)), g.Grad(0)}));
             })
             .SavesOutputs({0})
             // ty = tx * (1 - y^2)
             .Jvp([](JvpContext& j) {
               j.SetTangent(0, j.Op("TanhGrad", {j.Output(0), j.Tangent(0)}));
             })
-            .Summary("y = tanh(x)"));
+            .Summary("y = tanh(x) (floating or complex)"));
   r.Add(GradHelper(Op("TanhGrad"))
             .Forward([](KernelContext& ctx) {
-              return GradHelperKernel(ctx, [](auto y, auto dy) {
-                return dy * (static_cast<decltype(y)>(1) - y * y);
-              });
+              return GradHelperKernel<DTypes::kInexact>(
+                  ctx, [](auto y, auto dy) {
+                    return dy * (static_cast<decltype(y)>(1) - y * y);
+                  });
             })
-            // z = dy (1 - y^2):  d(y) = -2 g dy y,  d(dy) = g (1 - y^2)
+            // z = dy (1 - y^2) (TensorFlow's _TanhGradGrad, conjugating y
+            // and dy for complex):  d(y) = -2 g dy y,  d(dy) = g (1 - y^2)
             .Backward([](GradContext& g) {
-              Tensor y = g.Input(0), dy = g.Input(1), gz = g.Grad(0);
+              Tensor y = g.Conj(g.Input(0)), dy = g.Conj(g.Input(1));
+              Tensor gz = g.Grad(0);
               if (g.NeedsGrad(0)) {
                 Tensor m2 = g.Const(-2.0, g.InputDType(0));
                 g.SetGrad(0, g.Mul(g.Mul(m2, g.Mul(gz, dy)), y));

@@ -188,6 +188,9 @@ TEST_F(Math2Test, MaxMinValuesAxesAndKeepDims) {
   EXPECT_EQ(all.shape(), Shape{});
   EXPECT_EQ(Values(all), (std::vector<double>{6}));
   // An empty axis tensor reduces nothing (TensorFlow's raw op).
+  // An axis tensor of any rank is flattened, as in TensorFlow.
+  EXPECT_EQ(Values(MustRun("Max", {x, I32({1, 1}, {0})})),
+            (std::vector<double>{4, 5, 6}));
   Tensor none = MustRun("Max", {x, I32({0}, {})});
   EXPECT_EQ(none.shape(), (Shape{2, 3}));
   EXPECT_EQ(Values(none), Values(x));
@@ -249,7 +252,6 @@ TEST_F(Math2Test, MaxMinBadInputs) {
   Invalid("Min", {x, I32({2}, {1, -1})}, {"axis", "duplicate"});
   Invalid("Max", {x, I64({2}, {0, 0})}, {"axis", "duplicate"});
   Invalid("Max", {x, D({}, {1})}, {"axis", "float64"});
-  Invalid("Min", {x, I32({1, 1}, {0})}, {"axis", "scalar or a vector"});
   Invalid("Max", {B({2}, {true, false}), I32({}, {0})}, {"bool"});
   Invalid("Min", {Tensor::FromVector<complex128>({1}, {{1, 1}}), I32({}, {0})},
           {"complex128"});
@@ -342,18 +344,22 @@ TEST_F(Math2Test, SelectV2BadInputs) {
 }
 
 TEST_F(Math2Test, LeakyReluValues) {
+  // alpha is a float32 attr in TensorFlow: 0.2 is 0.2f there, also in
+  // float64 (TensorFlow gives -0.4000000059604645 for -2).
+  const double a = static_cast<float>(0.2);
   Tensor x = D({4}, {-2, -0.5, 0, 3});
-  ExpectNear(Values(MustRun("LeakyRelu", {x})), {-0.4, -0.1, 0, 3});
+  ExpectNear(Values(MustRun("LeakyRelu", {x})), {-2 * a, -0.5 * a, 0, 3});
+  EXPECT_NE(MustRun("LeakyRelu", {x}).ElementAsDouble(0), -0.4);
   ExpectNear(Values(MustRun("LeakyRelu", {x}, {{"alpha", 0.5}})),
              {-1, -0.25, 0, 3});
   // features == 0 takes alpha, as TensorFlow's kernel (features > 0).
   ExpectNear(Values(MustRun("LeakyReluGrad",
                             {D({4}, {1, 2, 3, 4}), D({4}, {-2, 0, 3, -1})})),
-             {0.2, 0.4, 3, 0.8});
+             {a, 2 * a, 3, 4 * a});
   std::vector<Tensor> g = Grad("LeakyRelu", {D({3}, {-1, 2, -3})}, {0},
-                               D({3}, {1, 1, 10}), {{"alpha", 0.1}});
+                               D({3}, {1, 1, 10}), {{"alpha", 0.5}});
   ASSERT_EQ(g.size(), 1u);
-  ExpectNear(Values(g[0]), {0.1, 1, 1});
+  ExpectNear(Values(g[0]), {0.5, 1, 5});
   Invalid("LeakyRelu", {I32({1}, {1})}, {"int32"});
   Invalid("LeakyReluGrad", {D({2}, {1, 2}), D({3}, {1, 2, 3})},
           {"gradients", "features", "[2]", "[3]"});
@@ -404,13 +410,47 @@ TEST_F(Math2Test, ClipByValueBadInputs) {
           {"bool"});
 }
 
+TEST_F(Math2Test, ComplexUnaryValues) {
+  using C = complex128;
+  auto one = [&](const char* op, C x) {
+    Tensor y = MustRun(op, {Tensor::FromVector<C>({1}, {x})});
+    EXPECT_EQ(y.dtype(), DType::kComplex128) << op;
+    return y.valid() ? y.data<C>()[0] : C(0, 0);
+  };
+  auto near = [](C got, C want) {
+    EXPECT_NEAR(got.real(), want.real(), 1e-12) << got << " vs " << want;
+    EXPECT_NEAR(got.imag(), want.imag(), 1e-12) << got << " vs " << want;
+  };
+  near(one("Square", C(1, 2)), C(-3, 4));  // 1 + 4i - 4
+  near(one("Exp", C(0, kPi)), C(-1, 0));   // Euler
+  near(one("Exp", C(1, 0)), C(std::exp(1.0), 0));
+  near(one("Sqrt", C(3, 4)), C(2, 1));        // (2 + i)^2 = 3 + 4i
+  near(one("Sqrt", C(-4, 0)), C(0, 2));       // principal branch
+  near(one("Rsqrt", C(3, 4)), C(0.4, -0.2));  // 1 / (2 + i)
+  near(one("Tanh", C(0, kPi / 4)), C(0, 1));  // i tan(pi / 4)
+  // The helpers conjugate y in the kernel as TensorFlow's (SqrtGrad,
+  // RsqrtGrad) or not (TanhGrad: its caller conjugates).
+  auto two = [&](const char* op, C y, C dy) {
+    Tensor z = MustRun(op, {Tensor::FromVector<C>({1}, {y}),
+                            Tensor::FromVector<C>({1}, {dy})});
+    return z.valid() ? z.data<C>()[0] : C(0, 0);
+  };
+  near(two("SqrtGrad", C(0, 1), C(1, 0)), C(0, 0.5));  // 0.5 / conj(i)
+  near(two("RsqrtGrad", C(0, 1), C(2, 0)), C(0, -1));  // -(-i)^3 = -i
+  near(two("TanhGrad", C(0, 1), C(1, 0)), C(2, 0));    // 1 - i^2
+  Tensor f = MustRun("Square", {Tensor::FromVector<complex64>({1}, {{0, 1}})});
+  EXPECT_EQ(f.dtype(), DType::kComplex64);
+  EXPECT_EQ(f.ElementAsDouble(0), -1);  // the real part of i^2
+}
+
 TEST(Math2SecondOrder, MatchesFiniteDifferences) {
   const absl::flat_hash_set<std::string> ops = {
       "Rsqrt", "RsqrtGrad", "Erf",       "Erfc",          "Atan2",      "Max",
       "Min",   "SelectV2",  "LeakyRelu", "LeakyReluGrad", "ClipByValue"};
   absl::flat_hash_set<std::string> seen;
   for (const testing::OpSample& s : testing::AllOpSamples()) {
-    if (!ops.contains(s.op)) continue;
+    // CheckSecondOrder differentiates float64 inputs only.
+    if (!ops.contains(s.op) || IsComplex(s.inputs[0].dtype())) continue;
     testing::CheckSecondOrder(s);
     seen.insert(s.op);
   }
