@@ -2,7 +2,9 @@
 // Log, Log1p, Sin, Cos, Tan, Tanh, Sigmoid, Reciprocal (Inv), Erf, Erfc,
 // Floor, Ceil, Round, and the helpers their backwards run, TensorFlow's
 // SqrtGrad, RsqrtGrad, TanhGrad, SigmoidGrad and ReciprocalGrad (inputs
-// (y, dy), y the forward output).
+// (y, dy), y the forward output). Those TensorFlow's CPU kernels take complex
+// in (all but Abs, Sign, Erf, Erfc, Floor, Ceil, Round) take complex64 and
+// complex128 too, with TensorFlow's conjugating backwards.
 #include <cmath>
 #include <complex>
 #include <type_traits>
@@ -50,6 +52,30 @@ absl::Status InexactKernel(KernelContext& ctx, F f, Real real) {
   if (!IsComplex(ctx.input(0).dtype())) return real(ctx);
   return UnaryKernel<DTypes::kInexact>(
       ctx, [f](const auto& x) { return x.unaryExpr(f); });
+}
+
+// e^z - 1 and ln(1 + z) for complex z, accurate near 0:
+//   e^z - 1 = (expm1(a) cos b - 2 sin^2(b / 2)) + i e^a sin b,
+//   ln(1 + z) = log1p(2a + a^2 + b^2) / 2 + i atan2(b, 1 + a).
+template <typename C>
+C ComplexExpm1(C z) {
+  if constexpr (std::is_floating_point_v<C>) {  // compiled, never run
+    return std::expm1(z);
+  } else {
+    const auto a = z.real(), b = z.imag();
+    const auto s = std::sin(b / 2);
+    return C(std::expm1(a) * std::cos(b) - 2 * s * s,
+             std::exp(a) * std::sin(b));
+  }
+}
+template <typename C>
+C ComplexLog1p(C z) {
+  if constexpr (std::is_floating_point_v<C>) {  // compiled, never run
+    return std::log1p(z);
+  } else {
+    const auto a = z.real(), b = z.imag();
+    return C(std::log1p(2 * a + a * a + b * b) / 2, std::atan2(b, 1 + a));
+  }
 }
 
 // conj(t) for a complex t, t itself otherwise (in a forward-mode rule).
@@ -370,32 +396,44 @@ void RegisterUnaryOps(OpRegistry& r) {
             })
             .SavesInputs({0, 1})
             .Summary("z = dy * (1 - y^2) (the gradient of Tanh)"));
-  r.Add(Unary(Op("Sigmoid"))
-            .Forward([](KernelContext& ctx) {
-              return ArrayFloatKernel(ctx,
-                                      [](const auto* x, auto* y, int64_t n) {
-                                        VecSigmoid(x, y, n);
-                                      });
-            })
-            // dx = dy * y * (1 - y)
-            .Backward([](GradContext& g) {
-              g.SetGrad(0, g.Op("SigmoidGrad", {g.Output(0), g.Grad(0)}));
-            })
-            .SavesOutputs({0})
-            // ty = tx * y * (1 - y)
-            .Jvp([](JvpContext& j) {
-              j.SetTangent(0, j.Op("SigmoidGrad", {j.Output(0), j.Tangent(0)}));
-            })
-            .Summary("y = 1 / (1 + e^-x)"));
+  r.Add(
+      Unary(Op("Sigmoid"))
+          .Forward([](KernelContext& ctx) {
+            return InexactKernel(
+                ctx,
+                [](auto v) {
+                  using T = decltype(v);
+                  return T(1) / (T(1) + std::exp(-v));
+                },
+                [](KernelContext& c) {
+                  return ArrayFloatKernel(
+                      c, [](const auto* x, auto* y, int64_t n) {
+                        VecSigmoid(x, y, n);
+                      });
+                });
+          })
+          // dx = dy * conj(y) * (1 - conj(y)) (TensorFlow's _SigmoidGrad)
+          .Backward([](GradContext& g) {
+            g.SetGrad(0, g.Op("SigmoidGrad", {g.Conj(g.Output(0)), g.Grad(0)}));
+          })
+          .SavesOutputs({0})
+          // ty = tx * y * (1 - y)
+          .Jvp([](JvpContext& j) {
+            j.SetTangent(0, j.Op("SigmoidGrad", {j.Output(0), j.Tangent(0)}));
+          })
+          .Summary("y = 1 / (1 + e^-x) (floating or complex)"));
   r.Add(GradHelper(Op("SigmoidGrad"))
             .Forward([](KernelContext& ctx) {
-              return GradHelperKernel(ctx, [](auto y, auto dy) {
-                return dy * y * (static_cast<decltype(y)>(1) - y);
-              });
+              return GradHelperKernel<DTypes::kInexact>(
+                  ctx, [](auto y, auto dy) {
+                    return dy * y * (static_cast<decltype(y)>(1) - y);
+                  });
             })
-            // z = dy y (1 - y):  d(y) = g dy (1 - 2y),  d(dy) = g y (1 - y)
+            // z = dy y (1 - y) (TensorFlow's _SigmoidGradGrad, conjugating y
+            // and dy for complex):  d(y) = g dy (1 - 2y),  d(dy) = g y (1 - y)
             .Backward([](GradContext& g) {
-              Tensor y = g.Input(0), dy = g.Input(1), gz = g.Grad(0);
+              Tensor y = g.Conj(g.Input(0)), dy = g.Conj(g.Input(1));
+              Tensor gz = g.Grad(0);
               if (g.NeedsGrad(0)) {
                 DType t = g.InputDType(0);
                 Tensor one_minus_2y =
@@ -429,61 +467,83 @@ void RegisterUnaryOps(OpRegistry& r) {
             .Summary("y = -1, 0 or 1 as x < 0, x == 0, x > 0 (real dtypes)"));
   r.Add(Unary(Op("Expm1"))
             .Forward([](KernelContext& ctx) {
-              return UnaryFloatKernel(ctx,
-                                      [](const auto& x) { return x.expm1(); });
+              return InexactKernel(
+                  ctx, [](auto v) { return ComplexExpm1(v); },
+                  [](KernelContext& c) {
+                    return UnaryFloatKernel(
+                        c, [](const auto& x) { return x.expm1(); });
+                  });
             })
-            // dx = dy * e^x
+            // dx = dy * e^conj(x)
             .Backward([](GradContext& g) {
-              g.SetGrad(0, g.Mul(g.Grad(0), g.Op("Exp", {g.Input(0)})));
+              g.SetGrad(0, g.Mul(g.Grad(0), g.Op("Exp", {g.Conj(g.Input(0))})));
             })
             .SavesInputs({0})
-            .Summary("y = e^x - 1, accurate near 0"));
+            .Summary("y = e^x - 1, accurate near 0 (floating or complex)"));
   r.Add(Unary(Op("Log1p"))
             .Forward([](KernelContext& ctx) {
-              return UnaryFloatKernel(ctx,
-                                      [](const auto& x) { return x.log1p(); });
+              return InexactKernel(
+                  ctx, [](auto v) { return ComplexLog1p(v); },
+                  [](KernelContext& c) {
+                    return UnaryFloatKernel(
+                        c, [](const auto& x) { return x.log1p(); });
+                  });
             })
-            // dx = dy / (1 + x)
+            // dx = dy / (1 + conj(x))
             .Backward([](GradContext& g) {
               Tensor one = g.Const(1.0, g.InputDType(0));
-              g.SetGrad(0, g.Div(g.Grad(0), g.Add(one, g.Input(0))));
+              g.SetGrad(0, g.Div(g.Grad(0), g.Add(one, g.Conj(g.Input(0)))));
             })
             .SavesInputs({0})
-            .Summary("y = ln(1 + x), accurate near 0"));
+            .Summary("y = ln(1 + x), accurate near 0 (complex: the principal "
+                     "branch)"));
   r.Add(Unary(Op("Sin"))
             .Forward([](KernelContext& ctx) {
-              return UnaryFloatKernel(ctx,
-                                      [](const auto& x) { return x.sin(); });
+              return InexactKernel(
+                  ctx, [](auto v) { return std::sin(v); },
+                  [](KernelContext& c) {
+                    return UnaryFloatKernel(
+                        c, [](const auto& x) { return x.sin(); });
+                  });
             })
-            // dx = dy * cos(x)
+            // dx = dy * cos(conj(x))
             .Backward([](GradContext& g) {
-              g.SetGrad(0, g.Mul(g.Grad(0), g.Op("Cos", {g.Input(0)})));
+              g.SetGrad(0, g.Mul(g.Grad(0), g.Op("Cos", {g.Conj(g.Input(0))})));
             })
             .SavesInputs({0})
-            .Summary("y = sin(x)"));
+            .Summary("y = sin(x) (floating or complex)"));
   r.Add(Unary(Op("Cos"))
             .Forward([](KernelContext& ctx) {
-              return UnaryFloatKernel(ctx,
-                                      [](const auto& x) { return x.cos(); });
+              return InexactKernel(
+                  ctx, [](auto v) { return std::cos(v); },
+                  [](KernelContext& c) {
+                    return UnaryFloatKernel(
+                        c, [](const auto& x) { return x.cos(); });
+                  });
             })
-            // dx = -dy * sin(x)
+            // dx = -dy * sin(conj(x))
             .Backward([](GradContext& g) {
-              g.SetGrad(0, g.Neg(g.Mul(g.Grad(0), g.Op("Sin", {g.Input(0)}))));
+              Tensor sin = g.Op("Sin", {g.Conj(g.Input(0))});
+              g.SetGrad(0, g.Neg(g.Mul(g.Grad(0), sin)));
             })
             .SavesInputs({0})
-            .Summary("y = cos(x)"));
+            .Summary("y = cos(x) (floating or complex)"));
   r.Add(Unary(Op("Tan"))
             .Forward([](KernelContext& ctx) {
-              return UnaryFloatKernel(ctx,
-                                      [](const auto& x) { return x.tan(); });
+              return InexactKernel(
+                  ctx, [](auto v) { return std::tan(v); },
+                  [](KernelContext& c) {
+                    return UnaryFloatKernel(
+                        c, [](const auto& x) { return x.tan(); });
+                  });
             })
-            // dx = dy / cos(x)^2
+            // dx = dy / cos(conj(x))^2
             .Backward([](GradContext& g) {
-              Tensor cos = g.Op("Cos", {g.Input(0)});
+              Tensor cos = g.Op("Cos", {g.Conj(g.Input(0))});
               g.SetGrad(0, g.Div(g.Grad(0), g.Op("Square", {cos})));
             })
             .SavesInputs({0})
-            .Summary("y = tan(x)"));
+            .Summary("y = tan(x) (floating or complex)"));
   r.Add(Reciprocal(Op("Reciprocal")));
   r.Add(Reciprocal(Op("Inv")));
   r.Add(GradHelper(Op("ReciprocalGrad"))

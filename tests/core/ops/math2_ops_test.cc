@@ -438,6 +438,16 @@ TEST_F(Math2Test, ComplexUnaryValues) {
   near(two("SqrtGrad", C(0, 1), C(1, 0)), C(0, 0.5));  // 0.5 / conj(i)
   near(two("RsqrtGrad", C(0, 1), C(2, 0)), C(0, -1));  // -(-i)^3 = -i
   near(two("TanhGrad", C(0, 1), C(1, 0)), C(2, 0));    // 1 - i^2
+  near(one("Sin", C(0, 1)), C(0, std::sinh(1.0)));     // sin(i) = i sinh 1
+  near(one("Cos", C(0, 1)), C(std::cosh(1.0), 0));     // cos(i) = cosh 1
+  near(one("Tan", C(0, 1)), C(0, std::tanh(1.0)));     // tan(i) = i tanh 1
+  near(one("Expm1", C(0, kPi)), C(-2, 0));             // e^(i pi) - 1
+  near(one("Log1p", C(-1, 1)), C(0, kPi / 2));         // ln(i)
+  near(one("Sigmoid", C(0, kPi / 2)), C(0.5, 0.5));    // 1 / (1 - i)
+  // Near 0 Expm1 and Log1p keep their precision: e^z - 1 ~ z + z^2 / 2.
+  const C small(1e-10, 2e-10);
+  near(one("Expm1", small) / small, C(1, 0) + small / 2.0);
+  near(one("Log1p", small) / small, C(1, 0) - small / 2.0);
   Tensor f = MustRun("Square", {Tensor::FromVector<complex64>({1}, {{0, 1}})});
   EXPECT_EQ(f.dtype(), DType::kComplex64);
   EXPECT_EQ(f.ElementAsDouble(0), -1);  // the real part of i^2

@@ -57,6 +57,13 @@ void AddComplexSamples(SampleList& s) {
           {MakeComplex(Positive({2, 3}, 245), R({2, 3}, 246)),
            MakeComplex(R({2, 3}, 247), R({2, 3}, 248))});
   }
+  // |z| < 1.5: away from tan's poles and log1p's branch point at -1.
+  for (const char* op : {"Sin", "Cos", "Tan", "Expm1", "Log1p", "Sigmoid"}) {
+    s.Add(op, "complex", {MakeComplex(R({2, 3}, 249), R({2, 3}, 250))});
+  }
+  s.Add("SigmoidGrad", "complex",
+        {MakeComplex(R({2, 3}, 251), R({2, 3}, 252)),
+         MakeComplex(R({2, 3}, 253), R({2, 3}, 254))});
   s.Add("Pow", "complex, broadcast exponent",
         {MakeComplex(Positive({2, 3}, 229), R({2, 3}, 230)),
          MakeComplex(R({3}, 231), R({3}, 232))});
