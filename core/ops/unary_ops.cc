@@ -2,9 +2,11 @@
 // Log, Log1p, Sin, Cos, Tan, Tanh, Sigmoid, Reciprocal (Inv), Erf, Erfc,
 // Floor, Ceil, Round, and the helpers their backwards run, TensorFlow's
 // SqrtGrad, RsqrtGrad, TanhGrad, SigmoidGrad and ReciprocalGrad (inputs
-// (y, dy), y the forward output). Those TensorFlow's CPU kernels take complex
-// in (all but Abs, Sign, Erf, Erfc, Floor, Ceil, Round) take complex64 and
-// complex128 too, with TensorFlow's conjugating backwards.
+// (y, dy), y the forward output). The ops whose TensorFlow CPU kernels take
+// complex take complex64 and complex128 here too (not Abs, Erf, Erfc, Floor,
+// Ceil, Round, whose kernels do not; nor Sign yet: TensorFlow's zero
+// gradient is not x / |x|'s derivative, which the generic gradient check
+// compares), with TensorFlow's conjugating backwards.
 #include <cmath>
 #include <complex>
 #include <type_traits>
