@@ -1,6 +1,7 @@
 // Elementwise binary arithmetic with numpy broadcasting: AddV2 (Add), Sub,
-// Mul, RealDiv (Div), Maximum, Minimum, SquaredDifference, Pow. Each backward
-// sums an input's gradient over the axes that input was broadcast along.
+// Mul, RealDiv (Div), Maximum, Minimum, SquaredDifference, Pow, Atan2. Each
+// backward sums an input's gradient over the axes that input was broadcast
+// along.
 #include <cmath>
 #include <complex>
 #include <type_traits>
@@ -246,6 +247,28 @@ void RegisterBinaryOps(OpRegistry& r) {
             .SavesOutputs({0})
             .Summary("z = x^y, with numpy broadcasting (floating, complex; "
                      "integers with y >= 0, wrapping on overflow)"));
+  r.Add(Op("Atan2")
+            .Inputs({"y", "x"})
+            .Outputs({"z"})
+            .Forward([](KernelContext& ctx) {
+              return BinaryKernel<DTypes::kFloating>(
+                  ctx, [](auto a, auto b) { return std::atan2(a, b); });
+            })
+            // TensorFlow's _Atan2Grad: with q = dz / (x^2 + y^2),
+            //   dy = x q,  dx = -y q  (each summed to its input's shape)
+            .Backward([](GradContext& g) {
+              Tensor y = g.Input(0), x = g.Input(1);
+              Tensor q = g.Div(g.Grad(0), g.Add(g.Mul(x, x), g.Mul(y, y)));
+              if (g.NeedsGrad(0)) {
+                g.SetGrad(0, g.SumToShape(g.Mul(x, q), g.InputShape(0)));
+              }
+              if (g.NeedsGrad(1)) {
+                g.SetGrad(1, g.SumToShape(g.Neg(g.Mul(y, q)), g.InputShape(1)));
+              }
+            })
+            .SavesInputs({0, 1})
+            .Summary("z = atan2(y, x), the angle of (x, y) in [-pi, pi], "
+                     "with numpy broadcasting"));
 }
 
 }  // namespace gradtape

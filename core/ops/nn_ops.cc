@@ -1,4 +1,6 @@
-// NN ops: activations, BiasAdd, softmax and the sparse cross-entropy loss.
+// NN ops: activations (Relu, Relu6, LeakyRelu, Elu, Selu, Softplus,
+// Softsign and their *Grad ops), BiasAdd, softmax and the sparse
+// cross-entropy loss.
 // Softmax-like ops work over the last axis (TensorFlow's default).
 #include <algorithm>
 #include <cmath>
@@ -229,7 +231,8 @@ Tensor ExpLinearOutputsGrad(GradContext& g) {
               {negative, g.Mul(gz, g.Input(0)), g.Op("ZerosLike", {gz})});
 }
 
-// Relu, Relu6, Elu, Selu, Softplus, Softsign and their *Grad ops.
+// Relu, Relu6, LeakyRelu, Elu, Selu, Softplus, Softsign and their *Grad
+// ops.
 void RegisterActivations(OpRegistry& r) {
   r.Add(Activation(Op("Relu"))
             .Forward([](KernelContext& ctx) {
@@ -297,6 +300,47 @@ void RegisterActivations(OpRegistry& r) {
             .SavesInputs({1})
             .Summary("gradients * (0 < features < 6) (the gradient of "
                      "Relu6)"));
+  r.Add(Activation(Op("LeakyRelu"))
+            .Attr("alpha", 0.2)
+            .Forward([](KernelContext& ctx) {
+              // TensorFlow's alpha is a float32 attr.
+              const float alpha =
+                  static_cast<float>(ctx.attrs().Float("alpha"));
+              return ActivationKernel(ctx, [alpha](auto x) {
+                using T = decltype(x);
+                return x > T(0) ? x : static_cast<T>(alpha) * x;
+              });
+            })
+            // dx = dy where x > 0, alpha dy elsewhere
+            .Backward([](GradContext& g) {
+              g.SetGrad(0, g.Op("LeakyReluGrad", {g.Grad(0), g.Input(0)},
+                                {{"alpha", g.attrs().Float("alpha")}}));
+            })
+            .SavesInputs({0})
+            .Summary("features where features > 0, else alpha * features"));
+  r.Add(ActivationGrad(Op("LeakyReluGrad"), "features")
+            .Attr("alpha", 0.2)
+            .Forward([](KernelContext& ctx) {
+              // TensorFlow's alpha is a float32 attr.
+              const float alpha =
+                  static_cast<float>(ctx.attrs().Float("alpha"));
+              return ActivationGradKernel(ctx, [alpha](auto dy, auto x) {
+                using T = decltype(dy);
+                return x > T(0) ? dy : static_cast<T>(alpha) * dy;
+              });
+            })
+            // TensorFlow's _LeakyReluGradGrad:
+            //   d(gradients) = LeakyReluGrad(gz, features), d(features) = 0
+            .Backward([](GradContext& g) {
+              if (g.NeedsGrad(0)) {
+                g.SetGrad(0, g.Op("LeakyReluGrad", {g.Grad(0), g.Input(1)},
+                                  {{"alpha", g.attrs().Float("alpha")}}));
+              }
+              if (g.NeedsGrad(1)) g.SetGrad(1, g.Op("ZerosLike", {g.Grad(0)}));
+            })
+            .SavesInputs({1})
+            .Summary("gradients where features > 0, else alpha * gradients "
+                     "(the gradient of LeakyRelu)"));
   r.Add(Activation(Op("Elu"))
             .Forward([](KernelContext& ctx) {
               return ActivationKernel(ctx, [](auto x) {

@@ -1,6 +1,11 @@
 // Reductions over the attr "axis" (TensorFlow's host int tensor; empty: all
-// axes): Sum, Mean, Prod, and L2Loss.
+// axes): Sum, Mean, Prod, and L2Loss; Max and Min over the int32 / int64
+// input "axis" (TensorFlow's reduction_indices, named axis as in tf.raw_ops
+// and Sum here; empty: no axis, as in TensorFlow), with TensorFlow's
+// _MinOrMaxGrad; ArgMax and ArgMin over the scalar input "dimension".
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "core/autodiff/forward_mode.h"
@@ -148,9 +153,209 @@ Op SumOrMean(Op op, bool mean) {
                         : "sum over `axis` (empty: all axes)"));
 }
 
+int64_t IndexAt(const Tensor& t, int64_t i) {
+  return t.dtype() == DType::kInt32 ? t.data<int32_t>()[i]
+                                    : t.data<int64_t>()[i];
+}
+
+// The shape of a reduction's input with the reduced dims as 1 (`kept`) and
+// its output's shape (`out`: without them unless keep_dims).
+void ReducedShapes(const Shape& in, const std::vector<bool>& mask,
+                   bool keep_dims, Shape* kept, Shape* out) {
+  for (size_t i = 0; i < in.size(); ++i) {
+    kept->push_back(mask[i] ? 1 : in[i]);
+    if (!mask[i] || keep_dims) out->push_back(kept->back());
+  }
+}
+
+// Max's and Min's input 1 "axis" as a mask over input 0's dims: int32 or
+// int64 of any shape (TensorFlow flattens it), distinct axes in
+// [-rank, rank); empty reduces nothing, as in TensorFlow.
+absl::StatusOr<std::vector<bool>> AxisInputMask(const KernelContext& ctx) {
+  RETURN_IF_ERROR(ctx.RequireIndexDType(1));
+  const Tensor& a = ctx.input(1);
+  const Tensor& x = ctx.input(0);
+  if (a.num_elements() == 0) return std::vector<bool>(x.rank(), false);
+  std::vector<int64_t> axes;
+  for (int64_t i = 0; i < a.num_elements(); ++i) axes.push_back(IndexAt(a, i));
+  ASSIGN_OR_RETURN(std::vector<bool> mask, AxesMask(ctx, axes, x.shape()));
+  const int64_t reduced = std::count(mask.begin(), mask.end(), true);
+  if (reduced != static_cast<int64_t>(axes.size())) {  // as TensorFlow
+    return ctx.InvalidArgument("axis ", a.DebugString(),
+                               " contains a duplicate dimension (input ",
+                               x.DebugString(), ")");
+  }
+  return mask;
+}
+
+// Max (max = true) or Min over input 1's axes; an empty group gives the
+// reduction's identity (floating: -inf / +inf; integers: lowest / highest)
+// and a NaN in a group gives NaN, as TensorFlow's kernels.
+absl::Status MaxMinKernel(KernelContext& ctx, bool max) {
+  RETURN_IF_ERROR(RequireDTypes(ctx, 0, DTypes::kNumeric));
+  const Tensor& x = ctx.input(0);
+  ASSIGN_OR_RETURN(std::vector<bool> mask, AxisInputMask(ctx));
+  Shape kept, out_shape;
+  ReducedShapes(x.shape(), mask, ctx.attrs().Bool("keep_dims"), &kept,
+                &out_shape);
+  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, x.dtype(), out_shape));
+  DispatchNumeric(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    using Limits = std::numeric_limits<T>;
+    T init;
+    if constexpr (Limits::has_infinity) {
+      init = max ? -Limits::infinity() : Limits::infinity();
+    } else {
+      init = max ? Limits::lowest() : Limits::max();
+    }
+    const T* px = x.data<T>();
+    T* py = y.mutable_data<T>();
+    std::fill(py, py + y.num_elements(), init);
+    Shape sy = BroadcastStrides(kept, x.rank());
+    Shape sx = RowMajorStrides(x.shape());
+    ForEachStrided(x.shape(), sx, sy, [&](int64_t, int64_t i, int64_t j) {
+      const T v = px[i];
+      if ((max ? v > py[j] : v < py[j]) || v != v) py[j] = v;
+    });
+  });
+  ctx.set_output(0, std::move(y));
+  return absl::OkStatus();
+}
+
+// TensorFlow's _MinOrMaxGrad: dy split equally among the elements equal to
+// the result in each group,
+//   dx = (x == y) / sum(x == y over the group) * dy  (y, dy with kept dims).
+void MaxMinBackward(GradContext& g) {
+  Tensor axis = g.Input(1);
+  if (!g.ok()) return;
+  const Shape& in = g.InputShape(0);
+  const int64_t rank = static_cast<int64_t>(in.size());
+  std::vector<bool> mask(rank, false);
+  for (int64_t i = 0; i < axis.num_elements(); ++i) {
+    const int64_t a = IndexAt(axis, i);  // the forward checked the range
+    mask[a < 0 ? a + rank : a] = true;
+  }
+  std::vector<int64_t> axes;
+  for (int64_t i = 0; i < rank; ++i) {
+    if (mask[i]) axes.push_back(i);
+  }
+  Shape kept, out;
+  ReducedShapes(in, mask, /*keep_dims=*/false, &kept, &out);
+  Tensor y = g.Reshape(g.Output(0), kept);
+  Tensor indicators = g.Op("Cast", {g.Op("Equal", {y, g.Input(0)})},
+                           {{"DstT", g.InputDType(0)}});
+  // Sum with an empty axis attr sums everything: no axis, no sum.
+  Tensor count = axes.empty() ? indicators
+                              : g.Op("Sum", {indicators},
+                                     {{"axis", axes}, {"keep_dims", true}});
+  g.SetGrad(0, g.Mul(g.Div(indicators, count), g.Reshape(g.Grad(0), kept)));
+}
+
+Op MaxOrMin(Op op, bool max) {
+  return std::move(
+      op.Inputs({"input", "axis"})
+          .Outputs({"output"})
+          .Attr("keep_dims", false)
+          .Forward([max](KernelContext& ctx) { return MaxMinKernel(ctx, max); })
+          // dx = dy * (x == y) / count(x == y), per reduction group
+          .Backward(MaxMinBackward)
+          .SavesInputs({0, 1})
+          .SavesOutputs({0})
+          .NonDifferentiableInputs({1})
+          .Summary(max ? "maximum over the int input `axis` (empty: none); "
+                         "ties share the gradient"
+                       : "minimum over the int input `axis` (empty: none); "
+                         "ties share the gradient"));
+}
+
+// ArgMax (max = true) or ArgMin along the scalar input "dimension": the
+// first index of the extreme value on ties, as TensorFlow's kernels.
+absl::Status ArgKernel(KernelContext& ctx, bool max) {
+  RETURN_IF_ERROR(RequireDTypes(ctx, 0, DTypes::kNumeric));
+  RETURN_IF_ERROR(ctx.RequireIndexDType(1));
+  const DType out_type = ctx.attrs().Type("output_type");
+  if (out_type != DType::kInt32 && out_type != DType::kInt64) {
+    return ctx.InvalidArgument("output_type must be int32 or int64, got ",
+                               DTypeName(out_type));
+  }
+  const Tensor& x = ctx.input(0);
+  const Tensor& d = ctx.input(1);
+  if (d.rank() != 0) {
+    return ctx.InvalidArgument("dimension must be a scalar, got ",
+                               d.DebugString());
+  }
+  const int64_t rank = x.rank();
+  int64_t dim = IndexAt(d, 0);
+  if (dim < -rank || dim >= rank) {
+    return ctx.InvalidArgument("dimension ", dim,
+                               " is out of range [-rank, rank) for input ",
+                               x.DebugString());
+  }
+  if (dim < 0) dim += rank;
+  const int64_t n = x.dim(dim);
+  if (n == 0) {
+    return ctx.InvalidArgument("dimension ", dim, " of input ", x.DebugString(),
+                               " is empty: no index");
+  }
+  if (out_type == DType::kInt32 && n > std::numeric_limits<int32_t>::max()) {
+    return ctx.InvalidArgument("dimension ", dim, " of input ", x.DebugString(),
+                               " is too long for int32");
+  }
+  Shape out_shape;
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < rank; ++i) {
+    if (i != dim) out_shape.push_back(x.dim(i));
+    if (i < dim) outer *= x.dim(i);
+    if (i > dim) inner *= x.dim(i);
+  }
+  ASSIGN_OR_RETURN(Tensor out, Allocate(ctx, out_type, out_shape));
+  DispatchNumeric(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* px = x.data<T>();
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t i = 0; i < inner; ++i) {
+        const T* p = px + o * n * inner + i;
+        int64_t best = 0;
+        for (int64_t k = 1; k < n; ++k) {
+          if (max ? p[k * inner] > p[best * inner]
+                  : p[k * inner] < p[best * inner]) {
+            best = k;
+          }
+        }
+        const int64_t at = o * inner + i;
+        if (out_type == DType::kInt32) {
+          out.mutable_data<int32_t>()[at] = static_cast<int32_t>(best);
+        } else {
+          out.mutable_data<int64_t>()[at] = best;
+        }
+      }
+    }
+  });
+  ctx.set_output(0, std::move(out));
+  return absl::OkStatus();
+}
+
+Op ArgMaxOrMin(Op op, bool max) {
+  return std::move(
+      op.Inputs({"input", "dimension"})
+          .Outputs({"output"})
+          .Attr("output_type", DType::kInt64)
+          .OutputDType(DTypeRule::FromAttr("output_type"))
+          .Forward([max](KernelContext& ctx) { return ArgKernel(ctx, max); })
+          .NotDifferentiable()
+          .Summary(max ? "index of the largest value along the scalar int "
+                         "input `dimension` (the first on ties)"
+                       : "index of the smallest value along the scalar int "
+                         "input `dimension` (the first on ties)"));
+}
+
 }  // namespace
 
 void RegisterReductionOps(OpRegistry& r) {
+  r.Add(MaxOrMin(Op("Max"), /*max=*/true));
+  r.Add(MaxOrMin(Op("Min"), /*max=*/false));
+  r.Add(ArgMaxOrMin(Op("ArgMax"), /*max=*/true));
+  r.Add(ArgMaxOrMin(Op("ArgMin"), /*max=*/false));
   r.Add(SumOrMean(Op("Sum"), /*mean=*/false));
   r.Add(SumOrMean(Op("Mean"), /*mean=*/true));
   r.Add(Op("Prod")

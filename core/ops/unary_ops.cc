@@ -1,7 +1,13 @@
-// Elementwise unary math: Neg, Abs, Sign, Square, Sqrt, Exp, Expm1, Log,
-// Log1p, Sin, Cos, Tan, Tanh, Sigmoid, Reciprocal (Inv), and the helpers
-// their backwards run, TensorFlow's SqrtGrad, TanhGrad, SigmoidGrad and
-// ReciprocalGrad (inputs (y, dy), y the forward output).
+// Elementwise unary math: Neg, Abs, Sign, Square, Sqrt, Rsqrt, Exp, Expm1,
+// Log, Log1p, Sin, Cos, Tan, Tanh, Sigmoid, Reciprocal (Inv), Erf, Erfc,
+// Floor, Ceil, Round, and the helpers their backwards run, TensorFlow's
+// SqrtGrad, RsqrtGrad, TanhGrad, SigmoidGrad and ReciprocalGrad (inputs
+// (y, dy), y the forward output). The ops whose TensorFlow CPU kernels take
+// complex take complex64 and complex128 here too (not Abs, Erf, Erfc, Floor,
+// Ceil, Round, whose kernels do not; nor Sign yet: TensorFlow's zero
+// gradient is not x / |x|'s derivative, which the generic gradient check
+// compares), with TensorFlow's conjugating backwards.
+#include <cmath>
 #include <complex>
 #include <type_traits>
 
@@ -22,8 +28,9 @@ Op GradHelper(Op op) {
   return std::move(op.Inputs({"y", "dy"}).Outputs({"z"}));
 }
 
+template <DTypes kKinds = DTypes::kFloating>
 absl::Status SameShapeBinary(KernelContext& ctx) {
-  RETURN_IF_ERROR(ctx.RequireFloat(0));
+  RETURN_IF_ERROR(RequireDTypes(ctx, 0, kKinds));
   RETURN_IF_ERROR(ctx.RequireSameDType(0, 1));
   if (ctx.input(0).shape() != ctx.input(1).shape()) {
     return ctx.InvalidArgument("y ", ShapeString(ctx.input(0).shape()),
@@ -33,11 +40,49 @@ absl::Status SameShapeBinary(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
-// z = f(y, dy) for the *Grad helpers (same shapes, floating).
-template <typename F>
+// z = f(y, dy) for the *Grad helpers (same shapes; floating, or kKinds).
+template <DTypes kKinds = DTypes::kFloating, typename F>
 absl::Status GradHelperKernel(KernelContext& ctx, F f) {
-  RETURN_IF_ERROR(SameShapeBinary(ctx));
-  return BinaryKernel<DTypes::kFloating>(ctx, f);
+  RETURN_IF_ERROR(SameShapeBinary<kKinds>(ctx));
+  return BinaryKernel<kKinds>(ctx, f);
+}
+
+// y = f(x) elementwise for complex x, f a scalar function of std::complex
+// (std::sqrt, std::exp, ...); for real x, `real` (the float path as it was).
+template <typename F, typename Real>
+absl::Status InexactKernel(KernelContext& ctx, F f, Real real) {
+  if (!IsComplex(ctx.input(0).dtype())) return real(ctx);
+  return UnaryKernel<DTypes::kInexact>(
+      ctx, [f](const auto& x) { return x.unaryExpr(f); });
+}
+
+// e^z - 1 and ln(1 + z) for complex z, accurate near 0:
+//   e^z - 1 = (expm1(a) cos b - 2 sin^2(b / 2)) + i e^a sin b,
+//   ln(1 + z) = log1p(2a + a^2 + b^2) / 2 + i atan2(b, 1 + a).
+template <typename C>
+C ComplexExpm1(C z) {
+  if constexpr (std::is_floating_point_v<C>) {  // compiled, never run
+    return std::expm1(z);
+  } else {
+    const auto a = z.real(), b = z.imag();
+    const auto s = std::sin(b / 2);
+    return C(std::expm1(a) * std::cos(b) - 2 * s * s,
+             std::exp(a) * std::sin(b));
+  }
+}
+template <typename C>
+C ComplexLog1p(C z) {
+  if constexpr (std::is_floating_point_v<C>) {  // compiled, never run
+    return std::log1p(z);
+  } else {
+    const auto a = z.real(), b = z.imag();
+    return C(std::log1p(2 * a + a * a + b * b) / 2, std::atan2(b, 1 + a));
+  }
+}
+
+// conj(t) for a complex t, t itself otherwise (in a forward-mode rule).
+Tensor ConjOf(JvpContext& j, Tensor t) {
+  return j.ok() && IsComplex(t.dtype()) ? j.Op("Conj", {t}) : t;
 }
 
 // y = f(x) for floating x, with f an array function of vector_math.h
@@ -97,9 +142,75 @@ Op Reciprocal(Op op) {
           .Summary("y = 1 / x (floating or complex)"));
 }
 
+// Erf (sign = 1) and Erfc (sign = -1): dx = sign * 2/sqrt(pi) e^(-x^2) dy.
+void ErfBackward(GradContext& g, double sign) {
+  const DType t = g.InputDType(0);
+  Tensor x = g.Input(0);
+  Tensor e = g.Op("Exp", {g.Neg(g.Mul(x, x))});
+  Tensor c = g.Const(sign * 2.0 / std::sqrt(M_PI), t);
+  g.SetGrad(0, g.Mul(g.Grad(0), g.Mul(c, e)));
+}
+
+// Erf, Erfc, Floor, Ceil and Round (TensorFlow registers no gradient for
+// the last three: their gradient is None).
+void RegisterRoundingAndErfOps(OpRegistry& r) {
+  r.Add(Unary(Op("Erf"))
+            .Forward([](KernelContext& ctx) {
+              return UnaryFloatKernel(ctx, [](const auto& x) {
+                return x.unaryExpr([](auto v) { return std::erf(v); });
+              });
+            })
+            // dx = 2/sqrt(pi) e^(-x^2) dy
+            .Backward([](GradContext& g) { ErfBackward(g, 1.0); })
+            .SavesInputs({0})
+            .Summary("y = erf(x), the error function"));
+  r.Add(Unary(Op("Erfc"))
+            .Forward([](KernelContext& ctx) {
+              return UnaryFloatKernel(ctx, [](const auto& x) {
+                return x.unaryExpr([](auto v) { return std::erfc(v); });
+              });
+            })
+            // dx = -2/sqrt(pi) e^(-x^2) dy
+            .Backward([](GradContext& g) { ErfBackward(g, -1.0); })
+            .SavesInputs({0})
+            .Summary("y = erfc(x) = 1 - erf(x)"));
+  r.Add(Unary(Op("Floor"))
+            .Forward([](KernelContext& ctx) {
+              return UnaryFloatKernel(ctx, [](const auto& x) {
+                return x.unaryExpr([](auto v) { return std::floor(v); });
+              });
+            })
+            .NotDifferentiable()  // TensorFlow's _FloorGrad: None
+            .Summary("y = the largest integer <= x (floating)"));
+  r.Add(Unary(Op("Ceil"))
+            .Forward([](KernelContext& ctx) {
+              return UnaryFloatKernel(ctx, [](const auto& x) {
+                return x.unaryExpr([](auto v) { return std::ceil(v); });
+              });
+            })
+            .NotDifferentiable()  // TensorFlow's _CeilGrad: None
+            .Summary("y = the smallest integer >= x (floating)"));
+  r.Add(Unary(Op("Round"))
+            .Forward([](KernelContext& ctx) {
+              return UnaryKernel<DTypes::kNumeric>(ctx, [](const auto& x) {
+                return x.unaryExpr([](auto v) {
+                  if constexpr (std::is_integral_v<decltype(v)>) {
+                    return v;
+                  } else {  // half to even (the default rounding mode)
+                    return std::nearbyint(v);
+                  }
+                });
+              });
+            })
+            .NotDifferentiable()  // TensorFlow's _RoundGrad: None
+            .Summary("y = x rounded to the nearest integer, half to even "
+                     "(integers: x)"));
+}
+
 }  // namespace
 
 void RegisterUnaryOps(OpRegistry& r) {
+  RegisterRoundingAndErfOps(r);
   r.Add(Unary(Op("Neg"))
             .Forward([](KernelContext& ctx) {
               return UnaryKernel<DTypes::kArithmetic>(
@@ -111,12 +222,13 @@ void RegisterUnaryOps(OpRegistry& r) {
             .Summary("y = -x"));
   r.Add(Unary(Op("Square"))
             .Forward([](KernelContext& ctx) {
-              return UnaryFloatKernel(ctx, [](const auto& x) { return x * x; });
+              return UnaryKernel<DTypes::kInexact>(
+                  ctx, [](const auto& x) { return x * x; });
             })
-            // dx = dy * 2x
+            // dx = dy * 2 conj(x)
             .Backward([](GradContext& g) {
               Tensor two = g.Const(2.0, g.InputDType(0));
-              g.SetGrad(0, g.Mul(g.Grad(0), g.Mul(two, g.Input(0))));
+              g.SetGrad(0, g.Mul(g.Grad(0), g.Mul(two, g.Conj(g.Input(0)))));
             })
             .SavesInputs({0})
             // ty = 2x * tx
@@ -124,54 +236,110 @@ void RegisterUnaryOps(OpRegistry& r) {
               Tensor two = j.Const(2.0, j.Input(0).dtype());
               j.SetTangent(0, j.Mul(j.Mul(two, j.Input(0)), j.Tangent(0)));
             })
-            .Summary("y = x^2"));
+            .Summary("y = x^2 (floating or complex)"));
   r.Add(Unary(Op("Sqrt"))
             .Forward([](KernelContext& ctx) {
-              return UnaryFloatKernel(ctx,
-                                      [](const auto& x) { return x.sqrt(); });
+              return InexactKernel(
+                  ctx, [](auto v) { return std::sqrt(v); },
+                  [](KernelContext& c) {
+                    return UnaryFloatKernel(
+                        c, [](const auto& x) { return x.sqrt(); });
+                  });
             })
-            // dx = dy * 0.5 / y
+            // dx = dy * 0.5 / conj(y)
             .Backward([](GradContext& g) {
               g.SetGrad(0, g.Op("SqrtGrad", {g.Output(0), g.Grad(0)}));
             })
             .SavesOutputs({0})
             // ty = 0.5 tx / y
             .Jvp([](JvpContext& j) {
-              j.SetTangent(0, j.Op("SqrtGrad", {j.Output(0), j.Tangent(0)}));
+              j.SetTangent(
+                  0, j.Op("SqrtGrad", {ConjOf(j, j.Output(0)), j.Tangent(0)}));
             })
-            .Summary("y = sqrt(x)"));
+            .Summary("y = sqrt(x) (complex: the principal branch)"));
   r.Add(GradHelper(Op("SqrtGrad"))
             .Forward([](KernelContext& ctx) {
-              return GradHelperKernel(ctx, [](auto y, auto dy) {
-                return static_cast<decltype(y)>(0.5) * dy / y;
-              });
+              return GradHelperKernel<DTypes::kInexact>(
+                  ctx, [](auto y, auto dy) {
+                    return static_cast<decltype(y)>(0.5) * dy / Conj(y);
+                  });
             })
-            // z = 0.5 dy / y:  dy' = 0.5 g / y,  d(y) = -g z / y
+            // z = 0.5 dy / conj(y) (TensorFlow's _SqrtGradGrad): with
+            // ga = g / y,  d(dy) = 0.5 ga,  d(y) = -conj(ga) z
             .Backward([](GradContext& g) {
               Tensor ga = g.Div(g.Grad(0), g.Input(0));
-              if (g.NeedsGrad(0)) g.SetGrad(0, g.Neg(g.Mul(ga, g.Output(0))));
+              if (g.NeedsGrad(0)) {
+                g.SetGrad(0, g.Neg(g.Mul(g.Conj(ga), g.Output(0))));
+              }
               if (g.NeedsGrad(1)) {
                 g.SetGrad(1, g.Mul(g.Const(0.5, g.InputDType(0)), ga));
               }
             })
             .SavesInputs({0})
             .SavesOutputs({0})
-            .Summary("z = 0.5 * dy / y (the gradient of Sqrt)"));
+            .Summary("z = 0.5 * dy / conj(y) (the gradient of Sqrt)"));
+  r.Add(Unary(Op("Rsqrt"))
+            .Forward([](KernelContext& ctx) {
+              return InexactKernel(
+                  ctx, [](auto v) { return decltype(v)(1) / std::sqrt(v); },
+                  [](KernelContext& c) {
+                    return UnaryFloatKernel(
+                        c, [](const auto& x) { return x.rsqrt(); });
+                  });
+            })
+            // dx = -0.5 dy conj(y)^3 = RsqrtGrad(y, dy)
+            .Backward([](GradContext& g) {
+              g.SetGrad(0, g.Op("RsqrtGrad", {g.Output(0), g.Grad(0)}));
+            })
+            .SavesOutputs({0})
+            // ty = -0.5 tx y^3
+            .Jvp([](JvpContext& j) {
+              j.SetTangent(
+                  0, j.Op("RsqrtGrad", {ConjOf(j, j.Output(0)), j.Tangent(0)}));
+            })
+            .Summary("y = 1 / sqrt(x) (complex: the principal branch)"));
+  r.Add(
+      GradHelper(Op("RsqrtGrad"))
+          .Forward([](KernelContext& ctx) {
+            return GradHelperKernel<DTypes::kInexact>(ctx, [](auto y, auto dy) {
+              const auto cy = Conj(y);
+              return static_cast<decltype(y)>(-0.5) * dy * cy * cy * cy;
+            });
+          })
+          // z = -0.5 dy conj(y)^3 (TensorFlow's _RsqrtGradGrad):
+          //   d(y) = -1.5 conj(g) dy conj(y)^2,
+          //   d(dy) = RsqrtGrad(conj(y), g)
+          .Backward([](GradContext& g) {
+            Tensor y = g.Conj(g.Input(0)), dy = g.Input(1), gz = g.Grad(0);
+            if (g.NeedsGrad(0)) {
+              Tensor c = g.Const(-1.5, g.InputDType(0));
+              g.SetGrad(0, g.Mul(g.Mul(c, g.Mul(g.Conj(gz), dy)), g.Mul(y, y)));
+            }
+            if (g.NeedsGrad(1)) g.SetGrad(1, g.Op("RsqrtGrad", {y, gz}));
+          })
+          .SavesInputs({0, 1})
+          .Summary("z = -0.5 * dy * conj(y)^3 (the gradient of Rsqrt)"));
   r.Add(Unary(Op("Exp"))
             .Forward([](KernelContext& ctx) {
-              return ArrayFloatKernel(ctx, [](const auto* x, auto* y,
-                                              int64_t n) { VecExp(x, y, n); });
+              return InexactKernel(
+                  ctx, [](auto v) { return std::exp(v); },
+                  [](KernelContext& c) {
+                    return ArrayFloatKernel(
+                        c, [](const auto* x, auto* y, int64_t n) {
+                          VecExp(x, y, n);
+                        });
+                  });
             })
-            // dx = dy * y
+            // dx = dy * conj(y)
             .Backward([](GradContext& g) {
-              g.SetGrad(0, g.Mul(g.Grad(0), g.Output(0)));
+              g.SetGrad(0, g.Mul(g.Grad(0), g.Conj(g.Output(0))));
             })
             .SavesOutputs({0})
             // ty = tx * y
             .Jvp([](JvpContext& j) {
               j.SetTangent(0, j.Mul(j.Tangent(0), j.Output(0)));
             })
-            .Summary("y = e^x"));
+            .Summary("y = e^x (floating or complex)"));
   r.Add(Unary(Op("Log"))
             .Forward([](KernelContext& ctx) {
               if (IsComplex(ctx.input(0).dtype())) {  // principal branch
@@ -193,28 +361,35 @@ void RegisterUnaryOps(OpRegistry& r) {
             .Summary("y = ln(x) (complex: the principal branch)"));
   r.Add(Unary(Op("Tanh"))
             .Forward([](KernelContext& ctx) {
-              return UnaryFloatKernel(ctx,
-                                      [](const auto& x) { return x.tanh(); });
+              return InexactKernel(
+                  ctx, [](auto v) { return std::tanh(v); },
+                  [](KernelContext& c) {
+                    return UnaryFloatKernel(
+                        c, [](const auto& x) { return x.tanh(); });
+                  });
             })
-            // dx = dy * (1 - y^2)
+            // dx = dy * (1 - conj(y)^2) (TensorFlow's _TanhGrad)
             .Backward([](GradContext& g) {
-              g.SetGrad(0, g.Op("TanhGrad", {g.Output(0), g.Grad(0)}));
+              g.SetGrad(0, g.Op("TanhGrad", {g.Conj(g.Output(0)), g.Grad(0)}));
             })
             .SavesOutputs({0})
             // ty = tx * (1 - y^2)
             .Jvp([](JvpContext& j) {
               j.SetTangent(0, j.Op("TanhGrad", {j.Output(0), j.Tangent(0)}));
             })
-            .Summary("y = tanh(x)"));
+            .Summary("y = tanh(x) (floating or complex)"));
   r.Add(GradHelper(Op("TanhGrad"))
             .Forward([](KernelContext& ctx) {
-              return GradHelperKernel(ctx, [](auto y, auto dy) {
-                return dy * (static_cast<decltype(y)>(1) - y * y);
-              });
+              return GradHelperKernel<DTypes::kInexact>(
+                  ctx, [](auto y, auto dy) {
+                    return dy * (static_cast<decltype(y)>(1) - y * y);
+                  });
             })
-            // z = dy (1 - y^2):  d(y) = -2 g dy y,  d(dy) = g (1 - y^2)
+            // z = dy (1 - y^2) (TensorFlow's _TanhGradGrad, conjugating y
+            // and dy for complex):  d(y) = -2 g dy y,  d(dy) = g (1 - y^2)
             .Backward([](GradContext& g) {
-              Tensor y = g.Input(0), dy = g.Input(1), gz = g.Grad(0);
+              Tensor y = g.Conj(g.Input(0)), dy = g.Conj(g.Input(1));
+              Tensor gz = g.Grad(0);
               if (g.NeedsGrad(0)) {
                 Tensor m2 = g.Const(-2.0, g.InputDType(0));
                 g.SetGrad(0, g.Mul(g.Mul(m2, g.Mul(gz, dy)), y));
@@ -223,32 +398,44 @@ void RegisterUnaryOps(OpRegistry& r) {
             })
             .SavesInputs({0, 1})
             .Summary("z = dy * (1 - y^2) (the gradient of Tanh)"));
-  r.Add(Unary(Op("Sigmoid"))
-            .Forward([](KernelContext& ctx) {
-              return ArrayFloatKernel(ctx,
-                                      [](const auto* x, auto* y, int64_t n) {
-                                        VecSigmoid(x, y, n);
-                                      });
-            })
-            // dx = dy * y * (1 - y)
-            .Backward([](GradContext& g) {
-              g.SetGrad(0, g.Op("SigmoidGrad", {g.Output(0), g.Grad(0)}));
-            })
-            .SavesOutputs({0})
-            // ty = tx * y * (1 - y)
-            .Jvp([](JvpContext& j) {
-              j.SetTangent(0, j.Op("SigmoidGrad", {j.Output(0), j.Tangent(0)}));
-            })
-            .Summary("y = 1 / (1 + e^-x)"));
+  r.Add(
+      Unary(Op("Sigmoid"))
+          .Forward([](KernelContext& ctx) {
+            return InexactKernel(
+                ctx,
+                [](auto v) {
+                  using T = decltype(v);
+                  return T(1) / (T(1) + std::exp(-v));
+                },
+                [](KernelContext& c) {
+                  return ArrayFloatKernel(
+                      c, [](const auto* x, auto* y, int64_t n) {
+                        VecSigmoid(x, y, n);
+                      });
+                });
+          })
+          // dx = dy * conj(y) * (1 - conj(y)) (TensorFlow's _SigmoidGrad)
+          .Backward([](GradContext& g) {
+            g.SetGrad(0, g.Op("SigmoidGrad", {g.Conj(g.Output(0)), g.Grad(0)}));
+          })
+          .SavesOutputs({0})
+          // ty = tx * y * (1 - y)
+          .Jvp([](JvpContext& j) {
+            j.SetTangent(0, j.Op("SigmoidGrad", {j.Output(0), j.Tangent(0)}));
+          })
+          .Summary("y = 1 / (1 + e^-x) (floating or complex)"));
   r.Add(GradHelper(Op("SigmoidGrad"))
             .Forward([](KernelContext& ctx) {
-              return GradHelperKernel(ctx, [](auto y, auto dy) {
-                return dy * y * (static_cast<decltype(y)>(1) - y);
-              });
+              return GradHelperKernel<DTypes::kInexact>(
+                  ctx, [](auto y, auto dy) {
+                    return dy * y * (static_cast<decltype(y)>(1) - y);
+                  });
             })
-            // z = dy y (1 - y):  d(y) = g dy (1 - 2y),  d(dy) = g y (1 - y)
+            // z = dy y (1 - y) (TensorFlow's _SigmoidGradGrad, conjugating y
+            // and dy for complex):  d(y) = g dy (1 - 2y),  d(dy) = g y (1 - y)
             .Backward([](GradContext& g) {
-              Tensor y = g.Input(0), dy = g.Input(1), gz = g.Grad(0);
+              Tensor y = g.Conj(g.Input(0)), dy = g.Conj(g.Input(1));
+              Tensor gz = g.Grad(0);
               if (g.NeedsGrad(0)) {
                 DType t = g.InputDType(0);
                 Tensor one_minus_2y =
@@ -282,61 +469,83 @@ void RegisterUnaryOps(OpRegistry& r) {
             .Summary("y = -1, 0 or 1 as x < 0, x == 0, x > 0 (real dtypes)"));
   r.Add(Unary(Op("Expm1"))
             .Forward([](KernelContext& ctx) {
-              return UnaryFloatKernel(ctx,
-                                      [](const auto& x) { return x.expm1(); });
+              return InexactKernel(
+                  ctx, [](auto v) { return ComplexExpm1(v); },
+                  [](KernelContext& c) {
+                    return UnaryFloatKernel(
+                        c, [](const auto& x) { return x.expm1(); });
+                  });
             })
-            // dx = dy * e^x
+            // dx = dy * e^conj(x)
             .Backward([](GradContext& g) {
-              g.SetGrad(0, g.Mul(g.Grad(0), g.Op("Exp", {g.Input(0)})));
+              g.SetGrad(0, g.Mul(g.Grad(0), g.Op("Exp", {g.Conj(g.Input(0))})));
             })
             .SavesInputs({0})
-            .Summary("y = e^x - 1, accurate near 0"));
+            .Summary("y = e^x - 1, accurate near 0 (floating or complex)"));
   r.Add(Unary(Op("Log1p"))
             .Forward([](KernelContext& ctx) {
-              return UnaryFloatKernel(ctx,
-                                      [](const auto& x) { return x.log1p(); });
+              return InexactKernel(
+                  ctx, [](auto v) { return ComplexLog1p(v); },
+                  [](KernelContext& c) {
+                    return UnaryFloatKernel(
+                        c, [](const auto& x) { return x.log1p(); });
+                  });
             })
-            // dx = dy / (1 + x)
+            // dx = dy / (1 + conj(x))
             .Backward([](GradContext& g) {
               Tensor one = g.Const(1.0, g.InputDType(0));
-              g.SetGrad(0, g.Div(g.Grad(0), g.Add(one, g.Input(0))));
+              g.SetGrad(0, g.Div(g.Grad(0), g.Add(one, g.Conj(g.Input(0)))));
             })
             .SavesInputs({0})
-            .Summary("y = ln(1 + x), accurate near 0"));
+            .Summary("y = ln(1 + x), accurate near 0 (complex: the principal "
+                     "branch)"));
   r.Add(Unary(Op("Sin"))
             .Forward([](KernelContext& ctx) {
-              return UnaryFloatKernel(ctx,
-                                      [](const auto& x) { return x.sin(); });
+              return InexactKernel(
+                  ctx, [](auto v) { return std::sin(v); },
+                  [](KernelContext& c) {
+                    return UnaryFloatKernel(
+                        c, [](const auto& x) { return x.sin(); });
+                  });
             })
-            // dx = dy * cos(x)
+            // dx = dy * cos(conj(x))
             .Backward([](GradContext& g) {
-              g.SetGrad(0, g.Mul(g.Grad(0), g.Op("Cos", {g.Input(0)})));
+              g.SetGrad(0, g.Mul(g.Grad(0), g.Op("Cos", {g.Conj(g.Input(0))})));
             })
             .SavesInputs({0})
-            .Summary("y = sin(x)"));
+            .Summary("y = sin(x) (floating or complex)"));
   r.Add(Unary(Op("Cos"))
             .Forward([](KernelContext& ctx) {
-              return UnaryFloatKernel(ctx,
-                                      [](const auto& x) { return x.cos(); });
+              return InexactKernel(
+                  ctx, [](auto v) { return std::cos(v); },
+                  [](KernelContext& c) {
+                    return UnaryFloatKernel(
+                        c, [](const auto& x) { return x.cos(); });
+                  });
             })
-            // dx = -dy * sin(x)
+            // dx = -dy * sin(conj(x))
             .Backward([](GradContext& g) {
-              g.SetGrad(0, g.Neg(g.Mul(g.Grad(0), g.Op("Sin", {g.Input(0)}))));
+              Tensor sin = g.Op("Sin", {g.Conj(g.Input(0))});
+              g.SetGrad(0, g.Neg(g.Mul(g.Grad(0), sin)));
             })
             .SavesInputs({0})
-            .Summary("y = cos(x)"));
+            .Summary("y = cos(x) (floating or complex)"));
   r.Add(Unary(Op("Tan"))
             .Forward([](KernelContext& ctx) {
-              return UnaryFloatKernel(ctx,
-                                      [](const auto& x) { return x.tan(); });
+              return InexactKernel(
+                  ctx, [](auto v) { return std::tan(v); },
+                  [](KernelContext& c) {
+                    return UnaryFloatKernel(
+                        c, [](const auto& x) { return x.tan(); });
+                  });
             })
-            // dx = dy / cos(x)^2
+            // dx = dy / cos(conj(x))^2
             .Backward([](GradContext& g) {
-              Tensor cos = g.Op("Cos", {g.Input(0)});
+              Tensor cos = g.Op("Cos", {g.Conj(g.Input(0))});
               g.SetGrad(0, g.Div(g.Grad(0), g.Op("Square", {cos})));
             })
             .SavesInputs({0})
-            .Summary("y = tan(x)"));
+            .Summary("y = tan(x) (floating or complex)"));
   r.Add(Reciprocal(Op("Reciprocal")));
   r.Add(Reciprocal(Op("Inv")));
   r.Add(GradHelper(Op("ReciprocalGrad"))

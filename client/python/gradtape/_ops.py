@@ -48,7 +48,7 @@ _OWN_DTYPE_INPUTS: Dict[str, np.dtype] = {
     name: np.dtype(np.int32)
     for name in (
         "indices segment_ids begin end strides axis shape perm multiples paddings dims size "
-        "num_segments depth"
+        "num_segments depth dimension"
     ).split()
 }
 _OWN_DTYPE_INPUTS["labels"] = np.dtype(np.int64)  # Tlabels defaults to int64

@@ -612,7 +612,8 @@ TEST(MathOpsSecondOrder, BackwardsAreDifferentiable) {
                                                 "Cumprod"};
   int checked = 0;
   for (const testing::OpSample& s : testing::AllOpSamples()) {
-    if (!ops.contains(s.op)) continue;
+    // CheckSecondOrder differentiates float64 inputs only.
+    if (!ops.contains(s.op) || IsComplex(s.inputs[0].dtype())) continue;
     testing::CheckSecondOrder(s);
     ++checked;
   }

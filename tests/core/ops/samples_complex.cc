@@ -39,6 +39,31 @@ void AddComplexSamples(SampleList& s) {
   // Right half-plane: away from the branch cut of log.
   s.Add("Log", "complex, right half-plane",
         {MakeComplex(Positive({2, 3}, 227), R({2, 3}, 228))});
+  // Unary ops on complex (backwards conjugate, as TensorFlow's).
+  s.Add("Square", "complex", {MakeComplex(R({2, 3}, 233), R({2, 3}, 234))});
+  s.Add("Exp", "complex", {MakeComplex(R({2, 3}, 235), R({2, 3}, 236))});
+  // |Im| < 1: away from tanh's poles at i pi / 2.
+  s.Add("Tanh", "complex", {MakeComplex(R({2, 3}, 237), R({2, 3}, 238))});
+  s.Add("TanhGrad", "complex",
+        {MakeComplex(R({2, 3}, 239), R({2, 3}, 240)),
+         MakeComplex(R({2, 3}, 241), R({2, 3}, 242))});
+  // Right half-plane: away from the branch cut of sqrt.
+  for (const char* op : {"Sqrt", "Rsqrt"}) {
+    s.Add(op, "complex, right half-plane",
+          {MakeComplex(Positive({2, 3}, 243), R({2, 3}, 244))});
+  }
+  for (const char* op : {"SqrtGrad", "RsqrtGrad"}) {
+    s.Add(op, "complex, y in the right half-plane",
+          {MakeComplex(Positive({2, 3}, 245), R({2, 3}, 246)),
+           MakeComplex(R({2, 3}, 247), R({2, 3}, 248))});
+  }
+  // |z| < 1.5: away from tan's poles and log1p's branch point at -1.
+  for (const char* op : {"Sin", "Cos", "Tan", "Expm1", "Log1p", "Sigmoid"}) {
+    s.Add(op, "complex", {MakeComplex(R({2, 3}, 249), R({2, 3}, 250))});
+  }
+  s.Add("SigmoidGrad", "complex",
+        {MakeComplex(R({2, 3}, 251), R({2, 3}, 252)),
+         MakeComplex(R({2, 3}, 253), R({2, 3}, 254))});
   s.Add("Pow", "complex, broadcast exponent",
         {MakeComplex(Positive({2, 3}, 229), R({2, 3}, 230)),
          MakeComplex(R({3}, 231), R({3}, 232))});

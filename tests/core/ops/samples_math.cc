@@ -1,11 +1,81 @@
 // Gradient-check samples for the ops of core/ops/math_ops.cc.
+#include <initializer_list>
 #include <string>
 
 #include "tests/core/ops/op_samples.h"
 
 namespace gradtape::testing {
+namespace {
+
+Tensor I32(std::initializer_list<int32_t> v) {
+  return Tensor::FromVector<int32_t>({static_cast<int64_t>(v.size())}, v);
+}
+Tensor I64(std::initializer_list<int64_t> v) {
+  return Tensor::FromVector<int64_t>({static_cast<int64_t>(v.size())}, v);
+}
+
+// Rsqrt .. ClipByValue (issue 16).
+void AddMoreMathSamples(SampleList& s) {
+  s.Add("Rsqrt", "positive", {Positive({2, 3}, 401)});
+  s.Add("RsqrtGrad", "y positive", {Positive({2, 3}, 402), R({2, 3}, 403)});
+  s.Add("Erf", "matrix", {RandomTensor({2, 3}, -2, 2, 404)});
+  s.Add("Erfc", "matrix", {RandomTensor({2, 3}, -2, 2, 405)});
+  // Not differentiable (TensorFlow: None): values away from integers and
+  // halves, for the generic checks of the forward.
+  const Tensor steps =
+      Tensor::FromVector<double>({2, 3}, {-1.7, -0.2, 0.3, 1.2, 2.6, -2.4});
+  for (const char* op : {"Floor", "Ceil", "Round"})
+    s.Add(op, "matrix", {steps});
+  // Atan2: x and y away from 0 (the origin and the branch cut at x < 0).
+  s.Add("Atan2", "same shape",
+        {RandomAwayFromZero({2, 3}, 2, 0.3, 406),
+         RandomAwayFromZero({2, 3}, 2, 0.3, 407)});
+  s.Add("Atan2", "outer broadcast",
+        {RandomAwayFromZero({2, 1}, 2, 0.3, 408),
+         RandomAwayFromZero({1, 3}, 2, 0.3, 409)});
+  s.Add("Atan2", "scalar x",
+        {RandomAwayFromZero({3}, 2, 0.3, 410), Tensor::Scalar<double>(-0.7)});
+  // Max / Min: random values have no ties.
+  for (const char* op : {"Max", "Min"}) {
+    s.Add(op, "int32 scalar axis",
+          {R({2, 3}, 411), Tensor::Scalar<int32_t>(1)});
+    s.Add(op, "int64 axes 0,-1 keep_dims", {R({2, 3, 2}, 412), I64({0, -1})},
+          {{"keep_dims", true}});
+    s.Add(op, "all axes", {R({2, 3}, 413), I32({0, 1})});
+    s.Add(op, "empty axis: no reduction", {R({2, 2}, 414), I32({})});
+  }
+  for (const char* op : {"ArgMax", "ArgMin"}) {
+    s.Add(op, "int32 dimension", {R({2, 3}, 415), Tensor::Scalar<int32_t>(1)});
+    s.Add(op, "int64 dimension -3, output_type int32",
+          {R({2, 3, 2}, 416), Tensor::Scalar<int64_t>(-3)},
+          {{"output_type", DType::kInt32}});
+  }
+  s.Add("SelectV2", "all three broadcast",
+        {Tensor::FromVector<bool>({2, 1}, {true, false}), R({3}, 417),
+         R({2, 3}, 418)});
+  s.Add("SelectV2", "scalar condition, t broadcast",
+        {Tensor::Scalar<bool>(false), R({1, 2}, 419), R({3, 2}, 420)});
+  s.Add("SelectV2", "same shape",
+        {Tensor::FromVector<bool>({2, 2}, {true, false, false, true}),
+         R({2, 2}, 421), R({2, 2}, 422)});
+  // ClipByValue: t away from the bounds (kinks), some of it clipped.
+  s.Add("ClipByValue", "scalar bounds",
+        {Tensor::FromVector<double>({2, 3}, {-1.5, -0.3, 0.2, 0.9, 1.6, -0.8}),
+         Tensor::Scalar<double>(-0.5), Tensor::Scalar<double>(0.5)});
+  s.Add("ClipByValue", "broadcast bounds",
+        {Tensor::FromVector<double>({2, 3}, {-1.5, -0.3, 0.2, 0.9, 1.6, -0.8}),
+         Tensor::FromVector<double>({3}, {-1.0, -0.6, -0.4}),
+         Tensor::FromVector<double>({2, 1}, {0.1, 1.2})});
+  s.Add("ClipByValue", "same shape bounds",
+        {Tensor::FromVector<double>({4}, {-2.0, 0.0, 3.0, 1.0}),
+         Tensor::FromVector<double>({4}, {-1.0, -1.0, -1.0, 1.5}),
+         Tensor::FromVector<double>({4}, {1.0, 1.0, 2.0, 2.5})});
+}
+
+}  // namespace
 
 void AddMathSamples(SampleList& s) {
+  AddMoreMathSamples(s);
   for (const char* op : {"AddV2", "Add", "Sub", "Mul"}) {
     s.Add(op, "same shape", {R({2, 3}, 1), R({2, 3}, 2)});
     s.Add(op, "row broadcast", {R({2, 3}, 3), R({3}, 4)});

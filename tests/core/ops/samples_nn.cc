@@ -37,6 +37,14 @@ void AddNnSamples(SampleList& s) {
   }
   s.Add("SoftplusGrad", "matrix",
         {R({2, 3}, 65), RandomTensor({2, 3}, -3, 3, 66)});
+  s.Add("LeakyRelu", "away from 0", {RandomAwayFromZero({2, 3}, 2, 0.1, 430)});
+  s.Add("LeakyRelu", "alpha 0.5", {RandomAwayFromZero({2, 3}, 2, 0.1, 431)},
+        {{"alpha", 0.5}});
+  s.Add("LeakyReluGrad", "features away from 0",
+        {R({2, 3}, 432), RandomAwayFromZero({2, 3}, 2, 0.1, 433)});
+  s.Add("LeakyReluGrad", "alpha 0.3",
+        {R({2, 3}, 434), RandomAwayFromZero({2, 3}, 2, 0.1, 435)},
+        {{"alpha", 0.3}});
   s.Add("SoftsignGrad", "features away from 0",
         {R({2, 3}, 67), RandomAwayFromZero({2, 3}, 2, 0.1, 68)});
 }
