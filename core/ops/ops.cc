@@ -10,6 +10,7 @@ void RegisterAllOps(OpRegistry& registry) {
   RegisterScanOps(registry);
   RegisterArrayOps(registry);
   RegisterSliceOps(registry);
+  RegisterLayoutOps(registry);
   RegisterNnOps(registry);
   RegisterConvOps(registry);
   RegisterPoolOps(registry);

@@ -21,6 +21,9 @@ void RegisterScanOps(OpRegistry& registry);
 void RegisterArrayOps(OpRegistry& registry);
 // Slicing: StridedSlice, StridedSliceGrad, Slice.
 void RegisterSliceOps(OpRegistry& registry);
+// Layout: ExpandDims, Squeeze, Tile, Fill, Range, Reverse(V2), Pad(V2),
+// MirrorPad and MirrorPadGrad.
+void RegisterLayoutOps(OpRegistry& registry);
 // Activations, softmax and losses, BiasAdd.
 void RegisterNnOps(OpRegistry& registry);
 // Convolutions (NHWC/NDHWC, im2col + Eigen GEMM) and Dilation2D.

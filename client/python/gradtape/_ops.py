@@ -47,13 +47,16 @@ DTypeFn = Callable[[Sequence[Optional[np.dtype]], Mapping[str, Any]], Optional[n
 _OWN_DTYPE_INPUTS: Dict[str, np.dtype] = {
     name: np.dtype(np.int32)
     for name in (
-        "indices segment_ids begin end strides axis shape perm multiples paddings dims size "
+        "indices segment_ids begin end strides axis shape perm multiples paddings dims dim size "
         "num_segments depth dimension"
     ).split()
 }
 _OWN_DTYPE_INPUTS["labels"] = np.dtype(np.int64)  # Tlabels defaults to int64
 _OWN_DTYPE_INPUTS["condition"] = np.dtype(np.bool_)
-_OWN_DTYPE_OVERRIDES: Dict[Tuple[str, str], np.dtype] = {("OneHot", "indices"): np.dtype(np.int64)}
+_OWN_DTYPE_OVERRIDES: Dict[Tuple[str, str], np.dtype] = {
+    ("OneHot", "indices"): np.dtype(np.int64),
+    ("Reverse", "dims"): np.dtype(np.bool_),  # a bool mask, not indices
+}
 
 
 def _type_attr_value(value: Any) -> Optional[np.dtype]:

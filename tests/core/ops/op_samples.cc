@@ -39,6 +39,7 @@ const std::vector<OpSample>& AllOpSamples() {
     AddMathSamples(list);
     AddArraySamples(list);
     AddSliceSamples(list);
+    AddLayoutSamples(list);
     AddNnSamples(list);
     AddConvSamples(list);
     AddPoolSamples(list);

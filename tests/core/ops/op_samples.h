@@ -42,6 +42,7 @@ class SampleList {
 void AddMathSamples(SampleList& s);
 void AddArraySamples(SampleList& s);
 void AddSliceSamples(SampleList& s);
+void AddLayoutSamples(SampleList& s);
 void AddNnSamples(SampleList& s);
 void AddConvSamples(SampleList& s);
 void AddPoolSamples(SampleList& s);
