@@ -25,7 +25,10 @@
 // Output sizes are TensorFlow's: VALID: ceil((in - (k - 1) * d) / s), and
 // the effective filter (k - 1) * d + 1 may not exceed the input; SAME:
 // ceil(in / s), padded by max((out - 1) * s + (k - 1) * d + 1 - in, 0) of
-// which the smaller half goes before. Taps in the padding read zeros
+// which the smaller half goes before; EXPLICIT (Conv2D, DepthwiseConv2dNative
+// and their backprops, as in TensorFlow): explicit_paddings gives the before
+// and after padding of each dim, out = (in + before + after - (k - 1) * d -
+// 1) / s + 1. Taps in the padding read zeros
 // (convolutions) or are skipped (dilation).
 #include <algorithm>
 #include <array>

@@ -1,5 +1,6 @@
-// NN ops: activations, BiasAdd, softmax and the sparse cross-entropy loss.
-// Softmax-like ops work over the last axis (TensorFlow's default).
+// NN ops: activations, BiasAdd (NHWC or NCHW), softmax, the sparse and dense
+// cross-entropy losses, LRN and TopKV2. Softmax-like ops work over the last
+// axis (TensorFlow's default).
 #include <algorithm>
 #include <cmath>
 #include <limits>

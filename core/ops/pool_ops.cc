@@ -9,7 +9,13 @@
 //
 // Semantics follow TensorFlow:
 //  - ksize and strides have one entry per dim of the layout, 1 for batch and
-//    channels; padding is "SAME" or "VALID"; data_format only the default.
+//    channels; padding is "SAME" or "VALID", or "EXPLICIT" with
+//    explicit_paddings for 2-D max pooling (MaxPool, MaxPoolGrad and, beyond
+//    TensorFlow, MaxPoolGradGrad so that MaxPoolGrad has a gradient), each
+//    side below ksize; data_format only the default.
+//  - MaxPoolWithArgmax returns the flat index of each window's first max:
+//    (y * width + x) * channels + c, plus batch * height * width * channels
+//    with include_batch_in_index; its gradient ops read argmax.
 //  - SAME averages over the valid (non-padded) elements of a window.
 //  - Max pooling routes a gradient to the first maximum of its window in
 //    row-major window order (TensorFlow's kernels): the first pixel equal to
@@ -129,6 +135,66 @@ absl::Status CheckExplicitPaddings(const KernelContext& ctx, bool is_explicit,
       ShapeString(ksize), " in the spatial dims");
 }
 
+// Checks `padding` (SAME, VALID, or EXPLICIT for an op with
+// explicit_paddings) and sets *paddings to explicit_paddings (checked).
+absl::Status ReadPoolPadding(const KernelContext& ctx,
+                             const std::string& padding,
+                             const std::vector<int64_t>& ksize,
+                             std::vector<int64_t>* paddings) {
+  const AttrValue* explicit_attr = ctx.attrs().Find("explicit_paddings");
+  if (padding != "SAME" && padding != "VALID" &&
+      (padding != "EXPLICIT" || explicit_attr == nullptr)) {
+    return ctx.InvalidArgument(
+        "padding '", padding, "' must be SAME",
+        explicit_attr != nullptr ? ", VALID or EXPLICIT" : " or VALID");
+  }
+  if (explicit_attr == nullptr) return absl::OkStatus();
+  *paddings = std::get<std::vector<int64_t>>(*explicit_attr);
+  return CheckExplicitPaddings(ctx, padding == "EXPLICIT", *paddings, ksize);
+}
+
+// Sets input, window, stride, padding and output extents of spatial dim `i`
+// (1-based, in the layout) of `g` from the checked attrs.
+absl::Status SetPoolDim(const KernelContext& ctx, const std::string& padding,
+                        const std::vector<int64_t>& paddings, int i,
+                        absl::Span<const int64_t> input_shape,
+                        absl::string_view what, PoolGeometry* pg) {
+  PoolGeometry& g = *pg;
+  const std::vector<int64_t>& ksize = ctx.attrs().IntList("ksize");
+  const std::vector<int64_t>& strides = ctx.attrs().IntList("strides");
+  const int d = 3 - g.spatial + i - 1;
+  const int64_t in = input_shape[i], k = ksize[i], s = strides[i];
+  g.in[d] = in;
+  g.ksize[d] = k;
+  g.stride[d] = s;
+  if (padding == "EXPLICIT") {
+    // Each side's padding is below k: every window overlaps the input.
+    g.pad[d] = paddings[2 * i];
+    const int64_t padded = in + paddings[2 * i] + paddings[2 * i + 1];
+    if (k > padded) {
+      return ctx.InvalidArgument("window ksize ", ShapeString(ksize),
+                                 " is larger than the padded ", what, " ",
+                                 ShapeString(input_shape), " in dim ", i);
+    }
+    g.out[d] = (padded - k) / s + 1;
+  } else if (padding == "VALID") {
+    if (k > in) {
+      return ctx.InvalidArgument("window ksize ", ShapeString(ksize),
+                                 " is larger than ", what, " ",
+                                 ShapeString(input_shape), " in dim ", i, " (",
+                                 k, " > ", in, ") with VALID padding");
+    }
+    g.out[d] = (in - k) / s + 1;
+    g.pad[d] = 0;
+  } else {
+    // SAME: out = ceil(in / s). The padding is less than k, so every
+    // window overlaps the input.
+    g.out[d] = (in + s - 1) / s;
+    g.pad[d] = std::max<int64_t>((g.out[d] - 1) * s + k - in, 0) / 2;
+  }
+  return absl::OkStatus();
+}
+
 // Reads ksize, strides, padding and data_format from the op's attrs and lays
 // them against an input of `input_shape` (named `what` in messages).
 // INVALID_ARGUMENT for a wrong rank, malformed ksize/strides (length, 1 in the
@@ -173,19 +239,8 @@ absl::StatusOr<PoolGeometry> MakePoolGeometry(
     }
   }
   const std::string& padding = attrs.Get<std::string>("padding");
-  const AttrValue* explicit_attr = attrs.Find("explicit_paddings");
-  if (padding != "SAME" && padding != "VALID" &&
-      (padding != "EXPLICIT" || explicit_attr == nullptr)) {
-    return ctx.InvalidArgument(
-        "padding '", padding, "' must be SAME",
-        explicit_attr != nullptr ? ", VALID or EXPLICIT" : " or VALID");
-  }
   std::vector<int64_t> paddings;
-  if (explicit_attr != nullptr) {
-    paddings = std::get<std::vector<int64_t>>(*explicit_attr);
-    RETURN_IF_ERROR(
-        CheckExplicitPaddings(ctx, padding == "EXPLICIT", paddings, ksize));
-  }
+  RETURN_IF_ERROR(ReadPoolPadding(ctx, padding, ksize, &paddings));
   // Dims up to 2^62 keep the window arithmetic below free of overflow.
   constexpr int64_t kMaxDim = int64_t{1} << 62;
   for (int64_t dim : input_shape) {
@@ -199,36 +254,8 @@ absl::StatusOr<PoolGeometry> MakePoolGeometry(
   g.batch = input_shape[0];
   g.channels = input_shape[rank - 1];
   for (int i = 1; i <= spatial; ++i) {
-    const int d = 3 - spatial + i - 1;
-    const int64_t in = input_shape[i], k = ksize[i], s = strides[i];
-    g.in[d] = in;
-    g.ksize[d] = k;
-    g.stride[d] = s;
-    if (padding == "EXPLICIT") {
-      // Each side's padding is below k: every window overlaps the input.
-      g.pad[d] = paddings[2 * i];
-      const int64_t padded = in + paddings[2 * i] + paddings[2 * i + 1];
-      if (k > padded) {
-        return ctx.InvalidArgument("window ksize ", ShapeString(ksize),
-                                   " is larger than the padded ", what, " ",
-                                   ShapeString(input_shape), " in dim ", i);
-      }
-      g.out[d] = (padded - k) / s + 1;
-    } else if (padding == "VALID") {
-      if (k > in) {
-        return ctx.InvalidArgument("window ksize ", ShapeString(ksize),
-                                   " is larger than ", what, " ",
-                                   ShapeString(input_shape), " in dim ", i,
-                                   " (", k, " > ", in, ") with VALID padding");
-      }
-      g.out[d] = (in - k) / s + 1;
-      g.pad[d] = 0;
-    } else {
-      // SAME: out = ceil(in / s). The padding is less than k, so every
-      // window overlaps the input.
-      g.out[d] = (in + s - 1) / s;
-      g.pad[d] = std::max<int64_t>((g.out[d] - 1) * s + k - in, 0) / 2;
-    }
+    RETURN_IF_ERROR(
+        SetPoolDim(ctx, padding, paddings, i, input_shape, what, &g));
   }
   return g;
 }

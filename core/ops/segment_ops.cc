@@ -3,10 +3,14 @@
 // data is viewed as rows: data.shape = ids.shape + inner, and each id names
 // the output row its data row is reduced into. The sorted ops (Segment*,
 // SparseSegment*) take a non-negative, non-decreasing id vector and have
-// last id + 1 output rows; empty segments are 0. The unsorted ops take ids in
-// any order and the segment count as the attr num_segments (an input tensor
-// in TensorFlow). Every id is checked before anything is written: a bad one
-// is an INVALID_ARGUMENT naming its position and value.
+// last id + 1 output rows (num_segments rows for the *WithNumSegments ops);
+// empty segments are 0 (1 for SegmentProd). The unsorted ops take ids in any
+// order and the segment count num_segments: an attr for UnsortedSegmentSum
+// and UnsortedSegmentMax (older ops here), an int32/int64 scalar input as in
+// TensorFlow for UnsortedSegmentMin and UnsortedSegmentProd; a negative id
+// drops its row (TensorFlow's CPU kernels), in the forward and the gradient.
+// Every id is checked before anything is written: a bad one is an
+// INVALID_ARGUMENT naming its position and value.
 //
 // The backwards are written with GatherV2 (its own gradient is
 // UnsortedSegmentSum, so the pair closes under differentiation) and, for Min
