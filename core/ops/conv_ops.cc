@@ -25,11 +25,15 @@
 // Output sizes are TensorFlow's: VALID: ceil((in - (k - 1) * d) / s), and
 // the effective filter (k - 1) * d + 1 may not exceed the input; SAME:
 // ceil(in / s), padded by max((out - 1) * s + (k - 1) * d + 1 - in, 0) of
-// which the smaller half goes before. Taps in the padding read zeros
+// which the smaller half goes before; EXPLICIT (Conv2D, DepthwiseConv2dNative
+// and their backprops, as in TensorFlow): explicit_paddings gives the before
+// and after padding of each dim, out = (in + before + after - (k - 1) * d -
+// 1) / s + 1. Taps in the padding read zeros
 // (convolutions) or are skipped (dilation).
 #include <algorithm>
 #include <array>
 #include <limits>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -73,11 +77,15 @@ struct WindowKind {
   FilterLayout layout;
   const char* dilation_attr;  // "dilations", or "rates" for Dilation2D
   const char* data_format;    // the one accepted value; nullptr: no such attr
+  // Has explicit_paddings and accepts padding "EXPLICIT" (TensorFlow's 2-D
+  // convolutions and depthwise convolutions).
+  bool explicit_padding = false;
 };
-constexpr WindowKind kConv2DKind{2, FilterLayout::kConv, "dilations", "NHWC"};
+constexpr WindowKind kConv2DKind{2, FilterLayout::kConv, "dilations", "NHWC",
+                                 true};
 constexpr WindowKind kConv3DKind{3, FilterLayout::kConv, "dilations", "NDHWC"};
 constexpr WindowKind kDepthwiseKind{2, FilterLayout::kDepthwise, "dilations",
-                                    "NHWC"};
+                                    "NHWC", true};
 constexpr WindowKind kDilationKind{2, FilterLayout::kDilation, "rates",
                                    nullptr};
 
@@ -115,8 +123,12 @@ struct WindowGeometry {
   int64_t PatchCols() const { return Taps() * in_channels; }
   int64_t InImage() const { return InPositions() * in_channels; }
   int64_t OutImage() const { return OutPositions() * out_channels; }
-  // P is the input itself: 1x1 filter, stride 1 (so no padding either).
-  bool PointWise() const { return Taps() == 1 && stride == Dims{1, 1, 1}; }
+  // P is the input itself: 1x1 filter, stride 1 and no padding (EXPLICIT
+  // padding may pad a 1x1 filter).
+  bool PointWise() const {
+    return Taps() == 1 && stride == Dims{1, 1, 1} && pad == Dims{0, 0, 0} &&
+           out == in;
+  }
   Shape OutputShape() const { return Batched(out, out_channels); }
 
  private:
@@ -169,10 +181,42 @@ absl::Status CheckDims(const KernelContext& ctx, absl::string_view what,
                              " has a negative dim or too many elements");
 }
 
-// Checks data_format (when the kind has one) and padding; returns whether
-// padding is SAME.
-absl::StatusOr<bool> ReadPadding(const KernelContext& ctx,
-                                 const WindowKind& kind) {
+// The padding attrs: SAME, VALID, or EXPLICIT with explicit_paddings
+// (before and after per dim of the layout).
+struct PaddingSpec {
+  bool same = false;
+  bool is_explicit = false;
+  std::vector<int64_t> explicit_paddings;
+};
+
+// Checks explicit_paddings (the kind has it): empty unless padding is
+// EXPLICIT; then 2 * (spatial + 2) entries, 0 for batch and channels, in
+// [0, 2^31) (TensorFlow's CheckValidPadding, bounded).
+absl::Status CheckExplicitPaddings(const KernelContext& ctx,
+                                   const WindowKind& kind,
+                                   const PaddingSpec& p) {
+  const std::vector<int64_t>& v = p.explicit_paddings;
+  if (!p.is_explicit) {
+    if (v.empty()) return absl::OkStatus();
+    return ctx.InvalidArgument("explicit_paddings ", ShapeString(v),
+                               " must be empty unless padding is EXPLICIT");
+  }
+  const int n = 2 * (kind.spatial + 2);
+  bool ok = static_cast<int>(v.size()) == n && v[0] == 0 && v[1] == 0 &&
+            v[n - 2] == 0 && v[n - 1] == 0;
+  for (int i = 0; ok && i < n; ++i) {
+    ok = v[i] >= 0 && v[i] < (int64_t{1} << 31);
+  }
+  if (ok) return absl::OkStatus();
+  return ctx.InvalidArgument(
+      "explicit_paddings ", ShapeString(v), " must have ", n,
+      " entries (before, after per dim), 0 for the batch and channel dims "
+      "and in [0, 2^31) for the spatial dims");
+}
+
+// Checks data_format (when the kind has one) and the padding attrs.
+absl::StatusOr<PaddingSpec> ReadPadding(const KernelContext& ctx,
+                                        const WindowKind& kind) {
   const AttrMap& attrs = ctx.attrs();
   if (kind.data_format != nullptr) {
     const std::string& format = attrs.Get<std::string>("data_format");
@@ -183,11 +227,20 @@ absl::StatusOr<bool> ReadPadding(const KernelContext& ctx,
     }
   }
   const std::string& padding = attrs.Get<std::string>("padding");
-  if (padding != "SAME" && padding != "VALID") {
-    return ctx.InvalidArgument("padding \"", padding,
-                               "\" must be \"SAME\" or \"VALID\"");
+  PaddingSpec p;
+  p.same = padding == "SAME";
+  p.is_explicit = kind.explicit_padding && padding == "EXPLICIT";
+  if (!p.same && !p.is_explicit && padding != "VALID") {
+    return ctx.InvalidArgument("padding \"", padding, "\" must be \"SAME\"",
+                               kind.explicit_padding
+                                   ? ", \"VALID\" or \"EXPLICIT\""
+                                   : " or \"VALID\"");
   }
-  return padding == "SAME";
+  if (kind.explicit_padding) {
+    p.explicit_paddings = attrs.IntList("explicit_paddings");
+    RETURN_IF_ERROR(CheckExplicitPaddings(ctx, kind, p));
+  }
+  return p;
 }
 
 // Checks the ranks and dims of the input and the filter.
@@ -223,8 +276,8 @@ absl::Status CheckWindowShapes(const KernelContext& ctx, const WindowKind& kind,
 // Sets the filter size, padding and output size of spatial dim `d` (lifted
 // to kMaxSpatial dims) of `g` from `input` / `filter` dim `i`, with g's
 // stride and dilation already read.
-absl::Status SetSpatialDim(const KernelContext& ctx, bool same, int i, int d,
-                           absl::Span<const int64_t> input,
+absl::Status SetSpatialDim(const KernelContext& ctx, const PaddingSpec& padding,
+                           int i, int d, absl::Span<const int64_t> input,
                            absl::string_view input_what,
                            absl::Span<const int64_t> filter,
                            absl::string_view filter_what, WindowGeometry* g) {
@@ -241,21 +294,28 @@ absl::Status SetSpatialDim(const KernelContext& ctx, bool same, int i, int d,
                                g->kind->dilation_attr, " ", g->dilation[d],
                                " is too large");
   }
-  if (same) {
+  if (padding.same) {
     g->out[d] = g->in[d] / g->stride[d] + (g->in[d] % g->stride[d] != 0);
     const int64_t needed = std::max<int64_t>(
         (g->out[d] - 1) * g->stride[d] + span + 1 - g->in[d], 0);
     g->pad[d] = needed / 2;
     return absl::OkStatus();
   }
-  if (span >= g->in[d]) {
-    return ctx.InvalidArgument(
-        "with padding VALID the effective filter size ", span + 1, " (filter ",
-        ShapeString(filter), ", ", g->kind->dilation_attr, " ", g->dilation[d],
-        ") exceeds the size ", g->in[d], " of spatial dim ", i, " of ",
-        input_what, " ", ShapeString(input));
+  // VALID, or EXPLICIT: the input padded by before + after (each < 2^31).
+  int64_t padded = g->in[d];
+  if (padding.is_explicit) {
+    g->pad[d] = padding.explicit_paddings[2 * (i + 1)];
+    padded += g->pad[d] + padding.explicit_paddings[2 * (i + 1) + 1];
   }
-  g->out[d] = (g->in[d] - span - 1) / g->stride[d] + 1;
+  if (span >= padded) {
+    return ctx.InvalidArgument(
+        "with padding ", padding.is_explicit ? "EXPLICIT" : "VALID",
+        " the effective filter size ", span + 1, " (filter ",
+        ShapeString(filter), ", ", g->kind->dilation_attr, " ", g->dilation[d],
+        ") exceeds the ", padding.is_explicit ? "padded " : "", "size ", padded,
+        " of spatial dim ", i, " of ", input_what, " ", ShapeString(input));
+  }
+  g->out[d] = (padded - span - 1) / g->stride[d] + 1;
   return absl::OkStatus();
 }
 
@@ -268,7 +328,7 @@ absl::StatusOr<WindowGeometry> MakeGeometry(const KernelContext& ctx,
                                             absl::string_view input_what,
                                             absl::Span<const int64_t> filter,
                                             absl::string_view filter_what) {
-  ASSIGN_OR_RETURN(const bool same, ReadPadding(ctx, kind));
+  ASSIGN_OR_RETURN(const PaddingSpec padding, ReadPadding(ctx, kind));
   WindowGeometry g;
   g.kind = &kind;
   const int spatial = kind.spatial;
@@ -292,7 +352,7 @@ absl::StatusOr<WindowGeometry> MakeGeometry(const KernelContext& ctx,
       break;
   }
   for (int i = 0; i < spatial; ++i) {
-    RETURN_IF_ERROR(SetSpatialDim(ctx, same, i, kMaxSpatial - spatial + i,
+    RETURN_IF_ERROR(SetSpatialDim(ctx, padding, i, kMaxSpatial - spatial + i,
                                   input, input_what, filter, filter_what, &g));
   }
   if (NumElements({g.OutPositions(), g.PatchCols()}) < 0 ||
@@ -753,6 +813,9 @@ Op WindowOp(Op op, const WindowKind& kind, std::vector<std::string> inputs,
   if (kind.data_format != nullptr) {
     op.Attr("data_format", std::string(kind.data_format));
   }
+  if (kind.explicit_padding) {
+    op.Attr("explicit_paddings", std::vector<int64_t>{});
+  }
   return op;
 }
 
@@ -800,8 +863,10 @@ Op Conv(Op op, const WindowKind& kind, const ConvNames& n) {
             }
           })
           .SavesInputs({0, 1})
-          .Summary(absl::StrCat(n.what, " (", kind.data_format,
-                                "), padding SAME or VALID")));
+          .Summary(absl::StrCat(
+              n.what, " (", kind.data_format, "), padding SAME or VALID",
+              kind.explicit_padding ? " or EXPLICIT (explicit_paddings)"
+                                    : "")));
 }
 
 Op ConvBackpropInput(Op op, const WindowKind& kind, const ConvNames& n) {

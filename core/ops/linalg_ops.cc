@@ -4,6 +4,8 @@
 // buffers, with transposes (adjoints; the dtypes here are real) passed as
 // flags, so no copy is made. Batched products walk the batch dims with
 // ForEachStrided, whose strides (in matrices) are 0 along a broadcast dim.
+#include <string>
+
 #include "core/autodiff/forward_mode.h"
 #include "core/autodiff/grad_context.h"
 #include "core/base/status_macros.h"
@@ -90,8 +92,11 @@ void BatchMatMulGrad(GradContext& g, const char* op_name) {
   const bool ax = g.attrs().Bool("adj_x");
   const bool ay = g.attrs().Bool("adj_y");
   Tensor x = g.Input(0), y = g.Input(1), dz = g.Grad(0);
+  const bool v3 = std::string(op_name) == "BatchMatMulV3";
   auto mm = [&](Tensor a, Tensor b, bool adj_a, bool adj_b) {
-    return g.Op(op_name, {a, b}, {{"adj_x", adj_a}, {"adj_y", adj_b}});
+    AttrMap attrs{{"adj_x", adj_a}, {"adj_y", adj_b}};
+    if (v3) attrs.Set("Tout", g.OutputDType(0));
+    return g.Op(op_name, {a, b}, std::move(attrs));
   };
   if (g.NeedsGrad(0)) {
     Tensor dx = !ax ? mm(dz, y, false, !ay) : mm(y, dz, ay, true);
@@ -132,6 +137,29 @@ absl::Status CrossKernel(KernelContext& ctx) {
   });
   ctx.set_output(0, std::move(c));
   return absl::OkStatus();
+}
+
+// BatchMatMulV3: BatchMatMulV2 with the dtype attrs Ta, Tb (those of x and
+// y; kInvalid: taken from them) and Tout. TensorFlow's CPU kernels take one
+// dtype for all three (no mixed kernel among the float types), so does this.
+absl::Status BatchMatMulV3Kernel(KernelContext& ctx) {
+  RETURN_IF_ERROR(ctx.RequireFloat(0));
+  RETURN_IF_ERROR(ctx.RequireFloat(1));
+  const DType ta = ctx.attrs().Type("Ta"), tb = ctx.attrs().Type("Tb");
+  const DType tout = ctx.attrs().Type("Tout");
+  const DType dx = ctx.input(0).dtype(), dy = ctx.input(1).dtype();
+  if ((ta != DType::kInvalid && ta != dx) ||
+      (tb != DType::kInvalid && tb != dy)) {
+    return ctx.InvalidArgument("Ta ", DTypeName(ta), " and Tb ", DTypeName(tb),
+                               " must be the dtypes of x (", DTypeName(dx),
+                               ") and y (", DTypeName(dy), ")");
+  }
+  if (dx != dy || tout != dx) {
+    return ctx.InvalidArgument("x (", DTypeName(dx), "), y (", DTypeName(dy),
+                               ") and Tout (", DTypeName(tout),
+                               ") must have one dtype (no mixed-dtype kernel)");
+  }
+  return BatchMatMulKernel(ctx, /*broadcast=*/true);
 }
 
 // BatchMatMul (broadcast = false) and BatchMatMulV2.
@@ -199,6 +227,22 @@ void RegisterLinalgOps(OpRegistry& r) {
             .Summary("product = op(a) @ op(b) for 2-D a, b"));
   r.Add(BatchMatMul(Op("BatchMatMul"), /*broadcast=*/false));
   r.Add(BatchMatMul(Op("BatchMatMulV2"), /*broadcast=*/true));
+  r.Add(
+      Op("BatchMatMulV3")
+          .Inputs({"x", "y"})
+          .Outputs({"output"})
+          .Attr("Ta", DType::kInvalid)
+          .Attr("Tb", DType::kInvalid)
+          .Attr("Tout", AttrType::kType)
+          .Attr("adj_x", false)
+          .Attr("adj_y", false)
+          .OutputDType(DTypeRule::FromAttr("Tout"))
+          .Forward(BatchMatMulV3Kernel)
+          // as BatchMatMulV2 (one dtype throughout)
+          .Backward([](GradContext& g) { BatchMatMulGrad(g, "BatchMatMulV3"); })
+          .SavesInputs({0, 1})
+          .Summary("BatchMatMulV2 with the dtype attrs Ta, Tb, Tout (all "
+                   "one float dtype)"));
   r.Add(Op("SparseMatMul")
             .Inputs({"a", "b"})
             .Outputs({"product"})

@@ -1,9 +1,10 @@
 // NN ops: activations (Relu, Relu6, LeakyRelu, Elu, Selu, Softplus,
-// Softsign and their *Grad ops), BiasAdd, softmax and the sparse
-// cross-entropy loss.
-// Softmax-like ops work over the last axis (TensorFlow's default).
+// Softsign and their *Grad ops), BiasAdd (NHWC or NCHW), softmax, the sparse
+// and dense cross-entropy losses, LRN and TopKV2. Softmax-like ops work over
+// the last axis (TensorFlow's default).
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <variant>
@@ -101,48 +102,285 @@ absl::Status SparseXentKernel(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
-// The bias ops take the channels last: data_format (if the op has it) must
-// be NHWC.
-absl::Status RequireChannelsLast(const KernelContext& ctx) {
-  const AttrValue* format = ctx.attrs().Find("data_format");
-  if (format == nullptr || std::get<std::string>(*format) == "NHWC") {
+// SoftmaxCrossEntropyWithLogits: features and labels [batch, classes] of one
+// floating dtype -> loss[b] = sum_j labels * (log sum exp(x) - x_j) and
+// backprop = softmax(features) - labels (TensorFlow's kernel; labels need
+// not sum to 1).
+absl::Status XentKernel(KernelContext& ctx) {
+  RETURN_IF_ERROR(ctx.RequireFloat(0));
+  RETURN_IF_ERROR(ctx.RequireSameDType(0, 1));
+  RETURN_IF_ERROR(ctx.RequireRank(0, 2));
+  const Tensor& logits = ctx.input(0);
+  const Tensor& labels = ctx.input(1);
+  if (labels.shape() != logits.shape()) {
+    return ctx.InvalidArgument("labels ", labels.DebugString(),
+                               " must have the shape of features ",
+                               logits.DebugString());
+  }
+  const int64_t batch = logits.dim(0), classes = logits.dim(1);
+  ASSIGN_OR_RETURN(Tensor loss, Allocate(ctx, logits.dtype(), {batch}));
+  ASSIGN_OR_RETURN(Tensor backprop,
+                   Allocate(ctx, logits.dtype(), logits.shape()));
+  if (classes == 0) {
+    ctx.set_output(0, std::move(loss));
+    ctx.set_output(1, std::move(backprop));
     return absl::OkStatus();
   }
-  return ctx.InvalidArgument("data_format '", std::get<std::string>(*format),
-                             "' is not supported (only NHWC)");
+  DispatchFloat(logits.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    for (int64_t i = 0; i < batch; ++i) {
+      const T* in = logits.data<T>() + i * classes;
+      const T* lab = labels.data<T>() + i * classes;
+      T* bp = backprop.mutable_data<T>() + i * classes;
+      T max = in[0];
+      for (int64_t j = 1; j < classes; ++j) max = std::max(max, in[j]);
+      T sum = 0;
+      for (int64_t j = 0; j < classes; ++j) sum += std::exp(in[j] - max);
+      const T log_sum = std::log(sum);
+      T l = 0;
+      for (int64_t j = 0; j < classes; ++j) {
+        l += lab[j] * (log_sum - (in[j] - max));
+        bp[j] = std::exp(in[j] - max) / sum - lab[j];
+      }
+      loss.mutable_data<T>()[i] = l;
+    }
+  });
+  ctx.set_output(0, std::move(loss));
+  ctx.set_output(1, std::move(backprop));
+  return absl::OkStatus();
+}
+
+// LRN's attrs, checked.
+struct LrnParams {
+  int64_t radius;
+  double bias, alpha, beta;
+};
+absl::StatusOr<LrnParams> GetLrnParams(const KernelContext& ctx) {
+  LrnParams p{ctx.attrs().Int("depth_radius"), ctx.attrs().Float("bias"),
+              ctx.attrs().Float("alpha"), ctx.attrs().Float("beta")};
+  if (p.radius < 0 || p.radius > std::numeric_limits<int32_t>::max()) {
+    return ctx.InvalidArgument("depth_radius ", p.radius,
+                               " must be in [0, 2^31)");
+  }
+  return p;
+}
+
+// The window [begin, end) of channel j and its norm bias + alpha * sum x^2.
+template <typename T>
+T LrnNorm(const T* x, int64_t depth, int64_t j, const LrnParams& p,
+          int64_t* begin, int64_t* end) {
+  *begin = std::max<int64_t>(0, j - p.radius);
+  *end = std::min<int64_t>(depth, j + p.radius + 1);
+  T sum = 0;
+  for (int64_t k = *begin; k < *end; ++k) sum += x[k] * x[k];
+  return T(p.bias) + T(p.alpha) * sum;
+}
+
+// LRN: output = input / (bias + alpha * sqr_sum)^beta, sqr_sum over the
+// channels [d - depth_radius, d + depth_radius] of a 4-D NHWC input.
+absl::Status LrnKernel(KernelContext& ctx) {
+  RETURN_IF_ERROR(ctx.RequireFloat(0));
+  RETURN_IF_ERROR(ctx.RequireRank(0, 4));
+  ASSIGN_OR_RETURN(LrnParams p, GetLrnParams(ctx));
+  const Tensor& x = ctx.input(0);
+  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, x.dtype(), x.shape()));
+  Rows r = LastAxisRows(x);
+  DispatchFloat(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    for (int64_t i = 0; i < r.rows; ++i) {
+      const T* in = x.data<T>() + i * r.cols;
+      T* out = y.mutable_data<T>() + i * r.cols;
+      for (int64_t j = 0; j < r.cols; ++j) {
+        int64_t b, e;
+        const T norm = LrnNorm(in, r.cols, j, p, &b, &e);
+        out[j] = in[j] * std::pow(norm, -T(p.beta));
+      }
+    }
+  });
+  ctx.set_output(0, std::move(y));
+  return absl::OkStatus();
+}
+
+// LRNGrad(input_grads, input_image, output_image), TensorFlow's formula:
+// for each channel j and k in its window,
+//   output[k] += grads[j] * ((k == j) * norm_j^-beta
+//                            - 2 alpha beta input[k] output[j] / norm_j).
+absl::Status LrnGradKernel(KernelContext& ctx) {
+  for (int i = 0; i < 3; ++i) {
+    RETURN_IF_ERROR(ctx.RequireFloat(i));
+    RETURN_IF_ERROR(ctx.RequireSameDType(0, i));
+    RETURN_IF_ERROR(ctx.RequireRank(i, 4));
+  }
+  for (int i = 1; i < 3; ++i) {
+    if (ctx.input(i).shape() != ctx.input(0).shape()) {
+      return ctx.InvalidArgument(
+          ctx.op().input_names[i], " ", ctx.input(i).DebugString(),
+          " must have the shape of input_grads ", ctx.input(0).DebugString());
+    }
+  }
+  ASSIGN_OR_RETURN(LrnParams p, GetLrnParams(ctx));
+  const Tensor& dy = ctx.input(0);
+  ASSIGN_OR_RETURN(Tensor dx, Allocate(ctx, dy.dtype(), dy.shape()));
+  Rows r = LastAxisRows(dy);
+  DispatchFloat(dy.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    for (int64_t i = 0; i < r.rows; ++i) {
+      const T* g = dy.data<T>() + i * r.cols;
+      const T* in = ctx.input(1).data<T>() + i * r.cols;
+      const T* out = ctx.input(2).data<T>() + i * r.cols;
+      T* d = dx.mutable_data<T>() + i * r.cols;
+      for (int64_t j = 0; j < r.cols; ++j) {
+        int64_t b, e;
+        const T norm = LrnNorm(in, r.cols, j, p, &b, &e);
+        const T scale = T(-2 * p.alpha * p.beta) * out[j] / norm;
+        for (int64_t k = b; k < e; ++k) {
+          T v = scale * in[k];
+          if (k == j) v += std::pow(norm, -T(p.beta));
+          d[k] += v * g[j];
+        }
+      }
+    }
+  });
+  ctx.set_output(0, std::move(dx));
+  return absl::OkStatus();
+}
+
+// TopKV2: the k largest entries of each last-axis row, in descending order
+// (ties: the lower index first, as TensorFlow; `sorted` false gives the same
+// order, which TensorFlow leaves unspecified), and their indices.
+absl::Status TopKKernel(KernelContext& ctx) {
+  RETURN_IF_ERROR(RequireDTypes(ctx, 0, DTypes::kNumeric));
+  RETURN_IF_ERROR(ctx.RequireIndexDType(1));
+  RETURN_IF_ERROR(ctx.RequireRank(1, 0));
+  const Tensor& x = ctx.input(0);
+  const int64_t k = static_cast<int64_t>(ctx.input(1).ElementAsDouble(0));
+  const DType index_type = ctx.attrs().Type("index_type");
+  if (index_type != DType::kInt32 && index_type != DType::kInt64) {
+    return ctx.InvalidArgument("index_type must be int32 or int64, got ",
+                               DTypeName(index_type));
+  }
+  if (x.rank() < 1) {
+    return ctx.InvalidArgument("input must have rank >= 1, got ",
+                               x.DebugString());
+  }
+  const int64_t n = x.dim(x.rank() - 1);
+  if (k < 0 || k > n) {
+    return ctx.InvalidArgument("k ", k, " must be in [0, ", n,
+                               "], the last dim of input ", x.DebugString());
+  }
+  if (index_type == DType::kInt32 && n > std::numeric_limits<int32_t>::max()) {
+    return ctx.InvalidArgument("the last dim of input ", x.DebugString(),
+                               " does not fit index_type int32");
+  }
+  Shape shape = x.shape();
+  shape.back() = k;
+  ASSIGN_OR_RETURN(Tensor values, Allocate(ctx, x.dtype(), shape));
+  ASSIGN_OR_RETURN(Tensor indices, Allocate(ctx, index_type, shape));
+  const int64_t rows = n == 0 ? 0 : x.num_elements() / n;
+  DispatchNumeric(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    std::vector<int64_t> order(n);
+    for (int64_t i = 0; i < rows && k > 0; ++i) {
+      const T* in = x.data<T>() + i * n;
+      for (int64_t j = 0; j < n; ++j) order[j] = j;
+      // A total order (NaN above every number), ties by index.
+      auto above = [](T a, T b) {
+        return std::isnan(static_cast<double>(a))
+                   ? !std::isnan(static_cast<double>(b))
+                   : a > b;
+      };
+      std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                        [&](int64_t a, int64_t b) {
+                          if (above(in[a], in[b])) return true;
+                          if (above(in[b], in[a])) return false;
+                          return a < b;
+                        });
+      for (int64_t j = 0; j < k; ++j) {
+        values.mutable_data<T>()[i * k + j] = in[order[j]];
+        if (index_type == DType::kInt32) {
+          indices.mutable_data<int32_t>()[i * k + j] =
+              static_cast<int32_t>(order[j]);
+        } else {
+          indices.mutable_data<int64_t>()[i * k + j] = order[j];
+        }
+      }
+    }
+  });
+  ctx.set_output(0, std::move(values));
+  ctx.set_output(1, std::move(indices));
+  return absl::OkStatus();
+}
+
+// The channel dim of the bias ops: the last (data_format NHWC, and BiasAddV1
+// which has no data_format) or dim 1 (NCHW, TensorFlow's CPU kernels: rank
+// >= 2). `value` names the input in messages.
+absl::StatusOr<int> BiasChannelDim(const KernelContext& ctx,
+                                   const char* value) {
+  const Tensor& x = ctx.input(0);
+  const AttrValue* attr = ctx.attrs().Find("data_format");
+  const std::string format =
+      attr == nullptr ? "NHWC" : std::get<std::string>(*attr);
+  if (format != "NHWC" && format != "NCHW") {
+    return ctx.InvalidArgument("data_format '", format,
+                               "' must be NHWC or NCHW");
+  }
+  const int min_rank = format == "NCHW" ? 2 : 1;
+  if (x.rank() < min_rank) {
+    return ctx.InvalidArgument(value, " must have rank >= ", min_rank,
+                               " with data_format ", format, ", got ",
+                               x.DebugString());
+  }
+  return format == "NCHW" ? 1 : x.rank() - 1;
+}
+
+// Elements of x after one step of dim d (the product of the later dims).
+int64_t InnerOf(const Tensor& x, int d) {
+  int64_t n = 1;
+  for (int i = d + 1; i < x.rank(); ++i) n *= x.dim(i);
+  return n;
 }
 
 // BiasAdd and BiasAddV1 (which has no data_format attr).
 absl::Status BiasAddKernel(KernelContext& ctx) {
-  RETURN_IF_ERROR(RequireChannelsLast(ctx));
+  RETURN_IF_ERROR(RequireDTypes(ctx, 0, DTypes::kNumeric));
+  RETURN_IF_ERROR(ctx.RequireSameDType(0, 1));
   RETURN_IF_ERROR(ctx.RequireRank(1, 1));
+  ASSIGN_OR_RETURN(const int channel, BiasChannelDim(ctx, "value"));
   const Tensor& value = ctx.input(0);
   const Tensor& bias = ctx.input(1);
-  if (value.rank() < 1 || value.dim(value.rank() - 1) != bias.dim(0)) {
-    return ctx.InvalidArgument("bias ", bias.DebugString(),
-                               " must match the last dim of value ",
+  if (value.dim(channel) != bias.dim(0)) {
+    return ctx.InvalidArgument("bias ", bias.DebugString(), " must match dim ",
+                               channel, " (the channels) of value ",
                                value.DebugString());
   }
-  return BinaryKernel<DTypes::kNumeric>(ctx,
-                                        [](auto a, auto b) { return a + b; });
+  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, value.dtype(), value.shape()));
+  const int64_t inner = InnerOf(value, channel), channels = bias.dim(0);
+  DispatchNumeric(value.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* x = value.data<T>();
+    const T* b = bias.data<T>();
+    T* out = y.mutable_data<T>();
+    for (int64_t i = 0; i < value.num_elements(); ++i) {
+      out[i] = x[i] + b[(i / inner) % channels];
+    }
+  });
+  ctx.set_output(0, std::move(y));
+  return absl::OkStatus();
 }
 
+// The sum of out_backprop over every dim but the channels.
 absl::Status BiasAddGradKernel(KernelContext& ctx) {
-  RETURN_IF_ERROR(RequireChannelsLast(ctx));
   RETURN_IF_ERROR(ctx.RequireNumeric(0));
+  ASSIGN_OR_RETURN(const int channel, BiasChannelDim(ctx, "out_backprop"));
   const Tensor& dy = ctx.input(0);
-  if (dy.rank() < 1) {
-    return ctx.InvalidArgument("out_backprop must have rank >= 1, got ",
-                               dy.DebugString());
-  }
-  Rows r = LastAxisRows(dy);
-  ASSIGN_OR_RETURN(Tensor db, Allocate(ctx, dy.dtype(), {r.cols}));
+  const int64_t channels = dy.dim(channel), inner = InnerOf(dy, channel);
+  ASSIGN_OR_RETURN(Tensor db, Allocate(ctx, dy.dtype(), {channels}));
   DispatchNumeric(dy.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* p = dy.data<T>();
     T* out = db.mutable_data<T>();
-    for (int64_t i = 0; i < r.rows; ++i) {
-      for (int64_t j = 0; j < r.cols; ++j) out[j] += p[i * r.cols + j];
+    for (int64_t i = 0; i < dy.num_elements(); ++i) {
+      out[(i / inner) % channels] += p[i];
     }
   });
   ctx.set_output(0, std::move(db));
@@ -484,14 +722,112 @@ void RegisterActivations(OpRegistry& r) {
                      "Softsign)"));
 }
 
+// The registrations of SoftmaxCrossEntropyWithLogits, LRN, LRNGrad and
+// TopKV2.
+void RegisterLossAndSelectionOps(OpRegistry& r) {
+  r.Add(Op("SoftmaxCrossEntropyWithLogits")
+            .Inputs({"features", "labels"})
+            .Outputs({"loss", "backprop"})
+            .Forward(XentKernel)
+            // TensorFlow's _SoftmaxCrossEntropyWithLogitsGrad, s =
+            // softmax(features):
+            //   dfeatures = dloss[:, None] * backprop
+            //             + (dbackprop - sum(dbackprop * s, -1)) * s
+            //   dlabels = dloss[:, None] * -log_softmax(features)
+            //             - dbackprop   (backprop = s - labels; TensorFlow
+            //                            omits this term)
+            .Backward([](GradContext& g) {
+              const Shape& shape = g.OutputShape(1);
+              Tensor dloss = g.Reshape(g.Grad(0), {shape[0], 1});
+              Tensor x = g.Input(0);
+              if (g.NeedsGrad(0)) {
+                Tensor dx = g.Mul(dloss, g.Output(1));
+                if (g.HasGrad(1)) {
+                  Tensor s = g.Op("Softmax", {x});
+                  Tensor gb = g.Grad(1);
+                  dx = g.Add(dx, g.Mul(g.Sub(gb, SumLast(g, g.Mul(gb, s))), s));
+                }
+                g.SetGrad(0, dx);
+              }
+              if (g.NeedsGrad(1)) {
+                Tensor dl = g.Neg(g.Mul(dloss, g.Op("LogSoftmax", {x})));
+                if (g.HasGrad(1)) dl = g.Sub(dl, g.Grad(1));
+                g.SetGrad(1, dl);
+              }
+            })
+            .SavesInputs({0})
+            .SavesOutputs({1})
+            .Summary("per-row cross-entropy of softmax(features) against "
+                     "label distributions, and softmax(features) - labels"));
+  r.Add(Op("LRN")
+            .Inputs({"input"})
+            .Outputs({"output"})
+            .Attr("depth_radius", int64_t{5})
+            .Attr("bias", 1.0)
+            .Attr("alpha", 1.0)
+            .Attr("beta", 0.5)
+            .Forward(LrnKernel)
+            // dx = LRNGrad(dy, x, y)
+            .Backward([](GradContext& g) {
+              g.SetGrad(0, g.Op("LRNGrad", {g.Grad(0), g.Input(0), g.Output(0)},
+                                g.attrs()));
+            })
+            .SavesInputs({0})
+            .SavesOutputs({0})
+            .Summary("input / (bias + alpha * sum of squares over channels "
+                     "[d - depth_radius, d + depth_radius])^beta (NHWC)"));
+  r.Add(Op("LRNGrad")
+            .Inputs({"input_grads", "input_image", "output_image"})
+            .Outputs({"output"})
+            .Attr("depth_radius", int64_t{5})
+            .Attr("bias", 1.0)
+            .Attr("alpha", 1.0)
+            .Attr("beta", 0.5)
+            .Forward(LrnGradKernel)
+            .BackwardUnsupported("TensorFlow defines no gradient for LRNGrad")
+            .Summary("the gradient of LRN (TensorFlow's formula)"));
+  r.Add(Op("TopKV2")
+            .Inputs({"input", "k"})
+            .Outputs({"values", "indices"})
+            .Attr("sorted", true)
+            .Attr("index_type", DType::kInt32)
+            .OutputDTypes(
+                {DTypeRule::SameAsInput(0), DTypeRule::FromAttr("index_type")})
+            .Forward(TopKKernel)
+            // dinput = dvalues scattered into zeros at indices (last axis):
+            //   sum_k dvalues[..., k, None] * one_hot(indices[..., k], n)
+            .Backward([](GradContext& g) {
+              const Shape& in = g.InputShape(0);
+              Shape col = g.OutputShape(0);
+              col.push_back(1);
+              Tensor onehot =
+                  g.Op("OneHot", {g.Output(1)},
+                       {{"depth", in.back()}, {"T", g.InputDType(0)}});
+              Tensor spread = g.Mul(g.Reshape(g.Grad(0), col), onehot);
+              g.SetGrad(0, g.Op("Sum", {spread},
+                                {{"axis", std::vector<int64_t>{-2}},
+                                 {"keep_dims", false}}));
+            })
+            .SavesOutputs({1})
+            .NonDifferentiableInputs({1})
+            .Summary("the k largest entries of each last-axis row, "
+                     "descending (ties: lower index first), and their "
+                     "indices"));
+}
 }  // namespace
 
 void RegisterNnOps(OpRegistry& r) {
   RegisterActivations(r);
-  // dvalue = dy, dbias = sum of dy over all but the last axis
+  RegisterLossAndSelectionOps(r);
+  // dvalue = dy, dbias = sum of dy over all but the channel dim
   auto bias_add_backward = [](GradContext& g) {
     if (g.NeedsGrad(0)) g.SetGrad(0, g.Grad(0));
-    if (g.NeedsGrad(1)) g.SetGrad(1, g.Op("BiasAddGrad", {g.Grad(0)}));
+    if (g.NeedsGrad(1)) {
+      const AttrValue* format = g.attrs().Find("data_format");
+      AttrMap attrs;
+      if (format != nullptr) attrs.Set("data_format", *format);
+      g.SetGrad(1, g.Op("BiasAddGrad", {g.Grad(0)}, std::move(attrs)));
+    }
   };
   r.Add(Op("BiasAdd")
             .Inputs({"value", "bias"})
@@ -499,8 +835,8 @@ void RegisterNnOps(OpRegistry& r) {
             .Attr("data_format", std::string("NHWC"))
             .Forward(BiasAddKernel)
             .Backward(bias_add_backward)
-            .Summary("value + bias, bias along the last axis (data_format "
-                     "NHWC only)"));
+            .Summary("value + bias, bias along the channels: the last axis "
+                     "(data_format NHWC) or axis 1 (NCHW)"));
   r.Add(Op("BiasAddV1")
             .Inputs({"value", "bias"})
             .Outputs({"output"})
@@ -513,18 +849,21 @@ void RegisterNnOps(OpRegistry& r) {
             .Outputs({"output"})
             .Attr("data_format", std::string("NHWC"))
             .Forward(BiasAddGradKernel)
-            // dx = broadcast of dy along the leading axes
+            // dx = broadcast of dy along all but the channel dim
             .Backward([](GradContext& g) {
               const Shape& in = g.InputShape(0);
               Shape row(in.size(), 1);
-              row.back() = in.back();
+              const bool nchw =
+                  g.attrs().Get<std::string>("data_format") == "NCHW";
+              const size_t channel = nchw ? 1 : in.size() - 1;
+              row[channel] = in[channel];
               Tensor dy = g.Reshape(g.Grad(0), row);
               g.SetGrad(0, g.Op("BroadcastTo", {dy},
                                 {{"shape", std::vector<int64_t>(in.begin(),
                                                                 in.end())}}));
             })
-            .Summary("sum over all but the last axis (the gradient of "
-                     "BiasAdd)"));
+            .Summary("sum over all but the channels: the last axis (NHWC) "
+                     "or axis 1 (NCHW) (the gradient of BiasAdd)"));
   r.Add(
       Op("Softmax")
           .Inputs({"logits"})

@@ -9,7 +9,13 @@
 //
 // Semantics follow TensorFlow:
 //  - ksize and strides have one entry per dim of the layout, 1 for batch and
-//    channels; padding is "SAME" or "VALID"; data_format only the default.
+//    channels; padding is "SAME" or "VALID", or "EXPLICIT" with
+//    explicit_paddings for 2-D max pooling (MaxPool, MaxPoolGrad and, beyond
+//    TensorFlow, MaxPoolGradGrad so that MaxPoolGrad has a gradient), each
+//    side below ksize; data_format only the default.
+//  - MaxPoolWithArgmax returns the flat index of each window's first max:
+//    (y * width + x) * channels + c, plus batch * height * width * channels
+//    with include_batch_in_index; its gradient ops read argmax.
 //  - SAME averages over the valid (non-padded) elements of a window.
 //  - Max pooling routes a gradient to the first maximum of its window in
 //    row-major window order (TensorFlow's kernels): the first pixel equal to
@@ -107,6 +113,88 @@ void ForEachWindow(const PoolGeometry& g, Fn&& fn) {
 
 const char* Layout(int spatial) { return spatial == 2 ? "NHWC" : "NDHWC"; }
 
+// explicit_paddings (MaxPool and its gradients): empty unless padding is
+// EXPLICIT; then 8 entries (before, after per NHWC dim), 0 for batch and
+// channels, and in [0, ksize) in the spatial dims, so that every window
+// holds an input pixel.
+absl::Status CheckExplicitPaddings(const KernelContext& ctx, bool is_explicit,
+                                   const std::vector<int64_t>& p,
+                                   const std::vector<int64_t>& ksize) {
+  if (!is_explicit) {
+    if (p.empty()) return absl::OkStatus();
+    return ctx.InvalidArgument("explicit_paddings ", ShapeString(p),
+                               " must be empty unless padding is EXPLICIT");
+  }
+  bool ok = p.size() == 8 && p[0] == 0 && p[1] == 0 && p[6] == 0 && p[7] == 0;
+  for (int i = 2; ok && i < 6; ++i) ok = p[i] >= 0 && p[i] < ksize[i / 2];
+  if (ok) return absl::OkStatus();
+  return ctx.InvalidArgument(
+      "explicit_paddings ", ShapeString(p),
+      " must have 8 entries (before, after per dim), 0 for the batch and "
+      "channel dims and below ksize ",
+      ShapeString(ksize), " in the spatial dims");
+}
+
+// Checks `padding` (SAME, VALID, or EXPLICIT for an op with
+// explicit_paddings) and sets *paddings to explicit_paddings (checked).
+absl::Status ReadPoolPadding(const KernelContext& ctx,
+                             const std::string& padding,
+                             const std::vector<int64_t>& ksize,
+                             std::vector<int64_t>* paddings) {
+  const AttrValue* explicit_attr = ctx.attrs().Find("explicit_paddings");
+  if (padding != "SAME" && padding != "VALID" &&
+      (padding != "EXPLICIT" || explicit_attr == nullptr)) {
+    return ctx.InvalidArgument(
+        "padding '", padding, "' must be SAME",
+        explicit_attr != nullptr ? ", VALID or EXPLICIT" : " or VALID");
+  }
+  if (explicit_attr == nullptr) return absl::OkStatus();
+  *paddings = std::get<std::vector<int64_t>>(*explicit_attr);
+  return CheckExplicitPaddings(ctx, padding == "EXPLICIT", *paddings, ksize);
+}
+
+// Sets input, window, stride, padding and output extents of spatial dim `i`
+// (1-based, in the layout) of `g` from the checked attrs.
+absl::Status SetPoolDim(const KernelContext& ctx, const std::string& padding,
+                        const std::vector<int64_t>& paddings, int i,
+                        absl::Span<const int64_t> input_shape,
+                        absl::string_view what, PoolGeometry* pg) {
+  PoolGeometry& g = *pg;
+  const std::vector<int64_t>& ksize = ctx.attrs().IntList("ksize");
+  const std::vector<int64_t>& strides = ctx.attrs().IntList("strides");
+  const int d = 3 - g.spatial + i - 1;
+  const int64_t in = input_shape[i], k = ksize[i], s = strides[i];
+  g.in[d] = in;
+  g.ksize[d] = k;
+  g.stride[d] = s;
+  if (padding == "EXPLICIT") {
+    // Each side's padding is below k: every window overlaps the input.
+    g.pad[d] = paddings[2 * i];
+    const int64_t padded = in + paddings[2 * i] + paddings[2 * i + 1];
+    if (k > padded) {
+      return ctx.InvalidArgument("window ksize ", ShapeString(ksize),
+                                 " is larger than the padded ", what, " ",
+                                 ShapeString(input_shape), " in dim ", i);
+    }
+    g.out[d] = (padded - k) / s + 1;
+  } else if (padding == "VALID") {
+    if (k > in) {
+      return ctx.InvalidArgument("window ksize ", ShapeString(ksize),
+                                 " is larger than ", what, " ",
+                                 ShapeString(input_shape), " in dim ", i, " (",
+                                 k, " > ", in, ") with VALID padding");
+    }
+    g.out[d] = (in - k) / s + 1;
+    g.pad[d] = 0;
+  } else {
+    // SAME: out = ceil(in / s). The padding is less than k, so every
+    // window overlaps the input.
+    g.out[d] = (in + s - 1) / s;
+    g.pad[d] = std::max<int64_t>((g.out[d] - 1) * s + k - in, 0) / 2;
+  }
+  return absl::OkStatus();
+}
+
 // Reads ksize, strides, padding and data_format from the op's attrs and lays
 // them against an input of `input_shape` (named `what` in messages).
 // INVALID_ARGUMENT for a wrong rank, malformed ksize/strides (length, 1 in the
@@ -118,7 +206,9 @@ absl::StatusOr<PoolGeometry> MakePoolGeometry(
   const AttrMap& attrs = ctx.attrs();
   const int rank = spatial + 2;
   const char* layout = Layout(spatial);
-  if (attrs.Get<std::string>("data_format") != layout) {
+  // MaxPoolWithArgmax and its gradients have no data_format (always NHWC).
+  if (attrs.Find("data_format") != nullptr &&
+      attrs.Get<std::string>("data_format") != layout) {
     return ctx.InvalidArgument("data_format '",
                                attrs.Get<std::string>("data_format"),
                                "' is not supported; only ", layout);
@@ -149,9 +239,8 @@ absl::StatusOr<PoolGeometry> MakePoolGeometry(
     }
   }
   const std::string& padding = attrs.Get<std::string>("padding");
-  if (padding != "SAME" && padding != "VALID") {
-    return ctx.InvalidArgument("padding '", padding, "' must be SAME or VALID");
-  }
+  std::vector<int64_t> paddings;
+  RETURN_IF_ERROR(ReadPoolPadding(ctx, padding, ksize, &paddings));
   // Dims up to 2^62 keep the window arithmetic below free of overflow.
   constexpr int64_t kMaxDim = int64_t{1} << 62;
   for (int64_t dim : input_shape) {
@@ -165,26 +254,8 @@ absl::StatusOr<PoolGeometry> MakePoolGeometry(
   g.batch = input_shape[0];
   g.channels = input_shape[rank - 1];
   for (int i = 1; i <= spatial; ++i) {
-    const int d = 3 - spatial + i - 1;
-    const int64_t in = input_shape[i], k = ksize[i], s = strides[i];
-    g.in[d] = in;
-    g.ksize[d] = k;
-    g.stride[d] = s;
-    if (padding == "VALID") {
-      if (k > in) {
-        return ctx.InvalidArgument("window ksize ", ShapeString(ksize),
-                                   " is larger than ", what, " ",
-                                   ShapeString(input_shape), " in dim ", i,
-                                   " (", k, " > ", in, ") with VALID padding");
-      }
-      g.out[d] = (in - k) / s + 1;
-      g.pad[d] = 0;
-    } else {
-      // SAME: out = ceil(in / s). The padding is less than k, so every
-      // window overlaps the input.
-      g.out[d] = (in + s - 1) / s;
-      g.pad[d] = std::max<int64_t>((g.out[d] - 1) * s + k - in, 0) / 2;
-    }
+    RETURN_IF_ERROR(
+        SetPoolDim(ctx, padding, paddings, i, input_shape, what, &g));
   }
   return g;
 }
@@ -195,6 +266,11 @@ AttrMap PoolAttrs(const AttrMap& attrs) {
   AttrMap out;
   for (const char* name : {"ksize", "strides", "padding", "data_format"}) {
     out.Set(name, *attrs.Find(name));
+  }
+  // explicit_paddings (MaxPool and its gradients), when set.
+  const AttrValue* p = attrs.Find("explicit_paddings");
+  if (p != nullptr && !std::get<std::vector<int64_t>>(*p).empty()) {
+    out.Set("explicit_paddings", *p);
   }
   return out;
 }
@@ -369,12 +445,16 @@ absl::Status MaxPoolGradKernel(KernelContext& ctx, int spatial,
   return absl::OkStatus();
 }
 
-// An op with the pooling attrs common to the family.
-Op PoolOp(Op op, int spatial) {
-  return std::move(op.Attr("ksize", AttrType::kIntList)
-                       .Attr("strides", AttrType::kIntList)
-                       .Attr("padding", AttrType::kString)
-                       .Attr("data_format", std::string(Layout(spatial))));
+// An op with the pooling attrs common to the family; 2-D max pooling also
+// has explicit_paddings (padding EXPLICIT), as TensorFlow's MaxPool and
+// MaxPoolGrad.
+Op PoolOp(Op op, int spatial, bool explicit_paddings = false) {
+  op.Attr("ksize", AttrType::kIntList)
+      .Attr("strides", AttrType::kIntList)
+      .Attr("padding", AttrType::kString)
+      .Attr("data_format", std::string(Layout(spatial)));
+  if (explicit_paddings) op.Attr("explicit_paddings", std::vector<int64_t>{});
+  return op;
 }
 
 // AvgPool / AvgPool3D; `grad` names its gradient op.
@@ -420,7 +500,7 @@ Op AvgPoolGrad(Op op, int spatial, const char* avg) {
 // MaxPool / MaxPool3D; `grad` names its gradient op.
 Op MaxPool(Op op, int spatial, const char* grad) {
   return std::move(
-      PoolOp(std::move(op), spatial)
+      PoolOp(std::move(op), spatial, /*explicit_paddings=*/spatial == 2)
           .Inputs({"input"})
           .Outputs({"output"})
           .Forward([spatial](KernelContext& ctx) {
@@ -433,7 +513,10 @@ Op MaxPool(Op op, int spatial, const char* grad) {
           })
           .SavesInputs({0})
           .SavesOutputs({0})
-          .Summary(absl::StrCat("max pooling (", Layout(spatial), ")")));
+          .Summary(absl::StrCat("max pooling (", Layout(spatial), ")",
+                                spatial == 2 ? "; padding SAME, VALID or "
+                                               "EXPLICIT (explicit_paddings)"
+                                             : "")));
 }
 
 // MaxPoolGrad (grad_grad = false) or MaxPoolGradGrad (true), 2-D or 3-D:
@@ -442,7 +525,7 @@ Op MaxPool(Op op, int spatial, const char* grad) {
 Op MaxPoolGradOp(Op op, int spatial, bool grad_grad, const char* of,
                  const char* other) {
   return std::move(
-      PoolOp(std::move(op), spatial)
+      PoolOp(std::move(op), spatial, /*explicit_paddings=*/spatial == 2)
           .Inputs({"orig_input", "orig_output", "grad"})
           .Outputs({"output"})
           .Forward([spatial, grad_grad](KernelContext& ctx) {
@@ -463,6 +546,173 @@ Op MaxPoolGradOp(Op op, int spatial, bool grad_grad, const char* of,
                           "of each window of orig_input")));
 }
 
+// The flat input index of an argmax entry of output element o: argmax holds
+// (y * width + x) * channels + c, plus batch * height * width * channels when
+// include_batch_in_index (TensorFlow's flattening). INVALID_ARGUMENT for an
+// entry outside the input.
+absl::StatusOr<int64_t> ArgmaxTarget(const KernelContext& ctx,
+                                     const PoolGeometry& g,
+                                     const Tensor& argmax, bool with_batch,
+                                     int64_t o) {
+  const int64_t image = g.in_pixels() * g.channels;
+  const int64_t pooled = g.out[0] * g.out[1] * g.out[2] * g.channels;
+  const int64_t v = static_cast<int64_t>(argmax.ElementAsDouble(o));
+  const int64_t limit = with_batch ? image * g.batch : image;
+  if (v < 0 || v >= limit) {
+    return ctx.InvalidArgument("argmax entry ", v, " at index ", o,
+                               " is outside [0, ", limit, ")");
+  }
+  return with_batch ? v : v + (o / pooled) * image;
+}
+
+// MaxPoolWithArgmax: max pooling (NHWC) and, per output element, the flat
+// index of the first maximum of its window (row-major window order).
+absl::Status MaxPoolWithArgmaxKernel(KernelContext& ctx) {
+  RETURN_IF_ERROR(ctx.RequireFloat(0));
+  const Tensor& x = ctx.input(0);
+  const DType targmax = ctx.attrs().Type("Targmax");
+  if (targmax != DType::kInt32 && targmax != DType::kInt64) {
+    return ctx.InvalidArgument("Targmax must be int32 or int64, got ",
+                               DTypeName(targmax));
+  }
+  ASSIGN_OR_RETURN(PoolGeometry g,
+                   MakePoolGeometry(ctx, 2, x.shape(), "input"));
+  const bool with_batch = ctx.attrs().Bool("include_batch_in_index");
+  const int64_t limit =
+      with_batch ? x.num_elements() : g.in_pixels() * g.channels;
+  if (targmax == DType::kInt32 && limit > std::numeric_limits<int32_t>::max()) {
+    return ctx.InvalidArgument("input ", x.DebugString(),
+                               " is too large for Targmax int32");
+  }
+  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, x.dtype(), g.OutputShape()));
+  ASSIGN_OR_RETURN(Tensor arg, Allocate(ctx, targmax, g.OutputShape()));
+  const int64_t channels = g.channels;
+  DispatchFloat(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* px = x.data<T>();
+    T* py = y.mutable_data<T>();
+    if (x.num_elements() == 0) return;  // `channels` may be huge
+    std::vector<int64_t> best(channels);
+    ForEachWindow(g, [&](int64_t o, const Window& w) {
+      T* out = py + o * channels;
+      bool first = true;
+      w.ForEachPixel([&](int64_t p) {
+        const T* in = px + p * channels;
+        for (int64_t c = 0; c < channels; ++c) {
+          if (first || in[c] > out[c]) {
+            out[c] = in[c];
+            best[c] = p;
+          }
+        }
+        first = false;
+      });
+      for (int64_t c = 0; c < channels; ++c) {
+        const int64_t pixel = with_batch ? best[c] : best[c] - w.first;
+        const int64_t index = pixel * channels + c;
+        if (targmax == DType::kInt32) {
+          arg.mutable_data<int32_t>()[o * channels + c] =
+              static_cast<int32_t>(index);
+        } else {
+          arg.mutable_data<int64_t>()[o * channels + c] = index;
+        }
+      }
+    });
+  });
+  ctx.set_output(0, std::move(y));
+  ctx.set_output(1, std::move(arg));
+  return absl::OkStatus();
+}
+
+// MaxPoolGradWithArgmax (grad_grad = false): the pooled-shape grad added into
+// zeros of input's shape at argmax. MaxPoolGradGradWithArgmax (true): the
+// input-shaped grad read at argmax, giving the pooled shape.
+absl::Status MaxPoolGradWithArgmaxKernel(KernelContext& ctx, bool grad_grad) {
+  RETURN_IF_ERROR(ctx.RequireFloat(0));
+  RETURN_IF_ERROR(ctx.RequireSameDType(0, 1));
+  RETURN_IF_ERROR(ctx.RequireIndexDType(2));
+  const Tensor& x = ctx.input(0);
+  const Tensor& grad = ctx.input(1);
+  const Tensor& argmax = ctx.input(2);
+  ASSIGN_OR_RETURN(PoolGeometry g,
+                   MakePoolGeometry(ctx, 2, x.shape(), "input"));
+  const Shape pooled = g.OutputShape();
+  if (argmax.shape() != pooled) {
+    return ctx.InvalidArgument(
+        "argmax ", argmax.DebugString(), " does not match the pooled shape ",
+        ShapeString(pooled), " of input ", x.DebugString());
+  }
+  const Shape& grad_shape = grad_grad ? x.shape() : pooled;
+  if (grad.shape() != grad_shape) {
+    return ctx.InvalidArgument("grad ", grad.DebugString(), " must have shape ",
+                               ShapeString(grad_shape));
+  }
+  const bool with_batch = ctx.attrs().Bool("include_batch_in_index");
+  std::vector<int64_t> target(argmax.num_elements());
+  for (int64_t o = 0; o < argmax.num_elements(); ++o) {
+    ASSIGN_OR_RETURN(target[o], ArgmaxTarget(ctx, g, argmax, with_batch, o));
+  }
+  ASSIGN_OR_RETURN(Tensor out,
+                   Allocate(ctx, x.dtype(), grad_grad ? pooled : x.shape()));
+  DispatchFloat(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* pg = grad.data<T>();
+    T* po = out.mutable_data<T>();
+    for (int64_t o = 0; o < argmax.num_elements(); ++o) {
+      if (grad_grad) {
+        po[o] = pg[target[o]];
+      } else {
+        po[target[o]] += pg[o];
+      }
+    }
+  });
+  ctx.set_output(0, std::move(out));
+  return absl::OkStatus();
+}
+
+// The attrs MaxPoolWithArgmax passes on to its gradient ops.
+AttrMap ArgmaxPoolAttrs(const AttrMap& attrs) {
+  AttrMap out;
+  for (const char* name :
+       {"ksize", "strides", "padding", "include_batch_in_index"}) {
+    out.Set(name, *attrs.Find(name));
+  }
+  return out;
+}
+
+// The argmax ops read their `input` only for its shape: a backward passes
+// zeros of that shape instead of keeping the input on the tape.
+Tensor InputStandIn(GradContext& g) {
+  return g.Filled(g.InputDType(0), g.InputShape(0), 0.0);
+}
+
+// MaxPoolGradWithArgmax (grad_grad = false) or MaxPoolGradGradWithArgmax:
+// each linear in grad, with the other as its gradient.
+Op MaxPoolGradWithArgmaxOp(Op op, bool grad_grad) {
+  const char* other =
+      grad_grad ? "MaxPoolGradWithArgmax" : "MaxPoolGradGradWithArgmax";
+  return std::move(
+      op.Inputs({"input", "grad", "argmax"})
+          .Outputs({"output"})
+          .Attr("ksize", AttrType::kIntList)
+          .Attr("strides", AttrType::kIntList)
+          .Attr("padding", AttrType::kString)
+          .Attr("include_batch_in_index", false)
+          .Forward([grad_grad](KernelContext& ctx) {
+            return MaxPoolGradWithArgmaxKernel(ctx, grad_grad);
+          })
+          // linear in grad: dgrad = other(input, dz, argmax)
+          .Backward([other](GradContext& g) {
+            g.SetGrad(1, g.Op(other, {InputStandIn(g), g.Grad(0), g.Input(2)},
+                              ArgmaxPoolAttrs(g.attrs())));
+          })
+          .SavesInputs({2})
+          .NonDifferentiableInputs({0, 2})
+          .Summary(grad_grad ? "the gradient of MaxPoolGradWithArgmax: grad "
+                               "(input-shaped) read at argmax"
+                             : "the gradient of MaxPoolWithArgmax: grad added "
+                               "into zeros shaped like input at argmax"));
+}
+
 }  // namespace
 
 void RegisterPoolOps(OpRegistry& r) {
@@ -480,6 +730,29 @@ void RegisterPoolOps(OpRegistry& r) {
                       "MaxPool3DGradGrad"));
   r.Add(MaxPoolGradOp(Op("MaxPool3DGradGrad"), 3, /*grad_grad=*/true,
                       "MaxPool3DGrad", "MaxPool3DGrad"));
+  r.Add(Op("MaxPoolWithArgmax")
+            .Inputs({"input"})
+            .Outputs({"output", "argmax"})
+            .Attr("ksize", AttrType::kIntList)
+            .Attr("strides", AttrType::kIntList)
+            .Attr("Targmax", DType::kInt64)
+            .Attr("padding", AttrType::kString)
+            .Attr("include_batch_in_index", false)
+            .OutputDTypes(
+                {DTypeRule::SameAsInput(0), DTypeRule::FromAttr("Targmax")})
+            .Forward(MaxPoolWithArgmaxKernel)
+            // dinput = MaxPoolGradWithArgmax(input, doutput, argmax)
+            .Backward([](GradContext& g) {
+              g.SetGrad(0, g.Op("MaxPoolGradWithArgmax",
+                                {InputStandIn(g), g.Grad(0), g.Output(1)},
+                                ArgmaxPoolAttrs(g.attrs())));
+            })
+            .SavesOutputs({1})
+            .Summary("max pooling (NHWC) and the flat index of each "
+                     "window's first max ((y * width + x) * channels + c, "
+                     "plus the batch offset if include_batch_in_index)"));
+  r.Add(MaxPoolGradWithArgmaxOp(Op("MaxPoolGradWithArgmax"), false));
+  r.Add(MaxPoolGradWithArgmaxOp(Op("MaxPoolGradGradWithArgmax"), true));
 }
 
 }  // namespace gradtape

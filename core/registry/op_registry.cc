@@ -15,12 +15,7 @@ namespace {
 
 // One rule per output: the declared one or input 0's dtype. Aborts on a
 // rule that can never apply (no such input, no such type attr).
-std::vector<DTypeRule> OutputDTypes(const OpDef& def,
-                                    const std::optional<DTypeRule>& declared) {
-  if (!declared.has_value() && def.num_inputs() == 0 && def.num_outputs() > 0) {
-    RegistrationError(def.name, "no inputs: declare its OutputDType");
-  }
-  const DTypeRule rule = declared.value_or(DTypeRule::SameAsInput(0));
+void CheckDTypeRule(const OpDef& def, const DTypeRule& rule) {
   switch (rule.kind) {
     case DTypeRule::Kind::kSameAsInput:
     case DTypeRule::Kind::kRealOfInput:
@@ -45,6 +40,27 @@ std::vector<DTypeRule> OutputDTypes(const OpDef& def,
       }
       break;
   }
+}
+
+// `per_output` (Op::OutputDTypes), when given, has one rule per output.
+std::vector<DTypeRule> OutputDTypes(
+    const OpDef& def, const std::optional<DTypeRule>& declared,
+    const std::optional<std::vector<DTypeRule>>& per_output) {
+  if (per_output.has_value()) {
+    if (declared.has_value() ||
+        static_cast<int>(per_output->size()) != def.num_outputs()) {
+      RegistrationError(def.name,
+                        "OutputDTypes: one rule per output, and no "
+                        "OutputDType beside it");
+    }
+    for (const DTypeRule& rule : *per_output) CheckDTypeRule(def, rule);
+    return *per_output;
+  }
+  if (!declared.has_value() && def.num_inputs() == 0 && def.num_outputs() > 0) {
+    RegistrationError(def.name, "no inputs: declare its OutputDType");
+  }
+  const DTypeRule rule = declared.value_or(DTypeRule::SameAsInput(0));
+  CheckDTypeRule(def, rule);
   return std::vector<DTypeRule>(def.num_outputs(), rule);
 }
 
@@ -225,6 +241,11 @@ Op& Op::OutputDType(DTypeRule rule) {
   return *this;
 }
 
+Op& Op::OutputDTypes(std::vector<DTypeRule> rules) {
+  output_dtypes_ = std::move(rules);
+  return *this;
+}
+
 Op& Op::Forward(ForwardFn fn) {
   def_.forward = std::move(fn);
   return *this;
@@ -344,7 +365,7 @@ void OpRegistry::Add(Op op) {
   };
   mark_kind(op.resource_inputs_, OpDef::InputKind::kHandle);
   mark_kind(op.any_kind_inputs_, OpDef::InputKind::kAny);
-  def->output_dtypes = OutputDTypes(*def, op.output_dtype_);
+  def->output_dtypes = OutputDTypes(*def, op.output_dtype_, op.output_dtypes_);
   def->index = static_cast<int>(ops_.size());
   by_name_[name] = def.get();
   ops_.push_back(std::move(def));

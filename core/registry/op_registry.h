@@ -192,6 +192,9 @@ class Op {
   // Every output's dtype (the default: SameAsInput(0); an op without inputs
   // must declare it).
   Op& OutputDType(DTypeRule rule);
+  // One rule per output, in order, for ops whose outputs differ in dtype
+  // (TopKV2's indices, MaxPoolWithArgmax's argmax).
+  Op& OutputDTypes(std::vector<DTypeRule> rules);
   Op& Forward(ForwardFn fn);
   Op& Backward(BackwardFn fn);
   Op& SavesInputs(std::vector<int> indices);
@@ -223,6 +226,7 @@ class Op {
   bool declared_not_differentiable_ = false;
   bool declared_backward_ = false;
   std::optional<DTypeRule> output_dtype_;
+  std::optional<std::vector<DTypeRule>> output_dtypes_;
   std::vector<int> non_differentiable_inputs_;
   std::vector<int> resource_inputs_;
   std::vector<int> any_kind_inputs_;

@@ -48,14 +48,16 @@ _OWN_DTYPE_INPUTS: Dict[str, np.dtype] = {
     name: np.dtype(np.int32)
     for name in (
         "indices segment_ids begin end strides axis shape perm multiples paddings dims dim size "
-        "num_segments depth dimension"
+        "num_segments depth dimension k"
     ).split()
 }
 _OWN_DTYPE_INPUTS["labels"] = np.dtype(np.int64)  # Tlabels defaults to int64
 _OWN_DTYPE_INPUTS["condition"] = np.dtype(np.bool_)
-_OWN_DTYPE_OVERRIDES: Dict[Tuple[str, str], np.dtype] = {
+# None: the input takes the dtype its value has (dense labels are floats).
+_OWN_DTYPE_OVERRIDES: Dict[Tuple[str, str], Optional[np.dtype]] = {
     ("OneHot", "indices"): np.dtype(np.int64),
     ("Reverse", "dims"): np.dtype(np.bool_),  # a bool mask, not indices
+    ("SoftmaxCrossEntropyWithLogits", "labels"): None,
 }
 
 

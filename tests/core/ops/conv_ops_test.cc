@@ -671,5 +671,121 @@ TEST_F(ConvOpsTest, ValidInputsAreRecorded) {
   EXPECT_EQ(tape->num_entries(), 1u);
 }
 
+AttrMap ExplicitWindow(IntList paddings) {
+  return With(Window({1, 1, 1, 1}, "EXPLICIT", {1, 1, 1, 1}),
+              "explicit_paddings", std::move(paddings));
+}
+
+// A 1x1 image [2] and a 1x1 filter [3], padded before H and after W: the
+// output is 2x2 with the image at (1, 0) and zeros (padding) elsewhere.
+TEST_F(ConvOpsTest, ExplicitPaddingValues) {
+  Tensor x = Tensor::FromVector<double>({1, 1, 1, 1}, {2});
+  Tensor f = Tensor::FromVector<double>({1, 1, 1, 1}, {3});
+  const AttrMap attrs = ExplicitWindow({0, 0, 1, 0, 0, 1, 0, 0});
+  Tensor y = MustRun("Conv2D", {x, f}, attrs);
+  ASSERT_TRUE(y.valid());
+  EXPECT_EQ(y.shape(), (Shape{1, 2, 2, 1}));
+  EXPECT_EQ(testing::Values(y), (std::vector<double>{0, 0, 6, 0}));
+  y = MustRun("DepthwiseConv2dNative", {x, f}, attrs);
+  EXPECT_EQ(testing::Values(y), (std::vector<double>{0, 0, 6, 0}));
+  // BackpropInput reads the out_backprop at the image's position only.
+  Tensor dy = Tensor::FromVector<double>({1, 2, 2, 1}, {1, 2, 5, 7});
+  Tensor dx = MustRun("Conv2DBackpropInput", {f, dy},
+                      With(attrs, "input_sizes", IntList{1, 1, 1, 1}));
+  EXPECT_EQ(testing::Values(dx), (std::vector<double>{15}));
+  Tensor df = MustRun("Conv2DBackpropFilter", {x, dy},
+                      With(attrs, "filter_sizes", IntList{1, 1, 1, 1}));
+  EXPECT_EQ(testing::Values(df), (std::vector<double>{10}));
+}
+
+// EXPLICIT with SAME's paddings is SAME (3x3 filter, stride 1: 1 and 1),
+// for each op of both families.
+TEST_F(ConvOpsTest, ExplicitPaddingMatchesSame) {
+  Tensor x = Random({1, 4, 5, 2}, 900), f = Random({3, 3, 2, 2}, 901);
+  const AttrMap same = Window({1, 1, 1, 1}, "SAME", {1, 1, 1, 1});
+  const AttrMap expl = ExplicitWindow({0, 0, 1, 1, 1, 1, 0, 0});
+  for (const char* conv : {"Conv2D", "DepthwiseConv2dNative"}) {
+    SCOPED_TRACE(conv);
+    Tensor y = MustRun(conv, {x, f}, same);
+    ExpectNear(MustRun(conv, {x, f}, expl), y, 0, "forward");
+    const std::string base = conv;
+    Tensor dy = Random(y.shape(), 902);
+    const AttrMap in = {{"input_sizes", IntList{1, 4, 5, 2}}};
+    const AttrMap fs = {{"filter_sizes", IntList{3, 3, 2, 2}}};
+    ExpectNear(MustRun(base + "BackpropInput", {f, dy},
+                       With(expl, "input_sizes", IntList{1, 4, 5, 2})),
+               MustRun(base + "BackpropInput", {f, dy},
+                       With(same, "input_sizes", IntList{1, 4, 5, 2})),
+               0, "backprop input");
+    ExpectNear(MustRun(base + "BackpropFilter", {x, dy},
+                       With(expl, "filter_sizes", IntList{3, 3, 2, 2})),
+               MustRun(base + "BackpropFilter", {x, dy},
+                       With(same, "filter_sizes", IntList{3, 3, 2, 2})),
+               0, "backprop filter");
+  }
+}
+
+TEST_F(ConvOpsTest, ExplicitPaddingAdjoints) {
+  Tensor x = Random({1, 4, 3, 2}, 910), f = Random({3, 2, 2, 2}, 911);
+  const AttrMap attrs = ExplicitWindow({0, 0, 1, 2, 0, 1, 0, 0});
+  Tensor y = MustRun("Conv2D", {x, f}, attrs);
+  ASSERT_EQ(y.shape(), (Shape{1, 5, 3, 2}));
+  Tensor dy = Random(y.shape(), 912);
+  auto dot = [](const Tensor& a, const Tensor& b) {
+    double sum = 0;
+    for (int64_t i = 0; i < a.num_elements(); ++i) {
+      sum += a.ElementAsDouble(i) * b.ElementAsDouble(i);
+    }
+    return sum;
+  };
+  Tensor dx = MustRun("Conv2DBackpropInput", {f, dy},
+                      With(attrs, "input_sizes", IntList{1, 4, 3, 2}));
+  Tensor df = MustRun("Conv2DBackpropFilter", {x, dy},
+                      With(attrs, "filter_sizes", IntList{3, 2, 2, 2}));
+  EXPECT_NEAR(dot(y, dy), dot(x, dx), 1e-12);
+  EXPECT_NEAR(dot(y, dy), dot(f, df), 1e-12);
+}
+
+TEST_F(ConvOpsTest, ExplicitPaddingBadAttrs) {
+  Tensor x = Random({1, 3, 3, 1}, 920), f = Random({2, 2, 1, 1}, 921);
+  struct Case {
+    const char* op;
+    AttrMap attrs;
+    std::vector<std::string> expected;
+  };
+  const AttrMap conv3d = {{"strides", IntList{1, 1, 1, 1, 1}},
+                          {"padding", std::string("EXPLICIT")}};
+  for (const Case& c : std::vector<Case>{
+           {"Conv2D",
+            ExplicitWindow({0, 0, 1, 1, 1, 1}),
+            {"explicit_paddings", "8 entries"}},
+           {"Conv2D",
+            ExplicitWindow({1, 0, 1, 1, 1, 1, 0, 0}),
+            {"explicit_paddings", "batch"}},
+           {"DepthwiseConv2dNative",
+            ExplicitWindow({0, 0, -1, 1, 1, 1, 0, 0}),
+            {"explicit_paddings", "[0,0,-1,1,1,1,0,0]"}},
+           {"Conv2D",
+            ExplicitWindow({0, 0, 0, 0, 0, 0, 0, 1}),
+            {"explicit_paddings", "channel"}},
+           {"Conv2D",
+            With(Window({1, 1, 1, 1}, "SAME", {1, 1, 1, 1}),
+                 "explicit_paddings", IntList{0, 0, 1, 1, 1, 1, 0, 0}),
+            {"explicit_paddings", "must be empty unless padding is EXPLICIT"}},
+           {"Conv2D",
+            With(With(Window({1, 1, 1, 1}, "EXPLICIT", {1, 3, 3, 1}),
+                      "explicit_paddings", IntList{0, 0, 0, 0, 0, 1, 0, 0}),
+                 "dilations", IntList{1, 3, 3, 1}),
+            {"EXPLICIT", "effective filter size 4", "padded size 3"}},
+       }) {
+    SCOPED_TRACE(c.op);
+    ExpectInvalid(c.op, {x, f}, c.attrs, c.expected);
+  }
+  // Conv3D has no explicit_paddings and refuses EXPLICIT (TensorFlow).
+  ExpectInvalid("Conv3D",
+                {Random({1, 2, 2, 2, 1}, 922), Random({1, 1, 1, 1, 1}, 923)},
+                conv3d, {"padding \"EXPLICIT\"", "\"SAME\" or \"VALID\""});
+}
+
 }  // namespace
 }  // namespace gradtape

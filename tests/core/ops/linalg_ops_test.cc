@@ -233,5 +233,44 @@ TEST_F(LinalgOpsTest, BadInputsAreInvalidArgumentAndRecordNothing) {
   ExpectInvalid("Cross", {R({}, 1), R({}, 2)}, {}, {"last dimension"});
 }
 
+// [[1, 2], [3, 4]] @ [[5, 6], [7, 8]] = [[19, 22], [43, 50]]; the output has
+// dtype Tout; mixed dtypes are refused (TensorFlow's CPU kernels have one
+// dtype for Ta, Tb and Tout among the float types).
+TEST_F(LinalgOpsTest, BatchMatMulV3ValuesAndDTypes) {
+  Tensor x = Tensor::FromVector<double>({1, 2, 2}, {1, 2, 3, 4});
+  Tensor y = Tensor::FromVector<double>({2, 2}, {5, 6, 7, 8});
+  absl::StatusOr<Tensor> z =
+      Run1("BatchMatMulV3", {x, y}, {{"Tout", DType::kFloat64}});
+  ASSERT_TRUE(z.ok()) << z.status();
+  EXPECT_EQ(z->shape(), Shape({1, 2, 2}));
+  EXPECT_EQ(testing::Values(*z), std::vector<double>({19, 22, 43, 50}));
+  z = Run1("BatchMatMulV3", {x, y},
+           {{"Tout", DType::kFloat64}, {"adj_x", true}, {"adj_y", true}});
+  ASSERT_TRUE(z.ok());
+  // x^T y^T = [[1*5+3*6, 1*7+3*8], [2*5+4*6, 2*7+4*8]]
+  EXPECT_EQ(testing::Values(*z), std::vector<double>({23, 31, 34, 46}));
+  Tensor xf = Tensor::FromVector<float>({2, 2}, {1, 2, 3, 4});
+  Tensor yf = Tensor::FromVector<float>({2, 2}, {5, 6, 7, 8});
+  z = Run1("BatchMatMulV3", {xf, yf},
+           {{"Tout", DType::kFloat32},
+            {"Ta", DType::kFloat32},
+            {"Tb", DType::kFloat32}});
+  ASSERT_TRUE(z.ok()) << z.status();
+  EXPECT_EQ(z->dtype(), DType::kFloat32);
+  EXPECT_EQ(testing::Values(*z), std::vector<double>({19, 22, 43, 50}));
+  ExpectInvalid("BatchMatMulV3", {xf, y}, {{"Tout", DType::kFloat64}},
+                {"float32", "float64", "one dtype"});
+  ExpectInvalid("BatchMatMulV3", {x, y}, {{"Tout", DType::kFloat32}},
+                {"Tout", "float32"});
+  ExpectInvalid("BatchMatMulV3", {x, y},
+                {{"Tout", DType::kFloat64}, {"Ta", DType::kFloat32}},
+                {"Ta", "float32"});
+  ExpectInvalid("BatchMatMulV3",
+                {x, Tensor::FromVector<double>({3, 2}, {1, 2, 3, 4, 5, 6})},
+                {{"Tout", DType::kFloat64}}, {"[1,2,2]", "[3,2]"});
+  // Tout is required.
+  EXPECT_FALSE(Run1("BatchMatMulV3", {x, y}).ok());
+}
+
 }  // namespace
 }  // namespace gradtape

@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
+#include "core/autodiff/gradient.h"
 #include "core/autodiff/op_executor.h"
 #include "core/ops/ops.h"
 #include "core/registry/op_registry.h"
@@ -141,8 +142,57 @@ TEST_F(NnOpsTest, BiasAddV1MatchesBiasAdd) {
   ExpectInvalid("BiasAddV1", {value, D({1, 3}, {1, 2, 3})}, {"[1,3]"});
   ExpectInvalid("BiasAddV1", {value, bias}, {"unknown attr", "data_format"},
                 {{"data_format", std::string("NHWC")}});
-  ExpectInvalid("BiasAdd", {value, bias}, {"NCHW", "not supported"},
-                {{"data_format", std::string("NCHW")}});
+  ExpectInvalid("BiasAdd", {value, bias}, {"NCDHW", "NHWC or NCHW"},
+                {{"data_format", std::string("NCDHW")}});
+}
+
+// NCHW: the bias runs along dim 1 (TensorFlow's CPU kernels, any rank >= 2);
+// BiasAddGrad sums over every other dim.
+TEST_F(NnOpsTest, BiasAddNchw) {
+  const AttrMap nchw = {{"data_format", std::string("NCHW")}};
+  // value [2, 3, 2]: element (n, c, w) = 100 n + 10 c + w.
+  std::vector<double> v;
+  for (int n = 0; n < 2; ++n) {
+    for (int c = 0; c < 3; ++c) {
+      for (int w = 0; w < 2; ++w) v.push_back(100 * n + 10 * c + w);
+    }
+  }
+  Tensor value = D({2, 3, 2}, v);
+  absl::StatusOr<Tensor> y =
+      Run1("BiasAdd", {value, D({3}, {1000, 2000, 3000})}, nchw);
+  ASSERT_TRUE(y.ok()) << y.status();
+  for (int i = 0; i < 12; ++i) {
+    EXPECT_EQ(y->ElementAsDouble(i), v[i] + 1000 * ((i / 2) % 3 + 1)) << i;
+  }
+  absl::StatusOr<Tensor> db = Run1("BiasAddGrad", {value}, nchw);
+  ASSERT_TRUE(db.ok()) << db.status();
+  // channel c: sum over n, w of 100 n + 10 c + w = 200 + 40 c + 2
+  EXPECT_EQ(testing::Values(*db), (std::vector<double>{202, 242, 282}));
+  // Rank 2: channels are the last dim, as NHWC; integer dtypes work.
+  y = Run1("BiasAdd",
+           {Tensor::FromVector<int32_t>({2, 2}, {1, 2, 3, 4}),
+            Tensor::FromVector<int32_t>({2}, {10, 20})},
+           nchw);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(testing::Values(*y), (std::vector<double>{11, 22, 13, 24}));
+  // The gradient of BiasAdd NCHW is BiasAddGrad NCHW.
+  Tensor x = ctx_.Adopt(value), b = ctx_.Adopt(D({3}, {1, 2, 3}));
+  ASSERT_TRUE(ctx_.tapes().Push(1, false, false).ok());
+  Tape* tape = *ctx_.tapes().Find(1);
+  tape->Watch(b);
+  Tensor out = MustRun("BiasAdd", {x, b}, nchw);
+  ASSERT_TRUE(ctx_.tapes().Pop(1).ok());
+  auto g = Gradient(ctx_, *tape, {out}, {b}, {value}, Unconnected::kZero);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(testing::Values((*g)[0]), (std::vector<double>{202, 242, 282}));
+  ExpectInvalid("BiasAdd", {value, D({2}, {1, 2})}, {"bias", "[2]", "dim 1"},
+                nchw);
+  ExpectInvalid("BiasAdd", {D({3}, {1, 2, 3}), D({3}, {1, 2, 3})},
+                {"value", "rank >= 2", "NCHW"}, nchw);
+  ExpectInvalid("BiasAddGrad", {D({3}, {1, 2, 3})},
+                {"out_backprop", "rank >= 2"}, nchw);
+  ExpectInvalid("BiasAddGrad", {value}, {"NWHC"},
+                {{"data_format", std::string("NWHC")}});
 }
 
 // TensorFlow's hand-written elision sets: these activations' backwards need
@@ -170,6 +220,224 @@ TEST(NnOpsSecondOrder, BackwardsAreDifferentiable) {
       "Relu6",    "Relu6Grad",    "Elu",      "EluGrad",
       "Selu",     "SeluGrad",     "Softplus", "SoftplusGrad",
       "Softsign", "SoftsignGrad", "BiasAddV1"};
+  int checked = 0;
+  for (const testing::OpSample& s : testing::AllOpSamples()) {
+    if (!ops.contains(s.op)) continue;
+    testing::CheckSecondOrder(s);
+    ++checked;
+  }
+  EXPECT_GE(checked, static_cast<int>(ops.size()));
+}
+
+// Two rows by hand: softmax([0, 0]) = [1/2, 1/2] and softmax([0, ln 3]) =
+// [1/4, 3/4]; loss = -sum labels * log softmax, backprop = softmax - labels
+// (TensorFlow's kernel, also for labels that do not sum to 1).
+TEST_F(NnOpsTest, SoftmaxCrossEntropyWithLogitsValues) {
+  absl::StatusOr<Tensors> out = Run("SoftmaxCrossEntropyWithLogits",
+                                    {D({3, 2}, {0, 0, 0, std::log(3.0), 0, 0}),
+                                     D({3, 2}, {0.25, 0.75, 1, 0, 1, 1})});
+  ASSERT_TRUE(out.ok()) << out.status();
+  const std::vector<double> loss = testing::Values((*out)[0]);
+  const std::vector<double> bp = testing::Values((*out)[1]);
+  const std::vector<double> want_loss = {std::log(2.0), std::log(4.0),
+                                         2 * std::log(2.0)};
+  const std::vector<double> want_bp = {0.25, -0.25, -0.75, 0.75, -0.5, -0.5};
+  ASSERT_EQ((*out)[0].shape(), Shape({3}));
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(loss[i], want_loss[i], 1e-15);
+  for (int i = 0; i < 6; ++i) EXPECT_NEAR(bp[i], want_bp[i], 1e-15);
+  // Large logits stay finite; float32 works; an empty batch is empty.
+  out = Run("SoftmaxCrossEntropyWithLogits",
+            {D({1, 2}, {1000, 0}), D({1, 2}, {0, 1})});
+  ASSERT_TRUE(out.ok());
+  EXPECT_NEAR((*out)[0].ElementAsDouble(0), 1000, 1e-12);
+  out = Run("SoftmaxCrossEntropyWithLogits",
+            {Tensor::FromVector<float>({1, 2}, {0, 0}),
+             Tensor::FromVector<float>({1, 2}, {1, 0})});
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ((*out)[0].dtype(), DType::kFloat32);
+  EXPECT_NEAR((*out)[0].ElementAsDouble(0), std::log(2.0), 1e-6);
+  out = Run("SoftmaxCrossEntropyWithLogits", {D({0, 3}, {}), D({0, 3}, {})});
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ((*out)[0].shape(), Shape({0}));
+  EXPECT_EQ((*out)[1].shape(), Shape({0, 3}));
+}
+
+TEST_F(NnOpsTest, SoftmaxCrossEntropyWithLogitsErrors) {
+  const char* op = "SoftmaxCrossEntropyWithLogits";
+  ExpectInvalid(
+      op,
+      {D({2, 3}, std::vector<double>(6)), D({3, 2}, std::vector<double>(6))},
+      {"labels", "[3,2]", "features", "[2,3]"});
+  ExpectInvalid(op, {D({3}, {1, 2, 3}), D({3}, {1, 0, 0})}, {"rank", "2"});
+  ExpectInvalid(op,
+                {D({1, 2}, {1, 2}), Tensor::FromVector<float>({1, 2}, {1, 0})},
+                {"float64", "float32"});
+  ExpectInvalid(op,
+                {Tensor::FromVector<int32_t>({1, 2}, {1, 2}),
+                 Tensor::FromVector<int32_t>({1, 2}, {1, 0})},
+                {"int32"});
+}
+
+// dlabels = dloss * -log_softmax(features) (TensorFlow's rule): with
+// features [0, ln 3], log_softmax = [ln 1/4, ln 3/4].
+TEST_F(NnOpsTest, SoftmaxCrossEntropyWithLogitsLabelGradient) {
+  Tensor x = ctx_.Adopt(D({1, 2}, {0, std::log(3.0)}));
+  Tensor labels = ctx_.Adopt(D({1, 2}, {0.5, 0.5}));
+  ASSERT_TRUE(ctx_.tapes().Push(1, false, false).ok());
+  Tape* tape = *ctx_.tapes().Find(1);
+  tape->Watch(x);
+  tape->Watch(labels);
+  absl::StatusOr<Tensors> out =
+      Run("SoftmaxCrossEntropyWithLogits", {x, labels});
+  ASSERT_TRUE(out.ok());
+  ASSERT_TRUE(ctx_.tapes().Pop(1).ok());
+  auto g = Gradient(ctx_, *tape, {(*out)[0]}, {x, labels}, {D({1}, {2})},
+                    Unconnected::kZero);
+  ASSERT_TRUE(g.ok()) << g.status();
+  const std::vector<double> dx = testing::Values((*g)[0]);
+  const std::vector<double> dl = testing::Values((*g)[1]);
+  EXPECT_NEAR(dx[0], 2 * (0.25 - 0.5), 1e-15);
+  EXPECT_NEAR(dx[1], 2 * (0.75 - 0.5), 1e-15);
+  EXPECT_NEAR(dl[0], -2 * std::log(0.25), 1e-14);
+  EXPECT_NEAR(dl[1], -2 * std::log(0.75), 1e-14);
+}
+
+// input [1, 2, 3]: with depth_radius 1 the windows' sums of squares are 5,
+// 14, 13; with the default radius 5 every window holds all three (14).
+TEST_F(NnOpsTest, LrnValues) {
+  Tensor x = D({1, 1, 1, 3}, {1, 2, 3});
+  absl::StatusOr<Tensor> y = Run1("LRN", {x}, {{"depth_radius", int64_t{1}}});
+  ASSERT_TRUE(y.ok()) << y.status();
+  const std::vector<double> want = {1 / std::sqrt(6.0), 2 / std::sqrt(15.0),
+                                    3 / std::sqrt(14.0)};
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NEAR(y->ElementAsDouble(i), want[i], 1e-15);
+  }
+  y = Run1("LRN", {x});
+  ASSERT_TRUE(y.ok());
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NEAR(y->ElementAsDouble(i), (i + 1) / std::sqrt(15.0), 1e-15);
+  }
+  // bias 2, alpha 0.5, beta 1, radius 0: x / (2 + x^2 / 2).
+  y = Run1("LRN", {x},
+           {{"depth_radius", int64_t{0}},
+            {"bias", 2.0},
+            {"alpha", 0.5},
+            {"beta", 1.0}});
+  ASSERT_TRUE(y.ok());
+  for (int i = 0; i < 3; ++i) {
+    const double v = i + 1;
+    EXPECT_NEAR(y->ElementAsDouble(i), v / (2 + v * v / 2), 1e-15);
+  }
+}
+
+// LRNGrad with grads [1, 0, 0] is d(x0 / sqrt(1 + x0^2 + x1^2))/dx:
+//   [1/sqrt6 - 1/(6 sqrt6), -2/(6 sqrt6), 0] at x = [1, 2, 3], radius 1.
+TEST_F(NnOpsTest, LrnGradValuesAndNoGradient) {
+  const AttrMap attrs = {{"depth_radius", int64_t{1}}};
+  Tensor x = D({1, 1, 1, 3}, {1, 2, 3});
+  Tensor y = MustRun("LRN", {x}, attrs);
+  Tensor dx = MustRun("LRNGrad", {D({1, 1, 1, 3}, {1, 0, 0}), x, y}, attrs);
+  const double r6 = std::sqrt(6.0);
+  const std::vector<double> want = {1 / r6 - 1 / (6 * r6), -2 / (6 * r6), 0};
+  for (int i = 0; i < 3; ++i)
+    EXPECT_NEAR(dx.ElementAsDouble(i), want[i], 1e-15);
+  const OpDef* grad = DefaultRegistry().Find("LRNGrad");
+  ASSERT_NE(grad, nullptr);
+  EXPECT_FALSE(grad->backward_supported());
+  EXPECT_EQ(DefaultRegistry().Find("LRN")->saved_inputs, std::vector<int>{0});
+  EXPECT_EQ(DefaultRegistry().Find("LRN")->saved_outputs, std::vector<int>{0});
+}
+
+TEST_F(NnOpsTest, LrnErrors) {
+  ExpectInvalid("LRN", {D({1, 3}, {1, 2, 3})}, {"rank", "4", "[1,3]"});
+  ExpectInvalid("LRN", {D({1, 1, 1, 3}, {1, 2, 3})}, {"depth_radius", "-1"},
+                {{"depth_radius", int64_t{-1}}});
+  ExpectInvalid("LRN", {Tensor::FromVector<int32_t>({1, 1, 1, 1}, {1})},
+                {"int32"});
+  Tensor a = D({1, 1, 1, 3}, {1, 2, 3});
+  ExpectInvalid("LRNGrad", {a, D({1, 1, 1, 2}, {1, 2}), a},
+                {"input_image", "[1,1,1,2]"});
+  ExpectInvalid("LRNGrad", {a, a, D({1, 1, 3}, {1, 2, 3})},
+                {"output_image", "rank"});
+}
+
+Tensor I32(std::vector<int32_t> v, Shape shape) {
+  return Tensor::FromVector<int32_t>(shape, v);
+}
+
+// Ties: the lower index first (TensorFlow); integer inputs; rank 2 rows.
+TEST_F(NnOpsTest, TopKValuesIndicesAndTies) {
+  absl::StatusOr<Tensors> out =
+      Run("TopKV2",
+          {D({2, 4}, {1, 3, 3, 2, -1, -5, 0, 4}), Tensor::Scalar<int32_t>(2)});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0].shape(), Shape({2, 2}));
+  EXPECT_EQ(testing::Values((*out)[0]), std::vector<double>({3, 3, 4, 0}));
+  EXPECT_EQ((*out)[1].dtype(), DType::kInt32);
+  EXPECT_EQ(testing::Values((*out)[1]), std::vector<double>({1, 2, 3, 2}));
+  out = Run("TopKV2", {I32({5, -1, 7, 7}, {4}), Tensor::Scalar<int64_t>(3)},
+            {{"index_type", DType::kInt64}});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0].dtype(), DType::kInt32);
+  EXPECT_EQ(testing::Values((*out)[0]), std::vector<double>({7, 7, 5}));
+  EXPECT_EQ((*out)[1].dtype(), DType::kInt64);
+  EXPECT_EQ(testing::Values((*out)[1]), std::vector<double>({2, 3, 0}));
+  // k = 0 and an empty batch.
+  out = Run("TopKV2",
+            {D({2, 3}, {1, 2, 3, 4, 5, 6}), Tensor::Scalar<int32_t>(0)});
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ((*out)[0].shape(), Shape({2, 0}));
+  out = Run("TopKV2", {D({0, 3}, {}), Tensor::Scalar<int32_t>(2)});
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ((*out)[1].shape(), Shape({0, 2}));
+}
+
+TEST_F(NnOpsTest, TopKErrors) {
+  Tensor x = D({2, 3}, {1, 2, 3, 4, 5, 6});
+  ExpectInvalid("TopKV2", {x, Tensor::Scalar<int32_t>(4)}, {"k 4", "[0, 3]"});
+  ExpectInvalid("TopKV2", {x, Tensor::Scalar<int32_t>(-1)}, {"k -1"});
+  ExpectInvalid("TopKV2", {x, I32({1, 2}, {2})}, {"k", "rank"});
+  ExpectInvalid("TopKV2", {D({}, {1}), Tensor::Scalar<int32_t>(0)},
+                {"input", "rank >= 1"});
+  ExpectInvalid("TopKV2", {x, Tensor::Scalar<double>(1)}, {"k", "float64"});
+  ExpectInvalid("TopKV2", {x, Tensor::Scalar<int32_t>(1)}, {"index_type"},
+                {{"index_type", DType::kFloat32}});
+}
+
+// dinput: dvalues scattered to the indices (TensorFlow's _TopKGrad).
+TEST_F(NnOpsTest, TopKGradientScattersToTheIndices) {
+  Tensor x = ctx_.Adopt(D({1, 4}, {1, 3, 3, 2}));
+  ASSERT_TRUE(ctx_.tapes().Push(1, false, false).ok());
+  Tape* tape = *ctx_.tapes().Find(1);
+  tape->Watch(x);
+  absl::StatusOr<Tensors> out = Run("TopKV2", {x, Tensor::Scalar<int32_t>(3)});
+  ASSERT_TRUE(out.ok());
+  ASSERT_TRUE(ctx_.tapes().Pop(1).ok());
+  auto g = Gradient(ctx_, *tape, {(*out)[0]}, {x}, {D({1, 3}, {10, 20, 30})},
+                    Unconnected::kZero);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(testing::Values((*g)[0]), std::vector<double>({0, 10, 20, 30}));
+  EXPECT_EQ(DefaultRegistry().Find("TopKV2")->saved_outputs,
+            std::vector<int>{1});
+}
+
+TEST(NnOpsSecondOrder, NewOpsBackwardsAreDifferentiable) {
+  // Every new op TensorFlow has a second order for (LRNGrad has no gradient
+  // in TensorFlow, so LRN has none).
+  const absl::flat_hash_set<std::string> ops = {
+      "SoftmaxCrossEntropyWithLogits",
+      "TopKV2",
+      "BatchMatMulV3",
+      "BiasAdd",
+      "MaxPoolWithArgmax",
+      "MaxPoolGradWithArgmax",
+      "SegmentProd",
+      "UnsortedSegmentProd",
+      "UnsortedSegmentMin",
+      "UnsortedSegmentSum",
+      "SparseSegmentMeanWithNumSegments",
+      "SparseSegmentSqrtNWithNumSegments"};
   int checked = 0;
   for (const testing::OpSample& s : testing::AllOpSamples()) {
     if (!ops.contains(s.op)) continue;

@@ -473,5 +473,134 @@ TEST_F(PoolOpsTest, CnnSizedPoolingIsFast) {
   }
 }
 
+// One 2x2 window over 2 channels: channel 0 [1, 5, 3, 5] ties at pixels 1
+// and 3 (the first wins: (0 * 2 + 1) * 2 + 0 = 2), channel 1 [4, 2, 0, 1]
+// peaks at pixel 0 (index 1). The second batch entry adds 2 * 2 * 2 = 8 with
+// include_batch_in_index.
+TEST_F(PoolOpsTest, MaxPoolWithArgmaxFlattening) {
+  const std::vector<double> image = {1, 4, 5, 2, 3, 0, 5, 1};
+  std::vector<double> two = image;
+  two.insert(two.end(), image.begin(), image.end());
+  Tensor x = D({2, 2, 2, 2}, two);
+  AttrMap attrs = {{"ksize", std::vector<int64_t>{1, 2, 2, 1}},
+                   {"strides", std::vector<int64_t>{1, 2, 2, 1}},
+                   {"padding", std::string("VALID")}};
+  absl::StatusOr<Tensors> out = Run("MaxPoolWithArgmax", {x}, attrs);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0].shape(), Shape({2, 1, 1, 2}));
+  EXPECT_EQ(testing::Values((*out)[0]), std::vector<double>({5, 4, 5, 4}));
+  EXPECT_EQ((*out)[1].dtype(), DType::kInt64);
+  EXPECT_EQ(testing::Values((*out)[1]), std::vector<double>({2, 1, 2, 1}));
+  // The gradient: grad added at argmax within each batch entry.
+  Tensor dx = MustRun("MaxPoolGradWithArgmax",
+                      {x, D({2, 1, 1, 2}, {7, 8, 9, 10}), (*out)[1]}, attrs);
+  EXPECT_EQ(testing::Values(dx),
+            std::vector<double>({0, 8, 7, 0, 0, 0, 0, 0,  //
+                                 0, 10, 9, 0, 0, 0, 0, 0}));
+  Tensor gg = MustRun("MaxPoolGradGradWithArgmax",
+                      {x, D({2, 2, 2, 2}, two), (*out)[1]}, attrs);
+  EXPECT_EQ(testing::Values(gg), std::vector<double>({5, 4, 5, 4}));
+  attrs.Set("include_batch_in_index", true);
+  attrs.Set("Targmax", DType::kInt32);
+  out = Run("MaxPoolWithArgmax", {x}, attrs);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[1].dtype(), DType::kInt32);
+  EXPECT_EQ(testing::Values((*out)[1]), std::vector<double>({2, 1, 10, 9}));
+  attrs.Set("Targmax", DType::kInt64);
+  dx = MustRun("MaxPoolGradWithArgmax",
+               {x, D({2, 1, 1, 2}, {7, 8, 9, 10}), (*out)[1]},
+               {{"ksize", std::vector<int64_t>{1, 2, 2, 1}},
+                {"strides", std::vector<int64_t>{1, 2, 2, 1}},
+                {"padding", std::string("VALID")},
+                {"include_batch_in_index", true}});
+  EXPECT_EQ(testing::Values(dx),
+            std::vector<double>({0, 8, 7, 0, 0, 0, 0, 0,  //
+                                 0, 10, 9, 0, 0, 0, 0, 0}));
+}
+
+// SAME padding: windows clipped to the input; the output matches MaxPool.
+TEST_F(PoolOpsTest, MaxPoolWithArgmaxMatchesMaxPool) {
+  Tensor x = D({1, 3, 3, 1}, {0.5, 0.1, 0.9, 0.3, 0.8, 0.2, 0.7, 0.4, 0.6});
+  const AttrMap attrs = {{"ksize", std::vector<int64_t>{1, 2, 2, 1}},
+                         {"strides", std::vector<int64_t>{1, 2, 2, 1}},
+                         {"padding", std::string("SAME")}};
+  absl::StatusOr<Tensors> out = Run("MaxPoolWithArgmax", {x}, attrs);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(Values((*out)[0]), Values(MustRun("MaxPool", {x}, attrs)));
+  // windows {0,1,3,4} -> 4, {2,5} -> 2, {6,7} -> 6, {8} -> 8
+  EXPECT_EQ(Values((*out)[1]), std::vector<double>({4, 2, 6, 8}));
+}
+
+TEST_F(PoolOpsTest, MaxPoolWithArgmaxBadInputs) {
+  Tensor x = D({1, 2, 2, 1}, {1, 2, 3, 4});
+  const AttrMap attrs = {{"ksize", std::vector<int64_t>{1, 2, 2, 1}},
+                         {"strides", std::vector<int64_t>{1, 2, 2, 1}},
+                         {"padding", std::string("VALID")}};
+  AttrMap bad = attrs;
+  bad.Set("padding", std::string("EXPLICIT"));
+  ExpectInvalid("MaxPoolWithArgmax", {x}, bad, {"padding", "EXPLICIT"});
+  bad = attrs;
+  bad.Set("Targmax", DType::kFloat32);
+  ExpectInvalid("MaxPoolWithArgmax", {x}, bad, {"Targmax", "float32"});
+  ExpectInvalid("MaxPoolWithArgmax", {D({2, 2}, {1, 2, 3, 4})}, attrs,
+                {"input", "rank 4"});
+  Tensor arg = Tensor::FromVector<int64_t>({1, 1, 1, 1}, {4});
+  ExpectInvalid("MaxPoolGradWithArgmax", {x, D({1, 1, 1, 1}, {1}), arg}, attrs,
+                {"argmax entry 4", "[0, 4)"});
+  arg = Tensor::FromVector<int64_t>({1, 1, 1, 1}, {-1});
+  ExpectInvalid("MaxPoolGradGradWithArgmax", {x, x, arg}, attrs,
+                {"argmax entry -1"});
+  ExpectInvalid("MaxPoolGradWithArgmax",
+                {x, D({1, 1, 1, 2}, {1, 2}),
+                 Tensor::FromVector<int64_t>({1, 1, 1, 1}, {0})},
+                attrs, {"grad", "[1,1,1,2]"});
+  ExpectInvalid("MaxPoolGradWithArgmax",
+                {x, D({1, 1, 1, 1}, {1}),
+                 Tensor::FromVector<int64_t>({1, 2, 1, 1}, {0, 1})},
+                attrs, {"argmax", "[1,2,1,1]"});
+}
+
+// x = 1..9 (3x3), 2x2 windows, stride 2, one row and one column of padding
+// before: windows {1}, {2, 3}, {4, 7}, {5, 6, 8, 9}.
+TEST_F(PoolOpsTest, MaxPoolExplicitPadding) {
+  Tensor x = D({1, 3, 3, 1}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
+  AttrMap attrs = {
+      {"ksize", std::vector<int64_t>{1, 2, 2, 1}},
+      {"strides", std::vector<int64_t>{1, 2, 2, 1}},
+      {"padding", std::string("EXPLICIT")},
+      {"explicit_paddings", std::vector<int64_t>{0, 0, 1, 0, 1, 0, 0, 0}}};
+  Tensor y = MustRun("MaxPool", {x}, attrs);
+  EXPECT_EQ(y.shape(), (Shape{1, 2, 2, 1}));
+  EXPECT_EQ(Values(y), (std::vector<double>{1, 3, 7, 9}));
+  Tensor dx =
+      MustRun("MaxPoolGrad", {x, y, D({1, 2, 2, 1}, {10, 20, 30, 40})}, attrs);
+  EXPECT_EQ(Values(dx), (std::vector<double>{10, 0, 20, 0, 0, 0, 30, 0, 40}));
+  Tensor gg = MustRun("MaxPoolGradGrad", {x, y, x}, attrs);
+  EXPECT_EQ(Values(gg), (std::vector<double>{1, 3, 7, 9}));
+  // Paddings must stay below ksize; empty unless EXPLICIT; 3-D pooling and
+  // AvgPool have no EXPLICIT (TensorFlow).
+  AttrMap bad = attrs;
+  bad.Set("explicit_paddings", std::vector<int64_t>{0, 0, 2, 0, 0, 0, 0, 0});
+  ExpectInvalid("MaxPool", {x}, bad, {"explicit_paddings", "below ksize"});
+  bad.Set("explicit_paddings", std::vector<int64_t>{0, 0, 1, 0, 1, 0});
+  ExpectInvalid("MaxPool", {x}, bad, {"explicit_paddings", "8 entries"});
+  bad.Set("explicit_paddings", std::vector<int64_t>{0, 0, 1, 0, 1, 0, 1, 0});
+  ExpectInvalid("MaxPoolGrad", {x, y, y}, bad,
+                {"explicit_paddings", "channel"});
+  bad = attrs;
+  bad.Set("padding", std::string("SAME"));
+  ExpectInvalid("MaxPool", {x}, bad, {"explicit_paddings", "must be empty"});
+  ExpectInvalid("AvgPool", {x},
+                {{"ksize", std::vector<int64_t>{1, 2, 2, 1}},
+                 {"strides", std::vector<int64_t>{1, 2, 2, 1}},
+                 {"padding", std::string("EXPLICIT")}},
+                {"padding 'EXPLICIT'", "SAME or VALID"});
+  ExpectInvalid("MaxPool3D", {D({1, 1, 3, 3, 1}, std::vector<double>(9))},
+                {{"ksize", std::vector<int64_t>{1, 1, 2, 2, 1}},
+                 {"strides", std::vector<int64_t>{1, 1, 2, 2, 1}},
+                 {"padding", std::string("EXPLICIT")}},
+                {"padding 'EXPLICIT'", "SAME or VALID"});
+}
+
 }  // namespace
 }  // namespace gradtape

@@ -156,8 +156,46 @@ void AddDilation(SampleList& s) {
 
 }  // namespace
 
+// padding EXPLICIT: H padded by (1, 2), W by (0, 1): [1, 4, 3, C] with a
+// 3x2 filter gives [1, 5, 3, O]; with (2, 0), (1, 1), a 2x2 filter and
+// stride 2, [1, 5, 5, C] gives [1, 3, 3, O].
+AttrMap Explicit(std::vector<int64_t> strides, std::vector<int64_t> paddings) {
+  AttrMap attrs = Window(std::move(strides), "EXPLICIT", L({1, 1, 1, 1}));
+  attrs.Set("explicit_paddings", std::move(paddings));
+  return attrs;
+}
+
+void AddExplicitPadding(SampleList& s) {
+  const AttrMap p1 = Explicit(L({1, 1, 1, 1}), L({0, 0, 1, 2, 0, 1, 0, 0}));
+  const AttrMap p2 = Explicit(L({1, 2, 2, 1}), L({0, 0, 2, 0, 1, 1, 0, 0}));
+  s.Add("Conv2D", "EXPLICIT", {R({1, 4, 3, 2}, 360), R({3, 2, 2, 2}, 361)}, p1);
+  s.Add("Conv2D", "EXPLICIT stride 2",
+        {R({1, 5, 5, 1}, 362), R({2, 2, 1, 2}, 363)}, p2);
+  s.Add("Conv2DBackpropInput", "EXPLICIT",
+        {R({3, 2, 2, 2}, 364), R({1, 5, 3, 2}, 365)},
+        With(p1, "input_sizes", L({1, 4, 3, 2})));
+  s.Add("Conv2DBackpropInput", "EXPLICIT stride 2",
+        {R({2, 2, 1, 2}, 366), R({1, 3, 3, 2}, 367)},
+        With(p2, "input_sizes", L({1, 5, 5, 1})));
+  s.Add("Conv2DBackpropFilter", "EXPLICIT",
+        {R({1, 4, 3, 2}, 368), R({1, 5, 3, 2}, 369)},
+        With(p1, "filter_sizes", L({3, 2, 2, 2})));
+  s.Add("DepthwiseConv2dNative", "EXPLICIT multiplier 2",
+        {R({1, 4, 3, 2}, 370), R({3, 2, 2, 2}, 371)}, p1);
+  s.Add("DepthwiseConv2dNativeBackpropInput", "EXPLICIT multiplier 2",
+        {R({3, 2, 2, 2}, 372), R({1, 5, 3, 4}, 373)},
+        With(p1, "input_sizes", L({1, 4, 3, 2})));
+  s.Add("DepthwiseConv2dNativeBackpropFilter", "EXPLICIT multiplier 2",
+        {R({1, 4, 3, 2}, 374), R({1, 5, 3, 4}, 375)},
+        With(p1, "filter_sizes", L({3, 2, 2, 2})));
+  s.Add("DepthwiseConv2dNativeBackpropFilter", "EXPLICIT stride 2",
+        {R({1, 5, 5, 1}, 376), R({1, 3, 3, 2}, 377)},
+        With(p2, "filter_sizes", L({2, 2, 1, 2})));
+}
+
 void AddConvSamples(SampleList& s) {
   AddConv2D(s);
+  AddExplicitPadding(s);
   AddDepthwise(s);
   AddConv3D(s);
   AddDilation(s);

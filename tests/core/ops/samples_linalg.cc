@@ -24,6 +24,17 @@ void AddLinalgSamples(SampleList& s) {
   s.Add("BatchMatMulV2", "adj_x adj_y, rank 2 x",
         {R({3, 2}, 319), R({2, 2, 3}, 320)},
         {{"adj_x", true}, {"adj_y", true}});
+  const AttrMap v3{{"Tout", DType::kFloat64}};
+  s.Add("BatchMatMulV3", "y broadcast from a matrix",
+        {R({2, 2, 3}, 331), R({3, 2}, 332)}, v3);
+  s.Add("BatchMatMulV3", "adj_x, Ta Tb given",
+        {R({1, 3, 2}, 333), R({2, 3, 2}, 334)},
+        {{"Tout", DType::kFloat64},
+         {"Ta", DType::kFloat64},
+         {"Tb", DType::kFloat64},
+         {"adj_x", true}});
+  s.Add("BatchMatMulV3", "adj_x adj_y", {R({2, 2, 3}, 335), R({2, 2, 2}, 336)},
+        {{"Tout", DType::kFloat64}, {"adj_x", true}, {"adj_y", true}});
   s.Add("SparseMatMul", "plain", {R({2, 3}, 321), R({3, 2}, 322)});
   s.Add("SparseMatMul", "transpose_a, a_is_sparse",
         {R({3, 2}, 323), R({3, 2}, 324)},

@@ -7,6 +7,7 @@
 #include <random>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "core/autodiff/op_executor.h"
 #include "core/ops/ops.h"
 #include "core/registry/op_registry.h"
@@ -87,6 +88,44 @@ void AddPoolSamples(SampleList& s) {
       s.Add("MaxPool" + dim + "GradGrad", c.label, {x, y, R(c.input, ++seed)},
             attrs);
     }
+  }
+  // padding EXPLICIT (MaxPool and its gradients, 2-D).
+  for (const auto& [paddings, label] :
+       std::vector<std::pair<std::vector<int64_t>, const char*>>{
+           {{0, 0, 1, 0, 0, 1, 0, 0}, "EXPLICIT 2x2 stride 2"},
+           {{0, 0, 1, 1, 0, 0, 0, 0}, "EXPLICIT 2x2 stride 2, H both sides"}}) {
+    AttrMap attrs = Pool({2, 2}, {2, 2}, "EXPLICIT");
+    attrs.Set("explicit_paddings", paddings);
+    Tensor x = Distinct({1, 3, 4, 2}, ++seed);
+    Tensor y = Run("MaxPool", x, attrs);
+    if (!y.valid()) continue;
+    s.Add("MaxPool", label, {x}, attrs);
+    s.Add("MaxPoolGrad", label, {x, y, R(y.shape(), ++seed)}, attrs);
+    s.Add("MaxPoolGradGrad", label, {x, y, R(x.shape(), ++seed)}, attrs);
+  }
+  // MaxPoolWithArgmax and its gradients (2-D), argmax from the real op.
+  for (const Case& c : cases2d) {
+    for (bool with_batch : {false, true}) {
+      AttrMap attrs = Pool(c.ksize, c.strides, c.padding);
+      attrs.Set("include_batch_in_index", with_batch);
+      const std::string label =
+          absl::StrCat(c.label, with_batch ? ", batch in index" : "");
+      Tensor x = Distinct(c.input, ++seed);
+      OpExecutor ctx(DefaultRegistry());
+      Tensors out;
+      if (!ctx.Execute("MaxPoolWithArgmax", {x}, attrs, &out).ok()) continue;
+      s.Add("MaxPoolWithArgmax", label, {x}, attrs);
+      s.Add("MaxPoolGradWithArgmax", label,
+            {x, R(out[0].shape(), ++seed), out[1]}, attrs);
+      s.Add("MaxPoolGradGradWithArgmax", label, {x, R(c.input, ++seed), out[1]},
+            attrs);
+    }
+  }
+  {
+    AttrMap attrs = Pool({2, 2}, {2, 2}, "VALID");
+    attrs.Set("Targmax", DType::kInt32);
+    s.Add("MaxPoolWithArgmax", "Targmax int32", {Distinct({1, 4, 4, 2}, 399)},
+          attrs);
   }
 }
 

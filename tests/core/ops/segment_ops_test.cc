@@ -253,8 +253,6 @@ TEST_F(SegmentOpsTest, BadInputsAreInvalidArgumentAndRecordNothing) {
     AttrMap four = {{"num_segments", int64_t{4}}};
     ExpectInvalid(op, {data, Ids(DType::kInt32, {0, 4, 1, 3})}, four,
                   {"segment_ids[1] = 4", "[0, 4)"});
-    ExpectInvalid(op, {data, Ids(DType::kInt64, {0, 1, -2, 3})}, four,
-                  {"segment_ids[2] = -2", "[0, 4)"});
     ExpectInvalid(op, {data, Ids(DType::kInt32, {0, 1, 2})}, four,
                   {"[3]", "[4,2]", "prefix"});
     ExpectInvalid(op, {data, Ids(DType::kInt32, {0, 1, 2, 3})},
@@ -294,8 +292,8 @@ TEST_F(SegmentOpsTest, BadInputsAreInvalidArgumentAndRecordNothing) {
 Op CopyOf(const OpDef& def) {
   Op op(def.name);
   op.Inputs(def.input_names).Outputs(def.output_names).Forward(def.forward);
-  // One rule for all outputs, as the builder declares them.
-  if (!def.output_dtypes.empty()) op.OutputDType(def.output_dtypes[0]);
+  // One rule per output, as the registration declared them.
+  if (!def.output_dtypes.empty()) op.OutputDTypes(def.output_dtypes);
   for (const AttrSpec& a : def.attrs) {
     if (a.default_value.has_value()) {
       op.Attr(a.name, *a.default_value);
@@ -360,6 +358,172 @@ TEST(SegmentOpsSeedMistake, SegmentMaxWithoutSavedOutputIsCaught) {
   auto [kept, status] = gradient(DefaultRegistry());
   EXPECT_EQ(kept, data.num_bytes() + ids.num_bytes() + 2 * 2 * 8);
   EXPECT_TRUE(status.ok()) << status;
+}
+
+// TensorFlow's CPU kernels drop the rows of negative ids, in the forward
+// and the gradient. data rows [1, 2], [3, 4], [5, 6], [7, 8] with ids
+// [0, -1, 1, 0] into 3 segments; dy = [[10, 20], [30, 40], [50, 60]].
+TEST_F(SegmentOpsTest, UnsortedSegmentsDropNegativeIds) {
+  Tensor data = Tensor::FromVector<double>({4, 2}, {1, 2, 3, 4, 5, 6, 7, 8});
+  Tensor ids = Ids(DType::kInt32, {0, -1, 1, 0});
+  Tensor dy = Tensor::FromVector<double>({3, 2}, {10, 20, 30, 40, 50, 60});
+  const double lo = std::numeric_limits<double>::lowest();
+  const double hi = std::numeric_limits<double>::max();
+  struct Case {
+    const char* op;
+    std::vector<double> forward, grad;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"UnsortedSegmentSum",
+            {8, 10, 5, 6, 0, 0},
+            {10, 20, 0, 0, 30, 40, 10, 20}},
+           {"UnsortedSegmentMax",
+            {7, 8, 5, 6, lo, lo},
+            {0, 0, 0, 0, 30, 40, 10, 20}},
+           {"UnsortedSegmentMin",
+            {1, 2, 5, 6, hi, hi},
+            {10, 20, 0, 0, 30, 40, 0, 0}},
+           {"UnsortedSegmentProd",
+            {7, 16, 5, 6, 1, 1},
+            {70, 160, 0, 0, 30, 40, 10, 40}},
+       }) {
+    SCOPED_TRACE(c.op);
+    const bool input = std::string(c.op) == "UnsortedSegmentMin" ||
+                       std::string(c.op) == "UnsortedSegmentProd";
+    std::vector<Tensor> rest = {ids};
+    AttrMap attrs;
+    if (input) {
+      rest.push_back(Tensor::Scalar<int64_t>(3));
+    } else {
+      attrs = {{"num_segments", int64_t{3}}};
+    }
+    std::vector<Tensor> in = {data};
+    in.insert(in.end(), rest.begin(), rest.end());
+    auto y = Run1(c.op, in, attrs);
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_EQ(y->shape(), (Shape{3, 2}));
+    EXPECT_EQ(testing::Values(*y), c.forward);
+    EXPECT_EQ(Grad(c.op, data, rest, attrs, dy), c.grad);
+  }
+}
+
+// TensorFlow's product gradient with zeros: one zero in a segment gets the
+// product of the others (the rest 0); two zeros give all 0.
+TEST_F(SegmentOpsTest, ProdGradientHandlesZeros) {
+  Tensor data = Tensor::FromVector<double>({6}, {0, 3, 4, 0, 0, 5});
+  Tensor dy = Tensor::FromVector<double>({3}, {1, 2, 3});
+  auto y = Run1("SegmentProd", {data, Ids(DType::kInt32, {0, 0, 0, 1, 1, 2})});
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(testing::Values(*y), (std::vector<double>{0, 0, 5}));
+  EXPECT_EQ(Grad("SegmentProd", data, {Ids(DType::kInt32, {0, 0, 0, 1, 1, 2})},
+                 {}, dy),
+            (std::vector<double>{12, 0, 0, 0, 0, 3}));
+  // The same segments, unsorted: ids [1, 0, 2, 0, 1, 0] over
+  // data [0, 3, 5, 4, 0, 0] -> segment 0 {3, 4, 0}, 1 {0, 0}, 2 {5}.
+  Tensor shuffled = Tensor::FromVector<double>({6}, {0, 3, 5, 4, 0, 0});
+  std::vector<Tensor> rest = {Ids(DType::kInt64, {1, 0, 2, 0, 1, 0}),
+                              Tensor::Scalar<int32_t>(3)};
+  y = Run1("UnsortedSegmentProd", {shuffled, rest[0], rest[1]});
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(testing::Values(*y), (std::vector<double>{0, 0, 5}));
+  EXPECT_EQ(Grad("UnsortedSegmentProd", shuffled, rest, {}, dy),
+            (std::vector<double>{0, 0, 3, 0, 0, 12}));
+}
+
+TEST_F(SegmentOpsTest, ProdAndMinEmptySegmentsAndIntegers) {
+  auto y = Run1("SegmentProd", {Tensor::FromVector<double>({3}, {2, 3, 4}),
+                                Ids(DType::kInt32, {0, 0, 2})});
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(testing::Values(*y), (std::vector<double>{6, 1, 4}));
+  y = Run1("UnsortedSegmentMin",
+           {Tensor::FromVector<int32_t>({3}, {3, 1, 2}),
+            Ids(DType::kInt32, {0, 0, 2}), Tensor::Scalar<int32_t>(3)});
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->dtype(), DType::kInt32);
+  EXPECT_EQ(testing::Values(*y),
+            (std::vector<double>{1, std::numeric_limits<int32_t>::max(), 2}));
+  y = Run1("UnsortedSegmentProd",
+           {Tensor::FromVector<int64_t>({3}, {3, 5, 2}),
+            Ids(DType::kInt32, {1, 1, 1}), Tensor::Scalar<int32_t>(2)});
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(testing::Values(*y), (std::vector<double>{1, 30}));
+  // No rows at all.
+  y = Run1("UnsortedSegmentMin",
+           {Tensor::Zeros(DType::kFloat64, {0, 2}).value(),
+            Ids(DType::kInt32, {}), Tensor::Scalar<int32_t>(0)});
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->shape(), (Shape{0, 2}));
+}
+
+// data rows [1, 2], [3, 4], [5, 6]; indices [0, 2, 1] into segments
+// [0, 0, 2] of 4: segment 0 = rows 0 and 2, segment 2 = row 1.
+TEST_F(SegmentOpsTest, SparseSegmentsWithNumSegments) {
+  Tensor data = Tensor::FromVector<double>({3, 2}, {1, 2, 3, 4, 5, 6});
+  const std::vector<Tensor> rest = {Ids(DType::kInt32, {0, 2, 1}),
+                                    Ids(DType::kInt64, {0, 0, 2}),
+                                    Tensor::Scalar<int32_t>(4)};
+  const double r2 = std::sqrt(2.0);
+  struct Case {
+    const char* op;
+    std::vector<double> forward, grad;
+  };
+  // dy = [1..8]: row 0 and row 2 read segment 0 ([1, 2]), row 1 segment 2.
+  for (const Case& c : std::vector<Case>{
+           {"SparseSegmentSumWithNumSegments",
+            {6, 8, 0, 0, 3, 4, 0, 0},
+            {1, 2, 5, 6, 1, 2}},
+           {"SparseSegmentMeanWithNumSegments",
+            {3, 4, 0, 0, 3, 4, 0, 0},
+            {0.5, 1, 5, 6, 0.5, 1}},
+           {"SparseSegmentSqrtNWithNumSegments",
+            {6 / r2, 8 / r2, 0, 0, 3, 4, 0, 0},
+            {1 / r2, 2 / r2, 5, 6, 1 / r2, 2 / r2}},
+       }) {
+    SCOPED_TRACE(c.op);
+    auto y = Run1(c.op, {data, rest[0], rest[1], rest[2]});
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_EQ(y->shape(), (Shape{4, 2}));
+    const std::vector<double> got = testing::Values(*y);
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_NEAR(got[i], c.forward[i], 1e-15) << i;
+    }
+    const std::vector<double> g =
+        Grad(c.op, data, rest, {},
+             Tensor::FromVector<double>({4, 2}, {1, 2, 3, 4, 5, 6, 7, 8}));
+    for (size_t i = 0; i < g.size(); ++i) {
+      EXPECT_NEAR(g[i], c.grad[i], 1e-15) << i;
+    }
+    ExpectInvalid(c.op, {data, rest[0], rest[1], Tensor::Scalar<int32_t>(2)},
+                  {}, {"segment_ids has id 2", "num_segments 2"});
+    ExpectInvalid(c.op, {data, rest[0], rest[1], Tensor::Scalar<int32_t>(-1)},
+                  {}, {"num_segments must be >= 0", "-1"});
+    ExpectInvalid(
+        c.op, {data, rest[0], rest[1], Tensor::FromVector<int32_t>({1}, {4})},
+        {}, {"num_segments", "rank"});
+    ExpectInvalid(c.op, {data, rest[0], Ids(DType::kInt32, {0, 2, 1}), rest[2]},
+                  {}, {"not sorted"});
+  }
+}
+
+TEST_F(SegmentOpsTest, UnsortedMinAndProdBadInputs) {
+  Tensor data = R({4, 2}, 1);
+  for (const char* op : {"UnsortedSegmentMin", "UnsortedSegmentProd"}) {
+    Tensor four = Tensor::Scalar<int32_t>(4);
+    ExpectInvalid(op, {data, Ids(DType::kInt32, {0, 4, 1, 3}), four}, {},
+                  {"segment_ids[1] = 4", "[0, 4)"});
+    ExpectInvalid(op, {data, Ids(DType::kInt32, {0, 1, 2}), four}, {},
+                  {"[3]", "[4,2]", "prefix"});
+    ExpectInvalid(
+        op,
+        {data, Ids(DType::kInt32, {0, 1, 2, 3}), Tensor::Scalar<int64_t>(-1)},
+        {}, {"num_segments", "-1"});
+    ExpectInvalid(
+        op, {data, Ids(DType::kInt32, {0, 1, 2, 3}), Tensor::Scalar<double>(4)},
+        {}, {"num_segments", "int32 or int64"});
+    ExpectInvalid(op, {data, R({4}, 2), four}, {}, {"int32 or int64"});
+  }
+  ExpectInvalid("SegmentProd", {data, Ids(DType::kInt32, {0, 2, 1, 3})}, {},
+                {"not sorted"});
 }
 
 }  // namespace
