@@ -53,6 +53,13 @@ _OWN_DTYPE_INPUTS: Dict[str, np.dtype] = {
 }
 _OWN_DTYPE_INPUTS["labels"] = np.dtype(np.int64)  # Tlabels defaults to int64
 _OWN_DTYPE_INPUTS["condition"] = np.dtype(np.bool_)
+# Stateless random ops: seed (Tseed defaults to int64), alg (int32), and key
+# and counter, TensorFlow's uint64, held as int64 bits (gradtape has no
+# uint64).
+_OWN_DTYPE_INPUTS["seed"] = np.dtype(np.int64)
+_OWN_DTYPE_INPUTS["alg"] = np.dtype(np.int32)
+_OWN_DTYPE_INPUTS["key"] = np.dtype(np.int64)
+_OWN_DTYPE_INPUTS["counter"] = np.dtype(np.int64)
 _OWN_DTYPE_OVERRIDES: Dict[Tuple[str, str], np.dtype] = {("OneHot", "indices"): np.dtype(np.int64)}
 
 
