@@ -60,6 +60,10 @@ _OWN_DTYPE_INPUTS["seed"] = np.dtype(np.int64)
 _OWN_DTYPE_INPUTS["alg"] = np.dtype(np.int32)
 _OWN_DTYPE_INPUTS["key"] = np.dtype(np.int64)
 _OWN_DTYPE_INPUTS["counter"] = np.dtype(np.int64)
+# Ops besides ReadVariableOp that read a variable at a resource input with a
+# gradient to it: a recording tape that watches accessed variables watches
+# the variable first, as TensorFlow does.
+_READS_VARIABLE = frozenset({"ResourceGather"})
 _OWN_DTYPE_OVERRIDES: Dict[Tuple[str, str], np.dtype] = {("OneHot", "indices"): np.dtype(np.int64)}
 
 
@@ -322,7 +326,14 @@ class OpFunction:
             if isinstance(v, Variable):
                 if v.session is not s:
                     raise ValueError(f"{self.name}: input {self._inputs[i]!r}: the variable belongs to another gradtape session")
-                tensors.append(v.handle if i in self._resource_inputs else v.read_value())
+                if i not in self._resource_inputs:
+                    tensors.append(v.read_value())
+                    continue
+                # An op that reads the variable differentiably (ResourceGather,
+                # TF's embedding lookup) watches it as a read does.
+                if self.name in _READS_VARIABLE and s._tapes.active:
+                    s._tapes.on_read_variable(v)
+                tensors.append(v.handle)
             elif type(v) is Tensor and v._session is s:
                 tensors.append(v)
             elif type(v) is Tensor:
