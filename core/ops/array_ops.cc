@@ -200,40 +200,75 @@ int64_t IndexAt(const Tensor& t, int64_t i) {
                                     : t.data<int64_t>()[i];
 }
 
-// GatherV2 with batch_dims 0: output = params.shape[:axis] + indices.shape +
-// params.shape[axis+1:], output[o, n, i] = params[o, indices[n], i].
+// GatherV2's geometry. With B = prod(params.shape[:batch_dims]) (shared by
+// indices), params is viewed as [B, outer, limit, inner] (limit: the axis)
+// and indices as [B, n]; output [B, outer, n, inner].
+struct GatherDims {
+  int64_t axis, batch_dims, batch = 1, outer = 1, limit, inner = 1, n = 1;
+};
+
+// Resolves axis and batch_dims (negative: from the end, of params / of
+// indices) as TensorFlow: 0 <= batch_dims <= axis, batch_dims <=
+// rank(indices), and the first batch_dims dims of params and indices agree.
+absl::StatusOr<GatherDims> ResolveGather(const KernelContext& ctx,
+                                         const Shape& params,
+                                         const Shape& indices) {
+  const int64_t rank = static_cast<int64_t>(params.size());
+  const int64_t irank = static_cast<int64_t>(indices.size());
+  GatherDims g;
+  g.axis = ctx.attrs().Int("axis");
+  g.batch_dims = ctx.attrs().Int("batch_dims");
+  if (g.axis < -rank || g.axis >= rank) {
+    return ctx.InvalidArgument("axis ", g.axis, " is out of range for params ",
+                               ShapeString(params));
+  }
+  if (g.axis < 0) g.axis += rank;
+  if (g.batch_dims < -irank || g.batch_dims > irank) {
+    return ctx.InvalidArgument("batch_dims ", g.batch_dims,
+                               " is out of range for indices ",
+                               ShapeString(indices));
+  }
+  if (g.batch_dims < 0) g.batch_dims += irank;
+  if (g.batch_dims > g.axis) {
+    return ctx.InvalidArgument("batch_dims ", g.batch_dims, " must be <= axis ",
+                               g.axis);
+  }
+  for (int64_t d = 0; d < g.batch_dims; ++d) {
+    if (params[d] != indices[d]) {
+      return ctx.InvalidArgument(
+          "params ", ShapeString(params), " and indices ", ShapeString(indices),
+          " must agree on the first batch_dims ", g.batch_dims, " dims");
+    }
+    g.batch *= params[d];
+  }
+  for (int64_t d = g.batch_dims; d < g.axis; ++d) g.outer *= params[d];
+  g.limit = params[g.axis];
+  for (int64_t d = g.axis + 1; d < rank; ++d) g.inner *= params[d];
+  for (int64_t d = g.batch_dims; d < irank; ++d) g.n *= indices[d];
+  return g;
+}
+
+// GatherV2: output = params.shape[:axis] + indices.shape[batch_dims:] +
+// params.shape[axis+1:], output[b, o, n, i] = params[b, o, indices[b, n], i].
 absl::Status GatherV2Kernel(KernelContext& ctx) {
   RETURN_IF_ERROR(ctx.RequireIndexDType(1));
   const Tensor& params = ctx.input(0);
   const Tensor& indices = ctx.input(1);
-  if (const int64_t b = ctx.attrs().Int("batch_dims"); b != 0) {
-    return ctx.InvalidArgument("batch_dims ", b, " is not supported (only 0)");
-  }
-  const int64_t rank = params.rank();
-  int64_t axis = ctx.attrs().Int("axis");
-  if (axis < -rank || axis >= rank) {
-    return ctx.InvalidArgument("axis ", axis, " is out of range for params ",
-                               ShapeString(params.shape()));
-  }
-  if (axis < 0) axis += rank;
-  const int64_t limit = params.dim(axis);
+  ASSIGN_OR_RETURN(GatherDims g,
+                   ResolveGather(ctx, params.shape(), indices.shape()));
   for (int64_t n = 0; n < indices.num_elements(); ++n) {
     const int64_t index = IndexAt(indices, n);
-    if (index < 0 || index >= limit) {
+    if (index < 0 || index >= g.limit) {
       return ctx.InvalidArgument(
-          "indices[", n, "] = ", index, " is not in [0, ", limit, ") (axis ",
-          axis, " of params ", ShapeString(params.shape()), ")");
+          "indices[", n, "] = ", index, " is not in [0, ", g.limit, ") (axis ",
+          g.axis, " of params ", ShapeString(params.shape()), ")");
     }
   }
-  Shape out_shape(params.shape().begin(), params.shape().begin() + axis);
-  out_shape.insert(out_shape.end(), indices.shape().begin(),
+  Shape out_shape(params.shape().begin(), params.shape().begin() + g.axis);
+  out_shape.insert(out_shape.end(), indices.shape().begin() + g.batch_dims,
                    indices.shape().end());
-  out_shape.insert(out_shape.end(), params.shape().begin() + axis + 1,
+  out_shape.insert(out_shape.end(), params.shape().begin() + g.axis + 1,
                    params.shape().end());
-  int64_t outer = 1, inner = 1;
-  for (int64_t i = 0; i < axis; ++i) outer *= params.dim(i);
-  for (int64_t i = axis + 1; i < rank; ++i) inner *= params.dim(i);
-  const int64_t n_indices = indices.num_elements();
   if (NumElements(out_shape) < 0) {
     return ctx.InvalidArgument("output shape ", ShapeString(out_shape),
                                " is too large");
@@ -243,10 +278,14 @@ absl::Status GatherV2Kernel(KernelContext& ctx) {
     using T = decltype(zero);
     const T* px = params.data<T>();
     T* py = y.mutable_data<T>();
-    for (int64_t o = 0; o < outer; ++o) {
-      for (int64_t n = 0; n < n_indices; ++n) {
-        const T* from = px + (o * limit + IndexAt(indices, n)) * inner;
-        std::copy(from, from + inner, py + (o * n_indices + n) * inner);
+    for (int64_t b = 0; b < g.batch; ++b) {
+      for (int64_t o = 0; o < g.outer; ++o) {
+        const T* slab = px + (b * g.outer + o) * g.limit * g.inner;
+        T* to = py + (b * g.outer + o) * g.n * g.inner;
+        for (int64_t n = 0; n < g.n; ++n) {
+          const T* from = slab + IndexAt(indices, b * g.n + n) * g.inner;
+          std::copy(from, from + g.inner, to + n * g.inner);
+        }
       }
     }
   });
@@ -256,29 +295,42 @@ absl::Status GatherV2Kernel(KernelContext& ctx) {
 
 // dparams for GatherV2: the rows of dy scattered (summed) back to where they
 // were gathered from, with UnsortedSegmentSum over the gather axis (moved to
-// the front and back with Transpose).
+// the front and back with Transpose). With batch dims, batch b's indices
+// are offset by b * limit, so that one segment sum serves every batch.
 void GatherV2Grad(GradContext& g) {
   const Shape& params = g.InputShape(0);
-  const Shape& indices = g.InputShape(1);
+  const Tensor indices = g.Input(1);
+  if (!g.ok()) return;
+  int64_t axis = g.attrs().Int("axis"), b = g.attrs().Int("batch_dims");
   const int64_t rank = static_cast<int64_t>(params.size());
-  int64_t axis = g.attrs().Int("axis");
   if (axis < 0) axis += rank;
-  int64_t outer = 1, inner = 1;
-  for (int64_t i = 0; i < axis; ++i) outer *= params[i];
+  if (b < 0) b += indices.rank();
+  int64_t batch = 1, outer = 1, inner = 1;
+  for (int64_t i = 0; i < b; ++i) batch *= params[i];
+  for (int64_t i = b; i < axis; ++i) outer *= params[i];
   for (int64_t i = axis + 1; i < rank; ++i) inner *= params[i];
-  const int64_t n = NumElements(indices);
-  const std::vector<int64_t> swap = {1, 0, 2};
-  Tensor ids = g.Reshape(g.Input(1), {n});
-  Tensor dx;
-  if (outer == 1) {
-    dx = g.Op("UnsortedSegmentSum", {g.Reshape(g.Grad(0), {n, inner}), ids},
-              {{"num_segments", params[axis]}});
-  } else {
-    Tensor dy = g.Op("Transpose", {g.Reshape(g.Grad(0), {outer, n, inner})},
-                     {{"perm", swap}});
-    dx =
-        g.Op("UnsortedSegmentSum", {dy, ids}, {{"num_segments", params[axis]}});
-    dx = g.Op("Transpose", {dx}, {{"perm", swap}});
+  const int64_t limit = params[axis];
+  const int64_t total = indices.num_elements();
+  const int64_t n = batch == 0 ? 0 : total / batch;
+  Tensor ids = g.Reshape(indices, {total});
+  if (batch > 1) {
+    std::vector<int64_t> shifted(total);
+    for (int64_t i = 0; i < total; ++i) {
+      shifted[i] = IndexAt(indices, i) + (i / n) * limit;
+    }
+    ids = Tensor::FromVector<int64_t>({total}, shifted);
+  }
+  // dy as [batch * n, outer, inner]: the gathered rows first.
+  Tensor dy = g.Reshape(g.Grad(0), {batch, outer, n, inner});
+  if (outer > 1) {
+    dy = g.Op("Transpose", {dy}, {{"perm", std::vector<int64_t>{0, 2, 1, 3}}});
+  }
+  Tensor dx = g.Op("UnsortedSegmentSum",
+                   {g.Reshape(dy, {batch * n, outer * inner}), ids},
+                   {{"num_segments", batch * limit}});
+  if (outer > 1) {
+    dx = g.Op("Transpose", {g.Reshape(dx, {batch, limit, outer, inner})},
+              {{"perm", std::vector<int64_t>{0, 2, 1, 3}}});
   }
   g.SetGrad(0, g.Reshape(dx, params));
 }
@@ -414,8 +466,9 @@ void RegisterArrayOps(OpRegistry& r) {
             .SavesInputs({1})
             .NonDifferentiableInputs({1})
             .Summary("output = params gathered at int indices along `axis` "
-                     "(TF's axis input is an attr here; batch_dims must be "
-                     "0); out-of-range indices are an error"));
+                     "(TF's axis input is an attr here), the first "
+                     "batch_dims dims of params and indices shared; "
+                     "out-of-range indices are an error"));
 }
 
 }  // namespace gradtape

@@ -387,6 +387,8 @@ absl::Status BiasAddGradKernel(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
+// OneHot: depth inserted into indices.shape at `axis` (-1: last).
+// output[p, k, s] = on_value where indices[p, s] == k, else off_value.
 absl::Status OneHotKernel(KernelContext& ctx) {
   RETURN_IF_ERROR(ctx.RequireIndexDType(0));
   const Tensor& indices = ctx.input(0);
@@ -397,20 +399,30 @@ absl::Status OneHotKernel(KernelContext& ctx) {
     return ctx.InvalidArgument("T must be float32 or float64, got ",
                                DTypeName(dtype));
   }
+  const int64_t rank = indices.rank();
+  int64_t axis = ctx.attrs().Int("axis");
+  if (axis < -1 || axis > rank) {
+    return ctx.InvalidArgument("axis ", axis, " must be -1 or in [0, ", rank,
+                               "] for indices of shape ",
+                               ShapeString(indices.shape()));
+  }
+  if (axis == -1) axis = rank;
   Shape shape = indices.shape();
-  shape.push_back(depth);
+  shape.insert(shape.begin() + axis, depth);
   ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, dtype, shape));
+  int64_t suffix = 1;
+  for (int64_t d = axis; d < rank; ++d) suffix *= indices.dim(d);
   const double off = ctx.attrs().Float("off_value");
-  DispatchFloat(dtype, [&](auto zero) {
-    y.flat<decltype(zero)>().setConstant(static_cast<decltype(zero)>(off));
-  });
   const double on = ctx.attrs().Float("on_value");
   DispatchFloat(dtype, [&](auto zero) {
     using T = decltype(zero);
+    y.flat<T>().setConstant(static_cast<T>(off));
     T* p = y.mutable_data<T>();
     for (int64_t i = 0; i < indices.num_elements(); ++i) {
       int64_t k = static_cast<int64_t>(indices.ElementAsDouble(i));
-      if (k >= 0 && k < depth) p[i * depth + k] = static_cast<T>(on);
+      if (k < 0 || k >= depth) continue;
+      const int64_t outer = i / suffix, inner = i % suffix;
+      p[(outer * depth + k) * suffix + inner] = static_cast<T>(on);
     }
   });
   ctx.set_output(0, std::move(y));
@@ -923,10 +935,12 @@ void RegisterNnOps(OpRegistry& r) {
             .OutputDType(DTypeRule::FromAttr("T"))
             .Attr("on_value", 1.0)
             .Attr("off_value", 0.0)
+            .Attr("axis", int64_t{-1})
             .Forward(OneHotKernel)
             .NotDifferentiable()
-            .Summary("indices -> one-hot rows of `depth` (out of range: all "
-                     "off_value)"));
+            .Summary("indices -> one-hot vectors of `depth` along `axis` "
+                     "(-1: last; any in [0, rank]); out of range: all "
+                     "off_value"));
 }
 
 }  // namespace gradtape

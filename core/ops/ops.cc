@@ -20,6 +20,8 @@ void RegisterAllOps(OpRegistry& registry) {
   RegisterComplexOps(registry);
   RegisterVariableOps(registry);
   RegisterTrainingOps(registry);
+  RegisterRandomOps(registry);
+  RegisterGatherOps(registry);
 }
 
 const OpRegistry& DefaultRegistry() {

@@ -42,6 +42,10 @@ void RegisterComplexOps(OpRegistry& registry);
 void RegisterVariableOps(OpRegistry& registry);
 // Optimizers as ops updating variables in place: ResourceApply*.
 void RegisterTrainingOps(OpRegistry& registry);
+// Stateless random numbers (Philox), bit-exact with TensorFlow.
+void RegisterRandomOps(OpRegistry& registry);
+// N-dimensional gather and scatter: GatherNd, ScatterNd.
+void RegisterGatherOps(OpRegistry& registry);
 
 void RegisterAllOps(OpRegistry& registry);
 

@@ -1,10 +1,15 @@
 // Resource variables: VarHandleOp, ReadVariableOp, AssignVariableOp,
-// AssignAddVariableOp, AssignSubVariableOp.
+// AssignAddVariableOp, AssignSubVariableOp, and ResourceGather (the
+// embedding lookup: rows of the variable's value).
 //
 // Reading records like an identity from the handle to the value, so a tape
 // that watches a handle (or was pushed with watch_accessed_variables, which
 // watches every handle an op reads) gets gradients with respect to the
-// variable: the gradient has the variable's dtype and shape.
+// variable: the gradient has the variable's dtype and shape. ResourceGather
+// records the same way; its gradient is a dense tensor of the variable's
+// shape (the rows of dy added where they were gathered), not TensorFlow's
+// IndexedSlices: it is what the optimizers apply.
+#include <algorithm>
 #include <atomic>
 
 #include "absl/strings/str_cat.h"
@@ -124,6 +129,78 @@ absl::Status AssignUpdateKernel(KernelContext& ctx, Combine combine) {
   return absl::OkStatus();
 }
 
+int64_t IndexAt(const Tensor& t, int64_t i) {
+  return t.dtype() == DType::kInt32 ? t.data<int32_t>()[i]
+                                    : t.data<int64_t>()[i];
+}
+
+// ResourceGather with batch_dims 0: output = value[indices] along axis 0,
+// output shape indices.shape + value.shape[1:]. Indices out of range are
+// INVALID_ARGUMENT (validate_indices is always on, as on TensorFlow's CPU).
+absl::Status ResourceGatherKernel(KernelContext& ctx) {
+  ASSIGN_OR_RETURN(Variable * var, VariableInput(ctx, 0));
+  RETURN_IF_ERROR(CheckDType(ctx, *var));
+  RETURN_IF_ERROR(ctx.RequireIndexDType(1));
+  if (const int64_t b = ctx.attrs().Int("batch_dims"); b != 0) {
+    return ctx.InvalidArgument("batch_dims ", b, " is not supported (only 0)");
+  }
+  if (!var->value.valid()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(ctx.op().name, ": variable '", var->name,
+                     "' is uninitialized; assign it first (AssignVariableOp)"));
+  }
+  const Tensor& params = var->value;
+  if (params.rank() < 1) {
+    return ctx.InvalidArgument("variable '", var->name,
+                               "' is a scalar; gathering needs rank >= 1");
+  }
+  const Tensor& indices = ctx.input(1);
+  const int64_t limit = params.dim(0);
+  for (int64_t n = 0; n < indices.num_elements(); ++n) {
+    const int64_t index = IndexAt(indices, n);
+    if (index < 0 || index >= limit) {
+      return ctx.InvalidArgument("indices[", n, "] = ", index,
+                                 " is not in [0, ", limit, ") (variable '",
+                                 var->name, "' of shape ",
+                                 ShapeString(params.shape()), ")");
+    }
+  }
+  Shape out_shape(indices.shape().begin(), indices.shape().end());
+  out_shape.insert(out_shape.end(), params.shape().begin() + 1,
+                   params.shape().end());
+  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, params.dtype(), out_shape));
+  const int64_t inner = limit == 0 ? 0 : params.num_elements() / limit;
+  DispatchAny(params.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* px = params.data<T>();
+    T* py = y.mutable_data<T>();
+    for (int64_t n = 0; n < indices.num_elements(); ++n) {
+      const T* from = px + IndexAt(indices, n) * inner;
+      std::copy(from, from + inner, py + n * inner);
+    }
+  });
+  ctx.set_output(0, std::move(y));
+  return absl::OkStatus();
+}
+
+// d variable = UnsortedSegmentSum(dy rows, indices, variable rows),
+// reshaped to the variable's shape: dense (TensorFlow: IndexedSlices). The
+// variable's shape is fixed at VarHandleOp, so the saved handle tells it.
+void ResourceGatherGrad(GradContext& g) {
+  Tensor handle = g.Input(0), indices = g.Input(1);
+  if (!g.ok()) return;
+  const Variable* var = VariableOf(handle);
+  if (var == nullptr) return;
+  const Shape& shape = var->shape;
+  int64_t inner = 1;
+  for (size_t i = 1; i < shape.size(); ++i) inner *= shape[i];
+  const int64_t n = NumElements(g.InputShape(1));
+  Tensor dx = g.Op("UnsortedSegmentSum",
+                   {g.Reshape(g.Grad(0), {n, inner}), g.Reshape(indices, {n})},
+                   {{"num_segments", shape[0]}});
+  g.SetGrad(0, g.Reshape(dx, shape));
+}
+
 }  // namespace
 
 void RegisterVariableOps(OpRegistry& r) {
@@ -179,6 +256,24 @@ void RegisterVariableOps(OpRegistry& r) {
             .NotDifferentiable()
             .Summary("subtracts value from the variable (same dtype and "
                      "shape; initialized); earlier reads keep the old value"));
+  r.Add(Op("ResourceGather")
+            .Inputs({"resource", "indices"})
+            .ResourceInputs({0})
+            .Outputs({"output"})
+            .Attr("batch_dims", int64_t{0})
+            .Attr("validate_indices", true)
+            .Attr("dtype", DType::kInvalid)
+            // unset (kInvalid): the variable's
+            .OutputDType(DTypeRule::FromAttr("dtype"))
+            .Forward(ResourceGatherKernel)
+            // d variable = UnsortedSegmentSum(dy, indices, rows): dense
+            .Backward(ResourceGatherGrad)
+            .SavesInputs({0, 1})
+            .NonDifferentiableInputs({1})
+            .Summary("value[indices] along axis 0 of the variable (an "
+                     "embedding lookup; batch_dims 0); its gradient is a "
+                     "DENSE tensor of the variable's shape (TensorFlow gives "
+                     "IndexedSlices)"));
 }
 
 }  // namespace gradtape

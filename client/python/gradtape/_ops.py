@@ -53,6 +53,17 @@ _OWN_DTYPE_INPUTS: Dict[str, np.dtype] = {
 }
 _OWN_DTYPE_INPUTS["labels"] = np.dtype(np.int64)  # Tlabels defaults to int64
 _OWN_DTYPE_INPUTS["condition"] = np.dtype(np.bool_)
+# Stateless random ops: seed (Tseed defaults to int64), alg (int32), and key
+# and counter, TensorFlow's uint64, held as int64 bits (gradtape has no
+# uint64).
+_OWN_DTYPE_INPUTS["seed"] = np.dtype(np.int64)
+_OWN_DTYPE_INPUTS["alg"] = np.dtype(np.int32)
+_OWN_DTYPE_INPUTS["key"] = np.dtype(np.int64)
+_OWN_DTYPE_INPUTS["counter"] = np.dtype(np.int64)
+# Ops besides ReadVariableOp that read a variable at a resource input with a
+# gradient to it: a recording tape that watches accessed variables watches
+# the variable first, as TensorFlow does.
+_READS_VARIABLE = frozenset({"ResourceGather"})
 # None: the input takes the dtype its value has (dense labels are floats).
 _OWN_DTYPE_OVERRIDES: Dict[Tuple[str, str], Optional[np.dtype]] = {
     ("OneHot", "indices"): np.dtype(np.int64),
@@ -320,7 +331,14 @@ class OpFunction:
             if isinstance(v, Variable):
                 if v.session is not s:
                     raise ValueError(f"{self.name}: input {self._inputs[i]!r}: the variable belongs to another gradtape session")
-                tensors.append(v.handle if i in self._resource_inputs else v.read_value())
+                if i not in self._resource_inputs:
+                    tensors.append(v.read_value())
+                    continue
+                # An op that reads the variable differentiably (ResourceGather,
+                # TF's embedding lookup) watches it as a read does.
+                if self.name in _READS_VARIABLE and s._tapes.active:
+                    s._tapes.on_read_variable(v)
+                tensors.append(v.handle)
             elif type(v) is Tensor and v._session is s:
                 tensors.append(v)
             elif type(v) is Tensor:

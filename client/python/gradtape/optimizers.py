@@ -12,8 +12,9 @@ recording stopped, so an enclosing tape does not record them.
 
 from __future__ import annotations
 
+import re
 import warnings
-from typing import Dict, Iterable, List, Optional, Tuple, Union
+from typing import Dict, Iterable, List, Optional, Set, Tuple, Union
 
 import numpy as np
 
@@ -221,3 +222,50 @@ class Adam(Optimizer):
             b1p.assign(b1p_value * session.scalar(self.beta_1, d))
             b2p.assign(b2p_value * session.scalar(self.beta_2, d))
         self._power_values = {}
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (Loshchilov & Hutter), with Keras'
+    semantics (``keras.optimizers.AdamW``): before each Adam step,
+    ``var -= var * weight_decay * lr`` (an AssignSubVariableOp on the
+    server), for every variable not excluded with
+    :meth:`exclude_from_weight_decay`.
+    """
+
+    def __init__(
+        self,
+        learning_rate: float = 0.001,
+        weight_decay: float = 0.004,
+        beta_1: float = 0.9,
+        beta_2: float = 0.999,
+        epsilon: float = 1e-7,
+        use_server_op: Optional[bool] = None,
+    ) -> None:
+        super().__init__(learning_rate, beta_1, beta_2, epsilon, use_server_op)
+        if weight_decay is None:
+            raise ValueError("Argument `weight_decay` must be a float. Received: weight_decay=None")
+        self.weight_decay = float(weight_decay)
+        self._exclude_ids: Set[int] = set()
+        self._exclude_names: List[str] = []
+
+    def exclude_from_weight_decay(
+        self, var_list: Optional[Iterable[Variable]] = None, var_names: Optional[Iterable[str]] = None
+    ) -> None:
+        """As Keras: no weight decay for the variables in `var_list`, nor for
+        those whose name contains a match of one of the regexes `var_names`."""
+        self._exclude_ids.update(v.handle.id for v in (var_list or []))
+        self._exclude_names.extend(var_names or [])
+
+    def _decays(self, var: Variable) -> bool:
+        if not self.weight_decay or var.handle.id in self._exclude_ids:
+            return False
+        name = var.name or ""
+        return not any(re.search(pattern, name) for pattern in self._exclude_names)
+
+    def _apply(self, session: Session, grad: Tensor, var: Variable) -> None:
+        if self._decays(var):
+            d = var.dtype
+            wd = session.scalar(self.weight_decay, d)
+            lr = session.scalar(self.learning_rate, d)
+            var.assign_sub(var.read_value() * wd * lr)
+        super()._apply(session, grad, var)

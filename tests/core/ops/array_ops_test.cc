@@ -124,6 +124,59 @@ TEST_F(ArrayOpsTest, GatherV2GradientScattersRepeatedIndices) {
   EXPECT_EQ(Values((*g)[0]), (std::vector<double>{1, 1, 0, 0, 3, 3}));
 }
 
+// tf.gather(params, indices, axis=a, batch_dims=1): batch b gathers from
+// params[b] with indices[b]. Worked by hand on an iota; the gradient of
+// sum(output) counts how often each element was taken.
+TEST_F(ArrayOpsTest, GatherV2BatchDims) {
+  struct Case {
+    Shape params;
+    std::vector<int32_t> indices;
+    int64_t axis, batch_dims;
+    Shape out_shape;
+    std::vector<double> out, grad;
+  } cases[] = {
+      // out[b, n] = p[b, idx[b, n]], p[b, j] = 3 b + j
+      {{2, 3}, {2, 0, 1, 1}, 1, 1, {2, 2}, {2, 0, 4, 4}, {1, 0, 1, 0, 2, 0}},
+      // out[b, o, n] = p[b, o, idx[b, n]], p[b, o, j] = 6 b + 3 o + j
+      {{2, 2, 3},
+       {0, 2, 1, 1},
+       2,
+       -1,
+       {2, 2, 2},
+       {0, 2, 3, 5, 7, 7, 10, 10},
+       {1, 0, 1, 1, 0, 1, 0, 2, 0, 0, 2, 0}},
+  };
+  for (const Case& c : cases) {
+    std::vector<double> iota(NumElements(c.params));
+    for (size_t i = 0; i < iota.size(); ++i) iota[i] = static_cast<double>(i);
+    Tensor params = ctx_.Adopt(Tensor::FromVector<double>(c.params, iota));
+    ASSERT_TRUE(ctx_.tapes().Push(1, false, false).ok());
+    (*ctx_.tapes().Find(1))->Watch(params);
+    auto y = Run("GatherV2",
+                 {params, Tensor::FromVector<int32_t>({2, 2}, c.indices)},
+                 {{"axis", c.axis}, {"batch_dims", c.batch_dims}});
+    ASSERT_TRUE(y.ok()) << y.status();
+    ASSERT_TRUE(ctx_.tapes().Pop(1).ok());
+    EXPECT_EQ((*y)[0].shape(), c.out_shape);
+    EXPECT_EQ(Values((*y)[0]), c.out);
+    auto g = Gradient(ctx_, **ctx_.tapes().Find(1), {(*y)[0]}, {params}, {},
+                      Unconnected::kNone);
+    ASSERT_TRUE(g.ok()) << g.status();
+    EXPECT_EQ(Values((*g)[0]), c.grad);
+    ASSERT_TRUE(ctx_.tapes().Delete(1).ok());
+  }
+  const Tensor idx = Tensor::FromVector<int32_t>({2, 2}, {0, 1, 1, 0});
+  ExpectInvalid("GatherV2", {R({3, 2}, 4), idx},
+                {{"axis", int64_t{1}}, {"batch_dims", int64_t{1}}},
+                {"batch_dims 1", "[3,2]", "[2,2]"});
+  ExpectInvalid("GatherV2", {R({2, 2}, 4), idx},
+                {{"axis", int64_t{1}}, {"batch_dims", int64_t{3}}},
+                {"batch_dims 3"});
+  ExpectInvalid("GatherV2", {R({2, 2, 2}, 4), idx},
+                {{"axis", int64_t{1}}, {"batch_dims", int64_t{2}}},
+                {"batch_dims 2", "axis 1"});
+}
+
 TEST_F(ArrayOpsTest, GatherV2BadInputs) {
   Tensor params = R({3, 2}, 1);
   ExpectInvalid("GatherV2", {params, Tensor::FromVector<int32_t>({2}, {0, 3})},

@@ -125,6 +125,38 @@ TEST_F(NnOpsTest, ActivationErrors) {
   }
 }
 
+// tf.one_hot([[0, 2], [1, 5]], depth=3, axis=a): the depth dim goes at
+// position a of the output (-1: last); 5 is out of range, all off_value.
+TEST_F(NnOpsTest, OneHotAxis) {
+  const Tensor idx = Tensor::FromVector<int32_t>({2, 2}, {0, 2, 1, 5});
+  struct Case {
+    int64_t axis;
+    Shape shape;
+    std::vector<double> values;
+  } cases[] = {
+      // output[i, j, k] = idx[i, j] == k
+      {-1, {2, 2, 3}, {1, 0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0}},
+      {2, {2, 2, 3}, {1, 0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0}},
+      // output[k, i, j] = idx[i, j] == k
+      {0, {3, 2, 2}, {1, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0}},
+      // output[i, k, j] = idx[i, j] == k
+      {1, {2, 3, 2}, {1, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0, 0}},
+  };
+  for (const Case& c : cases) {
+    Tensor y = MustRun("OneHot", {idx},
+                       {{"depth", int64_t{3}},
+                        {"axis", c.axis},
+                        {"on_value", 1.0},
+                        {"off_value", 0.0}});
+    EXPECT_EQ(y.shape(), c.shape) << c.axis;
+    EXPECT_EQ(testing::Values(y), c.values) << c.axis;
+  }
+  ExpectInvalid("OneHot", {idx}, {"axis 3", "[0, 2]"},
+                {{"depth", int64_t{3}}, {"axis", int64_t{3}}});
+  ExpectInvalid("OneHot", {idx}, {"axis -2"},
+                {{"depth", int64_t{3}}, {"axis", int64_t{-2}}});
+}
+
 TEST_F(NnOpsTest, BiasAddV1MatchesBiasAdd) {
   Tensor value = D({2, 3}, {1, 2, 3, 4, 5, 6});
   Tensor bias = D({3}, {10, 20, 30});

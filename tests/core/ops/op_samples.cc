@@ -49,6 +49,8 @@ const std::vector<OpSample>& AllOpSamples() {
     AddComplexSamples(list);
     AddVariableSamples(list);
     AddTrainingSamples(list);
+    AddRandomSamples(list);
+    AddGatherSamples(list);
     return new std::vector<OpSample>(list.Take());
   }();
   return *samples;

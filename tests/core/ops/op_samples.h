@@ -52,6 +52,8 @@ void AddSegmentSamples(SampleList& s);
 void AddComplexSamples(SampleList& s);
 void AddVariableSamples(SampleList& s);
 void AddTrainingSamples(SampleList& s);
+void AddRandomSamples(SampleList& s);
+void AddGatherSamples(SampleList& s);
 
 // Uniform float64 values in [lo, hi]; deterministic for a seed.
 Tensor RandomTensor(Shape shape, double lo, double hi, uint32_t seed);

@@ -28,6 +28,12 @@ void AddArraySamples(SampleList& s) {
   s.Add("GatherV2", "axis -1",
         {R({2, 3}, 51), Tensor::FromVector<int32_t>({2}, {1, 1})},
         {{"axis", int64_t{-1}}});
+  s.Add("GatherV2", "batch_dims 1, axis 1",
+        {R({2, 3, 2}, 52), Tensor::FromVector<int32_t>({2, 2}, {2, 0, 1, 1})},
+        {{"axis", int64_t{1}}, {"batch_dims", int64_t{1}}});
+  s.Add("GatherV2", "batch_dims -1 (= 1), axis 2, int64",
+        {R({2, 2, 3}, 53), Tensor::FromVector<int64_t>({2, 2}, {0, 2, 1, 1})},
+        {{"axis", int64_t{2}}, {"batch_dims", int64_t{-1}}});
   s.Add("StopGradient", "matrix", {R({2, 3}, 52)});
   s.Add("PreventGradient", "with a message", {R({2, 3}, 53)},
         {{"message", std::string("no gradient here")}});

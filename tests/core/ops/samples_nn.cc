@@ -25,6 +25,9 @@ void AddNnSamples(SampleList& s) {
   s.Add("OneHot", "int32 indices",
         {Tensor::FromVector<int32_t>({3}, {0, 2, 1})},
         {{"depth", int64_t{3}}, {"T", DType::kFloat64}});
+  s.Add("OneHot", "axis 0, int64 matrix of indices",
+        {Tensor::FromVector<int64_t>({2, 2}, {0, 2, 1, 3})},
+        {{"depth", int64_t{3}}, {"T", DType::kFloat64}, {"axis", int64_t{0}}});
   s.Add("BiasAddV1", "rank 3", {R({2, 2, 3}, 59), R({3}, 60)});
   s.Add("Relu6", "away from 0 and 6",
         {Tensor::FromVector<double>({2, 3}, {-1.5, 0.7, 3.2, 5.5, 6.8, -0.2})});

@@ -17,6 +17,13 @@ void AddVariableSamples(SampleList& s) {
         {VariableHandle(R({2, 3}, 304)), R({2, 3}, 305)});
   s.Add("AssignSubVariableOp", "same shape",
         {VariableHandle(R({2, 3}, 306)), R({2, 3}, 307)});
+  s.Add("ResourceGather", "rows of a matrix, int32, repeated",
+        {VariableHandle(R({4, 3}, 309)),
+         Tensor::FromVector<int32_t>({3}, {2, 0, 2})});
+  s.Add("ResourceGather", "2-D int64 indices into a 3-D variable",
+        {VariableHandle(R({3, 2, 2}, 310)),
+         Tensor::FromVector<int64_t>({2, 2}, {1, 0, 2, 1})},
+        {{"dtype", DType::kFloat64}});
 }
 
 }  // namespace gradtape::testing

@@ -136,5 +136,84 @@ TEST_F(VariableTest, VariableDiesWithItsLastHandle) {
                                          2 * Session::kSlotBytes);
 }
 
+// ResourceGather on w = [[1, 2], [3, 4], [5, 6]] (id 1) with indices
+// [2, 0, 2] (id 2).
+class ResourceGatherTest : public VariableTest {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(Exec("VarHandleOp", {}, {1},
+                     {{"dtype", DType::kFloat64},
+                      {"shape", std::vector<int64_t>{3, 2}},
+                      {"shared_name", std::string("emb")}})
+                    .ok());
+    ASSERT_TRUE(
+        s_.PutTensor(++seq_, 900,
+                     Tensor::FromVector<double>({3, 2}, {1, 2, 3, 4, 5, 6}))
+            .ok());
+    ASSERT_TRUE(Exec("AssignVariableOp", {1, 900}, {}).ok());
+    ASSERT_TRUE(
+        s_.PutTensor(++seq_, 2, Tensor::FromVector<int32_t>({3}, {2, 0, 2}))
+            .ok());
+  }
+  std::vector<double> All(int64_t id) {
+    absl::StatusOr<Tensor> t = s_.FetchTensor(++seq_, id);
+    EXPECT_TRUE(t.ok()) << t.status();
+    std::vector<double> v;
+    for (int64_t i = 0; t.ok() && i < t->num_elements(); ++i) {
+      v.push_back(t->ElementAsDouble(i));
+    }
+    return v;
+  }
+};
+
+TEST_F(ResourceGatherTest, GathersRows) {
+  ASSERT_TRUE(Exec("ResourceGather", {1, 2}, {3}).ok());
+  absl::StatusOr<Tensor> y = s_.FetchTensor(++seq_, 3);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->shape(), (Shape{3, 2}));
+  EXPECT_EQ(All(3), (std::vector<double>{5, 6, 1, 2, 5, 6}));
+}
+
+// loss = sum(gathered^2): d w = 2 w[i] added once per time row i was
+// gathered: row 0 once, row 1 never, row 2 twice. The same as through
+// ReadVariableOp + GatherV2, and dense of the variable's shape.
+TEST_F(ResourceGatherTest, GradientIsDenseAndMatchesReadPlusGather) {
+  ASSERT_TRUE(s_.PushTape(++seq_, 10, false, false).ok());
+  ASSERT_TRUE(s_.Watch(++seq_, 10, {1}).ok());
+  ASSERT_TRUE(Exec("ResourceGather", {1, 2}, {3}).ok());
+  ASSERT_TRUE(Exec("Square", {3}, {4}).ok());
+  ASSERT_TRUE(Exec("Sum", {4}, {5}).ok());
+  auto g = Grad(10, 5, 1, 6);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ((*g)[0].shape(), (Shape{3, 2}));
+  EXPECT_EQ(All(6), (std::vector<double>{2, 4, 0, 0, 20, 24}));
+
+  ASSERT_TRUE(s_.PushTape(++seq_, 11, false, false).ok());
+  ASSERT_TRUE(s_.Watch(++seq_, 11, {1}).ok());
+  ASSERT_TRUE(Exec("ReadVariableOp", {1}, {13}).ok());
+  ASSERT_TRUE(Exec("GatherV2", {13, 2}, {14}).ok());
+  ASSERT_TRUE(Exec("Square", {14}, {15}).ok());
+  ASSERT_TRUE(Exec("Sum", {15}, {16}).ok());
+  auto h = Grad(11, 16, 1, 17);
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(All(17), All(6));
+}
+
+TEST_F(ResourceGatherTest, RefusesBadIndicesAndBatchDims) {
+  ASSERT_TRUE(
+      s_.PutTensor(++seq_, 20, Tensor::FromVector<int64_t>({2}, {0, 3})).ok());
+  absl::Status st = Exec("ResourceGather", {1, 20}, {21});
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "ResourceGather")) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "indices[1] = 3")) << st;
+  st = Exec("ResourceGather", {1, 2}, {22}, {{"batch_dims", int64_t{1}}});
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "batch_dims 1")) << st;
+  ASSERT_TRUE(s_.PutTensor(++seq_, 23, Tensor::Scalar<double>(1.0)).ok());
+  st = Exec("ResourceGather", {1, 23}, {24});
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "indices")) << st;
+}
+
 }  // namespace
 }  // namespace gradtape

@@ -1,0 +1,322 @@
+// Stateless random numbers, TensorFlow's StatelessRandom* ops: the same
+// shape, seed (or key and counter) and dtype give the same numbers as
+// TensorFlow's CPU kernels, bit for bit (Philox4x32-10, core/ops/philox.h).
+//
+// How the numbers are laid out (TensorFlow's FillPhiloxRandom):
+//   - Uniform and normal: output group g (4 floats or 2 doubles) comes from
+//     the generator's block at counter + g. Uniform float: one 32-bit word
+//     per value; double: two. Normal: Box-Muller on pairs of uniforms.
+//   - Truncated normal: group g starts at counter + 256 g (float) or
+//     counter + 128 g (double) and reads words one by one, keeping the
+//     Box-Muller normals with |x| < 2 until the group is full.
+//   - The last group may be partial: its first values are kept.
+//
+// Seeds: the V2 ops take key (uint64[1]) and counter (uint64[2]) and alg
+// (1 = Philox; 3 = auto select, Philox on CPU; 2 = ThreeFry is refused).
+// gradtape has no uint64 dtype, so key and counter are int64 tensors
+// holding the same 64 bits (a client passes the bit pattern). The V1 ops
+// take seed (int32 / int64 [2]) and scramble it into a key and counter with
+// one Philox block, as TensorFlow's GenerateKey does.
+//
+// Not differentiable (TensorFlow registers them so): nothing flows back
+// into shape or seed.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "core/base/status_macros.h"
+#include "core/ops/kernel_util.h"
+#include "core/ops/ops.h"
+#include "core/ops/philox.h"
+
+namespace gradtape {
+namespace {
+
+enum class Dist { kUniform, kNormal, kTruncatedNormal };
+
+int64_t IntAt(const Tensor& t, int64_t i) {
+  return t.dtype() == DType::kInt32 ? t.data<int32_t>()[i]
+                                    : t.data<int64_t>()[i];
+}
+
+// Checks that an optional type attr (kInvalid: inferred) names input i's
+// dtype, as TensorFlow's Tshape / T / Tseed do.
+absl::Status CheckTypeAttr(const KernelContext& ctx, const char* attr, int i) {
+  const DType want = ctx.attrs().Type(attr);
+  if (want != DType::kInvalid && want != ctx.input(i).dtype()) {
+    return ctx.InvalidArgument("attr ", attr, " is ", DTypeName(want),
+                               ", but input ", ctx.op().input_names[i], " is ",
+                               DTypeName(ctx.input(i).dtype()));
+  }
+  return absl::OkStatus();
+}
+
+// Input 0 as the output shape: an int32 / int64 vector of dims >= 0.
+absl::StatusOr<Shape> OutputShape(const KernelContext& ctx,
+                                  const char* shape_attr) {
+  RETURN_IF_ERROR(ctx.RequireIndexDType(0));
+  RETURN_IF_ERROR(CheckTypeAttr(ctx, shape_attr, 0));
+  const Tensor& t = ctx.input(0);
+  if (t.rank() != 1 || t.dim(0) > 64) {
+    return ctx.InvalidArgument(
+        "shape must be a vector of at most 64 dims, got shape ",
+        ShapeString(t.shape()));
+  }
+  Shape shape(t.dim(0));
+  for (int64_t d = 0; d < t.dim(0); ++d) {
+    shape[d] = IntAt(t, d);
+    if (shape[d] < 0) {
+      return ctx.InvalidArgument("shape[", d, "] is ", shape[d],
+                                 " (dims must be >= 0)");
+    }
+  }
+  return shape;
+}
+
+// The dtype attr: float32 or float64.
+absl::StatusOr<DType> OutputDTypeAttr(const KernelContext& ctx) {
+  const DType dtype = ctx.attrs().Type("dtype");
+  if (!IsFloating(dtype)) {
+    return ctx.InvalidArgument("attr dtype is ", DTypeName(dtype),
+                               ", expected float32 or float64");
+  }
+  return dtype;
+}
+
+// V1: key and counter from seed (input 1), TensorFlow's GenerateKey: the
+// seed words go through one Philox block under a fixed key; its first two
+// words are the key, its last two the high half of the counter.
+absl::StatusOr<Philox4x32> GeneratorFromSeed(const KernelContext& ctx) {
+  RETURN_IF_ERROR(ctx.RequireIndexDType(1));
+  RETURN_IF_ERROR(CheckTypeAttr(ctx, "Tseed", 1));
+  const Tensor& seed = ctx.input(1);
+  if (seed.shape() != Shape{2}) {
+    return ctx.InvalidArgument("seed must have shape [2], got shape ",
+                               ShapeString(seed.shape()));
+  }
+  // An int32 seed word widens with its sign, as C++ int -> uint64 does.
+  const uint64_t s0 = static_cast<uint64_t>(IntAt(seed, 0));
+  const uint64_t s1 = static_cast<uint64_t>(IntAt(seed, 1));
+  Philox4x32 scramble =
+      Philox4x32::FromWords(uint64_t{0x02461e293ec8f720}, s0, s1);
+  const Philox4x32::Block mix = scramble.Next();
+  return Philox4x32({0, 0, mix[2], mix[3]}, {mix[0], mix[1]});
+}
+
+// V2: key (input 1, int64 [1]), counter (input 2, int64 [>= 2]) and alg
+// (input 3, int32 scalar).
+absl::StatusOr<Philox4x32> GeneratorFromKeyCounter(const KernelContext& ctx) {
+  const Tensor &key = ctx.input(1), &counter = ctx.input(2),
+               &alg = ctx.input(3);
+  if (key.dtype() != DType::kInt64 || key.shape() != Shape{1}) {
+    return ctx.InvalidArgument(
+        "key must be int64 of shape [1] (uint64 bits), got ",
+        DTypeName(key.dtype()), " of shape ", ShapeString(key.shape()));
+  }
+  // As TensorFlow, a longer counter is accepted and its first two used.
+  if (counter.dtype() != DType::kInt64 || counter.rank() != 1 ||
+      counter.dim(0) < 2) {
+    return ctx.InvalidArgument(
+        "counter must be an int64 vector of length at least 2 (uint64 bits) "
+        "for Philox, got ",
+        DTypeName(counter.dtype()), " of shape ", ShapeString(counter.shape()));
+  }
+  if (alg.dtype() != DType::kInt32 || alg.rank() != 0) {
+    return ctx.InvalidArgument("alg must be an int32 scalar, got ",
+                               DTypeName(alg.dtype()), " of shape ",
+                               ShapeString(alg.shape()));
+  }
+  const int32_t a = alg.data<int32_t>()[0];
+  if (a == 2) {
+    return ctx.InvalidArgument(
+        "alg 2 (ThreeFry) is not supported; use 1 (Philox) or 3 (auto "
+        "select, Philox on CPU)");
+  }
+  if (a != 1 && a != 3) {
+    return ctx.InvalidArgument("alg ", a,
+                               " is not a known algorithm (1 Philox, 3 auto "
+                               "select)");
+  }
+  const int64_t* c = counter.data<int64_t>();
+  return Philox4x32::FromWords(static_cast<uint64_t>(key.data<int64_t>()[0]),
+                               static_cast<uint64_t>(c[0]),
+                               static_cast<uint64_t>(c[1]));
+}
+
+// The 32-bit words of a generator one at a time (TensorFlow's
+// SingleSampleAdapter): a block is drawn when the last one is used up.
+class Words {
+ public:
+  explicit Words(Philox4x32 gen) : gen_(gen) {}
+  uint32_t operator()() {
+    if (used_ == 4) {
+      block_ = gen_.Next();
+      used_ = 0;
+    }
+    return block_[used_++];
+  }
+
+ private:
+  Philox4x32 gen_;
+  Philox4x32::Block block_{};
+  int used_ = 4;
+};
+
+// Values per output group: one block's worth (4 floats or 2 doubles).
+template <typename T>
+constexpr int kGroup = sizeof(T) == 4 ? 4 : 2;
+
+template <typename T>
+void UniformGroup(const Philox4x32::Block& b, T* out) {
+  if constexpr (sizeof(T) == 4) {
+    for (int i = 0; i < 4; ++i) out[i] = PhiloxUniformFloat(b[i]);
+  } else {
+    out[0] = PhiloxUniformDouble(b[0], b[1]);
+    out[1] = PhiloxUniformDouble(b[2], b[3]);
+  }
+}
+
+template <typename T>
+void NormalGroup(const Philox4x32::Block& b, T* out) {
+  if constexpr (sizeof(T) == 4) {
+    PhiloxNormalFloats(b[0], b[1], &out[0], &out[1]);
+    PhiloxNormalFloats(b[2], b[3], &out[2], &out[3]);
+  } else {
+    PhiloxNormalDoubles(b[0], b[1], b[2], b[3], &out[0], &out[1]);
+  }
+}
+
+// One truncated-normal group: Box-Muller pairs from consecutive words, each
+// value with |x| < 2 kept in order. False if the (generous) bound on pairs
+// runs out, which no Philox stream comes near (a pair is all rejected with
+// probability 0.002).
+template <typename T>
+bool TruncatedNormalGroup(Words& words, T* out) {
+  int filled = 0;
+  for (int pair = 0; pair < (1 << 20); ++pair) {
+    T v[2];
+    if constexpr (sizeof(T) == 4) {
+      const uint32_t x0 = words(), x1 = words();
+      PhiloxNormalFloats(x0, x1, &v[0], &v[1]);
+    } else {
+      const uint32_t x0 = words(), x1 = words(), x2 = words(), x3 = words();
+      PhiloxNormalDoubles(x0, x1, x2, x3, &v[0], &v[1]);
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (std::abs(v[i]) < T(2)) {
+        out[filled++] = v[i];
+        if (filled == kGroup<T>) return true;
+      }
+    }
+  }
+  return false;
+}
+
+// Fills out[0, n) from gen with the distribution `dist`.
+template <typename T>
+bool Fill(Dist dist, Philox4x32 gen, T* out, int64_t n) {
+  constexpr int kG = kGroup<T>;
+  // Blocks reserved per truncated-normal group: 256 words per value.
+  constexpr uint64_t kTruncatedSkip = kG * 256 / 4;
+  T group[kG];
+  for (int64_t start = 0, g = 0; start < n; start += kG, ++g) {
+    if (dist == Dist::kTruncatedNormal) {
+      Philox4x32 at = gen;
+      at.Skip(static_cast<uint64_t>(g) * kTruncatedSkip);
+      Words words(at);
+      if (!TruncatedNormalGroup(words, group)) return false;
+    } else if (dist == Dist::kUniform) {
+      UniformGroup(gen.Next(), group);
+    } else {
+      NormalGroup(gen.Next(), group);
+    }
+    std::copy(group, group + std::min<int64_t>(kG, n - start), out + start);
+  }
+  return true;
+}
+
+absl::Status RandomKernel(KernelContext& ctx, Dist dist, bool v2) {
+  ASSIGN_OR_RETURN(const DType dtype, OutputDTypeAttr(ctx));
+  ASSIGN_OR_RETURN(Shape shape, OutputShape(ctx, v2 ? "Tshape" : "T"));
+  ASSIGN_OR_RETURN(Philox4x32 gen,
+                   v2 ? GeneratorFromKeyCounter(ctx) : GeneratorFromSeed(ctx));
+  ASSIGN_OR_RETURN(Tensor out, Allocate(ctx, dtype, shape));
+  bool ok = true;
+  DispatchFloat(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    ok = Fill<T>(dist, gen, out.mutable_data<T>(), out.num_elements());
+  });
+  if (!ok) {
+    return absl::InternalError(absl::StrCat(
+        ctx.op().name, ": truncated normal rejection ran out of samples"));
+  }
+  ctx.set_output(0, std::move(out));
+  return absl::OkStatus();
+}
+
+// StatelessRandom*V2(shape, key, counter, alg).
+Op RandomV2(Op op, Dist dist) {
+  return std::move(op.Inputs({"shape", "key", "counter", "alg"})
+                       .Outputs({"output"})
+                       .Attr("dtype", DType::kFloat32)
+                       .Attr("Tshape", DType::kInvalid)
+                       .OutputDType(DTypeRule::FromAttr("dtype"))
+                       .Forward([dist](KernelContext& ctx) {
+                         return RandomKernel(ctx, dist, true);
+                       })
+                       .NotDifferentiable());
+}
+
+// StatelessRandom*(shape, seed).
+Op RandomV1(Op op, Dist dist) {
+  return std::move(op.Inputs({"shape", "seed"})
+                       .Outputs({"output"})
+                       .Attr("dtype", DType::kFloat32)
+                       .Attr("T", DType::kInvalid)
+                       .Attr("Tseed", DType::kInvalid)
+                       .OutputDType(DTypeRule::FromAttr("dtype"))
+                       .Forward([dist](KernelContext& ctx) {
+                         return RandomKernel(ctx, dist, false);
+                       })
+                       .NotDifferentiable());
+}
+
+constexpr char kV2Seeds[] =
+    "; key int64[1] and counter int64[2] hold TensorFlow's uint64 bits; alg "
+    "1 (Philox) or 3 (auto: Philox), ThreeFry refused; bit-exact with "
+    "TensorFlow's CPU kernels";
+constexpr char kV1Seeds[] =
+    "; seed int32/int64[2] scrambled into a Philox key and counter as "
+    "TensorFlow does; bit-exact with TensorFlow's CPU kernels";
+
+}  // namespace
+
+void RegisterRandomOps(OpRegistry& r) {
+  r.Add(RandomV2(Op("StatelessRandomUniformV2"), Dist::kUniform)
+            .Summary(absl::StrCat("uniform in [0, 1) of shape and dtype "
+                                  "(float32, float64), from key and counter",
+                                  kV2Seeds)));
+  r.Add(RandomV2(Op("StatelessRandomNormalV2"), Dist::kNormal)
+            .Summary(absl::StrCat("standard normal (Box-Muller) of shape and "
+                                  "dtype, from key and counter",
+                                  kV2Seeds)));
+  r.Add(RandomV2(Op("StatelessTruncatedNormalV2"), Dist::kTruncatedNormal)
+            .Summary(absl::StrCat("standard normal truncated to (-2, 2) by "
+                                  "rejection, of shape and dtype, from key "
+                                  "and counter",
+                                  kV2Seeds)));
+  r.Add(RandomV1(Op("StatelessRandomUniform"), Dist::kUniform)
+            .Summary(absl::StrCat("uniform in [0, 1) of shape and dtype "
+                                  "(float32, float64), from seed",
+                                  kV1Seeds)));
+  r.Add(RandomV1(Op("StatelessRandomNormal"), Dist::kNormal)
+            .Summary(absl::StrCat("standard normal (Box-Muller) of shape and "
+                                  "dtype, from seed",
+                                  kV1Seeds)));
+  r.Add(RandomV1(Op("StatelessTruncatedNormal"), Dist::kTruncatedNormal)
+            .Summary(absl::StrCat("standard normal truncated to (-2, 2) by "
+                                  "rejection, of shape and dtype, from seed",
+                                  kV1Seeds)));
+}
+
+}  // namespace gradtape
