@@ -88,4 +88,40 @@ Tensor Cast(const Tensor& x, DType dtype) {
 Tensor ZerosLike(const Tensor& x) { return Unary("ZerosLike", x); }
 Tensor OnesLike(const Tensor& x) { return Unary("OnesLike", x); }
 
+Tensor ConcatV2(absl::Span<const Tensor> values, const Tensor& axis) {
+  std::vector<Tensor> inputs(values.begin(), values.end());
+  inputs.push_back(axis);
+  const int64_t n = static_cast<int64_t>(values.size());
+  return std::move(Execute("ConcatV2", inputs, {{"N", n}}, 1)[0]);
+}
+
+Tensor Pack(absl::Span<const Tensor> values, int64_t axis) {
+  const int64_t n = static_cast<int64_t>(values.size());
+  return std::move(Execute("Pack", values, {{"N", n}, {"axis", axis}}, 1)[0]);
+}
+
+namespace {
+
+// A count the server refuses (negative, past the list cap) asks for no
+// handles; the server's error names it.
+int Count(int64_t n) { return n < 0 || n > 65536 ? 0 : static_cast<int>(n); }
+
+}  // namespace
+
+std::vector<Tensor> Unpack(const Tensor& value, int64_t num, int64_t axis) {
+  return Execute("Unpack", {value}, {{"num", num}, {"axis", axis}}, Count(num));
+}
+
+std::vector<Tensor> Split(const Tensor& split_dim, const Tensor& value,
+                          int64_t num_split) {
+  return Execute("Split", {split_dim, value}, {{"num_split", num_split}},
+                 Count(num_split));
+}
+
+std::vector<Tensor> SplitV(const Tensor& value, const Tensor& size_splits,
+                           const Tensor& split_dim, int64_t num_split) {
+  return Execute("SplitV", {value, size_splits, split_dim},
+                 {{"num_split", num_split}}, Count(num_split));
+}
+
 }  // namespace gradtape::client

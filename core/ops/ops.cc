@@ -22,6 +22,7 @@ void RegisterAllOps(OpRegistry& registry) {
   RegisterTrainingOps(registry);
   RegisterRandomOps(registry);
   RegisterGatherOps(registry);
+  RegisterConcatOps(registry);
 }
 
 const OpRegistry& DefaultRegistry() {

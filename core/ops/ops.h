@@ -24,6 +24,8 @@ void RegisterSliceOps(OpRegistry& registry);
 // Layout: ExpandDims, Squeeze, Tile, Fill, Range, Reverse(V2), Pad(V2),
 // MirrorPad and MirrorPadGrad.
 void RegisterLayoutOps(OpRegistry& registry);
+// Lists of tensors: ConcatV2, Pack, Unpack, Split, SplitV.
+void RegisterConcatOps(OpRegistry& registry);
 // Activations, softmax and losses, BiasAdd.
 void RegisterNnOps(OpRegistry& registry);
 // Convolutions (NHWC/NDHWC, im2col + Eigen GEMM) and Dilation2D.

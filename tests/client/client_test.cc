@@ -109,6 +109,32 @@ TEST_F(ClientTest, TypedOpsComputeOnTheServer) {
   EXPECT_EQ(sum->ToDoubles(), (std::vector<double>{4, 6}));
 }
 
+TEST_F(ClientTest, ListOpsTakeAndReturnLists) {
+  const Tensor a = session_->Put<double>({2, 2}, {1, 2, 3, 4});
+  const Tensor b = session_->Put<double>({2, 1}, {5, 6});
+  const Tensor one = session_->Put<int32_t>({}, {1});
+  const Tensor zero = session_->Put<int32_t>({}, {0});
+  const Tensor ab[] = {a, b, a};
+  // [[1, 2, 5, 1, 2], [3, 4, 6, 3, 4]]
+  EXPECT_EQ(FetchValues(ConcatV2(ab, one)),
+            (std::vector<double>{1, 2, 5, 1, 2, 3, 4, 6, 3, 4}));
+  const Tensor aa[] = {a, a};
+  absl::StatusOr<HostTensor> p = session_->Fetch(Pack(aa, 1));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->shape, (std::vector<int64_t>{2, 2, 2}));
+  EXPECT_EQ(p->ToDoubles(), (std::vector<double>{1, 2, 1, 2, 3, 4, 3, 4}));
+  std::vector<Tensor> cols = Unpack(a, 2, /*axis=*/1);
+  ASSERT_EQ(cols.size(), 2u);
+  EXPECT_EQ(FetchValues(cols[1]), (std::vector<double>{2, 4}));
+  std::vector<Tensor> rows = Split(zero, a, 2);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(FetchValues(rows[1]), (std::vector<double>{3, 4}));
+  const Tensor sizes = session_->Put<int32_t>({2}, {-1, 1});
+  std::vector<Tensor> parts = SplitV(a, sizes, one, 2);
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(FetchValues(parts[0]), (std::vector<double>{1, 3}));
+}
+
 // The same MLP, loss and gradients through the server and in-process with
 // the core.
 TEST_F(ClientTest, MlpLossAndGradientsMatchTheCoreInProcess) {

@@ -62,6 +62,18 @@ Tensor Cast(const Tensor& x, DType dtype);
 Tensor ZerosLike(const Tensor& x);
 Tensor OnesLike(const Tensor& x);
 
+// The list ops (ListOps' OpInfo.list_input / list_output): the length attr
+// of a list input (N) is filled in from `values`; a list output has as many
+// handles as its length attr says. Axes are int32 / int64 scalar tensors
+// where TensorFlow takes a tensor, int attrs where it takes an attr.
+Tensor ConcatV2(absl::Span<const Tensor> values, const Tensor& axis);
+Tensor Pack(absl::Span<const Tensor> values, int64_t axis = 0);
+std::vector<Tensor> Unpack(const Tensor& value, int64_t num, int64_t axis = 0);
+std::vector<Tensor> Split(const Tensor& split_dim, const Tensor& value,
+                          int64_t num_split);
+std::vector<Tensor> SplitV(const Tensor& value, const Tensor& size_splits,
+                           const Tensor& split_dim, int64_t num_split);
+
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return Add(a, b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return Sub(a, b); }
 inline Tensor operator*(const Tensor& a, const Tensor& b) { return Mul(a, b); }
