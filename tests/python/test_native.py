@@ -214,3 +214,26 @@ def test_a_long_fetch_lets_other_python_threads_run(server_address):
         inside = sum(1 for x in ticks if lo < x < hi)
         assert end - start > 0.02, f"the fetch took only {end - start:.4f} s"
         assert inside > 100, (inside, end - start)
+
+
+_AFTER_TENSORFLOW = """
+import sys
+import tensorflow as tf  # first: its wheels export their own protobuf, absl, gRPC
+import gradtape
+with gradtape.connect(sys.argv[1], native=True) as s:
+    assert type(s._core).__name__ == "NativeCore"
+    print("VALUE", float((s.constant([1.5, 2.0]) * 2.0).numpy().sum()), float(tf.constant(2.0) * 3.0))
+"""
+
+
+def test_the_extension_works_with_tensorflow_imported_first(server_address):
+    """`import tensorflow` before gradtape (a port from tf.GradientTape): the
+    extension is loaded with RTLD_DEEPBIND so TF's symbols do not replace
+    the system gRPC's (without it the first connect crashed with SIGSEGV)."""
+    pytest.importorskip("tensorflow")
+    done = subprocess.run(
+        [sys.executable, "-c", _AFTER_TENSORFLOW, server_address],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "VALUE 7.0 6.0" in done.stdout

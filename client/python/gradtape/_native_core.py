@@ -15,6 +15,8 @@ Importing this module raises ImportError when the extension is not built;
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Dict, List, Mapping, Optional, Tuple
 
 import grpc
@@ -22,7 +24,27 @@ import numpy as np
 
 from gradtape import _backend, _dtypes, _transport
 from gradtape._core import SESSION_ID_HEADER, SESSION_TOKEN_HEADER, TRANSPORT_COUNTERS
-from gradtape._native import Core  # ImportError when the extension is not built
+
+
+def _load_extension() -> None:
+    """Imports gradtape._native with RTLD_DEEPBIND where the platform has it.
+    TensorFlow's wheels export their own protobuf, absl and gRPC symbols;
+    with TensorFlow imported first, those would resolve the extension's
+    references meant for the system's gRPC C++ and protobuf, and the first
+    connect crashed (segfault). Deep binding makes the extension and the
+    libraries it brings prefer their own definitions."""
+    deepbind = getattr(os, "RTLD_DEEPBIND", 0)
+    flags = sys.getdlopenflags()
+    if deepbind:
+        sys.setdlopenflags(flags | deepbind)
+    try:
+        import gradtape._native  # noqa: F401 (ImportError when the extension is not built)
+    finally:
+        sys.setdlopenflags(flags)
+
+
+_load_extension()
+from gradtape._native import Core  # noqa: E402
 from gradtape.errors import GradtapeError, SessionLostError, status_code
 from gradtape.v1 import tape_service_pb2 as pb
 from gradtape.v1 import tape_service_pb2_grpc as pb_grpc
