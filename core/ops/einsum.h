@@ -6,7 +6,8 @@
 // labels are letters, "..." stands for broadcast dims (numpy-style, right
 // aligned across the operands). A label repeated in one operand takes the
 // diagonal ("ii->i"); a label in no output is summed ("ij->i", "ij,jk->ik");
-// "...ij,...jk->...ik" broadcasts the ellipsis dims. Dims of one named label
+// "...ij,...jk->...ik" broadcasts the ellipsis dims (the output must have
+// "..." when they are not empty). Dims of one named label
 // must be equal everywhere; ellipsis dims broadcast (1 against n).
 #ifndef GRADTAPE_CORE_OPS_EINSUM_H_
 #define GRADTAPE_CORE_OPS_EINSUM_H_

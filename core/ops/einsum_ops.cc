@@ -108,6 +108,10 @@ absl::Status ParseOutput(absl::string_view equation, absl::string_view rhs,
                          int ellipsis_total, EinsumEquation& eq) {
   ASSIGN_OR_RETURN(std::vector<int> sub,
                    ParseSubscripts(rhs, equation, "the output"));
+  if (ellipsis_total > 0 && NamedCount(sub) == static_cast<int>(sub.size())) {
+    return EinsumError(equation, "the operands have ", ellipsis_total,
+                       " broadcast dims but the output has no \"...\"");
+  }
   eq.output = ExpandEllipsis(sub, ellipsis_total, ellipsis_total);
   std::vector<bool> seen(eq.sizes.size(), false);
   for (int l : eq.output) {

@@ -154,13 +154,11 @@ TEST_F(EinsumTest, EllipsisDimsBroadcast) {
                {3, 2, 2}, want);
   ExpectEinsum("...ij,...jk->...ik", {Make({3, 2, 2}, x), Make({2, 2}, y)},
                {3, 2, 2}, want);
-  // An ellipsis missing from the output is summed: sum over the batch.
-  std::vector<double> summed(4, 0.0);
-  for (int b = 0; b < 3; ++b) {
-    for (int i = 0; i < 4; ++i) summed[i] += want[b * 4 + i];
-  }
-  ExpectEinsum("...ij,...jk->ik", {Make({3, 2, 2}, x), Make({2, 2}, y)}, {2, 2},
-               summed);
+  // As in TensorFlow, broadcast dims need "..." in the output, and an
+  // ellipsis of no dims is nothing.
+  ExpectInvalid("...ij,...jk->ik", {Make({3, 2, 2}, x), Make({2, 2}, y)},
+                {"1 broadcast dims", "no \"...\""});
+  ExpectEinsum("...ij->ji", {kA}, {2, 2}, {1, 3, 2, 4});
   // Unary: "...ii->...i", the diagonal of each batch matrix.
   ExpectEinsum("...ii->...i", {Make({3, 2, 2}, x)}, {3, 2},
                {x[0], x[3], x[4], x[7], x[8], x[11]});
