@@ -164,6 +164,27 @@ TEST_F(EinsumTest, EllipsisDimsBroadcast) {
                {x[0], x[3], x[4], x[7], x[8], x[11]});
 }
 
+// Mixed forms, against TensorFlow 2.21's Einsum on the same Fill inputs.
+TEST_F(EinsumTest, MixedFormsMatchTensorFlow) {
+  auto f = [](const Shape& shape) {
+    return Make(shape, Fill(NumElements(shape)));
+  };
+  ExpectEinsum("bij,bkj->bik", {f({2, 2, 3}), f({2, 2, 3})}, {2, 2, 2},
+               {3.5, -8.0, -8.0, 19.25, 48.5, -66.5, -66.5, 91.25});
+  ExpectEinsum("iij->j", {f({2, 2, 3})}, {3}, {-4.5, 4.5, -4.5});
+  ExpectEinsum("...i,...i->...", {f({2, 1, 3}), f({4, 3})}, {2, 4},
+               {3.5, -8.0, 12.5, -17.0, -8.0, 19.25, -30.5, 41.75});
+  ExpectEinsum(
+      "ab,cd->dcba", {f({2, 1}), f({3, 2})}, {2, 3, 1, 2},
+      {0.25, -0.5, 0.75, -1.5, 1.25, -2.5, -0.5, 1.0, -1.0, 2.0, -1.5, 3.0});
+  ExpectEinsum("ii,jj->ij", {f({2, 2}), f({3, 3})}, {2, 3},
+               {0.25, 1.25, 2.25, -1.0, -5.0, -9.0});
+  ExpectEinsum("ij,ij->ji", {f({2, 3}), f({2, 3})}, {3, 2},
+               {0.25, 4.0, 1.0, 6.25, 2.25, 9.0});
+  ExpectEinsum("ijk,ikj->", {f({2, 2, 2}), f({2, 2, 2})}, {}, {2.5});
+  ExpectEinsum("iji->j", {f({2, 3, 2})}, {3}, {-3.5, -3.5, -3.5});
+}
+
 TEST_F(EinsumTest, EmptyAndFloat32) {
   // A contracted label of size 0: zeros.
   ExpectEinsum("ij,jk->ik", {Make({2, 0}, {}), Make({0, 3}, {})}, {2, 3},
