@@ -305,6 +305,18 @@ void ToProto(const OpDef& op, v1::OpInfo* out) {
       out->add_any_kind_inputs(i);
     }
   }
+  if (op.list_input.present()) {
+    v1::ListArgument* list = out->mutable_list_input();
+    list->set_index(op.list_input.index);
+    list->set_length_attr(op.list_input.attr);
+    list->set_min_length(op.list_input.min_length);
+  }
+  if (op.list_output.present()) {
+    v1::ListArgument* list = out->mutable_list_output();
+    list->set_index(0);
+    list->set_length_attr(op.list_output.attr);
+    list->set_min_length(op.list_output.min_length);
+  }
 }
 
 namespace {

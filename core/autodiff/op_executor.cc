@@ -24,12 +24,21 @@ absl::Status RunKernel(const OpDef& op, KernelContext& kernel) {
 }  // namespace
 
 absl::Status OpExecutor::Execute(
-    const OpDef& op, absl::Span<const Tensor> inputs, AttrMap attrs,
+    const OpDef& declared, absl::Span<const Tensor> inputs, AttrMap attrs,
     Tensors* outputs, std::shared_ptr<const GradientProgram> custom) {
-  if (static_cast<int>(inputs.size()) != op.num_inputs()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op.name, ": takes ", op.num_inputs(), " inputs, got ", inputs.size()));
+  // A list op runs as its flat instance for these attrs, which the tape
+  // entries recording it keep alive.
+  std::shared_ptr<const OpDef> instance;
+  if (declared.has_lists()) {
+    RETURN_IF_ERROR(declared.ResolveAttrs(&attrs));
+    ASSIGN_OR_RETURN(
+        instance, declared.Instantiate(attrs, static_cast<int>(inputs.size())));
+  } else if (static_cast<int>(inputs.size()) != declared.num_inputs()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(declared.name, ": takes ", declared.num_inputs(),
+                     " inputs, got ", inputs.size()));
   }
+  const OpDef& op = instance != nullptr ? *instance : declared;
   RETURN_IF_ERROR(op.ResolveAttrs(&attrs));
   RETURN_IF_ERROR(op.CheckInputKinds(inputs));
   outputs->clear();
@@ -54,7 +63,7 @@ absl::Status OpExecutor::Execute(
   }
   // The fast path: no tape could record, so inputs are never looked at.
   if (tapes_.CouldRecord() && (op.differentiable() || custom != nullptr)) {
-    tapes_.Record(op, attrs, inputs, *outputs, std::move(custom));
+    tapes_.Record(op, attrs, inputs, *outputs, std::move(custom), instance);
   }
   // Forward mode: one check when no accumulator is active.
   if (!accumulators_.CouldAccumulate()) return absl::OkStatus();

@@ -48,10 +48,12 @@ void Tape::RecordOperation(const OpDef& op,
                            std::shared_ptr<const AttrMap> attrs,
                            absl::Span<const Tensor> inputs,
                            absl::Span<const Tensor> outputs,
-                           std::shared_ptr<const GradientProgram> custom) {
+                           std::shared_ptr<const GradientProgram> custom,
+                           std::shared_ptr<const OpDef> instance) {
   const int64_t op_id = entries_.next_id();
   TapeEntry& entry = entries_.Append();
   entry.op = &op;
+  entry.instance = std::move(instance);
   entry.attrs = std::move(attrs);
   const std::vector<bool>& input_saved =
       custom ? CustomSavedInputs(*custom) : op.input_saved;
@@ -216,7 +218,8 @@ void Tape::EntryStore::Clear() {
 void TapeSet::Record(const OpDef& op, const AttrMap& attrs,
                      absl::Span<const Tensor> inputs,
                      absl::Span<const Tensor> outputs,
-                     std::shared_ptr<const GradientProgram> custom) {
+                     std::shared_ptr<const GradientProgram> custom,
+                     std::shared_ptr<const OpDef> instance) {
   std::shared_ptr<const AttrMap> shared_attrs;
   for (Tape* tape : active_) {
     if (tape->watch_accessed_variables()) {
@@ -228,7 +231,7 @@ void TapeSet::Record(const OpDef& op, const AttrMap& attrs,
     if (shared_attrs == nullptr && !attrs.empty()) {
       shared_attrs = std::make_shared<const AttrMap>(attrs);
     }
-    tape->RecordOperation(op, shared_attrs, inputs, outputs, custom);
+    tape->RecordOperation(op, shared_attrs, inputs, outputs, custom, instance);
   }
 }
 

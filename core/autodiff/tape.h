@@ -51,6 +51,8 @@ struct TensorMeta {
 
 struct TapeEntry {
   const OpDef* op = nullptr;
+  // Owns `op` when it is a list op's instance (OpDef::Instantiate).
+  std::shared_ptr<const OpDef> instance;
   std::shared_ptr<const AttrMap> attrs;  // null: no attrs
   absl::InlinedVector<TensorMeta, 2> inputs;
   absl::InlinedVector<TensorMeta, 1> outputs;
@@ -93,7 +95,8 @@ class Tape {
   void RecordOperation(const OpDef& op, std::shared_ptr<const AttrMap> attrs,
                        absl::Span<const Tensor> inputs,
                        absl::Span<const Tensor> outputs,
-                       std::shared_ptr<const GradientProgram> custom = nullptr);
+                       std::shared_ptr<const GradientProgram> custom = nullptr,
+                       std::shared_ptr<const OpDef> instance = nullptr);
   // The variable handles this tape watched (explicitly, or as accessed
   // variables), in watch order, one per variable (TensorFlow's
   // watched_variables). The tape keeps them alive.
@@ -203,7 +206,8 @@ class TapeSet {
   // Records the op on every active tape that should record it.
   void Record(const OpDef& op, const AttrMap& attrs,
               absl::Span<const Tensor> inputs, absl::Span<const Tensor> outputs,
-              std::shared_ptr<const GradientProgram> custom = nullptr);
+              std::shared_ptr<const GradientProgram> custom = nullptr,
+              std::shared_ptr<const OpDef> instance = nullptr);
   // Handle of `id` released: tell every tape, active or not.
   void DeleteTrace(int64_t id);
 

@@ -19,6 +19,7 @@ void RegisterAllOps(OpRegistry& registry) {
   RegisterComplexOps(registry);
   RegisterVariableOps(registry);
   RegisterTrainingOps(registry);
+  RegisterConcatOps(registry);
 }
 
 const OpRegistry& DefaultRegistry() {

@@ -21,6 +21,8 @@ void RegisterScanOps(OpRegistry& registry);
 void RegisterArrayOps(OpRegistry& registry);
 // Slicing: StridedSlice, StridedSliceGrad, Slice.
 void RegisterSliceOps(OpRegistry& registry);
+// Lists of tensors: ConcatV2, Pack, Unpack, Split, SplitV.
+void RegisterConcatOps(OpRegistry& registry);
 // Activations, softmax and losses, BiasAdd.
 void RegisterNnOps(OpRegistry& registry);
 // Convolutions (NHWC/NDHWC, im2col + Eigen GEMM) and Dilation2D.

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "core/base/status_macros.h"
+
 namespace gradtape {
 namespace {
 
@@ -48,7 +50,133 @@ std::vector<DTypeRule> OutputDTypes(const OpDef& def,
   return std::vector<DTypeRule>(def.num_outputs(), rule);
 }
 
+// The flat position of declared input p when the list input has n elements.
+int FlatInput(const OpDef& def, int p, int n) {
+  if (!def.list_input.present() || p <= def.list_input.index) return p;
+  return p + n - 1;
+}
+
+absl::StatusOr<int> ListLength(const OpDef& def, const ListArg& list,
+                               const AttrMap& attrs) {
+  const AttrValue* value = attrs.Find(list.attr);
+  const int64_t* n = value == nullptr ? nullptr : std::get_if<int64_t>(value);
+  if (n == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        def.name, ": required attr '", list.attr, "' (int) is missing"));
+  }
+  if (*n < list.min_length || *n > OpDef::kMaxListLength) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        def.name, ": attr '", list.attr, "' (a list length) must be in [",
+        list.min_length, ", ", OpDef::kMaxListLength, "], got ", *n));
+  }
+  return static_cast<int>(*n);
+}
+
+// Rewrites the per-input vectors of `inst` (a copy of `def`) for a list
+// input of n elements.
+void ExpandInputs(const OpDef& def, int n, OpDef* inst) {
+  inst->input_names.clear();
+  inst->input_saved.clear();
+  inst->input_differentiable.clear();
+  inst->input_kinds.clear();
+  inst->saved_inputs.clear();
+  for (int p = 0; p < def.num_inputs(); ++p) {
+    const bool list = def.list_input.present() && p == def.list_input.index;
+    for (int k = 0; k < (list ? n : 1); ++k) {
+      if (def.input_saved[p]) {
+        inst->saved_inputs.push_back(inst->num_inputs());
+      }
+      inst->input_names.push_back(
+          list ? absl::StrCat(def.input_names[p], "_", k) : def.input_names[p]);
+      inst->input_saved.push_back(def.input_saved[p]);
+      inst->input_differentiable.push_back(def.input_differentiable[p]);
+      inst->input_kinds.push_back(def.input_kinds[p]);
+    }
+  }
+}
+
+// Same for the outputs: m of them for a list output; the dtype rules'
+// inputs move to their flat positions.
+void ExpandOutputs(const OpDef& def, int n, int m, OpDef* inst) {
+  if (def.list_output.present()) {
+    inst->output_names.clear();
+    inst->output_saved.assign(m, def.output_saved[0]);
+    inst->output_dtypes.assign(m, def.output_dtypes[0]);
+    inst->saved_outputs.clear();
+    for (int k = 0; k < m; ++k) {
+      inst->output_names.push_back(absl::StrCat(def.output_names[0], "_", k));
+      if (def.output_saved[0]) inst->saved_outputs.push_back(k);
+    }
+  }
+  for (DTypeRule& rule : inst->output_dtypes) {
+    rule.input = FlatInput(def, rule.input, n);
+  }
+}
+
+// Aborts on a list declaration that cannot work (no such input or int attr,
+// a list output on an op with several declared outputs).
+void CheckLists(const OpDef& def) {
+  auto check_attr = [&](const ListArg& list) {
+    const AttrSpec* spec = def.FindAttr(list.attr);
+    if (spec == nullptr || spec->type != AttrType::kInt) {
+      RegistrationError(def.name, absl::StrCat("list length attr '", list.attr,
+                                               "' is not an int attr"));
+    }
+  };
+  if (def.list_input.present()) {
+    check_attr(def.list_input);
+    if (def.list_input.index < 0 || def.list_input.index >= def.num_inputs() ||
+        def.list_input.min_length < 1) {
+      RegistrationError(def.name, "ListInput: no such input, or min < 1");
+    }
+  }
+  if (def.list_output.present()) {
+    check_attr(def.list_output);
+    if (def.num_outputs() != 1 || def.list_output.min_length < 0) {
+      RegistrationError(def.name, "ListOutput: needs exactly one output");
+    }
+  }
+}
+
 }  // namespace
+
+absl::StatusOr<OpDef::Arity> OpDef::FlatArity(AttrMap attrs) const {
+  Arity arity{num_inputs(), num_outputs()};
+  if (!has_lists()) return arity;
+  RETURN_IF_ERROR(ResolveAttrs(&attrs));
+  if (list_input.present()) {
+    ASSIGN_OR_RETURN(int n, ListLength(*this, list_input, attrs));
+    arity.inputs += n - 1;
+  }
+  if (list_output.present()) {
+    ASSIGN_OR_RETURN(arity.outputs, ListLength(*this, list_output, attrs));
+  }
+  return arity;
+}
+
+absl::StatusOr<std::shared_ptr<const OpDef>> OpDef::Instantiate(
+    const AttrMap& attrs, int given_inputs) const {
+  if (!has_lists()) {
+    return std::shared_ptr<const OpDef>(std::shared_ptr<const OpDef>(), this);
+  }
+  ASSIGN_OR_RETURN(Arity arity, FlatArity(attrs));
+  if (given_inputs != arity.inputs) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": takes ", arity.inputs, " inputs (",
+        list_input.present() ? absl::StrCat("attr '", list_input.attr, "' = ",
+                                            arity.inputs - num_inputs() + 1,
+                                            " ", input_names[list_input.index])
+                             : "no list input",
+        "), got ", given_inputs));
+  }
+  auto inst = std::make_shared<OpDef>(*this);
+  const int n = arity.inputs - num_inputs() + 1;
+  if (list_input.present()) ExpandInputs(*this, n, inst.get());
+  ExpandOutputs(*this, n, arity.outputs, inst.get());
+  inst->list_input = ListArg();
+  inst->list_output = ListArg();
+  return std::shared_ptr<const OpDef>(std::move(inst));
+}
 
 DType DTypeRule::Apply(absl::Span<const DType> input_dtypes,
                        const AttrMap& attrs) const {
@@ -283,6 +411,16 @@ Op& Op::Summary(std::string text) {
   return *this;
 }
 
+Op& Op::ListInput(int index, std::string length_attr, int min_length) {
+  def_.list_input = {index, std::move(length_attr), min_length};
+  return *this;
+}
+
+Op& Op::ListOutput(std::string length_attr, int min_length) {
+  def_.list_output = {0, std::move(length_attr), min_length};
+  return *this;
+}
+
 void OpRegistry::Add(Op op) {
   auto def = std::make_unique<OpDef>(std::move(op.def_));
   const std::string& name = def->name;
@@ -345,6 +483,7 @@ void OpRegistry::Add(Op op) {
   mark_kind(op.resource_inputs_, OpDef::InputKind::kHandle);
   mark_kind(op.any_kind_inputs_, OpDef::InputKind::kAny);
   def->output_dtypes = OutputDTypes(*def, op.output_dtype_);
+  CheckLists(*def);
   def->index = static_cast<int>(ops_.size());
   by_name_[name] = def.get();
   ops_.push_back(std::move(def));

@@ -26,6 +26,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "core/tensor/attrs.h"
@@ -129,6 +130,33 @@ struct AttrSpec {
   std::optional<AttrValue> default_value;  // nullopt: required
 };
 
+// List arguments (TensorFlow's `values: N * T`, `output: num * T`).
+//
+// A registration declares at most one list input, `.ListInput(i, "N")`:
+// declared input i stands for attr N's value of inputs, named
+// <name>_0 .. <name>_{N-1}; and, for an op with one declared output,
+// `.ListOutput("num")`: that output stands for attr num's value of outputs,
+// named <name>_0 ... Every other declaration of the op (SavesInputs,
+// SavesOutputs, NonDifferentiableInputs, ResourceInputs, AnyKindInputs,
+// OutputDType's input) refers to DECLARED positions; a declared list
+// position expands to every element of the list (OutputDType's
+// SameAsInput(i) of the list input means its first element).
+//
+// At execution the op is instantiated for its attrs (OpDef::Instantiate)
+// into a flat OpDef with exactly those expanded per-index vectors, so the
+// tape, the gradient engine, GradContext (flat indices: g.Grad(k) is output
+// k of the list), forward mode and the elision checks see a fixed-arity op.
+// An instance is owned by the tape entries that record it (a shared_ptr),
+// so there is no cache to grow. A list length is bounded by
+// kMaxListLength and must match the inputs actually given, which is checked
+// before anything is expanded.
+struct ListArg {
+  int index = -1;    // declared input position; -1: none (ListInput only)
+  std::string attr;  // the int attr holding the length; empty: no list
+  int min_length = 0;
+  bool present() const { return !attr.empty(); }
+};
+
 struct OpDef {
   std::string name;
   std::vector<std::string> input_names;
@@ -160,7 +188,13 @@ struct OpDef {
   std::vector<InputKind> input_kinds;
   std::string summary;  // one line, shown by ListOps
   int index = -1;       // position in the registry
+  // The list arguments (see ListArg); absent in an instance.
+  ListArg list_input;
+  ListArg list_output;
+  static constexpr int64_t kMaxListLength = 65536;
 
+  // Declared arity for a registered op with lists, flat for an instance
+  // (and for every op without lists).
   int num_inputs() const { return static_cast<int>(input_names.size()); }
   int num_outputs() const { return static_cast<int>(output_names.size()); }
   // Recorded on tapes: it has a backward, or declares it unsupported.
@@ -178,6 +212,25 @@ struct OpDef {
   // Checks that exactly the declared inputs are variable handles.
   // INVALID_ARGUMENT names the op, the input and its dtype.
   absl::Status CheckInputKinds(absl::Span<const Tensor> inputs) const;
+
+  bool has_lists() const {
+    return list_input.present() || list_output.present();
+  }
+  // The flat number of inputs and outputs for `attrs` (defaults filled in
+  // here): the declared ones for an op without lists. INVALID_ARGUMENT
+  // naming the op and the attr for a list length out of
+  // [min_length, kMaxListLength] or not an int.
+  struct Arity {
+    int inputs = 0;
+    int outputs = 0;
+  };
+  absl::StatusOr<Arity> FlatArity(AttrMap attrs) const;
+  // The flat OpDef of this op for resolved `attrs`, given `num_inputs`
+  // inputs (INVALID_ARGUMENT naming the op when that is not the flat count:
+  // checked before expanding). For an op without lists, a non-owning
+  // pointer to this OpDef.
+  absl::StatusOr<std::shared_ptr<const OpDef>> Instantiate(
+      const AttrMap& attrs, int num_inputs) const;
 };
 
 // One builder expression per op.
@@ -216,6 +269,12 @@ class Op {
   // The forward-mode rule (optional; see core/autodiff/forward_mode.h).
   Op& Jvp(JvpFn fn);
   Op& Summary(std::string text);
+  // Declared input `index` is a list of attr `length_attr`'s value of
+  // inputs (an int attr of the op, at least `min_length`; see ListArg).
+  Op& ListInput(int index, std::string length_attr, int min_length = 1);
+  // The op's one declared output is a list of attr `length_attr`'s value of
+  // outputs (at least `min_length`).
+  Op& ListOutput(std::string length_attr, int min_length = 0);
 
  private:
   friend class OpRegistry;

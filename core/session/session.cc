@@ -184,22 +184,25 @@ void Session::Drop(int64_t id) {
 
 absl::StatusOr<const OpDef*> Session::PrepareOp(
     const Command& cmd, absl::Span<const int64_t> inputs,
-    absl::Span<const int64_t> outputs, Tensors* in) const {
+    absl::Span<const int64_t> outputs, const AttrMap& attrs,
+    Tensors* in) const {
   const OpDef* op = exec_.registry().Find(cmd.what);
   if (op == nullptr) {
     return absl::NotFoundError(
         absl::StrCat("command ", cmd.seq, ": unknown op ", QuoteName(cmd.what),
                      " (ListOps returns the registered ops)"));
   }
-  if (static_cast<int>(outputs.size()) != op->num_outputs()) {
-    return cmd.Error(absl::StatusCode::kInvalidArgument, "has ",
-                     op->num_outputs(), " outputs, got ", outputs.size(),
-                     " output ids ", IdList(outputs));
+  ASSIGN_OR_RETURN(const OpDef::Arity arity,
+                   cmd.Annotate(op->FlatArity(attrs)));
+  if (static_cast<int>(outputs.size()) != arity.outputs) {
+    return cmd.Error(absl::StatusCode::kInvalidArgument, "has ", arity.outputs,
+                     " outputs, got ", outputs.size(), " output ids ",
+                     IdList(outputs));
   }
-  if (static_cast<int>(inputs.size()) != op->num_inputs()) {
-    return cmd.Error(absl::StatusCode::kInvalidArgument, "takes ",
-                     op->num_inputs(), " inputs, got ", inputs.size(),
-                     " input ids ", IdList(inputs));
+  if (static_cast<int>(inputs.size()) != arity.inputs) {
+    return cmd.Error(absl::StatusCode::kInvalidArgument, "takes ", arity.inputs,
+                     " inputs, got ", inputs.size(), " input ids ",
+                     IdList(inputs));
   }
   RETURN_IF_ERROR(ResolveAll(cmd, inputs, in));
   RETURN_IF_ERROR(CheckFreeOutputs(cmd, outputs));
@@ -224,7 +227,8 @@ absl::Status Session::ExecuteOp(int64_t seq, absl::string_view op_name,
                                 AttrMap attrs) {
   return Run(seq, op_name, outputs, [&](const Command& cmd) -> absl::Status {
     Tensors in;
-    ASSIGN_OR_RETURN(const OpDef* op, PrepareOp(cmd, inputs, outputs, &in));
+    ASSIGN_OR_RETURN(const OpDef* op,
+                     PrepareOp(cmd, inputs, outputs, attrs, &in));
     return ExecuteAndStore(cmd, *op, inputs, in, outputs, std::move(attrs),
                            nullptr);
   });

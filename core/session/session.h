@@ -248,9 +248,11 @@ class Session {
   // The checks ExecuteOp and ExecuteOpWithGradient share: the op exists,
   // the id counts match its arity, the inputs resolve and the outputs are
   // free. Fills `in` and returns the op.
+  // A list op's arity follows from `attrs` (OpDef::FlatArity).
   absl::StatusOr<const OpDef*> PrepareOp(const Command& cmd,
                                          absl::Span<const int64_t> inputs,
                                          absl::Span<const int64_t> outputs,
+                                         const AttrMap& attrs,
                                          Tensors* in) const;
   // Runs `op` on `in` (with the custom backward, if any) and stores its
   // outputs at `outputs`.

@@ -183,7 +183,13 @@ absl::Status Session::ExecuteOpWithGradient(
     absl::Span<const int64_t> outputs, AttrMap attrs, GradientProgram program) {
   return Run(seq, op_name, outputs, [&](const Command& cmd) -> absl::Status {
     Tensors in;
-    ASSIGN_OR_RETURN(const OpDef* op, PrepareOp(cmd, inputs, outputs, &in));
+    ASSIGN_OR_RETURN(const OpDef* op,
+                     PrepareOp(cmd, inputs, outputs, attrs, &in));
+    if (op->has_lists()) {
+      return cmd.Error(absl::StatusCode::kInvalidArgument, "op ", op->name,
+                       " takes or returns a list: custom gradients of list "
+                       "ops are not supported");
+    }
     // Captured tensors.
     const std::string captured_what = absl::StrCat(op_name, " custom gradient");
     const Command captured{cmd.seq, captured_what};

@@ -639,6 +639,42 @@ TEST_F(ServerTest, ListOpsHasElisionInfo) {
   EXPECT_THAT(exp->saved_outputs(), ElementsAre(0));
 }
 
+TEST_F(ServerTest, ListOpsDeclaresListArguments) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::ListOpsResponse response;
+  ASSERT_TRUE(stub_->ListOps(&context, v1::ListOpsRequest(), &response).ok());
+  const v1::OpInfo* concat = nullptr;
+  const v1::OpInfo* split = nullptr;
+  const v1::OpInfo* exp = nullptr;
+  for (const v1::OpInfo& op : response.ops()) {
+    if (op.name() == "ConcatV2") concat = &op;
+    if (op.name() == "Split") split = &op;
+    if (op.name() == "Exp") exp = &op;
+  }
+  ASSERT_NE(concat, nullptr);
+  ASSERT_NE(split, nullptr);
+  ASSERT_NE(exp, nullptr);
+  // ConcatV2(values: N * T, axis): declared positions, list at 0.
+  ASSERT_TRUE(concat->has_list_input());
+  EXPECT_EQ(concat->list_input().index(), 0);
+  EXPECT_EQ(concat->list_input().length_attr(), "N");
+  EXPECT_EQ(concat->list_input().min_length(), 2);
+  EXPECT_FALSE(concat->has_list_output());
+  EXPECT_THAT(concat->input_names(), ElementsAre("values", "axis"));
+  EXPECT_THAT(concat->saved_inputs(), ElementsAre(1));
+  EXPECT_THAT(concat->non_differentiable_inputs(), ElementsAre(1));
+  // Split(split_dim, value) -> num_split * T, dtype of value.
+  EXPECT_FALSE(split->has_list_input());
+  ASSERT_TRUE(split->has_list_output());
+  EXPECT_EQ(split->list_output().length_attr(), "num_split");
+  EXPECT_EQ(split->list_output().min_length(), 1);
+  ASSERT_THAT(split->output_dtypes(), SizeIs(1));
+  EXPECT_EQ(split->output_dtypes(0).same_as_input(), 1);
+  EXPECT_FALSE(exp->has_list_input());
+  EXPECT_FALSE(exp->has_list_output());
+}
+
 TEST_F(ServerTest, HealthCheckServing) {
   // grpc.health.v1.Health/Check with an empty HealthCheckRequest (service
   // ""); the reply HealthCheckResponse{status: SERVING} is field 1 = 1.

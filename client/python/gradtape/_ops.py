@@ -48,7 +48,7 @@ _OWN_DTYPE_INPUTS: Dict[str, np.dtype] = {
     name: np.dtype(np.int32)
     for name in (
         "indices segment_ids begin end strides axis shape perm multiples paddings dims size "
-        "num_segments depth"
+        "num_segments depth split_dim size_splits"
     ).split()
 }
 _OWN_DTYPE_INPUTS["labels"] = np.dtype(np.int64)  # Tlabels defaults to int64
@@ -112,6 +112,7 @@ class OpSpec:
     __slots__ = (
         "info", "name", "input_names", "num_inputs", "num_outputs", "attr_types", "dtype_fns",
         "same0", "fixed_dtype", "shape_rule", "resource_inputs", "own_dtypes",
+        "list_input", "list_output", "_instances",
     )
 
     def __init__(self, info: pb.OpInfo) -> None:
@@ -131,12 +132,40 @@ class OpSpec:
             else None
         )
         self.shape_rule = _shapes.rule_for(info.name)
+        # List arguments (OpInfo.list_input / list_output): (declared index,
+        # length attr) of the list input; the length attr of the list output.
+        self.list_input: Optional[Tuple[int, str]] = (
+            (info.list_input.index, info.list_input.length_attr) if info.HasField("list_input") and info.list_input.length_attr else None
+        )
+        self.list_output: Optional[str] = (
+            info.list_output.length_attr if info.HasField("list_output") and info.list_output.length_attr else None
+        )
+        self._instances: Dict[Tuple[int, int], OpSpec] = {}
         self.resource_inputs = frozenset(info.resource_inputs)
         self.own_dtypes: Dict[int, np.dtype] = {}
         for i, n in enumerate(self.input_names):
             d = _OWN_DTYPE_OVERRIDES.get((info.name, n), _OWN_DTYPE_INPUTS.get(n))
             if d is not None and i not in self.resource_inputs:
                 self.own_dtypes[i] = d
+
+    @property
+    def has_lists(self) -> bool:
+        return self.list_input is not None or self.list_output is not None
+
+    def instance(self, n: int, m: int) -> "OpSpec":
+        """The flat spec of a list op for a list input of `n` tensors and a
+        list output of `m` (each ignored without that list), as the server
+        instantiates it: names, indices and dtype rules expanded. A few are
+        cached (the lengths of a training loop repeat)."""
+        key = (n if self.list_input is not None else 1, m if self.list_output is not None else 1)
+        hit = self._instances.get(key)
+        if hit is not None:
+            return hit
+        spec = OpSpec(expand_op_info(self.info, key[0], key[1]))
+        if len(self._instances) >= 16:
+            self._instances.clear()
+        self._instances[key] = spec
+        return spec
 
     def output_dtypes(self, dtypes: Sequence[Optional[np.dtype]], attrs: Mapping[str, Any]) -> List[Optional[np.dtype]]:
         if self.same0:
@@ -154,6 +183,47 @@ class OpSpec:
             if name not in self.attr_types:
                 declared = ", ".join(sorted(self.attr_types)) or "none"
                 raise TypeError(f"{self.name}: unknown attr {name!r} (declared: {declared})")
+
+
+def expand_op_info(info: pb.OpInfo, n: int, m: int) -> pb.OpInfo:
+    """The flat OpInfo of a list op (tape_service.proto, OpInfo.list_input):
+    declared list input `i` becomes n inputs <name>_0.., later inputs move
+    up by n - 1; a list output becomes m outputs <name>_0..; every index
+    list and dtype rule follows."""
+    flat = pb.OpInfo()
+    flat.CopyFrom(info)
+    flat.ClearField("list_input")
+    flat.ClearField("list_output")
+    li = info.list_input.index if info.HasField("list_input") and info.list_input.length_attr else -1
+
+    def expand(indices: Iterable[int]) -> List[int]:
+        out: List[int] = []
+        for i in indices:
+            out.extend(range(i, i + n) if i == li else [i if li < 0 or i < li else i + n - 1])
+        return out
+
+    if li >= 0:
+        del flat.input_names[:]
+        for i, name in enumerate(info.input_names):
+            flat.input_names.extend([f"{name}_{k}" for k in range(n)] if i == li else [name])
+        for field in ("saved_inputs", "non_differentiable_inputs", "resource_inputs", "any_kind_inputs"):
+            values = expand(getattr(info, field))
+            getattr(flat, field)[:] = values
+    rules = list(info.output_dtypes)
+    if info.HasField("list_output") and info.list_output.length_attr:
+        del flat.output_names[:]
+        flat.output_names.extend([f"{info.output_names[0]}_{k}" for k in range(m)] if info.output_names else [])
+        flat.saved_outputs[:] = list(range(m)) if 0 in info.saved_outputs else []
+        rules = rules[:1] * m
+    del flat.output_dtypes[:]
+    for rule in rules:
+        r = flat.output_dtypes.add()
+        r.CopyFrom(rule)
+        kind = r.WhichOneof("rule")
+        if li >= 0 and kind in ("same_as_input", "real_of_input", "complex_of_input"):
+            i = getattr(r, kind)
+            setattr(r, kind, i if i <= li else i + n - 1)
+    return flat
 
 
 def output_dtypes(info: Optional[pb.OpInfo], inputs: Sequence[Tensor], attrs: Mapping[str, Any]) -> List[Optional[np.dtype]]:
@@ -228,6 +298,8 @@ class OpFunction:
         return "\n".join(lines)
 
     def __call__(self, *args: TensorLike, **kwargs: Any) -> Any:
+        if self._spec.has_lists:
+            return self._call_lists(list(args), kwargs)
         s = self._session
         n = self._num_inputs
         if kwargs and len(args) == n:  # Tensors and attrs only: the attrs cached
@@ -258,6 +330,46 @@ class OpFunction:
         attrs, encoded = self._attrs_of(kwargs)
         outputs = s._execute_spec(self._spec, self._convert_inputs(values), attrs, encoded, self._spec.num_outputs)
         return self._pack(outputs)
+
+    def _call_lists(self, args: List[Any], kwargs: Dict[str, Any]) -> Any:
+        """A list op (ConcatV2, Split, ...): the list input is one argument
+        (a list or tuple), its length attr is filled in when left out, and
+        a list output comes back as a list of its length attr's Tensors."""
+        spec = self._spec
+        names = self._inputs
+        if len(args) > len(names):
+            raise TypeError(f"{self.__name__}: {self.name} takes {len(names)} inputs, got {len(args)}")
+        values: List[Any] = list(args)
+        for name in names[len(args):]:
+            if name not in kwargs:
+                raise TypeError(f"{self.__name__}: missing input {name!r} of {self.name}")
+            values.append(kwargs.pop(name))
+        n = m = 1
+        if spec.list_input is not None:
+            index, attr = spec.list_input
+            items = values[index]
+            if not isinstance(items, (list, tuple)):
+                raise TypeError(
+                    f"{self.__name__}: input {names[index]!r} of {self.name} takes a list or tuple of tensors, "
+                    f"not {type(items).__name__}"
+                )
+            n = len(items)
+            given = kwargs.get(attr)
+            if given is None:
+                kwargs[attr] = n
+            elif not isinstance(given, (int, np.integer)) or int(given) != n:
+                raise TypeError(f"{self.__name__}: attr {attr!r} = {given!r} of {self.name} is not the length {n} of {names[index]!r}")
+            values = values[:index] + list(items) + values[index + 1:]
+        if spec.list_output is not None:
+            count = kwargs.get(spec.list_output)
+            if count is None:
+                raise TypeError(f"{self.__name__}: {self.name} needs attr {spec.list_output!r} (its number of outputs)")
+            check_attr_type(self.name, spec.list_output, "int", count)
+            m = max(int(count), 0)  # the server refuses a negative one
+        attrs, encoded = self._attrs_of(kwargs)
+        flat = spec.instance(n, m)
+        outputs = self._session._execute_spec(flat, self._convert_inputs(values, flat), attrs, encoded, flat.num_outputs)
+        return list(outputs) if spec.list_output is not None else self._pack(outputs)
 
     def _attrs_of(self, kwargs: Dict[str, Any]) -> Tuple[Mapping[str, Any], Optional[List[_backend.EncodedAttr]]]:
         """The attrs given (None: the default, as in TF), checked as TF's raw
@@ -293,14 +405,15 @@ class OpFunction:
         assert self._outputs_type is not None
         return self._outputs_type(*outputs)
 
-    def _convert_inputs(self, values: List[Any]) -> List[Tensor]:
+    def _convert_inputs(self, values: List[Any], spec: Optional[OpSpec] = None) -> List[Tensor]:
         s = self._session
         for v in values:
             if type(v) is not Tensor or v._session is not s:
                 break
         else:
             return values  # this session's Tensors already
-        spec = self._spec
+        spec = self._spec if spec is None else spec
+        names = spec.input_names
         own = spec.own_dtypes
         group: Optional[np.dtype] = None  # the type attr's dtype
         for i, v in enumerate(values):
@@ -314,14 +427,14 @@ class OpFunction:
         for i, v in enumerate(values):
             if isinstance(v, Variable):
                 if v.session is not s:
-                    raise ValueError(f"{self.name}: input {self._inputs[i]!r}: the variable belongs to another gradtape session")
-                tensors.append(v.handle if i in self._resource_inputs else v.read_value())
+                    raise ValueError(f"{self.name}: input {names[i]!r}: the variable belongs to another gradtape session")
+                tensors.append(v.handle if i in spec.resource_inputs else v.read_value())
             elif type(v) is Tensor and v._session is s:
                 tensors.append(v)
             elif type(v) is Tensor:
                 tensors.append(s.convert_to_tensor(v))  # raises: another session
             elif i in own:
-                tensors.append(s._index_input(v, own[i], f"{self.name}: input {self._inputs[i]!r}"))
+                tensors.append(s._index_input(v, own[i], f"{self.name}: input {names[i]!r}"))
             elif group is None:
                 t = s.constant(v)
                 group = t._dtype

@@ -221,7 +221,10 @@ class TapeSet:
         for info in op_infos or ():
             if not info.differentiable:
                 self._rules[info.name] = ()
-            elif info.non_differentiable_inputs:
+            elif info.non_differentiable_inputs and not info.HasField("list_input"):
+                # (A list op's declared indices are not its flat ones: its
+                # inputs all count; its non-differentiable ones are index
+                # tensors, which carry no tape bit.)
                 nd = set(info.non_differentiable_inputs)
                 self._rules[info.name] = tuple(i for i in range(len(info.input_names)) if i not in nd)
 

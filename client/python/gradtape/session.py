@@ -347,6 +347,14 @@ class Session:
             if self._tapes.active:
                 self._tapes.on_execute(op, inputs, outputs)
             return outputs
+        if spec.has_lists:  # flat inputs; the list input's length attr filled in
+            n = len(inputs) - spec.num_inputs + 1
+            filled: Dict[str, Any] = dict(attrs or {})
+            if spec.list_input is not None and filled.get(spec.list_input[1]) is None:
+                filled[spec.list_input[1]] = n
+            m = filled.get(spec.list_output) if spec.list_output is not None else None
+            attrs = filled
+            spec = spec.instance(n, max(int(m), 0) if isinstance(m, (int, np.integer)) else 1)
         if attrs:
             spec.check_attrs(attrs)
             encoded = encode_attrs(attrs, spec.attr_types, op)

@@ -384,7 +384,8 @@ class EveryOpBadInput : public ::testing::TestWithParam<OpSample> {
 
 TEST_P(EveryOpBadInput, ZeroSizeInputsWrongDTypesAndHandles) {
   const OpSample& sample = GetParam();
-  const OpDef* op = DefaultRegistry().Find(sample.op);
+  const std::shared_ptr<const OpDef> op_def = testing::SampleOpDef(sample);
+  const OpDef* op = op_def.get();
   ASSERT_NE(op, nullptr);
   for (size_t i = 0; i < sample.inputs.size(); ++i) {
     const Tensor& x = sample.inputs[i];

@@ -25,7 +25,8 @@ class Elision : public ::testing::TestWithParam<OpSample> {};
 
 TEST_P(Elision, TapeEntryHoldsExactlyTheDeclaredTensors) {
   const OpSample& s = GetParam();
-  const OpDef* op = DefaultRegistry().Find(s.op);
+  const std::shared_ptr<const OpDef> op_def = testing::SampleOpDef(s);
+  const OpDef* op = op_def.get();
   ASSERT_NE(op, nullptr);
   if (!op->differentiable()) GTEST_SKIP() << s.op << " is not recorded";
   if (!op->backward_supported()) {
@@ -233,7 +234,8 @@ TEST(ElisionMinimal, EveryDeclaredTensorIsRead) {
   // "<op> input <i>" -> read by some sample's backward.
   absl::flat_hash_map<std::string, bool> read;
   for (const OpSample& s : AllOpSamples()) {
-    const OpDef* op = DefaultRegistry().Find(s.op);
+    const std::shared_ptr<const OpDef> op_def = testing::SampleOpDef(s);
+    const OpDef* op = op_def.get();
     ASSERT_NE(op, nullptr);
     if (!op->backward_supported()) continue;
     OpExecutor ctx(DefaultRegistry());

@@ -3,6 +3,7 @@
 #include <memory>
 #include <random>
 
+#include "core/ops/ops.h"
 #include "core/tensor/variable.h"
 
 namespace gradtape::testing {
@@ -48,9 +49,20 @@ const std::vector<OpSample>& AllOpSamples() {
     AddComplexSamples(list);
     AddVariableSamples(list);
     AddTrainingSamples(list);
+    AddConcatSamples(list);
     return new std::vector<OpSample>(list.Take());
   }();
   return *samples;
+}
+
+std::shared_ptr<const OpDef> SampleOpDef(const OpSample& s) {
+  const OpDef* op = DefaultRegistry().Find(s.op);
+  if (op == nullptr) return nullptr;
+  AttrMap attrs = s.attrs;
+  if (!op->ResolveAttrs(&attrs).ok()) return nullptr;
+  absl::StatusOr<std::shared_ptr<const OpDef>> inst =
+      op->Instantiate(attrs, static_cast<int>(s.inputs.size()));
+  return inst.ok() ? *inst : nullptr;
 }
 
 Tensor VariableHandle(Tensor value) {

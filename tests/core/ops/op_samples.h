@@ -3,10 +3,12 @@
 #ifndef GRADTAPE_TESTS_CORE_OP_SAMPLES_H_
 #define GRADTAPE_TESTS_CORE_OP_SAMPLES_H_
 
+#include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "core/registry/op_registry.h"
 #include "core/tensor/attrs.h"
 #include "core/tensor/tensor.h"
 
@@ -38,6 +40,11 @@ class SampleList {
   std::vector<OpSample> samples_;
 };
 
+// The op a sample runs as: its registered OpDef, or for an op with list
+// arguments its flat instance for the sample's attrs and inputs (what the
+// executor runs and the tape records). Null for an unknown op or bad attrs.
+std::shared_ptr<const OpDef> SampleOpDef(const OpSample& s);
+
 // One function per op family file (tests/core/ops/samples_<family>.cc).
 void AddMathSamples(SampleList& s);
 void AddArraySamples(SampleList& s);
@@ -51,6 +58,7 @@ void AddSegmentSamples(SampleList& s);
 void AddComplexSamples(SampleList& s);
 void AddVariableSamples(SampleList& s);
 void AddTrainingSamples(SampleList& s);
+void AddConcatSamples(SampleList& s);
 
 // Uniform float64 values in [lo, hi]; deterministic for a seed.
 Tensor RandomTensor(Shape shape, double lo, double hi, uint32_t seed);
