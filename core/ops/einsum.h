@@ -1,6 +1,6 @@
 // Einsum's equation parser and kernel, as plain functions (the op, whose
-// input is a list of tensors, is registered once the registry has list
-// inputs; tests/core/ops/einsum_ops_test.cc tests these directly).
+// input is a list of N tensors, is registered in core/ops/einsum_ops.cc;
+// tests/core/ops/einsum_ops_test.cc also tests these directly).
 //
 // TensorFlow's CPU forms: one or two operands, an explicit "->" output;
 // labels are letters, "..." stands for broadcast dims (numpy-style, right

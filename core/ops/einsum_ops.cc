@@ -1,4 +1,6 @@
-// Einsum (see core/ops/einsum.h): the equation parser and the forward.
+// Einsum (see core/ops/einsum.h): the equation parser, the forward and the
+// op, whose backward is TensorFlow's _EinsumGrad in Einsum, Sum, Reshape
+// and BroadcastTo (so it has second order).
 //
 // The forward brings each operand to a canonical layout with one strided
 // pass (Gather: a repeated label walks the diagonal, a label in neither the
@@ -11,12 +13,15 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/autodiff/grad_context.h"
 #include "core/base/status_macros.h"
 #include "core/ops/einsum.h"
 #include "core/ops/gemm.h"
 #include "core/ops/kernel_util.h"
+#include "core/ops/ops.h"
 
 namespace gradtape {
 namespace {
@@ -338,6 +343,168 @@ absl::StatusOr<Tensor> EinsumForward(const KernelContext& ctx,
                              : BinaryEinsum<T>(ctx, eq, inputs[0], inputs[1]);
   });
   return out;
+}
+
+namespace {
+
+absl::Status EinsumKernel(KernelContext& ctx) {
+  std::vector<Tensor> inputs;
+  for (int i = 0; i < ctx.num_inputs(); ++i) inputs.push_back(ctx.input(i));
+  ASSIGN_OR_RETURN(Tensor out, EinsumForward(ctx, inputs));
+  ctx.set_output(0, std::move(out));
+  return absl::OkStatus();
+}
+
+// The subscripts of an equation: the operands' and the output's, as text.
+struct EinsumSubscripts {
+  std::vector<std::string> inputs;
+  std::string output;
+};
+
+EinsumSubscripts SplitEquation(const std::string& equation) {
+  const size_t arrow = equation.find("->");
+  EinsumSubscripts s;
+  s.inputs = absl::StrSplit(equation.substr(0, arrow), ',');
+  s.output = equation.substr(arrow + 2);
+  return s;
+}
+
+// The letters of `subs` that are in none of `others` (TensorFlow's reduced
+// label set), in order, each once.
+std::string ReducedLabels(const std::string& subs,
+                          std::initializer_list<absl::string_view> others) {
+  std::string out;
+  for (char c : subs) {
+    if (c == '.' || absl::StrContains(out, std::string(1, c))) continue;
+    bool elsewhere = false;
+    for (absl::string_view o : others)
+      elsewhere = elsewhere || o.find(c) != o.npos;
+    if (!elsewhere) out.push_back(c);
+  }
+  return out;
+}
+
+// TensorFlow's _GetGradReduced: the gradient for an operand `subs` of
+// `shape` from `grad` (subscripts `grad_subs`: subs without the labels
+// `reduced`): grad broadcast along the reduced labels' dims, prepended,
+// then Einsum(reduced + grad_subs -> subs).
+Tensor GradReduced(GradContext& g, Tensor grad, const std::string& grad_subs,
+                   const std::string& subs, const Shape& shape,
+                   const std::string& reduced) {
+  if (reduced.empty()) {
+    if (grad_subs == subs) return grad;
+    return g.Op("Einsum", {grad},
+                {{"equation", grad_subs + "->" + subs}, {"N", int64_t{1}}});
+  }
+  // The dims of the reduced labels, from their first axis in subs (no
+  // reduced label is in the ellipsis, which comes first or later).
+  Shape ones(reduced.size(), 1), full;
+  const size_t dots = subs.find("...");
+  const int ellipsis_rank =
+      static_cast<int>(shape.size()) -
+      static_cast<int>(subs.size() - (dots == subs.npos ? 0 : 3));
+  for (char c : reduced) {
+    const size_t at = subs.find(c);
+    const int axis = static_cast<int>(at) -
+                     (dots != subs.npos && at > dots ? 3 - ellipsis_rank : 0);
+    full.push_back(shape[axis]);
+  }
+  const Shape& gshape = grad.shape();
+  ones.insert(ones.end(), gshape.begin(), gshape.end());
+  full.insert(full.end(), gshape.begin(), gshape.end());
+  Tensor wide =
+      g.Op("BroadcastTo", {g.Reshape(grad, ones)},
+           {{"shape", std::vector<int64_t>(full.begin(), full.end())}});
+  return g.Op(
+      "Einsum", {wide},
+      {{"equation", reduced + grad_subs + "->" + subs}, {"N", int64_t{1}}});
+}
+
+// The gradient computed for an operand with an ellipsis has the broadcast
+// ellipsis dims; sums it back to the operand's (TensorFlow's reduction
+// after broadcast_gradient_args).
+Tensor SumEllipsis(GradContext& g, Tensor grad, const std::string& subs,
+                   const Shape& shape) {
+  const size_t dots = subs.find("...");
+  const Shape& gshape = grad.shape();
+  if (dots == subs.npos || gshape == shape) return grad;
+  const int named = static_cast<int>(subs.size()) - 3;
+  const int total = static_cast<int>(gshape.size()) - named;
+  const int own = static_cast<int>(shape.size()) - named;
+  const int start = static_cast<int>(dots);  // no label repeats before it
+  std::vector<int64_t> axes;
+  for (int k = 0; k < total; ++k) {
+    const int own_k = k - (total - own);
+    if (own_k < 0 || shape[start + own_k] != gshape[start + k]) {
+      axes.push_back(start + k);
+    }
+  }
+  Tensor summed = g.Op("Sum", {grad}, {{"axis", axes}, {"keep_dims", true}});
+  return g.Reshape(summed, shape);
+}
+
+// TensorFlow's _EinsumGrad: for one operand, Einsum(dy: output -> input)
+// (through GradReduced for summed labels); for two, the gradient of x is
+// Einsum(dy, y: output, y -> x without its reduced labels), then
+// GradReduced and the ellipsis sums; the same for y.
+void EinsumBackward(GradContext& g) {
+  const EinsumSubscripts s =
+      SplitEquation(g.attrs().Get<std::string>("equation"));
+  Tensor dy = g.Grad(0);
+  if (g.num_inputs() == 1) {
+    const std::string reduced = ReducedLabels(s.inputs[0], {s.output});
+    g.SetGrad(
+        0, GradReduced(g, dy, s.output, s.inputs[0], g.InputShape(0), reduced));
+    return;
+  }
+  for (int i = 0; i < 2; ++i) {
+    if (!g.NeedsGrad(i)) continue;
+    const std::string& subs = s.inputs[i];
+    const std::string& other = s.inputs[1 - i];
+    const std::string reduced = ReducedLabels(subs, {s.output, other});
+    std::string left;
+    for (char c : subs) {
+      if (reduced.find(c) == reduced.npos) left.push_back(c);
+    }
+    // An operand without "..." against broadcast dims: keep them in the
+    // product ("..." first), then sum them.
+    const bool lift = s.output.find("...") != std::string::npos &&
+                      subs.find("...") == std::string::npos;
+    Tensor grad = g.Op("Einsum", {dy, g.Input(1 - i)},
+                       {{"equation", s.output + "," + other + "->" +
+                                         (lift ? "..." : "") + left},
+                        {"N", int64_t{2}}});
+    if (!g.ok()) return;
+    if (lift) {
+      const int e = static_cast<int>(g.OutputShape(0).size()) -
+                    static_cast<int>(s.output.size() - 3);
+      std::vector<int64_t> axes;
+      for (int k = 0; k < e; ++k) axes.push_back(k);
+      if (!axes.empty()) grad = g.Op("Sum", {grad}, {{"axis", axes}});
+    }
+    grad = GradReduced(g, grad, left, subs, g.InputShape(i), reduced);
+    if (!g.ok()) return;
+    g.SetGrad(i, SumEllipsis(g, grad, subs, g.InputShape(i)));
+  }
+}
+
+}  // namespace
+
+void RegisterEinsumOps(OpRegistry& r) {
+  r.Add(Op("Einsum")
+            .Inputs({"inputs"})
+            .ListInput(0, "N", 1)
+            .Outputs({"output"})
+            .Attr("equation", AttrType::kString)
+            .Attr("N", AttrType::kInt)
+            .Forward(EinsumKernel)
+            // TensorFlow's _EinsumGrad: Einsum of dy with the other operand
+            // (see EinsumBackward)
+            .Backward(EinsumBackward)
+            .SavesInputs({0})
+            .Summary("Einsum of 1 or 2 float operands per equation "
+                     "(\"ij,jk->ik\", \"...ij,...jk->...ik\", \"ii->i\", "
+                     "\"ij->i\", \"i,j->ij\"; explicit \"->\")"));
 }
 
 }  // namespace gradtape

@@ -1,10 +1,12 @@
 // Einsum's parser and forward (core/ops/einsum.h), called directly: values
 // worked out by hand or by explicit loops here, and the equation checks.
-// (The op itself is registered once the registry has list inputs.)
+// Then the registered op through the executor and a tape.
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "core/autodiff/gradient.h"
+#include "core/autodiff/op_executor.h"
 #include "core/ops/einsum.h"
 #include "core/registry/op_registry.h"
 #include "gtest/gtest.h"
@@ -221,6 +223,33 @@ TEST_F(EinsumTest, BadEquationsAndInputs) {
                 {"float32 or all float64", "int32[2,2]"});
   ExpectInvalid("ij,jk->ik", {kA, Make<float>({2, 2}, {1, 2, 3, 4})},
                 {"input 1", "float32[2,2]"});
+}
+
+// The registered op: the list input through the executor, and the tape
+// gradient of "ij,jk->ik" by hand (dy = ones: da = dy b^T, db = a^T dy).
+class EinsumOpTest : public testing::OpTest {};
+
+TEST_F(EinsumOpTest, RunsAndDifferentiatesThroughTheTape) {
+  const AttrMap attrs = {{"equation", std::string("ij,jk->ik")},
+                         {"N", int64_t{2}}};
+  std::vector<Tensor> in = {ctx_.Adopt(kA),
+                            ctx_.Adopt(Make({2, 2}, {5, 6, 7, 8}))};
+  ASSERT_TRUE(ctx_.tapes().Push(1, false, false).ok());
+  Tape* tape = *ctx_.tapes().Find(1);
+  for (const Tensor& t : in) tape->Watch(t);
+  absl::StatusOr<Tensors> y = Run("Einsum", in, attrs);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(Values((*y)[0]), (std::vector<double>{19, 22, 43, 50}));
+  ASSERT_TRUE(ctx_.tapes().Pop(1).ok());
+  auto grads = Gradient(ctx_, *tape, {(*y)[0]}, in,
+                        {Make({2, 2}, {1, 1, 1, 1})}, Unconnected::kNone);
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  EXPECT_EQ(Values((*grads)[0]), (std::vector<double>{11, 15, 11, 15}));
+  EXPECT_EQ(Values((*grads)[1]), (std::vector<double>{4, 4, 6, 6}));
+  ASSERT_TRUE(ctx_.tapes().Delete(1).ok());
+  ExpectInvalid("Einsum", {kA, kA, kA},
+                {{"equation", std::string("i,i,i->i")}, {"N", int64_t{3}}},
+                {"1 or 2 inputs, got 3"});
 }
 
 }  // namespace
