@@ -8,7 +8,13 @@
 //
 // v + variance_epsilon must be positive (not checked, as in TensorFlow: the
 // result is NaN otherwise).
+//
+// FusedBatchNormV3 and FusedBatchNormGradV3 as TensorFlow's CPU kernels (see
+// the comment before FusedBatchNormKernel).
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <string>
 #include <vector>
 
 #include "core/autodiff/grad_context.h"
@@ -205,6 +211,437 @@ void BatchNormGradGrad(GradContext& g) {
   }
 }
 
+// ---------------------------------------------------------------------------
+// FusedBatchNormV3(x, scale, offset, mean, variance) as TensorFlow's CPU
+// kernel. Per channel c (the last axis for data_format NHWC / NDHWC, axis 1
+// for NCHW / NCDHW; x is 4-D or 5-D), over the N = size / channels elements
+// of that channel:
+//
+//   is_training:  m = mean(x), v = mean((x - m)^2) (biased),
+//                 y = (x - m) / sqrt(v + epsilon) * scale + offset,
+//                 batch_mean = f m + (1 - f) mean_in,
+//                 batch_variance = f v N / (N - 1) + (1 - f) variance_in
+//                 (f = exponential_avg_factor; the given mean and variance
+//                 are not read when f is 1; N / (N - 1) is 1 when N is 1),
+//                 reserve_space_1 = m, reserve_space_2 = v;
+//   otherwise:    the same y with m, v = the given mean and variance, and
+//                 every statistics output a copy of them.
+//
+// reserve_space_3 is a scalar 0 (TensorFlow's CPU placeholder). An empty x
+// gives NaN batch statistics, as in TensorFlow.
+
+// The channel layout of a FusedBatchNorm x.
+struct FbnLayout {
+  int channel_axis = 0;
+  int64_t depth = 0;  // channels
+  int64_t inner = 1;  // elements after the channel axis (1 if channels-last)
+  int64_t count = 0;  // N: elements per channel
+  // Channel of flat element i.
+  int64_t Channel(int64_t i) const { return (i / inner) % depth; }
+};
+
+bool ChannelsFirst(const std::string& format) {
+  return format == "NCHW" || format == "NCDHW";
+}
+
+// Checks data_format and that input `xi` is a 4-D or 5-D float tensor.
+absl::StatusOr<FbnLayout> CheckFbnX(const KernelContext& ctx, int xi) {
+  const std::string& format = ctx.attrs().Get<std::string>("data_format");
+  if (format != "NHWC" && format != "NCHW" && format != "NDHWC" &&
+      format != "NCDHW") {
+    return ctx.InvalidArgument("data_format \"", format,
+                               "\" must be NHWC, NCHW, NDHWC or NCDHW");
+  }
+  RETURN_IF_ERROR(ctx.RequireFloat(xi));
+  const Tensor& x = ctx.input(xi);
+  if (x.rank() != 4 && x.rank() != 5) {
+    return ctx.InvalidArgument(ctx.op().input_names[xi], " ", x.DebugString(),
+                               " must be 4-D or 5-D");
+  }
+  FbnLayout l;
+  l.channel_axis = ChannelsFirst(format) ? 1 : x.rank() - 1;
+  l.depth = x.dim(l.channel_axis);
+  for (int d = l.channel_axis + 1; d < x.rank(); ++d) l.inner *= x.dim(d);
+  l.count = l.depth == 0 ? 0 : x.num_elements() / l.depth;
+  return l;
+}
+
+// Checks that `inputs` are vectors in the dtype of input `xi`, of `depth`
+// elements unless `depth` is negative (any length). `why` says when the
+// length is required.
+absl::Status CheckFbnVectors(const KernelContext& ctx, int xi,
+                             std::initializer_list<int> inputs, int64_t depth,
+                             const char* why) {
+  const Tensor& x = ctx.input(xi);
+  for (int i : inputs) {
+    RETURN_IF_ERROR(ctx.RequireSameDType(xi, i));
+    const Tensor& p = ctx.input(i);
+    if (p.rank() != 1) {
+      return ctx.InvalidArgument(ctx.op().input_names[i], " ", p.DebugString(),
+                                 " must be 1-D");
+    }
+    if (depth >= 0 && p.dim(0) != depth) {
+      return ctx.InvalidArgument(
+          why, ctx.op().input_names[i], " ", p.DebugString(), " must have ",
+          depth, " elements, the channels of ", ctx.op().input_names[xi], " ",
+          x.DebugString(), " (data_format ",
+          ctx.attrs().Get<std::string>("data_format"), ")");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Per-channel mean and biased variance of x (NaN for an empty x).
+template <typename T>
+void BatchStats(const Tensor& x, const FbnLayout& l, std::vector<double>& m,
+                std::vector<double>& v) {
+  const T* px = x.data<T>();
+  const int64_t n = x.num_elements();
+  std::vector<double> sum(l.depth, 0.0);
+  for (int64_t i = 0; i < n; ++i) sum[l.Channel(i)] += px[i];
+  for (int64_t c = 0; c < l.depth; ++c) m[c] = sum[c] / l.count;
+  std::fill(sum.begin(), sum.end(), 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = px[i] - m[l.Channel(i)];
+    sum[l.Channel(i)] += d * d;
+  }
+  for (int64_t c = 0; c < l.depth; ++c) v[c] = sum[c] / l.count;
+}
+
+template <typename T>
+void FillVector(Tensor& t, const std::vector<double>& values) {
+  T* p = t.mutable_data<T>();
+  for (size_t c = 0; c < values.size(); ++c) p[c] = static_cast<T>(values[c]);
+}
+
+// y, batch_mean, batch_variance, reserve_space_1, reserve_space_2 (all
+// allocated) from x and the statistics m, v used for y.
+template <typename T>
+void FusedBatchNormCompute(const KernelContext& ctx, const FbnLayout& l,
+                           const std::vector<double>& m,
+                           const std::vector<double>& v, Tensors& out) {
+  const bool training = ctx.attrs().Bool("is_training");
+  const double eps = static_cast<T>(ctx.attrs().Float("epsilon"));
+  const double f = ctx.attrs().Float("exponential_avg_factor");
+  const T* px = ctx.input(0).data<T>();
+  const T* s = ctx.input(1).data<T>();
+  const T* o = ctx.input(2).data<T>();
+  std::vector<double> a(l.depth);
+  for (int64_t c = 0; c < l.depth; ++c) a[c] = s[c] / std::sqrt(v[c] + eps);
+  T* py = out[0].mutable_data<T>();
+  const int64_t n = ctx.input(0).num_elements();
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t c = l.Channel(i);
+    py[i] = static_cast<T>((px[i] - m[c]) * a[c] + o[c]);
+  }
+  std::vector<double> bm = m, bv = v;
+  if (training) {
+    const double adj = l.count > 1 ? double(l.count) / (l.count - 1) : 1.0;
+    for (int64_t c = 0; c < l.depth; ++c) {
+      bv[c] = v[c] * adj;
+      if (f != 1.0) {
+        bm[c] = (1 - f) * ctx.input(3).data<T>()[c] + f * m[c];
+        bv[c] = (1 - f) * ctx.input(4).data<T>()[c] + f * adj * v[c];
+      }
+    }
+  }
+  if (n == 0) {
+    std::fill(bm.begin(), bm.end(), std::numeric_limits<double>::quiet_NaN());
+    bv = bm;
+  }
+  FillVector<T>(out[1], bm);
+  FillVector<T>(out[2], bv);
+  FillVector<T>(out[3], m);
+  FillVector<T>(out[4], v);
+}
+
+absl::Status FusedBatchNormKernel(KernelContext& ctx) {
+  ASSIGN_OR_RETURN(FbnLayout l, CheckFbnX(ctx, 0));
+  RETURN_IF_ERROR(CheckFbnVectors(ctx, 0, {1, 2}, l.depth, ""));
+  const bool training = ctx.attrs().Bool("is_training");
+  const bool blend = ctx.attrs().Float("exponential_avg_factor") != 1.0;
+  RETURN_IF_ERROR(CheckFbnVectors(
+      ctx, 0, {3, 4}, training && !blend ? -1 : l.depth,
+      training ? "with exponential_avg_factor != 1, " : "with !is_training, "));
+  const Tensor& x = ctx.input(0);
+  Tensors out(6);
+  ASSIGN_OR_RETURN(out[0], Allocate(ctx, x.dtype(), x.shape()));
+  for (int i = 1; i <= 4; ++i) {
+    ASSIGN_OR_RETURN(out[i], Allocate(ctx, x.dtype(), {l.depth}));
+  }
+  ASSIGN_OR_RETURN(out[5], Allocate(ctx, x.dtype(), {}));
+  DispatchFloat(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    std::vector<double> m(l.depth), v(l.depth);
+    if (training) {
+      BatchStats<T>(x, l, m, v);
+    } else {
+      for (int64_t c = 0; c < l.depth; ++c) {
+        m[c] = ctx.input(3).data<T>()[c];
+        v[c] = ctx.input(4).data<T>()[c];
+      }
+    }
+    FusedBatchNormCompute<T>(ctx, l, m, v, out);
+  });
+  for (int i = 0; i < 6; ++i) ctx.set_output(i, std::move(out[i]));
+  return absl::OkStatus();
+}
+
+// FusedBatchNormGradV3(y_backprop, x, scale, reserve_space_1 (m),
+// reserve_space_2 (v), reserve_space_3 (not read)), TensorFlow's CPU kernel,
+// per channel with r = 1 / sqrt(v + epsilon), xc = x - m, N as above:
+//   is_training:  x_backprop = scale r (dy - mean(dy) - xc r^2 mean(dy xc))
+//   otherwise:    x_backprop = scale r dy
+//   scale_backprop = r sum(dy xc),  offset_backprop = sum(dy);
+// reserve_space_4 and _5 are empty placeholders. An empty x gives zero
+// scale and offset gradients.
+template <typename T>
+void FusedBatchNormGradCompute(const KernelContext& ctx, const FbnLayout& l,
+                               Tensors& out) {
+  const bool training = ctx.attrs().Bool("is_training");
+  const double eps = static_cast<T>(ctx.attrs().Float("epsilon"));
+  const T* dy = ctx.input(0).data<T>();
+  const T* x = ctx.input(1).data<T>();
+  const T* s = ctx.input(2).data<T>();
+  const T* m = ctx.input(3).data<T>();
+  const T* v = ctx.input(4).data<T>();
+  const int64_t n = ctx.input(1).num_elements();
+  std::vector<double> r(l.depth), sum_dy(l.depth, 0.0), p(l.depth, 0.0);
+  for (int64_t c = 0; c < l.depth; ++c) r[c] = 1 / std::sqrt(v[c] + eps);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t c = l.Channel(i);
+    sum_dy[c] += dy[i];
+    p[c] += dy[i] * (x[i] - m[c]);
+  }
+  T* dx = out[0].mutable_data<T>();
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t c = l.Channel(i);
+    double g = dy[i];
+    if (training) {
+      g += -sum_dy[c] / l.count - (x[i] - m[c]) * r[c] * r[c] * p[c] / l.count;
+    }
+    dx[i] = static_cast<T>(s[c] * r[c] * g);
+  }
+  for (int64_t c = 0; c < l.depth; ++c) p[c] *= r[c];
+  FillVector<T>(out[1], p);
+  FillVector<T>(out[2], sum_dy);
+}
+
+absl::Status FusedBatchNormGradKernel(KernelContext& ctx) {
+  ASSIGN_OR_RETURN(FbnLayout l, CheckFbnX(ctx, 1));
+  RETURN_IF_ERROR(ctx.RequireSameDType(1, 0));
+  const Tensor& x = ctx.input(1);
+  const Tensor& dy = ctx.input(0);
+  if (dy.shape() != x.shape()) {
+    return ctx.InvalidArgument("y_backprop ", dy.DebugString(),
+                               " must have the shape of x ", x.DebugString());
+  }
+  RETURN_IF_ERROR(CheckFbnVectors(ctx, 1, {2, 3, 4}, l.depth, ""));
+  Tensors out(5);
+  ASSIGN_OR_RETURN(out[0], Allocate(ctx, x.dtype(), x.shape()));
+  ASSIGN_OR_RETURN(out[1], Allocate(ctx, x.dtype(), {l.depth}));
+  ASSIGN_OR_RETURN(out[2], Allocate(ctx, x.dtype(), {l.depth}));
+  ASSIGN_OR_RETURN(out[3], Allocate(ctx, x.dtype(), {0}));
+  ASSIGN_OR_RETURN(out[4], Allocate(ctx, x.dtype(), {0}));
+  if (x.num_elements() > 0) {
+    DispatchFloat(x.dtype(), [&](auto zero) {
+      FusedBatchNormGradCompute<decltype(zero)>(ctx, l, out);
+    });
+  }
+  for (int i = 0; i < 5; ++i) ctx.set_output(i, std::move(out[i]));
+  return absl::OkStatus();
+}
+
+// Per-channel helpers of the FusedBatchNorm backwards, for an x of `shape`.
+class FbnGraph {
+ public:
+  FbnGraph(GradContext& g, const Shape& shape, DType dtype)
+      : g_(g), dtype_(dtype), rank_(static_cast<int>(shape.size())) {
+    const bool first = ChannelsFirst(g.attrs().Get<std::string>("data_format"));
+    axis_ = first ? 1 : rank_ - 1;
+    depth_ = shape[axis_];
+    const int64_t n = NumElements(shape);
+    count_ = depth_ == 0 ? 0 : n / depth_;
+  }
+  Tensor C(double value) { return g_.Const(value, dtype_); }
+  // A [C] vector laid along the channel axis of x.
+  Tensor Bc(Tensor v) {
+    if (axis_ == rank_ - 1) return v;
+    Shape shape(rank_, 1);
+    shape[axis_] = depth_;
+    return g_.Reshape(v, shape);
+  }
+  // The per-channel sum of a tensor shaped like x.
+  Tensor Sum(Tensor t) {
+    std::vector<int64_t> axes;
+    for (int d = 0; d < rank_; ++d) {
+      if (d != axis_) axes.push_back(d);
+    }
+    return g_.Op("Sum", {t}, {{"axis", axes}});
+  }
+  // 1 / N (0 for an empty x) and Bessel's N / (N - 1) (1 when N <= 1).
+  double InvCount() const { return count_ > 0 ? 1.0 / count_ : 0.0; }
+  double Bessel() const {
+    return count_ > 1 ? static_cast<double>(count_) / (count_ - 1) : 1.0;
+  }
+
+ private:
+  GradContext& g_;
+  DType dtype_;
+  int rank_;
+  int axis_ = 0;
+  int64_t depth_ = 0;
+  int64_t count_ = 0;
+};
+
+Tensor AddOrSet(GradContext& g, Tensor sum, Tensor term) {
+  return sum.valid() ? g.Add(sum, term) : term;
+}
+
+// In training, the gradient that the statistics outputs send to x:
+// batch_mean and reserve_space_1 are means of x (d/dx = 1/N), batch_variance
+// and reserve_space_2 biased variances (d/dx = 2 xc / N) times f N/(N-1)
+// and 1. TensorFlow drops these gradients; nothing reaches them unless the
+// statistics are differentiated (second order does, through the gradient
+// op's reserve_space inputs).
+Tensor StatisticsGrad(GradContext& g, FbnGraph& b, Tensor dx) {
+  const double f = g.attrs().Float("exponential_avg_factor");
+  const double inv_n = b.InvCount();
+  Tensor a, c;  // per channel: the coefficients of 1 and of xc
+  if (g.HasGrad(1)) a = g.Mul(b.C(f * inv_n), g.Grad(1));
+  if (g.HasGrad(3)) a = AddOrSet(g, a, g.Mul(b.C(inv_n), g.Grad(3)));
+  if (g.HasGrad(2)) c = g.Mul(b.C(2 * f * b.Bessel() * inv_n), g.Grad(2));
+  if (g.HasGrad(4)) c = AddOrSet(g, c, g.Mul(b.C(2 * inv_n), g.Grad(4)));
+  if (a.valid()) dx = g.Add(dx, b.Bc(a));
+  if (c.valid()) {
+    Tensor xc = g.Sub(g.Input(0), b.Bc(g.Output(3)));
+    dx = g.Add(dx, g.Mul(xc, b.Bc(c)));
+  }
+  return dx;
+}
+
+AttrMap FbnGradAttrs(const AttrMap& attrs) {
+  return {{"epsilon", *attrs.Find("epsilon")},
+          {"data_format", *attrs.Find("data_format")},
+          {"is_training", *attrs.Find("is_training")}};
+}
+
+// TensorFlow's _FusedBatchNormV3Grad: (dx, dscale, doffset) =
+// FusedBatchNormGradV3(dy, x, scale, reserve_space_1, reserve_space_2, 0),
+// the reserve spaces holding the statistics y used (TensorFlow's inference
+// branch passes the given mean and variance: the same values here), plus
+// StatisticsGrad. mean and variance get none, as in TensorFlow.
+void FusedBatchNormBackward(GradContext& g) {
+  const DType dtype = g.InputDType(0);
+  FbnGraph b(g, g.InputShape(0), dtype);
+  Tensors d = g.OpN("FusedBatchNormGradV3",
+                    {g.Grad(0), g.Input(0), g.Input(1), g.Output(3),
+                     g.Output(4), g.Const(0.0, dtype)},
+                    FbnGradAttrs(g.attrs()));
+  if (!g.ok()) return;
+  if (g.NeedsGrad(0)) {
+    const bool training = g.attrs().Bool("is_training");
+    g.SetGrad(0, training ? StatisticsGrad(g, b, d[0]) : d[0]);
+  }
+  if (g.NeedsGrad(1)) g.SetGrad(1, d[1]);
+  if (g.NeedsGrad(2)) g.SetGrad(2, d[2]);
+}
+
+// What both modes of FusedBatchNormGradV3's backward share (see
+// FusedBatchNormGradKernel for the names).
+struct FbnGradTerms {
+  Tensor dy, xc, s, r, r3, sr, gx, gs, go, gsr, sum_dy, p, sum_gx_dy;
+};
+
+// is_training = false: the kernel is x_backprop = s r dy, scale_backprop =
+// r P (P = sum(dy xc)), offset_backprop = D (D = sum(dy)), so with upstream
+// gx, gs, go: ddy = s r gx + gs r xc + go, dx = gs r dy, dm = -gs r D,
+// dscale = r sum(gx dy), dv = -1/2 r^3 (s sum(gx dy) + gs P).
+void FbnInferenceGradGrad(GradContext& g, FbnGraph& b, FbnGradTerms& t) {
+  if (g.NeedsGrad(0)) {
+    g.SetGrad(0, g.Add(g.Add(g.Mul(b.Bc(t.sr), t.gx), g.Mul(t.xc, b.Bc(t.gsr))),
+                       b.Bc(t.go)));
+  }
+  if (g.NeedsGrad(1)) g.SetGrad(1, g.Mul(b.Bc(t.gsr), t.dy));
+  if (g.NeedsGrad(3)) g.SetGrad(3, g.Neg(g.Mul(t.gsr, t.sum_dy)));
+  if (g.NeedsGrad(2)) g.SetGrad(2, g.Mul(t.r, t.sum_gx_dy));
+  if (g.NeedsGrad(4)) {
+    Tensor inner = g.Add(g.Mul(t.s, t.sum_gx_dy), g.Mul(t.gs, t.p));
+    g.SetGrad(4, g.Mul(b.C(-0.5), g.Mul(t.r3, inner)));
+  }
+}
+
+// is_training: with A = sum(gx), B = sum(gx xc), k = r^2 / N, the loss
+// L = s r (sum(gx dy) - A D/N - B P k) + gs r P + go D has
+//   ddy = s r (gx - A/N - xc B k) + gs r xc + go
+//   dx  = gs r dy - s r k (gx P + B dy)          (m, v held)
+//   dm  = s r k (A P + B D) - gs r D             (= -sum(dx))
+//   dscale = r (C1 - r^2 C2),  C1 = sum(gx dy) - A D/N,  C2 = B P / N
+//   dv  = -1/2 r^3 (s (C1 - 3 r^2 C2) + gs P).
+void FbnTrainingGradGrad(GradContext& g, FbnGraph& b, FbnGradTerms& t) {
+  const double inv_n = b.InvCount();
+  Tensor a = b.Sum(t.gx);
+  Tensor bb = b.Sum(g.Mul(t.gx, t.xc));
+  Tensor r2 = g.Mul(t.r, t.r);
+  Tensor k = g.Mul(r2, b.C(inv_n));
+  if (g.NeedsGrad(0)) {
+    Tensor in = g.Sub(g.Sub(t.gx, b.Bc(g.Mul(a, b.C(inv_n)))),
+                      g.Mul(t.xc, b.Bc(g.Mul(bb, k))));
+    g.SetGrad(0, g.Add(g.Add(g.Mul(b.Bc(t.sr), in), g.Mul(t.xc, b.Bc(t.gsr))),
+                       b.Bc(t.go)));
+  }
+  Tensor srk = g.Mul(t.sr, k);
+  if (g.NeedsGrad(1)) {
+    Tensor in = g.Add(g.Mul(t.gx, b.Bc(t.p)), g.Mul(b.Bc(bb), t.dy));
+    g.SetGrad(1, g.Sub(g.Mul(b.Bc(t.gsr), t.dy), g.Mul(b.Bc(srk), in)));
+  }
+  if (g.NeedsGrad(3)) {
+    Tensor in = g.Add(g.Mul(a, t.p), g.Mul(bb, t.sum_dy));
+    g.SetGrad(3, g.Sub(g.Mul(srk, in), g.Mul(t.gsr, t.sum_dy)));
+  }
+  Tensor c1 = g.Sub(t.sum_gx_dy, g.Mul(b.C(inv_n), g.Mul(a, t.sum_dy)));
+  Tensor c2 = g.Mul(b.C(inv_n), g.Mul(bb, t.p));
+  if (g.NeedsGrad(2)) g.SetGrad(2, g.Mul(t.r, g.Sub(c1, g.Mul(r2, c2))));
+  if (g.NeedsGrad(4)) {
+    Tensor in = g.Sub(c1, g.Mul(b.C(3), g.Mul(r2, c2)));
+    in = g.Add(g.Mul(t.s, in), g.Mul(t.gs, t.p));
+    g.SetGrad(4, g.Mul(b.C(-0.5), g.Mul(t.r3, in)));
+  }
+}
+
+// The backward of FusedBatchNormGradV3: the exact partial derivatives of
+// its outputs (x_backprop, scale_backprop, offset_backprop) in y_backprop,
+// x, scale, reserve_space_1 and reserve_space_2 (reserve_space_3 is not
+// read). TensorFlow's _FusedBatchNormGradGrad recomputes the statistics
+// from x instead and gives reserve_space_1/2 none; through FusedBatchNormV3
+// the two agree, since the reserve spaces' gradients flow back to x there
+// (see StatisticsGrad).
+void FusedBatchNormGradGrad(GradContext& g) {
+  const DType dtype = g.InputDType(1);
+  FbnGraph b(g, g.InputShape(1), dtype);
+  FbnGradTerms t;
+  t.dy = g.Input(0);
+  t.s = g.Input(2);
+  t.xc = g.Sub(g.Input(1), b.Bc(g.Input(3)));
+  t.r =
+      g.Div(b.C(1),
+            g.Op("Sqrt", {g.Add(g.Input(4), b.C(g.attrs().Float("epsilon")))}));
+  t.r3 = g.Mul(t.r, g.Mul(t.r, t.r));
+  t.sr = g.Mul(t.s, t.r);
+  t.gx = g.Grad(0);
+  t.gs = g.Grad(1);
+  t.go = g.Grad(2);
+  t.gsr = g.Mul(t.gs, t.r);
+  t.sum_dy = b.Sum(t.dy);
+  t.p = b.Sum(g.Mul(t.dy, t.xc));
+  t.sum_gx_dy = b.Sum(g.Mul(t.gx, t.dy));
+  if (g.attrs().Bool("is_training")) {
+    FbnTrainingGradGrad(g, b, t);
+  } else {
+    FbnInferenceGradGrad(g, b, t);
+  }
+}
+
 }  // namespace
 
 void RegisterNormOps(OpRegistry& r) {
@@ -243,6 +680,40 @@ void RegisterNormOps(OpRegistry& r) {
             .SavesInputs({0, 1, 2, 3, 4})
             .Summary("the gradient of BatchNormWithGlobalNormalization "
                      "(dg is 0 without scale_after_normalization)"));
+  r.Add(Op("FusedBatchNormV3")
+            .Inputs({"x", "scale", "offset", "mean", "variance"})
+            .Outputs({"y", "batch_mean", "batch_variance", "reserve_space_1",
+                      "reserve_space_2", "reserve_space_3"})
+            .Attr("epsilon", 0.0001)
+            .Attr("exponential_avg_factor", 1.0)
+            .Attr("data_format", std::string("NHWC"))
+            .Attr("is_training", true)
+            .Forward(FusedBatchNormKernel)
+            // FusedBatchNormGradV3 of dy (see FusedBatchNormBackward)
+            .Backward(FusedBatchNormBackward)
+            .SavesInputs({0, 1})
+            .SavesOutputs({3, 4})
+            // TensorFlow's gradient gives mean and variance none
+            .NonDifferentiableInputs({3, 4})
+            .Summary("batch normalization per channel, with the batch's "
+                     "statistics (is_training) or the given ones, and the "
+                     "running statistics (TensorFlow's CPU kernel)"));
+  r.Add(Op("FusedBatchNormGradV3")
+            .Inputs({"y_backprop", "x", "scale", "reserve_space_1",
+                     "reserve_space_2", "reserve_space_3"})
+            .Outputs({"x_backprop", "scale_backprop", "offset_backprop",
+                      "reserve_space_4", "reserve_space_5"})
+            .Attr("epsilon", 0.0001)
+            .Attr("data_format", std::string("NHWC"))
+            .Attr("is_training", true)
+            .Forward(FusedBatchNormGradKernel)
+            // exact partials, written in ops (see FusedBatchNormGradGrad)
+            .Backward(FusedBatchNormGradGrad)
+            .SavesInputs({0, 1, 2, 3, 4})
+            // reserve_space_3 is a placeholder that is never read
+            .NonDifferentiableInputs({5})
+            .Summary("the gradient of FusedBatchNormV3 (reserve_space_4/5 "
+                     "are empty placeholders)"));
 }
 
 }  // namespace gradtape

@@ -16,6 +16,7 @@ void RegisterAllOps(OpRegistry& registry) {
   RegisterPoolOps(registry);
   RegisterNormOps(registry);
   RegisterLinalgOps(registry);
+  RegisterEinsumOps(registry);
   RegisterSegmentOps(registry);
   RegisterComplexOps(registry);
   RegisterVariableOps(registry);

@@ -36,6 +36,8 @@ void RegisterPoolOps(OpRegistry& registry);
 void RegisterNormOps(OpRegistry& registry);
 // Matrix products (MatMul, batched, sparse), cross product.
 void RegisterLinalgOps(OpRegistry& registry);
+// Einsum (one or two operands).
+void RegisterEinsumOps(OpRegistry& registry);
 // Segment reductions and gathers.
 void RegisterSegmentOps(OpRegistry& registry);
 // Complex numbers: Complex, Real, Imag, Angle, Conj.

@@ -46,6 +46,7 @@ const std::vector<OpSample>& AllOpSamples() {
     AddPoolSamples(list);
     AddNormSamples(list);
     AddLinalgSamples(list);
+    AddEinsumSamples(list);
     AddSegmentSamples(list);
     AddComplexSamples(list);
     AddVariableSamples(list);

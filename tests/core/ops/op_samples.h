@@ -55,6 +55,7 @@ void AddConvSamples(SampleList& s);
 void AddPoolSamples(SampleList& s);
 void AddNormSamples(SampleList& s);
 void AddLinalgSamples(SampleList& s);
+void AddEinsumSamples(SampleList& s);
 void AddSegmentSamples(SampleList& s);
 void AddComplexSamples(SampleList& s);
 void AddVariableSamples(SampleList& s);

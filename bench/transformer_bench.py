@@ -1,0 +1,206 @@
+"""Training steps/s of the character transformer of
+client/python/examples/train_transformer.py through gradtape beside the same
+model in local PyTorch, in one run (issue 16; reported, never a CI gate).
+
+Implementations: gradtape native (``connect(native=True)``), gradtape pure
+(``connect(native=False)``), PyTorch CPU on one intra-op thread (the
+baseline, as in bench/python_bench.py) and on its default thread count.
+Every repetition runs each implementation in a fresh worker process, in
+turn (alternating), for --warmup untimed steps and then --steps timed ones,
+same config (2 layers, d_model 64, 4 heads, context 64, dropout 0.1, AdamW
+lr 3e-3 wd 0.01), same batch size and batch order. Medians are printed with
+their ratio to PyTorch 1 thread. The server is the Release gradtape-server
+on 127.0.0.1 (port 0), started and stopped here.
+
+  python bench/transformer_bench.py [--server-bin build/server/gradtape-server]
+      [--reps 3] [--steps 100] [--warmup 10] [--batch 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+
+HERE = pathlib.Path(__file__).resolve().parent
+EXAMPLE = HERE.parent / "client" / "python" / "examples" / "train_transformer.py"
+IMPLS = (("native", "gradtape native"), ("pure", "gradtape pure"),
+         ("torch", "PyTorch, 1 thread"), ("torch_default", "PyTorch, default threads"))
+BASELINE = "PyTorch, 1 thread"
+
+
+def example() -> Any:
+    spec = importlib.util.spec_from_file_location("train_transformer", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def gradtape_rate(tt: Any, address: str, native: bool, steps: int, warmup: int, batch: int) -> float:
+    import gradtape
+
+    cfg = tt.Config()
+    text = tt.load_text()
+    vocab = tt.Vocab(text)
+    tokens = vocab.encode(text)
+    rng = np.random.default_rng(0)
+    with gradtape.connect(address, native=native) as session:
+        data = session.constant(tokens)
+        model = tt.Transformer(session, cfg, len(vocab), seed=0)
+        opts = tt.make_optimizers(model, 3e-3, 0.01)
+        dropout = tt.DropoutStream(1)
+        loss = None
+        for i in range(warmup + steps):
+            if i == warmup:
+                float(loss)  # everything before is done
+                start = time.perf_counter()
+            loss = tt.train_step(model, data, tt.batch_starts(rng, len(tokens), batch, cfg.context), opts, dropout)
+        float(loss)
+        return steps / (time.perf_counter() - start)
+
+
+def torch_rate(tt: Any, threads: Optional[int], steps: int, warmup: int, batch: int) -> float:
+    import torch
+    import torch.nn.functional as F
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    cfg = tt.Config()
+    text = tt.load_text()
+    vocab = tt.Vocab(text)
+    tokens = torch.from_numpy(vocab.encode(text).astype(np.int64))
+    rng = np.random.default_rng(0)
+    gen = np.random.default_rng(1)
+    params: Dict[str, torch.Tensor] = {}
+    for name, shape in tt.parameter_shapes(cfg, len(vocab)).items():
+        if len(shape) == 2:
+            value = np.clip(gen.normal(0.0, cfg.init_std, shape), -2 * cfg.init_std, 2 * cfg.init_std)
+        else:
+            value = np.ones(shape) if name.endswith(".g") else np.zeros(shape)
+        params[name] = torch.tensor(value, dtype=torch.float32, requires_grad=True)
+    decayed = [p for n, p in params.items() if tt.decays(n)]
+    rest = [p for n, p in params.items() if not tt.decays(n)]
+    opt = torch.optim.AdamW([{"params": decayed, "weight_decay": 0.01}, {"params": rest, "weight_decay": 0.0}],
+                            lr=3e-3, eps=1e-7)
+    t, d, h = cfg.context, cfg.d_model, cfg.n_head
+    hd = d // h
+    mask = torch.triu(torch.full((t, t), -1e9), diagonal=1)
+    p_drop = cfg.dropout
+
+    def ln(x: torch.Tensor, p: str) -> torch.Tensor:
+        mean = x.mean(-1, keepdim=True)
+        c = x - mean
+        return c * torch.rsqrt((c * c).mean(-1, keepdim=True) + cfg.layer_norm_epsilon) * params[p + ".g"] + params[p + ".b"]
+
+    def loss_of(windows: torch.Tensor) -> torch.Tensor:
+        b = windows.shape[0]
+        x = F.dropout(params["wte"][windows[:, :t]] + params["wpe"], p_drop)
+        for i in range(cfg.n_layer):
+            p = f"h{i}."
+            a = ln(x, p + "ln1").reshape(b * t, d) @ params[p + "attn.w_qkv"] + params[p + "attn.b_qkv"]
+            q, k, v = a.reshape(b, t, 3, h, hd).permute(2, 0, 3, 1, 4)
+            probs = F.dropout(torch.softmax(q @ k.transpose(-1, -2) * (1.0 / math.sqrt(hd)) + mask, -1), p_drop)
+            out = (probs @ v).permute(0, 2, 1, 3).reshape(b * t, d) @ params[p + "attn.w_o"] + params[p + "attn.b_o"]
+            x = x + F.dropout(out.reshape(b, t, d), p_drop)
+            m = ln(x, p + "ln2").reshape(b * t, d) @ params[p + "mlp.w_in"] + params[p + "mlp.b_in"]
+            m = F.gelu(m) @ params[p + "mlp.w_out"] + params[p + "mlp.b_out"]
+            x = x + F.dropout(m.reshape(b, t, d), p_drop)
+        logits = ln(x, "ln_f").reshape(b * t, d) @ params["head.w"]
+        return F.cross_entropy(logits, windows[:, 1:].reshape(b * t))
+
+    for i in range(warmup + steps):
+        if i == warmup:
+            start = time.perf_counter()
+        idx = torch.from_numpy(tt.window_indices(tt.batch_starts(rng, len(tokens), batch, t), t).astype(np.int64))
+        loss = loss_of(tokens[idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    float(loss)
+    return steps / (time.perf_counter() - start)
+
+
+def worker(kind: str, address: str, steps: int, warmup: int, batch: int) -> None:
+    tt = example()
+    try:
+        if kind in ("native", "pure"):
+            rate = gradtape_rate(tt, address, kind == "native", steps, warmup, batch)
+        else:
+            rate = torch_rate(tt, 1 if kind == "torch" else None, steps, warmup, batch)
+    except ImportError as e:
+        print(f"@@unavailable {e}", flush=True)
+        return
+    print(f"@@rate {rate!r}", flush=True)
+
+
+def run_worker(kind: str, address: str, args: argparse.Namespace) -> Optional[float]:
+    out = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--worker", kind, "--address", address,
+         "--steps", str(args.steps), "--warmup", str(args.warmup), "--batch", str(args.batch)],
+        capture_output=True, text=True, timeout=1800)
+    for line in out.stdout.splitlines():
+        if line.startswith("@@rate "):
+            return float(line.split()[1])
+        if line.startswith("@@unavailable"):
+            return None
+    raise RuntimeError(f"{kind} worker failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--server-bin", default=str(HERE.parent / "build" / "server" / "gradtape-server"))
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--address", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        worker(args.worker, args.address, args.steps, args.warmup, args.batch)
+        return
+    sys.path.insert(0, str(HERE))
+    from python_bench import gradtape_server, load_average
+
+    rates: Dict[str, List[float]] = {}
+    missing: Dict[str, str] = {}
+    print(f"load average at the start: {load_average()}")
+    with gradtape_server(args.server_bin) as address:
+        for _ in range(args.reps):
+            for kind, name in IMPLS:
+                if name in missing:
+                    continue
+                rate = run_worker(kind, address, args)
+                if rate is None:
+                    missing[name] = "not installed"
+                else:
+                    rates.setdefault(name, []).append(rate)
+    print(f"load average at the end: {load_average()}")
+    print(f"\n### transformer_bench: char transformer (2 layers, d_model 64, 4 heads, context 64, "
+          f"dropout 0.1, AdamW), batch {args.batch}, {args.steps} timed steps after {args.warmup} warm-up, "
+          f"{args.reps} runs per implementation, alternating, medians\n")
+    base = statistics.median(rates[BASELINE]) if BASELINE in rates else None
+    print("| implementation | steps/s | ratio to PyTorch 1 thread | runs |")
+    print("|---|---|---|---|")
+    for _, name in IMPLS:
+        if name in missing:
+            print(f"| {name} | {missing[name]} | | |")
+            continue
+        med = statistics.median(rates[name])
+        ratio = f"{med / base:.2f}x" if base else "-"
+        runs = ", ".join(f"{r:.1f}" for r in rates[name])
+        print(f"| {name} | {med:.1f} | {ratio} | {runs} |")
+
+
+if __name__ == "__main__":
+    main()
