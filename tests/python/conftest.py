@@ -43,6 +43,7 @@ import contextlib
 import importlib
 import os
 import pathlib
+import subprocess
 import sys
 from typing import Any, Callable, Iterator, List, Optional
 
@@ -177,6 +178,8 @@ def pb(tmp_path_factory):
     out = tmp_path_factory.mktemp("gen")
     include = pathlib.Path(protoc.__file__).parent / "_proto"
     args = [
+        sys.executable,
+        "-m",
         "grpc_tools.protoc",
         f"-I{PROTO_ROOT}",
         f"-I{include}",
@@ -184,7 +187,10 @@ def pb(tmp_path_factory):
         f"--grpc_python_out={out}",
         str(PROTO_ROOT / "gradtape" / "v1" / "tape_service.proto"),
     ]
-    assert protoc.main(args) == 0, "protoc failed on tape_service.proto"
+    # In a subprocess: protoc in this process crashed (SIGSEGV) once a test
+    # had imported TensorFlow, whose wheels carry their own protobuf.
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"protoc failed on tape_service.proto: {done.stderr}"
     sys.path.insert(0, str(out))
     try:
         pb2 = importlib.import_module("gradtape.v1.tape_service_pb2")
