@@ -20,10 +20,12 @@ import gradtape
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "client" / "python" / "examples" / "train_transformer.py"
 # 20 AdamW steps of a float32 model, two implementations with their own
-# summation orders (TF's Eigen and oneDNN kernels, the server's): the
-# largest relative difference measured was 3.3e-6 (both clients); 2e-5 is
-# float32 tolerance with room.
-LOSS_RTOL = 2e-5
+# summation orders (TF's Eigen and oneDNN kernels, the server's). Adam
+# amplifies float32 rounding differences from step to step, and the batches
+# come from the repository's docs, which change: the largest relative
+# difference measured was 3.3e-6 on one version of the docs and 4.5e-5 on
+# the next (both clients). 2e-4 is float32 tolerance for 20 such steps.
+LOSS_RTOL = 2e-4
 
 
 def _example() -> Any:
