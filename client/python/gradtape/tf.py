@@ -22,7 +22,7 @@ What is here, with TensorFlow's semantics (names, arguments, dtype
 inference of Python values: floats float32, ints int32):
   constant, Variable, Tensor, GradientTape, convert_to_tensor, identity,
   zeros, ones, zeros_like, ones_like, fill, reduce_sum, reduce_mean,
-  reduce_max, reduce_min, reduce_prod, matmul, add, subtract, multiply,
+  reduce_max, reduce_min, reduce_prod, reduce_logsumexp, matmul, add, subtract, multiply,
   divide, negative, square, sqrt, exp, log, sin, cos, tan, tanh, sigmoid,
   abs, maximum, minimum, pow (needs the server's Pow), where, cast,
   reshape, transpose, shape, stop_gradient, add_n, custom_gradient,
@@ -529,6 +529,18 @@ def reduce_min(input_tensor: TensorLike, axis: Any = None, keepdims: Any = False
     return negative(reduce_max(negative(input_tensor), axis=axis, keepdims=keepdims))
 
 
+def reduce_logsumexp(input_tensor: TensorLike, axis: Any = None, keepdims: Any = False, name: Optional[str] = None) -> Tensor:
+    """tf.reduce_logsumexp, from primitives as TensorFlow builds it: the max
+    over `axis` (under stop_gradient) is subtracted before Exp and added
+    back after Log, so large values do not overflow; the gradient is
+    exp(x - result). Unlike TF, an infinite max is not replaced by 0 first
+    (gradtape has no IsFinite op): an all -inf row gives NaN, not -inf."""
+    t = convert_to_tensor(input_tensor)
+    m = stop_gradient(reduce_max(t, axis=axis, keepdims=True))
+    s = reduce_sum(exp(subtract(t, m)), axis=axis, keepdims=keepdims)
+    return add(log(s), reduce_sum(m, axis=axis, keepdims=keepdims))  # the sum drops m's size-1 axes
+
+
 # -- nn ----------------------------------------------------------------------
 
 
@@ -595,7 +607,7 @@ _MATH_NAMES = [
     "add", "subtract", "multiply", "divide", "truediv", "negative", "square", "sqrt", "exp", "log",
     "sin", "cos", "tan", "tanh", "sigmoid", "abs", "maximum", "minimum", "pow", "sign", "log1p",
     "expm1", "reciprocal", "softplus", "squared_difference", "reduce_sum", "reduce_mean",
-    "reduce_max", "reduce_min", "reduce_prod", "log_sigmoid", "add_n", "real", "imag", "conj",
+    "reduce_max", "reduce_min", "reduce_prod", "reduce_logsumexp", "log_sigmoid", "add_n", "real", "imag", "conj",
     "divide_no_nan",
 ]
 math = _Namespace("math", **{n: globals()[n] for n in _MATH_NAMES})
