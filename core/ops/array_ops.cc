@@ -194,12 +194,6 @@ absl::Status ShapeKernel(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
-// Index i of an int32 or int64 tensor (the caller checked the dtype).
-int64_t IndexAt(const Tensor& t, int64_t i) {
-  return t.dtype() == DType::kInt32 ? t.data<int32_t>()[i]
-                                    : t.data<int64_t>()[i];
-}
-
 // GatherV2's geometry. With B = prod(params.shape[:batch_dims]) (shared by
 // indices), params is viewed as [B, outer, limit, inner] (limit: the axis)
 // and indices as [B, n]; output [B, outer, n, inner].

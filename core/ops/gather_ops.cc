@@ -27,11 +27,6 @@
 namespace gradtape {
 namespace {
 
-int64_t IndexAt(const Tensor& t, int64_t i) {
-  return t.dtype() == DType::kInt32 ? t.data<int32_t>()[i]
-                                    : t.data<int64_t>()[i];
-}
-
 // indices [N, K] against `shape`: the element offset of each row's slice,
 // and the slice size.
 struct NdLayout {
@@ -119,32 +114,11 @@ absl::Status GatherNdKernel(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
-// Input 2 as ScatterNd's output shape: an int32 / int64 vector (indices'
-// dtype) of at least one dim, dims >= 0.
-absl::StatusOr<Shape> ScatterShape(const KernelContext& ctx) {
-  RETURN_IF_ERROR(ctx.RequireIndexDType(2));
-  RETURN_IF_ERROR(ctx.RequireSameDType(0, 2));
-  const Tensor& t = ctx.input(2);
-  if (t.rank() != 1 || t.dim(0) < 1 || t.dim(0) > 64) {
-    return ctx.InvalidArgument(
-        "shape must be a vector of 1 to 64 dims (the output is at least "
-        "1-D), got shape ",
-        ShapeString(t.shape()));
-  }
-  Shape shape(t.dim(0));
-  for (int64_t d = 0; d < t.dim(0); ++d) {
-    shape[d] = IndexAt(t, d);
-    if (shape[d] < 0) {
-      return ctx.InvalidArgument("shape[", d, "] is ", shape[d],
-                                 " (dims must be >= 0)");
-    }
-  }
-  return shape;
-}
-
 absl::Status ScatterNdKernel(KernelContext& ctx) {
   RETURN_IF_ERROR(RequireDTypes(ctx, 1, DTypes::kArithmetic));
-  ASSIGN_OR_RETURN(Shape shape, ScatterShape(ctx));
+  // shape: at least 1-D, of indices' dtype.
+  ASSIGN_OR_RETURN(Shape shape, ShapeInput(ctx, 2, /*min_dims=*/1));
+  RETURN_IF_ERROR(ctx.RequireSameDType(0, 2));
   const Tensor& updates = ctx.input(1);
   // Allocating first checks the shape's size, which ResolveNd relies on.
   ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, updates.dtype(), shape));

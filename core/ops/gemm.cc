@@ -24,8 +24,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <complex>
 #include <cstdlib>
 #include <limits>
+#include <type_traits>
 
 #include "Eigen/Core"
 #include "core/base/cancellation.h"
@@ -72,27 +74,41 @@ using ConstMap = Eigen::Map<const Matrix<T>, 0, Eigen::OuterStride<>>;
 template <typename T>
 using Map = Eigen::Map<Matrix<T>, 0, Eigen::OuterStride<>>;
 
+// op(x) of a mapped matrix, passed to fn (each MatrixOp is its own Eigen
+// expression type).
+template <typename M, typename Fn>
+void WithOp(const M& x, MatrixOp op, Fn&& fn) {
+  switch (op) {
+    case MatrixOp::kNone:
+      fn(x);
+      break;
+    case MatrixOp::kTranspose:
+      fn(x.transpose());
+      break;
+    case MatrixOp::kAdjoint:
+      fn(x.adjoint());
+      break;
+  }
+}
+
 template <typename T>
-void EigenGemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+void EigenGemm(MatrixOp op_a, MatrixOp op_b, int64_t m, int64_t n, int64_t k,
                const T* a, int64_t lda, const T* b, int64_t ldb, T* c,
                int64_t ldc, T beta) {
-  ConstMap<T> ma(a, trans_a ? k : m, trans_a ? m : k,
-                 Eigen::OuterStride<>(lda));
-  ConstMap<T> mb(b, trans_b ? n : k, trans_b ? k : n,
-                 Eigen::OuterStride<>(ldb));
+  const bool ta = op_a != MatrixOp::kNone, tb = op_b != MatrixOp::kNone;
+  ConstMap<T> ma(a, ta ? k : m, ta ? m : k, Eigen::OuterStride<>(lda));
+  ConstMap<T> mb(b, tb ? n : k, tb ? k : n, Eigen::OuterStride<>(ldb));
   Map<T> mc(c, m, n, Eigen::OuterStride<>(ldc));
-  auto product = [&](auto&& assign) {
-    if (!trans_a && !trans_b) assign(ma * mb);
-    if (!trans_a && trans_b) assign(ma * mb.transpose());
-    if (trans_a && !trans_b) assign(ma.transpose() * mb);
-    if (trans_a && trans_b) assign(ma.transpose() * mb.transpose());
-  };
-  if (beta == T(0)) {
-    product([&](auto&& p) { mc.noalias() = p; });
-  } else {
-    if (beta != T(1)) mc *= beta;
-    product([&](auto&& p) { mc.noalias() += p; });
-  }
+  if (beta != T(0) && beta != T(1)) mc *= beta;
+  WithOp(ma, op_a, [&](const auto& x) {
+    WithOp(mb, op_b, [&](const auto& y) {
+      if (beta == T(0)) {
+        mc.noalias() = x * y;
+      } else {
+        mc.noalias() += x * y;
+      }
+    });
+  });
 }
 
 // OpenBLAS's integer type (blasint) is 32-bit in Debian's build.
@@ -113,6 +129,8 @@ const bool kSingleThreaded =
 struct Blas {
   decltype(&cblas_sgemm) sgemm = nullptr;
   decltype(&cblas_dgemm) dgemm = nullptr;
+  decltype(&cblas_cgemm) cgemm = nullptr;  // complex<float>
+  decltype(&cblas_zgemm) zgemm = nullptr;  // complex<double>
   decltype(&openblas_get_corename) corename = nullptr;
 };
 
@@ -122,6 +140,8 @@ Blas LoadBlas() {
   if (lib == nullptr) return b;
   b.sgemm = reinterpret_cast<decltype(&cblas_sgemm)>(dlsym(lib, "cblas_sgemm"));
   b.dgemm = reinterpret_cast<decltype(&cblas_dgemm)>(dlsym(lib, "cblas_dgemm"));
+  b.cgemm = reinterpret_cast<decltype(&cblas_cgemm)>(dlsym(lib, "cblas_cgemm"));
+  b.zgemm = reinterpret_cast<decltype(&cblas_zgemm)>(dlsym(lib, "cblas_zgemm"));
   b.corename = reinterpret_cast<decltype(&openblas_get_corename)>(
       dlsym(lib, "openblas_get_corename"));
   // In case the library was loaded before main (kSingleThreaded) after all.
@@ -129,7 +149,10 @@ Blas LoadBlas() {
           dlsym(lib, "openblas_set_num_threads"))) {
     set_threads(1);
   }
-  if (b.sgemm == nullptr || b.dgemm == nullptr) return Blas();
+  if (b.sgemm == nullptr || b.dgemm == nullptr || b.cgemm == nullptr ||
+      b.zgemm == nullptr) {
+    return Blas();
+  }
   return b;
 }
 
@@ -141,25 +164,60 @@ const Blas& GetBlas() {
 
 bool BlasAvailable() { return GetBlas().sgemm != nullptr; }
 
-// cblas_?gemm on row-major matrices; OpenBLAS must be available and every
-// size must fit blasint (FitsBlasInt).
-void BlasGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
-              int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
-              float beta) {
-  GetBlas().sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
-                  tb ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
-                  static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, a,
-                  static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta,
-                  c, static_cast<blasint>(ldc));
+CBLAS_TRANSPOSE BlasOp(MatrixOp op) {
+  switch (op) {
+    case MatrixOp::kNone:
+      return CblasNoTrans;
+    case MatrixOp::kTranspose:
+      return CblasTrans;
+    case MatrixOp::kAdjoint:
+      return CblasConjTrans;
+  }
+  return CblasNoTrans;
 }
-void BlasGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+
+// cblas_?gemm on row-major matrices; OpenBLAS must be available and every
+// size must fit blasint (FitsBlasInt). kAdjoint is kTranspose for the real
+// types (Gemm maps it before calling).
+void BlasGemm(MatrixOp ta, MatrixOp tb, int64_t m, int64_t n, int64_t k,
+              const float* a, int64_t lda, const float* b, int64_t ldb,
+              float* c, int64_t ldc, float beta) {
+  GetBlas().sgemm(CblasRowMajor, BlasOp(ta), BlasOp(tb),
+                  static_cast<blasint>(m), static_cast<blasint>(n),
+                  static_cast<blasint>(k), 1.0f, a, static_cast<blasint>(lda),
+                  b, static_cast<blasint>(ldb), beta, c,
+                  static_cast<blasint>(ldc));
+}
+void BlasGemm(MatrixOp ta, MatrixOp tb, int64_t m, int64_t n, int64_t k,
               const double* a, int64_t lda, const double* b, int64_t ldb,
               double* c, int64_t ldc, double beta) {
-  GetBlas().dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
-                  tb ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
-                  static_cast<blasint>(n), static_cast<blasint>(k), 1.0, a,
-                  static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta,
-                  c, static_cast<blasint>(ldc));
+  GetBlas().dgemm(CblasRowMajor, BlasOp(ta), BlasOp(tb),
+                  static_cast<blasint>(m), static_cast<blasint>(n),
+                  static_cast<blasint>(k), 1.0, a, static_cast<blasint>(lda), b,
+                  static_cast<blasint>(ldb), beta, c,
+                  static_cast<blasint>(ldc));
+}
+void BlasGemm(MatrixOp ta, MatrixOp tb, int64_t m, int64_t n, int64_t k,
+              const std::complex<float>* a, int64_t lda,
+              const std::complex<float>* b, int64_t ldb, std::complex<float>* c,
+              int64_t ldc, std::complex<float> beta) {
+  const std::complex<float> one(1);
+  GetBlas().cgemm(CblasRowMajor, BlasOp(ta), BlasOp(tb),
+                  static_cast<blasint>(m), static_cast<blasint>(n),
+                  static_cast<blasint>(k), &one, a, static_cast<blasint>(lda),
+                  b, static_cast<blasint>(ldb), &beta, c,
+                  static_cast<blasint>(ldc));
+}
+void BlasGemm(MatrixOp ta, MatrixOp tb, int64_t m, int64_t n, int64_t k,
+              const std::complex<double>* a, int64_t lda,
+              const std::complex<double>* b, int64_t ldb,
+              std::complex<double>* c, int64_t ldc, std::complex<double> beta) {
+  const std::complex<double> one(1);
+  GetBlas().zgemm(CblasRowMajor, BlasOp(ta), BlasOp(tb),
+                  static_cast<blasint>(m), static_cast<blasint>(n),
+                  static_cast<blasint>(k), &one, a, static_cast<blasint>(lda),
+                  b, static_cast<blasint>(ldb), &beta, c,
+                  static_cast<blasint>(ldc));
 }
 
 // One BLAS product split into row blocks of c (m >= n) or column blocks,
@@ -205,7 +263,7 @@ BlockGrid GridFor(int64_t m, int64_t n, int64_t k) {
 }
 
 template <typename T>
-void ParallelBlasGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+void ParallelBlasGemm(MatrixOp ta, MatrixOp tb, int64_t m, int64_t n, int64_t k,
                       const T* a, int64_t lda, const T* b, int64_t ldb, T* c,
                       int64_t ldc, T beta, Cancellation* cancel) {
   const BlockGrid g = GridFor(m, n, k);
@@ -217,15 +275,18 @@ void ParallelBlasGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
     const int64_t cols = std::min(g.col_block, n - c0);
     if (rows <= 0 || cols <= 0) return;
     // rows [r0, r0 + rows) of op(a), columns [c0, c0 + cols) of op(b).
-    BlasGemm(ta, tb, rows, cols, k, ta ? a + r0 : a + r0 * lda, lda,
-             tb ? b + c0 * ldb : b + c0, ldb, c + r0 * ldc + c0, ldc, beta);
+    const bool trans_a = ta != MatrixOp::kNone;
+    const bool trans_b = tb != MatrixOp::kNone;
+    BlasGemm(ta, tb, rows, cols, k, trans_a ? a + r0 : a + r0 * lda, lda,
+             trans_b ? b + c0 * ldb : b + c0, ldb, c + r0 * ldc + c0, ldc,
+             beta);
   });
 }
 
 }  // namespace
 
 template <typename T>
-absl::Status Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+absl::Status Gemm(MatrixOp op_a, MatrixOp op_b, int64_t m, int64_t n, int64_t k,
                   const T* a, int64_t lda, const T* b, int64_t ldb, T* c,
                   int64_t ldc, T beta) {
   Cancellation* const cancel = CurrentCancellation();
@@ -244,31 +305,44 @@ absl::Status Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
     }
     return absl::OkStatus();
   }
+  if constexpr (std::is_floating_point_v<T>) {  // no conjugate to take
+    if (op_a == MatrixOp::kAdjoint) op_a = MatrixOp::kTranspose;
+    if (op_b == MatrixOp::kAdjoint) op_b = MatrixOp::kTranspose;
+  }
   const double work = static_cast<double>(m) * n * k;
   if (work >= kBlasMinWork && m > 1 && n > 1 &&
       FitsBlasInt({m, n, k, lda, ldb, ldc}) && BlasAvailable()) {
     // One thread still cuts a product above one block, for cancellation.
     if (work >= kParallelMinWork && std::max(m, n) >= 64 &&
         (ParallelismDegree() > 1 || work > kMaxBlockWork)) {
-      ParallelBlasGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, beta,
+      ParallelBlasGemm(op_a, op_b, m, n, k, a, lda, b, ldb, c, ldc, beta,
                        cancel);
       // Blocks skipped after a request leave c partly written.
       if (cancel != nullptr) return cancel->Check("matrix product");
     } else {
-      BlasGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, beta);
+      BlasGemm(op_a, op_b, m, n, k, a, lda, b, ldb, c, ldc, beta);
     }
     return absl::OkStatus();
   }
-  EigenGemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, beta);
+  EigenGemm(op_a, op_b, m, n, k, a, lda, b, ldb, c, ldc, beta);
   return absl::OkStatus();
 }
 
-template absl::Status Gemm<float>(bool, bool, int64_t, int64_t, int64_t,
+template absl::Status Gemm<float>(MatrixOp, MatrixOp, int64_t, int64_t, int64_t,
                                   const float*, int64_t, const float*, int64_t,
                                   float*, int64_t, float);
-template absl::Status Gemm<double>(bool, bool, int64_t, int64_t, int64_t,
-                                   const double*, int64_t, const double*,
-                                   int64_t, double*, int64_t, double);
+template absl::Status Gemm<double>(MatrixOp, MatrixOp, int64_t, int64_t,
+                                   int64_t, const double*, int64_t,
+                                   const double*, int64_t, double*, int64_t,
+                                   double);
+template absl::Status Gemm<std::complex<float>>(
+    MatrixOp, MatrixOp, int64_t, int64_t, int64_t, const std::complex<float>*,
+    int64_t, const std::complex<float>*, int64_t, std::complex<float>*, int64_t,
+    std::complex<float>);
+template absl::Status Gemm<std::complex<double>>(
+    MatrixOp, MatrixOp, int64_t, int64_t, int64_t, const std::complex<double>*,
+    int64_t, const std::complex<double>*, int64_t, std::complex<double>*,
+    int64_t, std::complex<double>);
 
 const char* BlasCoreName() {
   if (!BlasAvailable()) return "none (OpenBLAS not found; Eigen)";

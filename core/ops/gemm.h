@@ -1,19 +1,26 @@
-// Row-major matrix products for the float kernels (MatMul, BatchMatMul, the
-// convolution GEMMs): one entry point in front of OpenBLAS.
+// Row-major matrix products for the float and complex kernels (MatMul,
+// BatchMatMul, Einsum, the convolution GEMMs): one entry point in front of
+// OpenBLAS.
 #ifndef GRADTAPE_CORE_OPS_GEMM_H_
 #define GRADTAPE_CORE_OPS_GEMM_H_
 
+#include <complex>
 #include <cstdint>
 
 #include "absl/status/status.h"
 
 namespace gradtape {
 
-// c = op(a) * op(b) + beta * c, T float or double, every matrix row-major:
-// op(a) is [m, k] (a is [k, m] in memory when trans_a), op(b) is [k, n] (b is
-// [n, k] when trans_b), c is [m, n]; lda, ldb, ldc are the distances in
-// elements between consecutive rows in memory. With beta == 0, c is only
-// written (it may hold anything, NaN included). k == 0 gives beta * c.
+// How a product reads an operand: as stored, transposed, or conjugate-
+// transposed (the adjoint; for a real T the same as kTranspose).
+enum class MatrixOp { kNone, kTranspose, kAdjoint };
+
+// c = op(a) * op(b) + beta * c, T float, double, std::complex<float> or
+// std::complex<double>, every matrix row-major: op(a) is [m, k] (a is [k, m]
+// in memory when op_a is not kNone), op(b) is [k, n] (b is [n, k] when op_b
+// is not kNone), c is [m, n]; lda, ldb, ldc are the distances in elements
+// between consecutive rows in memory. With beta == 0, c is only written (it
+// may hold anything, NaN included). k == 0 gives beta * c.
 //
 // Products go to OpenBLAS's cblas_?gemm (kernels picked for the CPU at run
 // time; the library is opened on first use and runs single-threaded, see
@@ -31,17 +38,38 @@ namespace gradtape {
 // is then partly written: the caller fails and drops it. OK otherwise; the
 // check on a small product is one relaxed atomic load.
 template <typename T>
-[[nodiscard]] absl::Status Gemm(bool trans_a, bool trans_b, int64_t m,
+[[nodiscard]] absl::Status Gemm(MatrixOp op_a, MatrixOp op_b, int64_t m,
                                 int64_t n, int64_t k, const T* a, int64_t lda,
                                 const T* b, int64_t ldb, T* c, int64_t ldc,
                                 T beta = T(0));
 
-extern template absl::Status Gemm<float>(bool, bool, int64_t, int64_t, int64_t,
-                                         const float*, int64_t, const float*,
-                                         int64_t, float*, int64_t, float);
-extern template absl::Status Gemm<double>(bool, bool, int64_t, int64_t, int64_t,
-                                          const double*, int64_t, const double*,
-                                          int64_t, double*, int64_t, double);
+// The same with transposes as flags (real callers).
+template <typename T>
+[[nodiscard]] absl::Status Gemm(bool trans_a, bool trans_b, int64_t m,
+                                int64_t n, int64_t k, const T* a, int64_t lda,
+                                const T* b, int64_t ldb, T* c, int64_t ldc,
+                                T beta = T(0)) {
+  return Gemm<T>(trans_a ? MatrixOp::kTranspose : MatrixOp::kNone,
+                 trans_b ? MatrixOp::kTranspose : MatrixOp::kNone, m, n, k, a,
+                 lda, b, ldb, c, ldc, beta);
+}
+
+extern template absl::Status Gemm<float>(MatrixOp, MatrixOp, int64_t, int64_t,
+                                         int64_t, const float*, int64_t,
+                                         const float*, int64_t, float*, int64_t,
+                                         float);
+extern template absl::Status Gemm<double>(MatrixOp, MatrixOp, int64_t, int64_t,
+                                          int64_t, const double*, int64_t,
+                                          const double*, int64_t, double*,
+                                          int64_t, double);
+extern template absl::Status Gemm<std::complex<float>>(
+    MatrixOp, MatrixOp, int64_t, int64_t, int64_t, const std::complex<float>*,
+    int64_t, const std::complex<float>*, int64_t, std::complex<float>*, int64_t,
+    std::complex<float>);
+extern template absl::Status Gemm<std::complex<double>>(
+    MatrixOp, MatrixOp, int64_t, int64_t, int64_t, const std::complex<double>*,
+    int64_t, const std::complex<double>*, int64_t, std::complex<double>*,
+    int64_t, std::complex<double>);
 
 // OpenBLAS's name for the kernels it chose ("SkylakeX", "Haswell", ...), for
 // benchmark reports; says so if the library could not be opened (every

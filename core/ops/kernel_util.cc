@@ -125,8 +125,30 @@ absl::StatusOr<ProductDims> MatrixDims(const KernelContext& ctx, bool tx,
   return d;
 }
 
+absl::StatusOr<Shape> ShapeInput(const KernelContext& ctx, int i,
+                                 int64_t min_dims) {
+  RETURN_IF_ERROR(ctx.RequireIndexDType(i));
+  const Tensor& t = ctx.input(i);
+  const std::string& name = ctx.op().input_names[i];
+  const int64_t max_dims = GetTensorLimits().max_rank;
+  if (t.rank() != 1 || t.dim(0) < min_dims || t.dim(0) > max_dims) {
+    return ctx.InvalidArgument(name, " must be a vector of ", min_dims, " to ",
+                               max_dims, " dims, got shape ",
+                               ShapeString(t.shape()));
+  }
+  Shape shape(t.dim(0));
+  for (int64_t d = 0; d < t.dim(0); ++d) {
+    shape[d] = IndexAt(t, d);
+    if (shape[d] < 0) {
+      return ctx.InvalidArgument(name, "[", d, "] is ", shape[d],
+                                 " (dims must be >= 0)");
+    }
+  }
+  return shape;
+}
+
 absl::Status MatMulKernel(KernelContext& ctx) {
-  RETURN_IF_ERROR(ctx.RequireFloat(0));
+  RETURN_IF_ERROR(RequireDTypes(ctx, 0, DTypes::kInexact));
   RETURN_IF_ERROR(ctx.RequireSameDType(0, 1));
   RETURN_IF_ERROR(ctx.RequireRank(0, 2));
   RETURN_IF_ERROR(ctx.RequireRank(1, 2));
@@ -138,8 +160,9 @@ absl::Status MatMulKernel(KernelContext& ctx) {
                    MatrixDims(ctx, ta, tb, "transpose_a", "transpose_b"));
   ASSIGN_OR_RETURN(Tensor c, Allocate(ctx, a.dtype(), {d.m, d.n}));
   absl::Status status;
-  DispatchFloat(a.dtype(), [&](auto zero) {
+  DispatchInexact(a.dtype(), [&](auto zero) {
     using T = decltype(zero);
+    // transpose_* transposes (no conjugate, as TensorFlow's MatMul).
     status = Gemm<T>(ta, tb, d.m, d.n, d.k, a.data<T>(), a.dim(1), b.data<T>(),
                      b.dim(1), c.mutable_data<T>(), d.n);
   });

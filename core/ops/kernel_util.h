@@ -83,6 +83,19 @@ bool DispatchKinds(DType dtype, Fn&& fn) {
   }
 }
 
+// Element i of an int32 or int64 tensor (the caller checked the dtype).
+inline int64_t IndexAt(const Tensor& t, int64_t i) {
+  return t.dtype() == DType::kInt32 ? t.data<int32_t>()[i]
+                                    : t.data<int64_t>()[i];
+}
+
+// Input i as a shape (Fill's dims, ScatterNd's shape, a random op's shape,
+// StridedSliceGrad's shape): an int32 / int64 vector of min_dims to
+// max_rank (core/tensor/tensor.h) entries, each >= 0. INVALID_ARGUMENT
+// naming the op and the input otherwise.
+absl::StatusOr<Shape> ShapeInput(const KernelContext& ctx, int i,
+                                 int64_t min_dims = 0);
+
 // Tensor::Empty (checked, charged, zero-filled) with the op's name in front
 // of an error.
 absl::StatusOr<Tensor> Allocate(const KernelContext& ctx, DType dtype,

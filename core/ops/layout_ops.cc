@@ -22,12 +22,6 @@
 namespace gradtape {
 namespace {
 
-// Index i of an int32 or int64 tensor (the caller checked the dtype).
-int64_t IndexAt(const Tensor& t, int64_t i) {
-  return t.dtype() == DType::kInt32 ? t.data<int32_t>()[i]
-                                    : t.data<int64_t>()[i];
-}
-
 // A constant int vector of `dtype` (int32 or int64) on no tape.
 Tensor IndexVector(DType dtype, const Shape& values) {
   const int64_t n = static_cast<int64_t>(values.size());
@@ -181,25 +175,11 @@ void TileBackward(GradContext& g) {
 }
 
 absl::Status FillKernel(KernelContext& ctx) {
-  RETURN_IF_ERROR(ctx.RequireIndexDType(0));
-  const Tensor& dims = ctx.input(0);
+  ASSIGN_OR_RETURN(Shape shape, ShapeInput(ctx, 0));
   const Tensor& value = ctx.input(1);
-  if (dims.rank() != 1 || dims.dim(0) > GetTensorLimits().max_rank) {
-    return ctx.InvalidArgument(
-        "dims must be a vector of at most ", GetTensorLimits().max_rank,
-        " entries, got shape ", ShapeString(dims.shape()));
-  }
   if (value.rank() != 0) {
     return ctx.InvalidArgument("value must be a scalar, got ",
                                value.DebugString());
-  }
-  Shape shape(dims.dim(0));
-  for (int64_t i = 0; i < dims.dim(0); ++i) {
-    shape[i] = IndexAt(dims, i);
-    if (shape[i] < 0) {
-      return ctx.InvalidArgument("dims[", i, "] is ", shape[i],
-                                 " (must be >= 0)");
-    }
   }
   ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, value.dtype(), shape));
   DispatchAny(value.dtype(), [&](auto zero) {

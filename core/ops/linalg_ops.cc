@@ -1,8 +1,9 @@
 // Matrix products (MatMul, batched, sparse) and the cross product.
 //
 // Every product is one Gemm (core/ops/gemm.h) per matrix on the row-major
-// buffers, with transposes (adjoints; the dtypes here are real) passed as
-// flags, so no copy is made. Batched products walk the batch dims with
+// buffers, with transposes (MatMul's transpose_*) and adjoints
+// (BatchMatMul's adj_*, conjugate-transposes for complex) passed as flags,
+// so no copy is made. Batched products walk the batch dims with
 // ForEachStrided, whose strides (in matrices) are 0 along a broadcast dim.
 #include <string>
 
@@ -19,7 +20,7 @@ namespace {
 // BatchMatMul (broadcast = false: batch dims must be equal) and
 // BatchMatMulV2 (batch dims broadcast numpy-style).
 absl::Status BatchMatMulKernel(KernelContext& ctx, bool broadcast) {
-  RETURN_IF_ERROR(ctx.RequireFloat(0));
+  RETURN_IF_ERROR(RequireDTypes(ctx, 0, DTypes::kInexact));
   RETURN_IF_ERROR(ctx.RequireSameDType(0, 1));
   const Tensor& x = ctx.input(0);
   const Tensor& y = ctx.input(1);
@@ -63,7 +64,9 @@ absl::Status BatchMatMulKernel(KernelContext& ctx, bool broadcast) {
   }
   ASSIGN_OR_RETURN(Tensor z, Allocate(ctx, x.dtype(), out_shape));
   absl::Status status;
-  DispatchFloat(x.dtype(), [&](auto zero) {
+  const MatrixOp op_x = adj_x ? MatrixOp::kAdjoint : MatrixOp::kNone;
+  const MatrixOp op_y = adj_y ? MatrixOp::kAdjoint : MatrixOp::kNone;
+  DispatchInexact(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const int64_t xr = x.dim(x.rank() - 2), xc = x.dim(x.rank() - 1);
     const int64_t yr = y.dim(y.rank() - 2), yc = y.dim(y.rank() - 1);
@@ -76,7 +79,7 @@ absl::Status BatchMatMulKernel(KernelContext& ctx, bool broadcast) {
     T* pz = z.mutable_data<T>();
     ForEachStrided(batch, sx, sy, [&](int64_t o, int64_t i, int64_t j) {
       // After a cancellation, the remaining products return at once.
-      absl::Status s = Gemm<T>(adj_x, adj_y, d.m, d.n, d.k, px + i * x_size, xc,
+      absl::Status s = Gemm<T>(op_x, op_y, d.m, d.n, d.k, px + i * x_size, xc,
                                py + j * y_size, yc, pz + o * z_size, d.n);
       if (status.ok()) status = std::move(s);
     });
@@ -86,8 +89,9 @@ absl::Status BatchMatMulKernel(KernelContext& ctx, bool broadcast) {
   return absl::OkStatus();
 }
 
-// Z = op(X) op(Y):  dX = dZ Y^T,  dY = X^T dZ (transposes folded into the
-// adj attrs), each summed over the batch dims its input was broadcast along.
+// Z = op(X) op(Y):  dX = dZ Y^H,  dY = X^H dZ (adjoints folded into the
+// adj attrs; TensorFlow's gradient for complex), each summed over the batch
+// dims its input was broadcast along.
 void BatchMatMulGrad(GradContext& g, const char* op_name) {
   const bool ax = g.attrs().Bool("adj_x");
   const bool ay = g.attrs().Bool("adj_y");
@@ -143,8 +147,8 @@ absl::Status CrossKernel(KernelContext& ctx) {
 // y; kInvalid: taken from them) and Tout. TensorFlow's CPU kernels take one
 // dtype for all three (no mixed kernel among the float types), so does this.
 absl::Status BatchMatMulV3Kernel(KernelContext& ctx) {
-  RETURN_IF_ERROR(ctx.RequireFloat(0));
-  RETURN_IF_ERROR(ctx.RequireFloat(1));
+  RETURN_IF_ERROR(RequireDTypes(ctx, 0, DTypes::kInexact));
+  RETURN_IF_ERROR(RequireDTypes(ctx, 1, DTypes::kInexact));
   const DType ta = ctx.attrs().Type("Ta"), tb = ctx.attrs().Type("Tb");
   const DType tout = ctx.attrs().Type("Tout");
   const DType dx = ctx.input(0).dtype(), dy = ctx.input(1).dtype();
@@ -178,10 +182,11 @@ Op BatchMatMul(Op op, bool broadcast) {
           // broadcast batch dims)
           .Backward([name](GradContext& g) { BatchMatMulGrad(g, name); })
           .SavesInputs({0, 1})
-          .Summary(broadcast ? "output[..., :, :] = op(x) @ op(y) per matrix, "
-                               "batch dims broadcast; op transposes when adj_*"
-                             : "output[..., :, :] = op(x) @ op(y) per matrix, "
-                               "equal batch dims; op transposes when adj_*"));
+          .Summary(broadcast
+                       ? "output[..., :, :] = op(x) @ op(y) per matrix, "
+                         "batch dims broadcast; op is the adjoint when adj_*"
+                       : "output[..., :, :] = op(x) @ op(y) per matrix, "
+                         "equal batch dims; op is the adjoint when adj_*"));
 }
 
 }  // namespace
@@ -193,12 +198,14 @@ void RegisterLinalgOps(OpRegistry& r) {
             .Attr("transpose_a", false)
             .Attr("transpose_b", false)
             .Forward(MatMulKernel)
-            // C = op(A) op(B):  dA = dC B^T,  dB = A^T dC  (with transposes
-            // folded into the MatMul attrs)
+            // C = op(A) op(B):  dA = dC conj(B)^T,  dB = conj(A)^T dC
+            // (transposes folded into the MatMul attrs; conj only for
+            // complex, as TensorFlow's)
             .Backward([](GradContext& g) {
               const bool ta = g.attrs().Bool("transpose_a");
               const bool tb = g.attrs().Bool("transpose_b");
-              Tensor a = g.Input(0), b = g.Input(1), dc = g.Grad(0);
+              Tensor a = g.Conj(g.Input(0)), b = g.Conj(g.Input(1));
+              Tensor dc = g.Grad(0);
               auto matmul = [&](Tensor x, Tensor y, bool tx, bool ty) {
                 return g.Op("MatMul", {x, y},
                             {{"transpose_a", tx}, {"transpose_b", ty}});
@@ -224,7 +231,8 @@ void RegisterLinalgOps(OpRegistry& r) {
               }
               j.SetTangent(0, !a.valid() ? b : !b.valid() ? a : j.Add(a, b));
             })
-            .Summary("product = op(a) @ op(b) for 2-D a, b"));
+            .Summary("product = op(a) @ op(b) for 2-D a, b (float or "
+                     "complex; op transposes, never conjugates)"));
   r.Add(BatchMatMul(Op("BatchMatMul"), /*broadcast=*/false));
   r.Add(BatchMatMul(Op("BatchMatMulV2"), /*broadcast=*/true));
   r.Add(
@@ -242,7 +250,7 @@ void RegisterLinalgOps(OpRegistry& r) {
           .Backward([](GradContext& g) { BatchMatMulGrad(g, "BatchMatMulV3"); })
           .SavesInputs({0, 1})
           .Summary("BatchMatMulV2 with the dtype attrs Ta, Tb, Tout (all "
-                   "one float dtype)"));
+                   "one float or complex dtype)"));
   r.Add(Op("SparseMatMul")
             .Inputs({"a", "b"})
             .Outputs({"product"})
@@ -250,7 +258,11 @@ void RegisterLinalgOps(OpRegistry& r) {
             .Attr("transpose_b", false)
             .Attr("a_is_sparse", false)
             .Attr("b_is_sparse", false)
-            .Forward(MatMulKernel)
+            // Ta, Tb: float32 (or bfloat16) in TensorFlow; float64 too here.
+            .Forward([](KernelContext& ctx) {
+              RETURN_IF_ERROR(ctx.RequireFloat(0));
+              return MatMulKernel(ctx);
+            })
             // C = op(A) op(B):  dA = dC op(B)^T,  dB = op(A)^T dC  (each
             // operand keeps its sparsity hint; dC is dense)
             .Backward([](GradContext& g) {

@@ -34,11 +34,6 @@ namespace {
 
 enum class Dist { kUniform, kNormal, kTruncatedNormal };
 
-int64_t IntAt(const Tensor& t, int64_t i) {
-  return t.dtype() == DType::kInt32 ? t.data<int32_t>()[i]
-                                    : t.data<int64_t>()[i];
-}
-
 // Checks that an optional type attr (kInvalid: inferred) names input i's
 // dtype, as TensorFlow's Tshape / T / Tseed do.
 absl::Status CheckTypeAttr(const KernelContext& ctx, const char* attr, int i) {
@@ -51,26 +46,12 @@ absl::Status CheckTypeAttr(const KernelContext& ctx, const char* attr, int i) {
   return absl::OkStatus();
 }
 
-// Input 0 as the output shape: an int32 / int64 vector of dims >= 0.
+// Input 0 as the output shape, its dtype the one `shape_attr` names.
 absl::StatusOr<Shape> OutputShape(const KernelContext& ctx,
                                   const char* shape_attr) {
   RETURN_IF_ERROR(ctx.RequireIndexDType(0));
   RETURN_IF_ERROR(CheckTypeAttr(ctx, shape_attr, 0));
-  const Tensor& t = ctx.input(0);
-  if (t.rank() != 1 || t.dim(0) > 64) {
-    return ctx.InvalidArgument(
-        "shape must be a vector of at most 64 dims, got shape ",
-        ShapeString(t.shape()));
-  }
-  Shape shape(t.dim(0));
-  for (int64_t d = 0; d < t.dim(0); ++d) {
-    shape[d] = IntAt(t, d);
-    if (shape[d] < 0) {
-      return ctx.InvalidArgument("shape[", d, "] is ", shape[d],
-                                 " (dims must be >= 0)");
-    }
-  }
-  return shape;
+  return ShapeInput(ctx, 0);
 }
 
 // The dtype attr: float32 or float64.
@@ -95,8 +76,8 @@ absl::StatusOr<Philox4x32> GeneratorFromSeed(const KernelContext& ctx) {
                                ShapeString(seed.shape()));
   }
   // An int32 seed word widens with its sign, as C++ int -> uint64 does.
-  const uint64_t s0 = static_cast<uint64_t>(IntAt(seed, 0));
-  const uint64_t s1 = static_cast<uint64_t>(IntAt(seed, 1));
+  const uint64_t s0 = static_cast<uint64_t>(IndexAt(seed, 0));
+  const uint64_t s1 = static_cast<uint64_t>(IndexAt(seed, 1));
   Philox4x32 scramble =
       Philox4x32::FromWords(uint64_t{0x02461e293ec8f720}, s0, s1);
   const Philox4x32::Block mix = scramble.Next();

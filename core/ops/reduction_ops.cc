@@ -153,11 +153,6 @@ Op SumOrMean(Op op, bool mean) {
                         : "sum over `axis` (empty: all axes)"));
 }
 
-int64_t IndexAt(const Tensor& t, int64_t i) {
-  return t.dtype() == DType::kInt32 ? t.data<int32_t>()[i]
-                                    : t.data<int64_t>()[i];
-}
-
 // The shape of a reduction's input with the reduced dims as 1 (`kept`) and
 // its output's shape (`out`: without them unless keep_dims).
 void ReducedShapes(const Shape& in, const std::vector<bool>& mask,

@@ -39,12 +39,6 @@ template <typename T>
 using Rows = Eigen::Map<
     Eigen::Array<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
 
-// Element i of an int32 or int64 tensor (the caller checked the dtype).
-int64_t IndexAt(const Tensor& t, int64_t i) {
-  return t.dtype() == DType::kInt32 ? t.data<int32_t>()[i]
-                                    : t.data<int64_t>()[i];
-}
-
 // Checks that input i is a vector of non-negative, non-decreasing int ids
 // and sets *num_segments to last id + 1 (0 when there are none).
 absl::Status CheckSortedIds(const KernelContext& ctx, int i,

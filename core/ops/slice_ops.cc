@@ -96,11 +96,6 @@ absl::Status CheckSpecInputs(const KernelContext& ctx) {
   return absl::OkStatus();
 }
 
-int64_t IndexAt(const Tensor& t, int64_t i) {
-  return t.dtype() == DType::kInt32 ? t.data<int32_t>()[i]
-                                    : t.data<int64_t>()[i];
-}
-
 // One entry of the dense spec (step 2).
 struct DenseEntry {
   int64_t begin = 0, end = 0, stride = 1;
@@ -256,30 +251,9 @@ absl::Status StridedSliceKernel(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
-// Input `i` as a shape: an int32 / int64 vector of dims >= 0.
-absl::StatusOr<Shape> ShapeFromInput(const KernelContext& ctx, int i) {
-  RETURN_IF_ERROR(ctx.RequireIndexDType(i));
-  const Tensor& t = ctx.input(i);
-  if (t.rank() != 1 || t.dim(0) > 64) {
-    return ctx.InvalidArgument(
-        "shape must be a vector of at most 64 dims, "
-        "got shape ",
-        ShapeString(t.shape()));
-  }
-  Shape shape(t.dim(0));
-  for (int64_t d = 0; d < t.dim(0); ++d) {
-    shape[d] = IndexAt(t, d);
-    if (shape[d] < 0) {
-      return ctx.InvalidArgument("shape[", d, "] is ", shape[d],
-                                 " (dims must be >= 0)");
-    }
-  }
-  return shape;
-}
-
 // dx = zeros(shape) with dy written where StridedSlice took its elements.
 absl::Status StridedSliceGradKernel(KernelContext& ctx) {
-  ASSIGN_OR_RETURN(Shape shape, ShapeFromInput(ctx, 0));
+  ASSIGN_OR_RETURN(Shape shape, ShapeInput(ctx, 0));
   // Sizes first: a shape past the caps fails here, before the spec is
   // resolved against it.
   const Tensor& dy = ctx.input(4);

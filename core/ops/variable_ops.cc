@@ -129,11 +129,6 @@ absl::Status AssignUpdateKernel(KernelContext& ctx, Combine combine) {
   return absl::OkStatus();
 }
 
-int64_t IndexAt(const Tensor& t, int64_t i) {
-  return t.dtype() == DType::kInt32 ? t.data<int32_t>()[i]
-                                    : t.data<int64_t>()[i];
-}
-
 // ResourceGather with batch_dims 0: output = value[indices] along axis 0,
 // output shape indices.shape + value.shape[1:]. Indices out of range are
 // INVALID_ARGUMENT (validate_indices is always on, as on TensorFlow's CPU).

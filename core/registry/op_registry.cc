@@ -156,9 +156,10 @@ void CheckLists(const OpDef& def) {
 
 }  // namespace
 
-absl::StatusOr<OpDef::Arity> OpDef::FlatArity(AttrMap attrs) const {
+absl::StatusOr<OpDef::Arity> OpDef::FlatArity(const AttrMap& given) const {
   Arity arity{num_inputs(), num_outputs()};
-  if (!has_lists()) return arity;
+  if (!has_lists()) return arity;  // no copy of the attrs
+  AttrMap attrs = given;
   RETURN_IF_ERROR(ResolveAttrs(&attrs));
   if (list_input.present()) {
     ASSIGN_OR_RETURN(int n, ListLength(*this, list_input, attrs));

@@ -224,7 +224,7 @@ struct OpDef {
     int inputs = 0;
     int outputs = 0;
   };
-  absl::StatusOr<Arity> FlatArity(AttrMap attrs) const;
+  absl::StatusOr<Arity> FlatArity(const AttrMap& attrs) const;
   // The flat OpDef of this op for resolved `attrs`, given `num_inputs`
   // inputs (INVALID_ARGUMENT naming the op when that is not the flat count:
   // checked before expanding). For an op without lists, a non-owning

@@ -1533,6 +1533,37 @@ def op_grad_matmul_transpose(tf):
     return tape.gradient(y, [a, b])
 
 
+def _cx(shape, seed=0):
+    r = np.random.RandomState(seed)
+    return (r.uniform(-1, 1, shape) + 1j * r.uniform(-1, 1, shape)).astype(np.complex128)
+
+
+def _complex_matmul_case(a_shape, b_shape, flags):
+    """d(sum(Re(z) + 2 Im(z)))/d(a, b), z = tf.matmul(a, b, **flags), complex128."""
+
+    def fn(tf):
+        a = tf.constant(_cx(a_shape, 3))
+        b = tf.constant(_cx(b_shape, 4))
+        with tf.GradientTape() as tape:
+            tape.watch([a, b])
+            z = tf.matmul(a, b, **flags)
+            y = tf.reduce_sum(tf.math.real(z)) + 2.0 * tf.reduce_sum(tf.math.imag(z))
+        return (z,) + tuple(tape.gradient(y, [a, b]))
+
+    return fn
+
+
+# MatMul (2-D) and BatchMatMulV2 (3-D, b broadcast) on complex128, with
+# each of transpose_* and adjoint_* on each side.
+for _flag, _ta, _tb in [("plain", False, False), ("transpose_a", True, False), ("adjoint_a", True, False),
+                        ("transpose_b", False, True), ("adjoint_b", False, True)]:
+    _flags = {} if _flag == "plain" else {_flag: True}
+    _sa = [3, 2] if _ta else [2, 3]
+    _sb = [4, 3] if _tb else [3, 4]
+    add_case("op_grad_complex_matmul_" + _flag, _complex_matmul_case(_sa, _sb, _flags))
+    add_case("op_grad_complex_batch_matmul_" + _flag, _complex_matmul_case([2] + _sa, [1] + _sb, _flags))
+
+
 @case()
 def op_grad_bias_add(tf):
     x = tf.constant(_x([3, 4]))

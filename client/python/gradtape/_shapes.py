@@ -185,18 +185,6 @@ def _bias_add_grad(shapes: Sequence[MaybeShape], attrs: Mapping[str, Any]) -> Op
     return [(s[1],) if fmt in ("NCHW", b"NCHW") and len(s) > 2 else (s[-1],)]
 
 
-def _expand_dims(shapes: Sequence[MaybeShape], attrs: Mapping[str, Any]) -> Optional[List[MaybeShape]]:
-    s = shapes[0]
-    if s is None or "axis" not in attrs:
-        return None
-    axis = int(attrs["axis"])
-    if axis < 0:
-        axis += len(s) + 1
-    if not 0 <= axis <= len(s):
-        return None
-    return [s[:axis] + (1,) + s[axis:]]
-
-
 _UNARY = (
     "Neg Square Sqrt Exp Log Tanh Sigmoid Abs Sign Expm1 Log1p Sin Cos Tan Reciprocal Inv "
     "Identity Cast StopGradient PreventGradient ZerosLike OnesLike Cumsum Cumprod "
@@ -242,7 +230,6 @@ _RULES.update(
         "OneHot": _one_hot,
         "SparseSoftmaxCrossEntropyWithLogits": _sparse_xent,
         "BiasAddGrad": _bias_add_grad,
-        "ExpandDims": _expand_dims,
     }
 )
 

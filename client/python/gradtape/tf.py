@@ -454,14 +454,24 @@ def matmul(
     adjoint_b: Any = False,
     name: Optional[str] = None,
 ) -> Tensor:
-    """tf.linalg.matmul: MatMul for matrices, BatchMatMulV2 above."""
+    """tf.linalg.matmul: MatMul for matrices, BatchMatMulV2 above.
+
+    As TensorFlow builds it: MatMul's transpose_* only transposes, so an
+    adjoint of a complex matrix conjugates first; BatchMatMulV2's adj_*
+    conjugates, so a plain transpose of a complex batch conjugates first.
+    """
     x, y = _operands(a, b)
     ta, tb = builtins_bool(transpose_a or adjoint_a), builtins_bool(transpose_b or adjoint_b)
-    if adjoint_a and x.dtype.kind == "c":
+    matrices = x.ndim == 2 and y.ndim == 2
+    # Which flag needs a conj in front: adjoint_* for MatMul, transpose_*
+    # for BatchMatMulV2 (conj twice is no conj).
+    conj_a = builtins_bool(adjoint_a) if matrices else builtins_bool(transpose_a) and not builtins_bool(adjoint_a)
+    conj_b = builtins_bool(adjoint_b) if matrices else builtins_bool(transpose_b) and not builtins_bool(adjoint_b)
+    if conj_a and x.dtype.kind == "c":
         x = conj(x)
-    if adjoint_b and y.dtype.kind == "c":
+    if conj_b and y.dtype.kind == "c":
         y = conj(y)
-    if x.ndim == 2 and y.ndim == 2:
+    if matrices:
         return _run("MatMul", [x, y], {"transpose_a": ta, "transpose_b": tb})
     return _run("BatchMatMulV2", [x, y], {"adj_x": ta, "adj_y": tb})
 

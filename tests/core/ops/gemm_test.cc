@@ -6,10 +6,12 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <complex>
 #include <cstdio>
 #include <limits>
 #include <random>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -24,27 +26,54 @@ namespace gradtape {
 namespace {
 
 template <typename T>
+struct IsComplexT : std::false_type {};
+template <typename R>
+struct IsComplexT<std::complex<R>> : std::true_type {};
+
+template <typename T>
 std::vector<T> Random(int64_t size, uint32_t seed) {
   std::mt19937 gen(seed);
   std::uniform_real_distribution<double> u(-1, 1);
   std::vector<T> v(size);
-  for (T& x : v) x = static_cast<T>(u(gen));
+  for (T& x : v) {
+    if constexpr (IsComplexT<T>::value) {
+      const double re = u(gen);
+      x = T(re, u(gen));
+    } else {
+      x = static_cast<T>(u(gen));
+    }
+  }
   return v;
 }
 
-// c = op(a) op(b) + beta * c in double, with Gemm's layout conventions.
+// Element (i, j) of op(x), x row-major with leading dimension ld, widened to
+// complex<double>.
 template <typename T>
-std::vector<double> Naive(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                          const std::vector<T>& a, int64_t lda,
-                          const std::vector<T>& b, int64_t ldb,
-                          const std::vector<T>& c, int64_t ldc, double beta) {
-  std::vector<double> out(m * n);
+std::complex<double> OpAt(MatrixOp op, const std::vector<T>& x, int64_t ld,
+                          int64_t i, int64_t j) {
+  if (op == MatrixOp::kNone) return std::complex<double>(x[i * ld + j]);
+  const std::complex<double> v(x[j * ld + i]);
+  return op == MatrixOp::kAdjoint ? std::conj(v) : v;
+}
+
+// c = op(a) op(b) + beta * c in complex<double>, with Gemm's layout
+// conventions.
+template <typename T>
+std::vector<std::complex<double>> Naive(MatrixOp ta, MatrixOp tb, int64_t m,
+                                        int64_t n, int64_t k,
+                                        const std::vector<T>& a, int64_t lda,
+                                        const std::vector<T>& b, int64_t ldb,
+                                        const std::vector<T>& c, int64_t ldc,
+                                        T beta) {
+  std::vector<std::complex<double>> out(m * n);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
-      double sum = beta == 0 ? 0 : beta * c[i * ldc + j];
+      std::complex<double> sum = beta == T(0)
+                                     ? 0
+                                     : std::complex<double>(beta) *
+                                           std::complex<double>(c[i * ldc + j]);
       for (int64_t p = 0; p < k; ++p) {
-        sum += double{ta ? a[p * lda + i] : a[i * lda + p]} *
-               double{tb ? b[j * ldb + p] : b[p * ldb + j]};
+        sum += OpAt(ta, a, lda, i, p) * OpAt(tb, b, ldb, p, j);
       }
       out[i * n + j] = sum;
     }
@@ -53,29 +82,37 @@ std::vector<double> Naive(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
 }
 
 template <typename T>
-void CheckGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T beta,
-               int64_t pad) {
-  SCOPED_TRACE(testing::Message()
-               << "m=" << m << " n=" << n << " k=" << k << " ta=" << ta
-               << " tb=" << tb << " beta=" << beta << " pad=" << pad);
+void CheckGemm(MatrixOp ta, MatrixOp tb, int64_t m, int64_t n, int64_t k,
+               T beta, int64_t pad) {
+  SCOPED_TRACE(testing::Message() << "m=" << m << " n=" << n << " k=" << k
+                                  << " op_a=" << static_cast<int>(ta)
+                                  << " op_b=" << static_cast<int>(tb)
+                                  << " beta=" << beta << " pad=" << pad);
+  const bool trans_a = ta != MatrixOp::kNone, trans_b = tb != MatrixOp::kNone;
   // Leading dimensions `pad` elements wider than the rows.
-  const int64_t lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad;
+  const int64_t lda = (trans_a ? m : k) + pad, ldb = (trans_b ? k : n) + pad;
   const int64_t ldc = n + pad;
-  const std::vector<T> a = Random<T>((ta ? k : m) * lda, 1);
-  const std::vector<T> b = Random<T>((tb ? n : k) * ldb, 2);
+  const std::vector<T> a = Random<T>((trans_a ? k : m) * lda, 1);
+  const std::vector<T> b = Random<T>((trans_b ? n : k) * ldb, 2);
   std::vector<T> c = Random<T>(m * ldc, 3);
   if (beta == T(0)) {  // c must not be read
-    std::fill(c.begin(), c.end(), std::numeric_limits<T>::quiet_NaN());
+    using R = decltype(std::real(T()));
+    std::fill(c.begin(), c.end(), T(std::numeric_limits<R>::quiet_NaN()));
   }
-  const std::vector<double> want =
+  const std::vector<std::complex<double>> want =
       Naive(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, beta);
   ASSERT_TRUE(Gemm<T>(ta, tb, m, n, k, a.data(), lda, b.data(), ldb, c.data(),
                       ldc, beta)
                   .ok());
-  const double tol = (std::is_same_v<T, float> ? 1e-5 : 1e-13) * (k + 1);
+  const bool single =
+      std::is_same_v<T, float> || std::is_same_v<T, std::complex<float>>;
+  const double tol =
+      (single ? 1e-5 : 1e-13) * (k + 1) * (IsComplexT<T>::value ? 2 : 1);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
-      ASSERT_NEAR(c[i * ldc + j], want[i * n + j], tol) << i << "," << j;
+      ASSERT_LE(
+          std::abs(std::complex<double>(c[i * ldc + j]) - want[i * n + j]), tol)
+          << i << "," << j;
     }
   }
 }
@@ -85,22 +122,45 @@ void CheckAllShapes() {
   // Below the OpenBLAS threshold, at it, matrix-vector, the MLP's shapes,
   // and above the threshold where Gemm splits the product between threads:
   // by rows (m >= n) and by columns, in blocks that do not divide evenly.
+  // Every MatrixOp on each side (kAdjoint is kTranspose for the real types).
   const int64_t shapes[][3] = {
       {2, 3, 4},   {8, 8, 8},   {1, 64, 64},   {64, 1, 64},    {64, 64, 2},
       {64, 3, 64}, {33, 17, 9}, {96, 80, 112}, {130, 70, 129}, {70, 200, 100}};
+  const MatrixOp ops[] = {MatrixOp::kNone, MatrixOp::kTranspose,
+                          MatrixOp::kAdjoint};
   for (const auto& s : shapes) {
-    for (bool ta : {false, true}) {
-      for (bool tb : {false, true}) {
+    for (MatrixOp ta : ops) {
+      for (MatrixOp tb : ops) {
         CheckGemm<T>(ta, tb, s[0], s[1], s[2], T(0), 0);
       }
     }
-    CheckGemm<T>(false, true, s[0], s[1], s[2], T(1), 3);
-    CheckGemm<T>(true, false, s[0], s[1], s[2], T(0.5), 1);
+    CheckGemm<T>(MatrixOp::kNone, MatrixOp::kTranspose, s[0], s[1], s[2], T(1),
+                 3);
+    CheckGemm<T>(MatrixOp::kAdjoint, MatrixOp::kNone, s[0], s[1], s[2], T(0.5),
+                 1);
   }
 }
 
 TEST(GemmTest, FloatMatchesNaive) { CheckAllShapes<float>(); }
 TEST(GemmTest, DoubleMatchesNaive) { CheckAllShapes<double>(); }
+TEST(GemmTest, Complex64MatchesNaive) { CheckAllShapes<std::complex<float>>(); }
+TEST(GemmTest, Complex128MatchesNaive) {
+  CheckAllShapes<std::complex<double>>();
+}
+
+// The flag form is the MatrixOp form with kTranspose for true.
+TEST(GemmTest, FlagsAreTransposes) {
+  const std::vector<double> a = {1, 2, 3, 4, 5, 6};  // [2, 3]
+  std::vector<double> c(4), want(4);
+  ASSERT_TRUE(
+      Gemm<double>(false, true, 2, 2, 3, a.data(), 3, a.data(), 3, c.data(), 2)
+          .ok());
+  ASSERT_TRUE(Gemm<double>(MatrixOp::kNone, MatrixOp::kTranspose, 2, 2, 3,
+                           a.data(), 3, a.data(), 3, want.data(), 2)
+                  .ok());
+  EXPECT_EQ(c, want);
+  EXPECT_EQ(c, (std::vector<double>{14, 32, 32, 77}));
+}
 
 TEST(GemmTest, EmptyInnerDimensionScalesC) {
   std::vector<float> c = {1, std::numeric_limits<float>::quiet_NaN(), 3, 4};
@@ -126,13 +186,14 @@ TEST(GemmTest, ConcurrentMatMulMatchesReference) {
   constexpr int kIterations = 20;
   constexpr int64_t n = 256;
   std::vector<Tensor> as, bs;
-  std::vector<std::vector<double>> want;
+  std::vector<std::vector<std::complex<double>>> want;
   for (int t = 0; t < kThreads; ++t) {
     const std::vector<float> a = Random<float>(n * n, 10 + t);
     const std::vector<float> b = Random<float>(n * n, 20 + t);
     as.push_back(Tensor::FromVector<float>({n, n}, a));
     bs.push_back(Tensor::FromVector<float>({n, n}, b));
-    want.push_back(Naive(false, false, n, n, n, a, n, b, n, a, n, 0.0));
+    want.push_back(Naive(MatrixOp::kNone, MatrixOp::kNone, n, n, n, a, n, b, n,
+                         a, n, 0.0f));
   }
   std::vector<double> max_error(kThreads, 0);
   std::vector<bool> ok(kThreads, true);
@@ -149,7 +210,8 @@ TEST(GemmTest, ConcurrentMatMulMatchesReference) {
         }
         const float* c = out[0].data<float>();
         for (int64_t e = 0; e < n * n; ++e) {
-          max_error[t] = std::max(max_error[t], std::abs(c[e] - want[t][e]));
+          max_error[t] = std::max(max_error[t],
+                                  std::abs(double{c[e]} - want[t][e].real()));
         }
       }
     });

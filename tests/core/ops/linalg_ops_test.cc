@@ -1,6 +1,7 @@
-// Forward values of the linalg ops (BatchMatMul, BatchMatMulV2, SparseMatMul,
-// Cross) against naive references, and their input checks. The gradient
-// check covers the backwards.
+// Forward values of the linalg ops (MatMul and BatchMatMul* on complex,
+// BatchMatMul, BatchMatMulV2, SparseMatMul, Cross) against naive references,
+// and their input checks. The gradient check covers the backwards.
+#include <complex>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -162,6 +163,56 @@ TEST_F(LinalgOpsTest, SparseMatMulEqualsMatMul) {
   ASSERT_TRUE(f32.ok()) << f32.status();
   EXPECT_EQ((*f32)[0].dtype(), DType::kFloat32);
   EXPECT_EQ((*f32)[0].ElementAsDouble(0), 11);
+}
+
+// a = [[1+2i, 3], [-1i, 2-1i]]: MatMul's transpose_a transposes, BatchMatMul's
+// adj_x also conjugates (TensorFlow's semantics); both on complex64 and
+// complex128. SparseMatMul stays real, as TensorFlow's.
+TEST_F(LinalgOpsTest, ComplexProductsTransposeOrConjugate) {
+  const std::vector<complex128> v = {{1, 2}, {3, 0}, {0, -1}, {2, -1}};
+  auto at = [&](int64_t i, int64_t j) { return v[i * 2 + j]; };
+  std::vector<complex128> aa(4), ta_a(4), ha_a(4);  // a a, a^T a, a^H a
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 2; ++j) {
+      for (int p = 0; p < 2; ++p) {
+        aa[i * 2 + j] += at(i, p) * at(p, j);
+        ta_a[i * 2 + j] += at(p, i) * at(p, j);
+        ha_a[i * 2 + j] += std::conj(at(p, i)) * at(p, j);
+      }
+    }
+  }
+  auto check = [&](const Tensor& t, const std::vector<complex128>& want) {
+    ASSERT_EQ(t.num_elements(), 4);
+    for (int i = 0; i < 4; ++i) {
+      const complex128 got = t.dtype() == DType::kComplex128
+                                 ? t.data<complex128>()[i]
+                                 : complex128(t.data<complex64>()[i]);
+      EXPECT_NEAR(std::abs(got - want[i]), 0, 1e-6) << i;
+    }
+  };
+  const Tensor a128 = Tensor::FromVector<complex128>({2, 2}, v);
+  const Tensor a64 = Tensor::FromVector<complex64>(
+      {2, 2}, std::vector<complex64>(v.begin(), v.end()));
+  for (const Tensor& a : {a128, a64}) {
+    SCOPED_TRACE(DTypeName(a.dtype()));
+    auto r = Run1("MatMul", {a, a});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->dtype(), a.dtype());
+    check(*r, aa);
+    r = Run1("MatMul", {a, a}, {{"transpose_a", true}});
+    ASSERT_TRUE(r.ok()) << r.status();
+    check(*r, ta_a);
+    for (const char* op : {"BatchMatMul", "BatchMatMulV2"}) {
+      r = Run1(op, {a, a}, {{"adj_x", true}});
+      ASSERT_TRUE(r.ok()) << r.status();
+      check(*r, ha_a);
+    }
+    r = Run1("BatchMatMulV3", {a, a}, {{"adj_x", true}, {"Tout", a.dtype()}});
+    ASSERT_TRUE(r.ok()) << r.status();
+    check(*r, ha_a);
+  }
+  ExpectInvalid("SparseMatMul", {a128, a128}, {}, {"complex128"});
+  ExpectInvalid("MatMul", {a128, a64}, {}, {"same dtype"});
 }
 
 TEST_F(LinalgOpsTest, CrossProduct) {

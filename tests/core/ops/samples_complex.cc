@@ -64,6 +64,40 @@ void AddComplexSamples(SampleList& s) {
   s.Add("SigmoidGrad", "complex",
         {MakeComplex(R({2, 3}, 251), R({2, 3}, 252)),
          MakeComplex(R({2, 3}, 253), R({2, 3}, 254))});
+  // Products: MatMul's transpose_* transposes, BatchMatMul's adj_* is the
+  // adjoint (backwards conjugate, as TensorFlow's).
+  const bool flags[] = {false, true};
+  uint32_t seed = 255;
+  for (bool ta : flags) {
+    for (bool tb : flags) {
+      const Shape sa = ta ? Shape{3, 2} : Shape{2, 3};
+      const Shape sb = tb ? Shape{4, 3} : Shape{3, 4};
+      Tensor a = MakeComplex(R(sa, seed), R(sa, seed + 1));
+      Tensor b = MakeComplex(R(sb, seed + 2), R(sb, seed + 3));
+      seed += 4;
+      s.Add("MatMul",
+            std::string("complex") + (ta ? ", transpose_a" : "") +
+                (tb ? ", transpose_b" : ""),
+            {a, b}, {{"transpose_a", ta}, {"transpose_b", tb}});
+      const Shape bx = ta ? Shape{2, 3, 2} : Shape{2, 2, 3};
+      const Shape by = tb ? Shape{1, 4, 3} : Shape{1, 3, 4};
+      Tensor x = MakeComplex(R(bx, seed), R(bx, seed + 1));
+      Tensor y = MakeComplex(R(by, seed + 2), R(by, seed + 3));
+      seed += 4;
+      s.Add("BatchMatMulV2",
+            std::string("complex, y broadcast") + (ta ? ", adj_x" : "") +
+                (tb ? ", adj_y" : ""),
+            {x, y}, {{"adj_x", ta}, {"adj_y", tb}});
+    }
+  }
+  s.Add("BatchMatMul", "complex, adj_x",
+        {MakeComplex(R({2, 3, 2}, 290), R({2, 3, 2}, 291)),
+         MakeComplex(R({2, 3, 2}, 292), R({2, 3, 2}, 293))},
+        {{"adj_x", true}});
+  s.Add("BatchMatMulV3", "complex, adj_y",
+        {MakeComplex(R({2, 2, 3}, 294), R({2, 2, 3}, 295)),
+         MakeComplex(R({2, 2, 3}, 296), R({2, 2, 3}, 297))},
+        {{"Tout", DType::kComplex128}, {"adj_y", true}});
   s.Add("Pow", "complex, broadcast exponent",
         {MakeComplex(Positive({2, 3}, 229), R({2, 3}, 230)),
          MakeComplex(R({3}, 231), R({3}, 232))});
