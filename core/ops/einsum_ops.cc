@@ -326,9 +326,11 @@ absl::StatusOr<Tensor> EinsumForward(const KernelContext& ctx,
   std::vector<Shape> shapes;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const DType dtype = inputs[i].dtype();
-    if (!IsFloating(dtype) || dtype != inputs[0].dtype()) {
-      return ctx.InvalidArgument("inputs must all be float32 or all float64, ",
-                                 "input ", i, " is ", inputs[i].DebugString());
+    if (!(IsFloating(dtype) || IsComplex(dtype)) ||
+        dtype != inputs[0].dtype()) {
+      return ctx.InvalidArgument(
+          "inputs must all have one float or complex dtype, input ", i, " is ",
+          inputs[i].DebugString());
     }
     shapes.push_back(inputs[i].shape());
   }
@@ -337,7 +339,7 @@ absl::StatusOr<Tensor> EinsumForward(const KernelContext& ctx,
   for (const Tensor& t : inputs) empty = empty || t.num_elements() == 0;
   if (empty) return Allocate(ctx, inputs[0].dtype(), eq.output_shape);
   absl::StatusOr<Tensor> out;
-  DispatchFloat(inputs[0].dtype(), [&](auto zero) {
+  DispatchInexact(inputs[0].dtype(), [&](auto zero) {
     using T = decltype(zero);
     out = inputs.size() == 1 ? UnaryEinsum<T>(ctx, eq, inputs[0])
                              : BinaryEinsum<T>(ctx, eq, inputs[0], inputs[1]);
@@ -445,7 +447,7 @@ Tensor SumEllipsis(GradContext& g, Tensor grad, const std::string& subs,
 
 // TensorFlow's _EinsumGrad: for one operand, Einsum(dy: output -> input)
 // (through GradReduced for summed labels); for two, the gradient of x is
-// Einsum(dy, y: output, y -> x without its reduced labels), then
+// Einsum(dy, conj(y): output, y -> x without its reduced labels), then
 // GradReduced and the ellipsis sums; the same for y.
 void EinsumBackward(GradContext& g) {
   const EinsumSubscripts s =
@@ -470,7 +472,7 @@ void EinsumBackward(GradContext& g) {
     // product ("..." first), then sum them.
     const bool lift = s.output.find("...") != std::string::npos &&
                       subs.find("...") == std::string::npos;
-    Tensor grad = g.Op("Einsum", {dy, g.Input(1 - i)},
+    Tensor grad = g.Op("Einsum", {dy, g.Conj(g.Input(1 - i))},
                        {{"equation", s.output + "," + other + "->" +
                                          (lift ? "..." : "") + left},
                         {"N", int64_t{2}}});
@@ -502,7 +504,7 @@ void RegisterEinsumOps(OpRegistry& r) {
             // (see EinsumBackward)
             .Backward(EinsumBackward)
             .SavesInputs({0})
-            .Summary("Einsum of 1 or 2 float operands per equation "
+            .Summary("Einsum of 1 or 2 float or complex operands per equation "
                      "(\"ij,jk->ik\", \"...ij,...jk->...ik\", \"ii->i\", "
                      "\"ij->i\", \"i,j->ij\"; explicit \"->\")"));
 }

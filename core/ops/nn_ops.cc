@@ -342,7 +342,7 @@ int64_t InnerOf(const Tensor& x, int d) {
 
 // BiasAdd and BiasAddV1 (which has no data_format attr).
 absl::Status BiasAddKernel(KernelContext& ctx) {
-  RETURN_IF_ERROR(RequireDTypes(ctx, 0, DTypes::kNumeric));
+  RETURN_IF_ERROR(RequireDTypes(ctx, 0, DTypes::kArithmetic));
   RETURN_IF_ERROR(ctx.RequireSameDType(0, 1));
   RETURN_IF_ERROR(ctx.RequireRank(1, 1));
   ASSIGN_OR_RETURN(const int channel, BiasChannelDim(ctx, "value"));
@@ -355,7 +355,7 @@ absl::Status BiasAddKernel(KernelContext& ctx) {
   }
   ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, value.dtype(), value.shape()));
   const int64_t inner = InnerOf(value, channel), channels = bias.dim(0);
-  DispatchNumeric(value.dtype(), [&](auto zero) {
+  DispatchArithmetic(value.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* x = value.data<T>();
     const T* b = bias.data<T>();
@@ -370,12 +370,12 @@ absl::Status BiasAddKernel(KernelContext& ctx) {
 
 // The sum of out_backprop over every dim but the channels.
 absl::Status BiasAddGradKernel(KernelContext& ctx) {
-  RETURN_IF_ERROR(ctx.RequireNumeric(0));
+  RETURN_IF_ERROR(RequireDTypes(ctx, 0, DTypes::kArithmetic));
   ASSIGN_OR_RETURN(const int channel, BiasChannelDim(ctx, "out_backprop"));
   const Tensor& dy = ctx.input(0);
   const int64_t channels = dy.dim(channel), inner = InnerOf(dy, channel);
   ASSIGN_OR_RETURN(Tensor db, Allocate(ctx, dy.dtype(), {channels}));
-  DispatchNumeric(dy.dtype(), [&](auto zero) {
+  DispatchArithmetic(dy.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* p = dy.data<T>();
     T* out = db.mutable_data<T>();

@@ -459,14 +459,17 @@ void RegisterUnaryOps(OpRegistry& r) {
             .Summary("y = |x| (real dtypes)"));
   r.Add(Unary(Op("Sign"))
             .Forward([](KernelContext& ctx) {
-              return UnaryKernel<DTypes::kNumeric>(
+              // Eigen's sign of a complex z is z / |z| (0 at 0), TF's.
+              return UnaryKernel<DTypes::kArithmetic>(
                   ctx, [](const auto& x) { return x.sign(); });
             })
-            // dx = 0 (TensorFlow's _SignGrad: zeros, not None)
+            // dx = 0 (TensorFlow's _SignGrad: zeros, not None, also for
+            // complex, where sign is not constant)
             .Backward([](GradContext& g) {
               g.SetGrad(0, g.Op("ZerosLike", {g.Grad(0)}));
             })
-            .Summary("y = -1, 0 or 1 as x < 0, x == 0, x > 0 (real dtypes)"));
+            .Summary("y = -1, 0 or 1 as x < 0, x == 0, x > 0; x / |x| "
+                     "for complex x (0 at 0)"));
   r.Add(Unary(Op("Expm1"))
             .Forward([](KernelContext& ctx) {
               return InexactKernel(

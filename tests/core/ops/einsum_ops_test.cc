@@ -1,6 +1,7 @@
 // Einsum's parser and forward (core/ops/einsum.h), called directly: values
 // worked out by hand or by explicit loops here, and the equation checks.
 // Then the registered op through the executor and a tape.
+#include <complex>
 #include <string>
 #include <vector>
 
@@ -201,6 +202,31 @@ TEST_F(EinsumTest, EmptyAndFloat32) {
   EXPECT_EQ(Values(*r), (std::vector<double>{19, 22, 43, 50}));
 }
 
+// Complex operands multiply as complex numbers, without conjugating:
+// [[1+i, 2], [0, -i]] @ [[1, i], [1-i, 2]] and the trace of the first.
+TEST_F(EinsumTest, Complex) {
+  using C = complex128;
+  const Tensor a =
+      Tensor::FromVector<C>({2, 2}, {{1, 1}, {2, 0}, {0, 0}, {0, -1}});
+  const Tensor b =
+      Tensor::FromVector<C>({2, 2}, {{1, 0}, {0, 1}, {1, -1}, {2, 0}});
+  absl::StatusOr<Tensor> r = Einsum("ij,jk->ik", {a, b});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->dtype(), DType::kComplex128);
+  const std::vector<C> want = {{3, -1}, {3, 1}, {-1, -1}, {0, -2}};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_NEAR(std::abs(r->data<C>()[i] - want[i]), 0, 1e-12) << i;
+  }
+  r = Einsum("ii->", {a});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NEAR(std::abs(r->data<C>()[0] - C(1, 0)), 0, 1e-12);
+  const Tensor a64 = Tensor::FromVector<complex64>({1, 1}, {{0, 1}});
+  r = Einsum("ij,jk->ik", {a64, a64});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->data<complex64>()[0], complex64(-1, 0));
+  ExpectInvalid("ij,jk->ik", {a, a64}, {"one float or complex dtype"});
+}
+
 TEST_F(EinsumTest, BadEquationsAndInputs) {
   const Tensor b = Make({2, 3}, Fill(6));
   ExpectInvalid("ij,jk", {kA, b}, {"exactly one \"->\"", "ij,jk"});
@@ -220,7 +246,7 @@ TEST_F(EinsumTest, BadEquationsAndInputs) {
   ExpectInvalid("ij->k", {kA}, {"output label 'k' is in no operand"});
   ExpectInvalid("...i->......i", {kA}, {"two ellipses"});
   ExpectInvalid("ij->i", {Make<int32_t>({2, 2}, {1, 2, 3, 4})},
-                {"float32 or all float64", "int32[2,2]"});
+                {"one float or complex dtype", "int32[2,2]"});
   ExpectInvalid("ij,jk->ik", {kA, Make<float>({2, 2}, {1, 2, 3, 4})},
                 {"input 1", "float32[2,2]"});
 }

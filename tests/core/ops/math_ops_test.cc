@@ -304,6 +304,32 @@ TEST_F(MathOpsTest, ReciprocalTakesComplex) {
   EXPECT_NEAR(std::abs(y->data<complex128>()[0] - expected), 0, 1e-15);
 }
 
+// TensorFlow's sign of a complex z: z / |z|, and 0 at 0.
+TEST_F(MathOpsTest, SignOfComplexIsTheUnitPhase) {
+  absl::StatusOr<Tensor> y =
+      Run1("Sign", {Tensor::FromVector<complex128>({2}, {{3, -4}, {0, 0}})});
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_NEAR(std::abs(y->data<complex128>()[0] - complex128(0.6, -0.8)), 0,
+              1e-15);
+  EXPECT_EQ(y->data<complex128>()[1], complex128(0, 0));
+}
+
+// BiasAdd and BiasAddGrad on complex: a plain add and sum per channel.
+TEST_F(MathOpsTest, BiasAddTakesComplex) {
+  using C = complex128;
+  const Tensor v =
+      Tensor::FromVector<C>({2, 2}, {{1, 1}, {2, 0}, {0, -1}, {3, 3}});
+  const Tensor b = Tensor::FromVector<C>({2}, {{0, 1}, {-1, 0}});
+  absl::StatusOr<Tensor> y = Run1("BiasAdd", {v, b});
+  ASSERT_TRUE(y.ok()) << y.status();
+  const std::vector<C> want = {{1, 2}, {1, 0}, {0, 0}, {2, 3}};
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(y->data<C>()[i], want[i]) << i;
+  y = Run1("BiasAddGrad", {v});
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->data<C>()[0], C(1, 0));
+  EXPECT_EQ(y->data<C>()[1], C(5, 3));
+}
+
 TEST_F(MathOpsTest, ReciprocalGradOfZeroGradientIsZeroEvenAtInfinity) {
   absl::StatusOr<Tensor> y =
       Run1("ReciprocalGrad", {D({2}, {INFINITY, 2}), D({2}, {0, 1})});

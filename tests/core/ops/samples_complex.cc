@@ -98,6 +98,29 @@ void AddComplexSamples(SampleList& s) {
         {MakeComplex(R({2, 2, 3}, 294), R({2, 2, 3}, 295)),
          MakeComplex(R({2, 2, 3}, 296), R({2, 2, 3}, 297))},
         {{"Tout", DType::kComplex128}, {"adj_y", true}});
+  // Einsum: the product conjugates the other operand in its backward
+  // (TensorFlow's _EinsumGrad); a unary form is linear.
+  auto einsum = [&](const char* equation, std::vector<Tensor> in) {
+    const int64_t n = static_cast<int64_t>(in.size());
+    s.Add("Einsum", std::string("complex ") + equation, std::move(in),
+          {{"equation", std::string(equation)}, {"N", n}});
+  };
+  einsum("ij,jk->ik", {MakeComplex(R({2, 3}, 300), R({2, 3}, 301)),
+                       MakeComplex(R({3, 2}, 302), R({3, 2}, 303))});
+  einsum("...ij,jk->...ik", {MakeComplex(R({2, 2, 3}, 304), R({2, 2, 3}, 305)),
+                             MakeComplex(R({3, 2}, 306), R({3, 2}, 307))});
+  einsum("ij,k->ik", {MakeComplex(R({2, 3}, 308), R({2, 3}, 309)),
+                      MakeComplex(R({2}, 310), R({2}, 311))});
+  einsum("ii->i", {MakeComplex(R({3, 3}, 312), R({3, 3}, 313))});
+  s.Add("BiasAdd", "complex, NCHW",
+        {MakeComplex(R({2, 3, 2}, 314), R({2, 3, 2}, 315)),
+         MakeComplex(R({3}, 316), R({3}, 317))},
+        {{"data_format", std::string("NCHW")}});
+  s.Add("BiasAddV1", "complex",
+        {MakeComplex(R({2, 3}, 318), R({2, 3}, 319)),
+         MakeComplex(R({3}, 320), R({3}, 321))});
+  s.Add("BiasAddGrad", "complex",
+        {MakeComplex(R({2, 3}, 322), R({2, 3}, 323))});
   s.Add("Pow", "complex, broadcast exponent",
         {MakeComplex(Positive({2, 3}, 229), R({2, 3}, 230)),
          MakeComplex(R({3}, 231), R({3}, 232))});
