@@ -4,10 +4,10 @@
 // Inputs come in three kinds, in TensorFlow's order: variable handles first
 // (the variable, then its slots), hyperparameter scalars, and the gradient.
 // Every handle's variable, the gradient and each scalar must share one
-// floating dtype (the "T" attr, inferred when unset); slots and gradient
-// must have the variable's shape. All checks run before anything changes,
-// and the new values go into fresh buffers, so a tensor read before the
-// update keeps the old values (as after AssignVariableOp). `use_locking` is
+// floating or complex dtype (the "T" attr, inferred when unset); slots and
+// gradient must have the variable's shape. All checks run before anything
+// changes, and the new values go into fresh buffers, so a tensor read before
+// the update keeps the old values (as after AssignVariableOp). `use_locking` is
 // accepted for compatibility: a session applies its commands one at a time.
 #include <cmath>
 #include <cstring>
@@ -79,9 +79,10 @@ absl::Status CheckApply(const KernelContext& ctx, const ApplyLayout& layout,
     return ctx.InvalidArgument("attr T is ", DTypeName(want), " but ",
                                Described(ctx, 0, var), " is not");
   }
-  if (!IsFloating(var.dtype)) {
+  if (!IsFloating(var.dtype) && !IsComplex(var.dtype)) {
     return ctx.InvalidArgument(Described(ctx, 0, var),
-                               " must be float32 or float64");
+                               " must be float32, float64, complex64 or "
+                               "complex128");
   }
   for (int i = 1; i < layout.num_vars; ++i) {
     const Variable& slot = *(*vars)[i];
@@ -134,7 +135,9 @@ absl::Status ApplyKernel(KernelContext& ctx, const ApplyLayout& layout,
     }
     values.push_back(std::move(copy));
   }
-  DispatchFloat(dtype, [&](auto zero) {
+  // Complex variables update by the same formulas in complex arithmetic
+  // (TensorFlow's CPU kernels: grad^2, not |grad|^2; the principal sqrt).
+  DispatchInexact(dtype, [&](auto zero) {
     using T = decltype(zero);
     const Tensor& grad = ctx.input(layout.grad);
     ApplyArgs<T> args{{}, grad.flat<T>(), std::vector<T>(ctx.num_inputs())};

@@ -8,6 +8,7 @@
 // gradients kGrads below, e.g. for Momentum (lr 0.1, momentum 0.9):
 //   step 1: accum = 0.1, -0.2, 0.3;  var = 1 - 0.01, -2 + 0.02, 0.5 - 0.03.
 #include <cmath>
+#include <complex>
 #include <string>
 #include <vector>
 
@@ -339,6 +340,106 @@ TEST_P(TrainingOpsTest, ApplyErrorsNameTheOpAndShapesAndChangeNothing) {
   ASSERT_TRUE(
       Exec("ResourceApplyMomentum", {var, accum, lr, grad, momentum}).ok());
   ExpectNear(Read(var), {0.99, -1.98, 0.47}, "var after a good step");
+}
+
+// One step of each optimizer on complex128 variables against TensorFlow
+// 2.21's CPU kernels (tf.raw_ops.ResourceApply*, complex arithmetic
+// throughout: grad^2, not |grad|^2). Printed by this script:
+//   c = lambda v: tf.constant(v, tf.complex128)
+//   v = tf.Variable(np.array([1+1j, -2+0.5j])); g = [0.5-0.25j, -1+2j]
+//   tf.raw_ops.ResourceApplyAdam(var=v.handle, m=..., v=...,
+//   beta1_power=c(0.9),
+//       beta2_power=c(0.999), lr=c(0.01), beta1=c(0.9), beta2=c(0.999),
+//       epsilon=c(1e-7), grad=c(g)); print(v.numpy())
+// (and likewise for the others, with the hyperparameters below).
+class ComplexTrainingTest : public ::testing::Test {
+ protected:
+  using C = complex128;
+  ComplexTrainingTest() : s_(DefaultRegistry(), SessionOptions{}) {}
+  int64_t Put(std::vector<C> v) {
+    const int64_t id = next_id_++;
+    const Shape shape =
+        v.size() == 1 ? Shape{} : Shape{static_cast<int64_t>(v.size())};
+    EXPECT_TRUE(s_.PutTensor(++seq_, id, Tensor::FromVector<C>(shape, v)).ok());
+    return id;
+  }
+  int64_t Var(const std::string& name, std::vector<C> v) {
+    const int64_t handle = next_id_++;
+    EXPECT_TRUE(s_.ExecuteOp(++seq_, "VarHandleOp", {}, {handle},
+                             {{"dtype", DType::kComplex128},
+                              {"shape", std::vector<int64_t>{2}},
+                              {"shared_name", name}})
+                    .ok());
+    EXPECT_TRUE(
+        s_.ExecuteOp(++seq_, "AssignVariableOp", {handle, Put(v)}, {}, {})
+            .ok());
+    return handle;
+  }
+  void Apply(absl::string_view op, std::vector<int64_t> in) {
+    absl::Status st = s_.ExecuteOp(++seq_, op, in, {}, {});
+    ASSERT_TRUE(st.ok()) << st;
+  }
+  void ExpectVar(int64_t handle, std::vector<C> want, const char* what) {
+    const int64_t id = next_id_++;
+    ASSERT_TRUE(
+        s_.ExecuteOp(++seq_, "ReadVariableOp", {handle}, {id}, {}).ok());
+    absl::StatusOr<Tensor> t = s_.FetchTensor(++seq_, id);
+    ASSERT_TRUE(t.ok()) << t.status();
+    ASSERT_EQ(t->dtype(), DType::kComplex128);
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_NEAR(std::abs(t->data<C>()[i] - want[i]), 0, 1e-12)
+          << what << " element " << i;
+    }
+  }
+  const std::vector<C> var0_ = {{1, 1}, {-2, 0.5}};
+  const std::vector<C> grad_ = {{0.5, -0.25}, {-1, 2}};
+  Session s_;
+  int64_t seq_ = 0;
+  int64_t next_id_ = 1;
+};
+
+TEST_F(ComplexTrainingTest, EveryOptimizerMatchesTensorFlow) {
+  int64_t var = Var("gd", var0_);
+  Apply("ResourceApplyGradientDescent", {var, Put({0.1}), Put(grad_)});
+  ExpectVar(var, {{0.95, 1.025}, {-1.9, 0.3}}, "GradientDescent");
+
+  var = Var("momentum", var0_);
+  int64_t accum = Var("momentum/accum", {0, 0});
+  for (int step = 0; step < 2; ++step) {
+    Apply("ResourceApplyMomentum",
+          {var, accum, Put({0.1}), Put(grad_), Put({0.9})});
+  }
+  ExpectVar(var, {{0.855, 1.0725}, {-1.71, -0.08}}, "Momentum var");
+  ExpectVar(accum, {{0.95, -0.475}, {-1.9, 3.8}}, "Momentum accum");
+
+  var = Var("adam", var0_);
+  const int64_t m = Var("adam/m", {0, 0}), v = Var("adam/v", {0, 0});
+  Apply("ResourceApplyAdam",
+        {var, m, v, Put({0.9}), Put({0.999}), Put({0.01}), Put({0.9}),
+         Put({0.999}), Put({1e-7}), Put(grad_)});
+  ExpectVar(var,
+            {{0.9900000505962505, 1.0000000252979653},
+             {-1.9900000063245673, 0.49999998735090534}},
+            "Adam var");
+  ExpectVar(v, {{0.0001875, -0.00025}, {-0.003, -0.004}}, "Adam v");
+
+  var = Var("adagrad", var0_);
+  accum = Var("adagrad/accum", {0.1, 0.1});
+  Apply("ResourceApplyAdagrad", {var, accum, Put({0.1}), Put(grad_)});
+  ExpectVar(var,
+            {{0.9099399933118861, 1.0095618581822106},
+             {-1.89940443769386, 0.4991855144314685}},
+            "Adagrad var");
+
+  var = Var("rmsprop", var0_);
+  const int64_t ms = Var("rmsprop/ms", {1, 1});
+  const int64_t mom = Var("rmsprop/mom", {0, 0});
+  Apply("ResourceApplyRMSProp", {var, ms, mom, Put({0.01}), Put({0.9}),
+                                 Put({0.5}), Put({1e-7}), Put(grad_)});
+  ExpectVar(var,
+            {{0.994749573257943, 1.0025365400399249},
+             {-1.9819042328430292, 0.4808710069194063}},
+            "RMSProp var");
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, TrainingOpsTest,
