@@ -19,12 +19,11 @@ namespace {
 
 enum class Reduction { kSum, kMean, kProd };
 
-// Sum, Mean or Prod over the attr "axis" (empty: all axes). Prod takes real
-// dtypes only (its gradient has no complex form here).
+// Sum, Mean or Prod over the attr "axis" (empty: all axes), for real and
+// complex dtypes (TensorFlow's CPU kernels).
 absl::Status ReduceKernel(KernelContext& ctx, Reduction kind) {
   const bool prod = kind == Reduction::kProd;
-  RETURN_IF_ERROR(
-      RequireDTypes(ctx, 0, prod ? DTypes::kNumeric : DTypes::kArithmetic));
+  RETURN_IF_ERROR(RequireDTypes(ctx, 0, DTypes::kArithmetic));
   const Tensor& x = ctx.input(0);
   ASSIGN_OR_RETURN(std::vector<bool> mask,
                    AxesMask(ctx, ctx.attrs().IntList("axis"), x.shape()));
@@ -361,14 +360,14 @@ void RegisterReductionOps(OpRegistry& r) {
             .Forward([](KernelContext& ctx) {
               return ReduceKernel(ctx, Reduction::kProd);
             })
-            // dx = broadcast(dy) * (product of the other elements of x's
-            // group), by exclusive cumprods so zeros in x are handled
+            // dx = broadcast(dy) * conj(product of the other elements of
+            // x's group), by exclusive cumprods so zeros in x are handled;
+            // conj for complex x, as TensorFlow's _ProdGrad
             .Backward([](GradContext& g) {
-              g.SetGrad(0, g.Mul(ProdOthers(g), ReductionGradKept(g)));
+              g.SetGrad(0, g.Mul(g.Conj(ProdOthers(g)), ReductionGradKept(g)));
             })
             .SavesInputs({0})
-            .Summary("product over `axis` (an attr; empty: all axes), real "
-                     "dtypes"));
+            .Summary("product over `axis` (an attr; empty: all axes)"));
   r.Add(Op("L2Loss")
             .Inputs({"t"})
             .Outputs({"output"})

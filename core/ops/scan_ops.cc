@@ -13,10 +13,9 @@ namespace gradtape {
 namespace {
 
 // Cumsum (prod = false) or Cumprod along the attr "axis", TensorFlow's
-// exclusive / reverse semantics.
+// exclusive / reverse semantics, for real and complex dtypes.
 absl::Status ScanKernel(KernelContext& ctx, bool prod) {
-  RETURN_IF_ERROR(
-      RequireDTypes(ctx, 0, prod ? DTypes::kNumeric : DTypes::kArithmetic));
+  RETURN_IF_ERROR(RequireDTypes(ctx, 0, DTypes::kArithmetic));
   const Tensor& x = ctx.input(0);
   const int64_t rank = x.rank();
   int64_t axis = ctx.attrs().Int("axis");
@@ -95,10 +94,14 @@ Tensor ScanLike(GradContext& g, const char* op, Tensor t, bool flip) {
 // zero masks constant, so it is exact to first order everywhere and to
 // second order where a scan holds at most one zero (with more, the second
 // derivative at a later zero with respect to an earlier one comes out 0).
+// For complex x each product is conjugated (the gradient of a holomorphic
+// op is conj(dy_j/dx_i) dy_j); all of them are products of x's elements, so
+// running the formulas on conj(x) does it. (TensorFlow 2.21's _CumprodGrad
+// does not conjugate: its complex gradient is off by that conj.)
 void CumprodGrad(GradContext& g) {
   const AttrMap& a = g.attrs();
   const DType dtype = g.InputDType(0);
-  Tensor x = g.Input(0), dy = g.Grad(0);
+  Tensor x = g.Conj(g.Input(0)), dy = g.Grad(0);
   Tensor zero = g.Const(0.0, dtype), one = g.Const(1.0, dtype);
   Tensor ones = g.Op("OnesLike", {x});
   Tensor is_zero = g.Op("Equal", {x, zero});
@@ -136,8 +139,8 @@ void RegisterScanOps(OpRegistry& r) {
             // zeros in x (see CumprodGrad)
             .Backward(CumprodGrad)
             .SavesInputs({0})
-            .Summary("cumulative product along `axis` (an attr), real dtypes; "
-                     "exclusive / reverse as in TensorFlow"));
+            .Summary("cumulative product along `axis` (an attr); exclusive / "
+                     "reverse as in TensorFlow"));
 }
 
 }  // namespace gradtape

@@ -11,6 +11,9 @@
 // drops its row (TensorFlow's CPU kernels), in the forward and the gradient.
 // Every id is checked before anything is written: a bad one is an
 // INVALID_ARGUMENT naming its position and value.
+// Sum, Mean and Prod (sorted and unsorted) take real and complex data; Min
+// and Max real only; the SparseSegment ops real only (TensorFlow's CPU
+// kernels, which register no complex for them).
 //
 // The backwards are written with GatherV2 (its own gradient is
 // UnsortedSegmentSum, so the pair closes under differentiation) and, for Min
@@ -20,6 +23,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <type_traits>
 
 #include "Eigen/Core"
 #include "core/autodiff/grad_context.h"
@@ -38,6 +42,21 @@ using ConstRows = Eigen::Map<
 template <typename T>
 using Rows = Eigen::Map<
     Eigen::Array<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+
+// Min and Max need an order: real dtypes only (TensorFlow's CPU kernels);
+// Sum, Mean and Prod also take complex.
+absl::Status RequireDataDType(const KernelContext& ctx, Reduction reduction) {
+  const bool ordered =
+      reduction == Reduction::kMin || reduction == Reduction::kMax;
+  return RequireDTypes(ctx, 0,
+                       ordered ? DTypes::kNumeric : DTypes::kArithmetic);
+}
+
+// True for complex64 / complex128: their Min and Max branches are not
+// compiled (RequireDataDType refused them before).
+template <typename T>
+constexpr bool kIsComplex =
+    std::is_same_v<T, complex64> || std::is_same_v<T, complex128>;
 
 // Checks that input i is a vector of non-negative, non-decreasing int ids
 // and sets *num_segments to last id + 1 (0 when there are none).
@@ -103,7 +122,7 @@ absl::StatusOr<int64_t> NumSegments(const KernelContext& ctx, int input) {
 
 // SegmentSum, SegmentMean, SegmentMin, SegmentMax, SegmentProd.
 absl::Status SegmentKernel(KernelContext& ctx, Reduction reduction) {
-  RETURN_IF_ERROR(RequireDTypes(ctx, 0, DTypes::kNumeric));
+  RETURN_IF_ERROR(RequireDataDType(ctx, reduction));
   const Tensor& data = ctx.input(0);
   const Tensor& ids = ctx.input(1);
   if (data.rank() < 1) {
@@ -121,7 +140,7 @@ absl::Status SegmentKernel(KernelContext& ctx, Reduction reduction) {
   ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, data.dtype(), shape));
   const int64_t inner = InnerSize(data.shape(), 1);
   const int64_t n = data.dim(0);
-  DispatchNumeric(data.dtype(), [&](auto zero) {
+  DispatchArithmetic(data.dtype(), [&](auto zero) {
     using T = decltype(zero);
     ConstRows<T> x(data.data<T>(), n, inner);
     Rows<T> out(y.mutable_data<T>(), num_segments, inner);
@@ -145,10 +164,10 @@ absl::Status SegmentKernel(KernelContext& ctx, Reduction reduction) {
           out.row(s) = run.colwise().sum() / static_cast<T>(end - start);
           break;
         case Reduction::kMin:
-          out.row(s) = run.colwise().minCoeff();
+          if constexpr (!kIsComplex<T>) out.row(s) = run.colwise().minCoeff();
           break;
         case Reduction::kMax:
-          out.row(s) = run.colwise().maxCoeff();
+          if constexpr (!kIsComplex<T>) out.row(s) = run.colwise().maxCoeff();
           break;
         case Reduction::kProd:
           out.row(s) = run.colwise().prod();
@@ -169,7 +188,7 @@ absl::Status SegmentKernel(KernelContext& ctx, Reduction reduction) {
 // (TensorFlow's CPU kernels).
 absl::Status UnsortedSegmentKernel(KernelContext& ctx, Reduction reduction,
                                    int num_segments_input) {
-  RETURN_IF_ERROR(RequireDTypes(ctx, 0, DTypes::kNumeric));
+  RETURN_IF_ERROR(RequireDataDType(ctx, reduction));
   RETURN_IF_ERROR(ctx.RequireIndexDType(1));
   const Tensor& data = ctx.input(0);
   const Tensor& ids = ctx.input(1);
@@ -194,35 +213,36 @@ absl::Status UnsortedSegmentKernel(KernelContext& ctx, Reduction reduction,
   ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, data.dtype(), shape));
   const int64_t inner = InnerSize(ds, ids.rank());
   const int64_t n = ids.num_elements();
-  DispatchNumeric(data.dtype(), [&](auto zero) {
+  DispatchArithmetic(data.dtype(), [&](auto zero) {
     using T = decltype(zero);
     ConstRows<T> x(data.data<T>(), n, inner);
     Rows<T> out(y.mutable_data<T>(), num_segments, inner);
     // Empty segments: the identity of the reduction (TensorFlow).
-    switch (reduction) {
-      case Reduction::kMax:
+    if (reduction == Reduction::kProd) {
+      out.setOnes();
+    } else {
+      out.setZero();
+    }
+    if constexpr (!kIsComplex<T>) {
+      if (reduction == Reduction::kMax) {
         out.setConstant(std::numeric_limits<T>::lowest());
-        break;
-      case Reduction::kMin:
+      } else if (reduction == Reduction::kMin) {
         out.setConstant(std::numeric_limits<T>::max());
-        break;
-      case Reduction::kProd:
-        out.setOnes();
-        break;
-      default:
-        out.setZero();
+      }
     }
     for (int64_t k = 0; k < n; ++k) {
       const int64_t s = IndexAt(ids, k);
       if (s < 0) continue;
-      if (reduction == Reduction::kMax) {
-        out.row(s) = out.row(s).max(x.row(k));
-      } else if (reduction == Reduction::kMin) {
-        out.row(s) = out.row(s).min(x.row(k));
-      } else if (reduction == Reduction::kProd) {
+      if (reduction == Reduction::kProd) {
         out.row(s) *= x.row(k);
-      } else {
+      } else if (reduction == Reduction::kSum) {
         out.row(s) += x.row(k);
+      } else if constexpr (!kIsComplex<T>) {
+        if (reduction == Reduction::kMax) {
+          out.row(s) = out.row(s).max(x.row(k));
+        } else {
+          out.row(s) = out.row(s).min(x.row(k));
+        }
       }
     }
   });
@@ -374,16 +394,19 @@ void MinOrMaxGrad(GradContext& g, const SegmentSum& sum) {
 // The gradient of SegmentProd and UnsortedSegmentProd (TensorFlow's
 // _SegmentProdGrad / _UnsortedSegmentProdGrad): for a segment with no zero,
 // d/dx_i = prod / x_i; with one zero, the zero gets the product of the
-// others and the rest 0; with more, all 0. `prod` runs the forward op.
+// others and the rest 0; with more, all 0. `prod` runs the forward op. For
+// complex data the partial derivative is conjugated (the gradient of a
+// holomorphic op is conj(dy/dx) dy; TensorFlow 2.21's rules miss that conj).
 void ProdGrad(GradContext& g, const SegmentSum& sum,
               const std::function<Tensor(Tensor)>& prod) {
   Tensor data = g.Input(0), ids = g.Input(1), dy = g.Grad(0);
   const DType dtype = g.InputDType(0);
   Tensor is_zero = g.Op("Equal", {data, g.Const(0.0, dtype)});
+  // Counted in int32 (as TensorFlow): Greater has no complex kernel.
   Tensor num_zeros =
-      sum.Run(g, g.Op("Cast", {is_zero}, {{"DstT", dtype}}), ids);
+      sum.Run(g, g.Op("Cast", {is_zero}, {{"DstT", DType::kInt32}}), ids);
   Tensor grad =
-      g.Op("Select", {g.Op("Greater", {num_zeros, g.Const(1.0, dtype)}),
+      g.Op("Select", {g.Op("Greater", {num_zeros, g.Const(1.0, DType::kInt32)}),
                       g.Op("ZerosLike", {dy}), dy});
   Tensor non_zero_data =
       g.Op("Select", {is_zero, g.Op("OnesLike", {data}), data});
@@ -395,7 +418,7 @@ void ProdGrad(GradContext& g, const SegmentSum& sum,
   // no inf in the branch Select drops, so no NaN in a second order.
   Tensor partial = g.Op("Select", {is_zero, gathered_non_zero_prod,
                                    g.Div(gathered_prod, non_zero_data)});
-  g.SetGrad(0, g.Mul(sum.Gather(g, grad, ids, 0.0), partial));
+  g.SetGrad(0, g.Mul(sum.Gather(g, grad, ids, 0.0), g.Conj(partial)));
 }
 
 Op SegmentOp(Op op) {

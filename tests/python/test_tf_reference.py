@@ -1564,6 +1564,31 @@ for _flag, _ta, _tb in [("plain", False, False), ("transpose_a", True, False), (
     add_case("op_grad_complex_batch_matmul_" + _flag, _complex_matmul_case([2] + _sa, [1] + _sb, _flags))
 
 
+def _complex_prod_case(axis, keepdims, zero):
+    """d(sum(Re(y) + 2 Im(y)))/dx, y = tf.reduce_prod(x, axis), complex128; `zero`: x[0, 1] = 0."""
+
+    def fn(tf):
+        values = _cx([2, 3], 5)
+        if zero:
+            values[0, 1] = 0
+        x = tf.constant(values)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = tf.reduce_prod(x, axis=axis, keepdims=keepdims)
+            loss = tf.reduce_sum(tf.math.real(y)) + 2.0 * tf.reduce_sum(tf.math.imag(y))
+        return y, tape.gradient(loss, x)
+
+    return fn
+
+
+# Prod on complex128 (TensorFlow's _ProdGrad conjugates). Cumprod and the
+# segment products are not in gradtape.tf, and TensorFlow 2.21's complex
+# gradients for them miss the conj (see core/ops/scan_ops.cc).
+add_case("op_grad_complex_prod_all", _complex_prod_case(None, False, False))
+add_case("op_grad_complex_prod_axis1", _complex_prod_case(1, False, False))
+add_case("op_grad_complex_prod_axis0_keepdims_zero", _complex_prod_case(0, True, True))
+
+
 @case()
 def op_grad_bias_add(tf):
     x = tf.constant(_x([3, 4]))

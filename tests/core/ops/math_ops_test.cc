@@ -452,7 +452,36 @@ TEST_F(MathOpsTest, L2LossAndProd) {
   EXPECT_EQ(Values(*y), (std::vector<double>{-24}));
   ExpectInvalid("Prod", {x}, {"axis 3", "[2,3,2]"},
                 {{"axis", std::vector<int64_t>{3}}});
-  ExpectInvalid("Prod", {Tensor::Scalar<complex64>({1, 1})}, {"complex64"});
+}
+
+// Prod and Cumprod on complex: (1+i)(2-i) = 3+i, (3+i) i = -1+3i.
+TEST_F(MathOpsTest, ComplexProdAndCumprod) {
+  const std::vector<complex128> z = {{1, 1}, {2, -1}, {0, 1}};
+  absl::StatusOr<Tensor> y =
+      Run1("Prod", {Tensor::FromVector<complex128>({3}, z)});
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->data<complex128>()[0], complex128(-1, 3));
+  // complex64, per column of [[1+i, 2-i], [i, 2]]: [(1+i) i, (2-i) 2].
+  const std::vector<complex64> m = {{1, 1}, {2, -1}, {0, 1}, {2, 0}};
+  y = Run1("Prod", {Tensor::FromVector<complex64>({2, 2}, m)},
+           {{"axis", std::vector<int64_t>{0}}});
+  ASSERT_TRUE(y.ok()) << y.status();
+  ASSERT_EQ(y->shape(), Shape{2});
+  EXPECT_EQ(y->data<complex64>()[0], complex64(-1, 1));
+  EXPECT_EQ(y->data<complex64>()[1], complex64(4, -2));
+
+  y = Run1("Cumprod", {Tensor::FromVector<complex128>({3}, z)});
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->data<complex128>()[0], complex128(1, 1));
+  EXPECT_EQ(y->data<complex128>()[1], complex128(3, 1));
+  EXPECT_EQ(y->data<complex128>()[2], complex128(-1, 3));
+  // Exclusive, reverse: [(2-i) i, i, 1] = [1+2i, i, 1].
+  y = Run1("Cumprod", {Tensor::FromVector<complex128>({3}, z)},
+           {{"exclusive", true}, {"reverse", true}});
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->data<complex128>()[0], complex128(1, 2));
+  EXPECT_EQ(y->data<complex128>()[1], complex128(0, 1));
+  EXPECT_EQ(y->data<complex128>()[2], complex128(1, 0));
 }
 
 // Central differences of sum(prod(x, axis)) at x, one element at a time.
@@ -564,7 +593,7 @@ TEST_F(MathOpsTest, ScanErrors) {
   ExpectInvalid("Cumprod", {D({2, 3}, std::vector<double>(6))},
                 {"axis -3", "[2,3]"}, {{"axis", int64_t{-3}}});
   ExpectInvalid("Cumsum", {D({}, {1})}, {"rank", "float64[]"});
-  ExpectInvalid("Cumprod", {Tensor::Scalar<complex64>({1, 1})}, {"complex64"});
+  ExpectInvalid("Cumprod", {B({2}, {true, false})}, {"bool"});
   ExpectInvalid("Cumsum", {B({2}, {true, false})}, {"bool"});
   ExpectInvalid("Cumsum", {D({2}, {1, 2})}, {"exclusive", "bool"},
                 {{"exclusive", int64_t{1}}});

@@ -1,4 +1,8 @@
-// Gradient-check samples for the ops of core/ops/complex_ops.cc.
+// Gradient-check samples for the ops of core/ops/complex_ops.cc and the
+// other ops on complex128 inputs.
+#include <string>
+#include <vector>
+
 #include "tests/core/ops/op_samples.h"
 
 namespace gradtape::testing {
@@ -12,6 +16,69 @@ Tensor MakeComplex(const Tensor& re, const Tensor& im) {
         complex128(re.data<double>()[i], im.data<double>()[i]);
   }
   return z;
+}
+
+// Complex128 with real and imaginary parts uniform in [-1, 1] (seeds seed
+// and seed + 1).
+Tensor C(Shape shape, uint32_t seed) {
+  return MakeComplex(R(shape, seed), R(shape, seed + 1));
+}
+
+// Complex128 with |Re| >= 0.5: away from 0, for the products whose
+// backwards divide by the input where it is nonzero.
+Tensor CAway(Shape shape, uint32_t seed) {
+  return MakeComplex(RandomAwayFromZero(shape, 1.5, 0.5, seed),
+                     R(shape, seed + 1));
+}
+
+// `z` with the elements at `at` set to 0 (the products' zero branches).
+Tensor WithZeros(Tensor z, std::initializer_list<int64_t> at) {
+  for (int64_t k : at) z.mutable_data<complex128>()[k] = 0;
+  return z;
+}
+
+Tensor I32(Shape shape, std::vector<int32_t> v) {
+  return Tensor::FromVector<int32_t>(shape, v);
+}
+
+// Products, scans and segment reductions on complex (the products'
+// backwards conjugate; sums and means need no conj).
+void AddComplexReductionSamples(SampleList& s) {
+  s.Add("Prod", "complex, all axes", {CAway({2, 3}, 300)});
+  s.Add("Prod", "complex, axis 1", {C({2, 3, 2}, 302)}, {{"axis", L({1})}});
+  s.Add("Prod", "complex, axes 0,-1 keep_dims", {C({2, 3, 2}, 304)},
+        {{"axis", L({0, -1})}, {"keep_dims", true}});
+  s.Add("Prod", "complex, axis 0, a zero in a group",
+        {WithZeros(C({3, 2}, 306), {2})}, {{"axis", L({0})}});
+  for (bool exclusive : {false, true}) {
+    for (bool reverse : {false, true}) {
+      const std::string flags = std::string(exclusive ? " exclusive" : "") +
+                                (reverse ? " reverse" : "");
+      const AttrMap attrs = {
+          {"axis", int64_t{1}}, {"exclusive", exclusive}, {"reverse", reverse}};
+      s.Add("Cumprod", "complex, axis 1" + flags, {CAway({2, 3}, 308)}, attrs);
+      // Row 0 holds one zero, row 1 two.
+      s.Add("Cumprod", "complex, zeros" + flags,
+            {WithZeros(CAway({2, 4}, 310), {1, 5, 6})}, attrs);
+    }
+  }
+  for (const char* op : {"SegmentSum", "SegmentMean", "SegmentProd"}) {
+    s.Add(op, "complex, segment 2 empty",
+          {C({5, 2}, 312), I32({5}, {0, 0, 1, 3, 3})});
+  }
+  // Segment 0 holds one zero, segment 1 two.
+  s.Add("SegmentProd", "complex, zeros in segments",
+        {WithZeros(C({6}, 314), {1, 3, 4}), I32({6}, {0, 0, 0, 1, 1, 2})});
+  s.Add("UnsortedSegmentSum", "complex, segment 3 empty, a negative id",
+        {C({5, 2}, 316), I32({5}, {2, 0, -1, 1, 0})},
+        {{"num_segments", int64_t{4}}});
+  s.Add(
+      "UnsortedSegmentProd", "complex, segment 3 empty, a negative id",
+      {C({5, 2}, 318), I32({5}, {2, 0, -1, 1, 0}), Tensor::Scalar<int32_t>(4)});
+  // Segment 0 holds one zero, segment 1 two.
+  s.Add("UnsortedSegmentProd", "complex, zeros in segments",
+        {WithZeros(C({6}, 320), {0, 2, 4}), I32({6}, {1, 0, 1, 2, 0, 0}),
+         Tensor::Scalar<int32_t>(3)});
 }
 
 }  // namespace
@@ -124,6 +191,7 @@ void AddComplexSamples(SampleList& s) {
   s.Add("Pow", "complex, broadcast exponent",
         {MakeComplex(Positive({2, 3}, 229), R({2, 3}, 230)),
          MakeComplex(R({3}, 231), R({3}, 232))});
+  AddComplexReductionSamples(s);
 }
 
 }  // namespace gradtape::testing

@@ -505,6 +505,61 @@ TEST_F(SegmentOpsTest, SparseSegmentsWithNumSegments) {
   }
 }
 
+// Sum, Mean and Prod on complex data rows [1+i, 2-i, i] with ids [0, 0, 2]
+// (segment 1 empty): (1+i) + (2-i) = 3, (1+i)(2-i) = 3+i.
+TEST_F(SegmentOpsTest, ComplexSumMeanAndProd) {
+  using C = complex128;
+  const Tensor data = Tensor::FromVector<C>({3}, {{1, 1}, {2, -1}, {0, 1}});
+  const Tensor ids = Ids(DType::kInt32, {0, 0, 2});
+  struct Case {
+    const char* op;
+    std::vector<C> want;
+  };
+  for (const Case& c : {Case{"SegmentSum", {{3, 0}, {0, 0}, {0, 1}}},
+                        Case{"SegmentMean", {{1.5, 0}, {0, 0}, {0, 1}}},
+                        Case{"SegmentProd", {{3, 1}, {1, 0}, {0, 1}}}}) {
+    auto y = Run1(c.op, {data, ids});
+    ASSERT_TRUE(y.ok()) << c.op << ": " << y.status();
+    ASSERT_EQ(y->dtype(), DType::kComplex128);
+    ASSERT_EQ(y->num_elements(), 3);
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_EQ(y->data<C>()[k], c.want[k]) << c.op << "[" << k << "]";
+    }
+  }
+  // Unsorted, ids [1, -1, 1] of 3: row 1 dropped; segments 0 and 2 empty.
+  const Tensor unsorted = Ids(DType::kInt64, {1, -1, 1});
+  auto y = Run1("UnsortedSegmentSum", {data, unsorted},
+                {{"num_segments", int64_t{3}}});
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->data<C>()[0], C(0, 0));
+  EXPECT_EQ(y->data<C>()[1], C(1, 2));
+  EXPECT_EQ(y->data<C>()[2], C(0, 0));
+  // complex64: (1+i) i = -1+i.
+  const Tensor data64 =
+      Tensor::FromVector<complex64>({3}, {{1, 1}, {2, -1}, {0, 1}});
+  y = Run1("UnsortedSegmentProd",
+           {data64, unsorted, Tensor::Scalar<int32_t>(3)});
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->data<complex64>()[0], complex64(1, 0));
+  EXPECT_EQ(y->data<complex64>()[1], complex64(-1, 1));
+  EXPECT_EQ(y->data<complex64>()[2], complex64(1, 0));
+}
+
+// Min and Max need an order: complex is refused, naming the op and dtype.
+TEST_F(SegmentOpsTest, MinAndMaxRefuseComplex) {
+  const Tensor c128 = Tensor::FromVector<complex128>({2}, {{1, 1}, {2, 0}});
+  const Tensor c64 = Tensor::FromVector<complex64>({2}, {{1, 1}, {2, 0}});
+  const Tensor ids = Ids(DType::kInt32, {0, 1});
+  for (const char* op : {"SegmentMin", "SegmentMax"}) {
+    ExpectInvalid(op, {c128, ids}, {}, {"data", "complex128"});
+    ExpectInvalid(op, {c64, ids}, {}, {"data", "complex64"});
+  }
+  ExpectInvalid("UnsortedSegmentMax", {c128, ids},
+                {{"num_segments", int64_t{2}}}, {"data", "complex128"});
+  ExpectInvalid("UnsortedSegmentMin", {c64, ids, Tensor::Scalar<int32_t>(2)},
+                {}, {"data", "complex64"});
+}
+
 TEST_F(SegmentOpsTest, UnsortedMinAndProdBadInputs) {
   Tensor data = R({4, 2}, 1);
   for (const char* op : {"UnsortedSegmentMin", "UnsortedSegmentProd"}) {
