@@ -222,14 +222,27 @@ void RegisterBinaryOps(OpRegistry& r) {
   r.Add(MaxMin(Op("Minimum"), /*max=*/false));
   r.Add(Binary(Op("SquaredDifference"))
             .Forward([](KernelContext& ctx) {
-              return BinaryKernel<DTypes::kNumeric>(
-                  ctx, [](auto a, auto b) { return (a - b) * (a - b); });
+              return BinaryKernel<DTypes::kArithmetic>(ctx, [](auto a, auto b) {
+                const auto d = a - b;
+                if constexpr (std::is_arithmetic_v<decltype(d)>) {
+                  return d * d;
+                } else {  // TensorFlow's: |x - y|^2, a real value
+                  return d * std::conj(d);
+                }
+              });
             })
-            // dx = 2 (x - y) dz,  dy = -dx (each summed to its shape)
+            // dx = 2 (x - y) dz,  dy = -dx (each summed to its shape). For
+            // complex, z = |x - y|^2 is real, so only Re(dz) reaches x and
+            // y (TensorFlow's _SquaredDifferenceGrad uses dz itself, which
+            // differs only when a loss reads Im(z), always 0).
             .Backward([](GradContext& g) {
               Tensor two = g.Const(2.0, g.InputDType(0));
-              Tensor t =
-                  g.Mul(g.Mul(two, g.Grad(0)), g.Sub(g.Input(0), g.Input(1)));
+              Tensor dz = g.Grad(0);
+              if (IsComplex(g.InputDType(0))) {
+                Tensor re = g.Op("Real", {dz});
+                dz = g.Op("Complex", {re, g.Op("ZerosLike", {re})});
+              }
+              Tensor t = g.Mul(g.Mul(two, dz), g.Sub(g.Input(0), g.Input(1)));
               if (g.NeedsGrad(0)) {
                 g.SetGrad(0, g.SumToShape(t, g.InputShape(0)));
               }
@@ -238,7 +251,8 @@ void RegisterBinaryOps(OpRegistry& r) {
               }
             })
             .SavesInputs({0, 1})
-            .Summary("z = (x - y)^2 (real dtypes), with numpy broadcasting"));
+            .Summary("z = (x - y)^2 (|x - y|^2 for complex), with numpy "
+                     "broadcasting"));
   r.Add(Binary(Op("Pow"))
             .Forward(PowKernel)
             // dx = dz * y * x^(y-1), dy = dz * z * log(x) (0 where x <= 0)

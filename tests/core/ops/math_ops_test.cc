@@ -314,6 +314,16 @@ TEST_F(MathOpsTest, SignOfComplexIsTheUnitPhase) {
   EXPECT_EQ(y->data<complex128>()[1], complex128(0, 0));
 }
 
+// SquaredDifference of complex: |x - y|^2, as TensorFlow's.
+TEST_F(MathOpsTest, SquaredDifferenceOfComplexIsTheSquaredModulus) {
+  absl::StatusOr<Tensor> y = Run1(
+      "SquaredDifference", {Tensor::FromVector<complex128>({1}, {{1, 2}}),
+                            Tensor::FromVector<complex128>({1}, {{0.5, -1}})});
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_NEAR(std::abs(y->data<complex128>()[0] - complex128(9.25, 0)), 0,
+              1e-15);
+}
+
 // BiasAdd and BiasAddGrad on complex: a plain add and sum per channel.
 TEST_F(MathOpsTest, BiasAddTakesComplex) {
   using C = complex128;

@@ -188,6 +188,9 @@ void AddComplexSamples(SampleList& s) {
          MakeComplex(R({3}, 320), R({3}, 321))});
   s.Add("BiasAddGrad", "complex",
         {MakeComplex(R({2, 3}, 322), R({2, 3}, 323))});
+  s.Add("SquaredDifference", "complex, broadcast",
+        {MakeComplex(R({2, 3}, 324), R({2, 3}, 325)),
+         MakeComplex(R({3}, 326), R({3}, 327))});
   s.Add("Pow", "complex, broadcast exponent",
         {MakeComplex(Positive({2, 3}, 229), R({2, 3}, 230)),
          MakeComplex(R({3}, 231), R({3}, 232))});
