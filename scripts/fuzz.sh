@@ -9,6 +9,9 @@
 #
 #   bash scripts/fuzz.sh [SECONDS] [FUZZER...]   (default: 60, all three)
 #   bash scripts/fuzz.sh --corpus                (regenerate the seed corpus)
+#   bash scripts/fuzz.sh --configure DIR         (only configure DIR with
+#       these flags and the tests on: scripts/test.sh builds the ASan ctest
+#       suite there, then fuzzes in it with FUZZ_BUILD_DIR=DIR)
 #
 # Environment: FUZZ_NICE=N runs the fuzzers under nice -n N; FUZZ_WORK_DIR=D
 # keeps the working corpus in D/<fuzzer> (default: a temporary copy that is
@@ -25,20 +28,30 @@ ALL_FUZZERS=(batch_fuzzer checkpoint_fuzzer convert_fuzzer)
 
 case "${1:-60}" in
   --corpus) ;;
+  --configure) BUILD="${2:?usage: bash scripts/fuzz.sh --configure DIR}" ;;
   ''|*[!0-9]*)
-    echo "usage: bash scripts/fuzz.sh [SECONDS] [FUZZER...] | --corpus" >&2
+    echo "usage: bash scripts/fuzz.sh [SECONDS] [FUZZER...] | --corpus | --configure DIR" >&2
     exit 2 ;;
 esac
 
 source "$ROOT/scripts/install_packages.sh"
 install_packages clang-14 libfuzzer-14-dev libclang-rt-14-dev || exit 1
 
+# The tests: on with --configure; otherwise off in a new folder and as they
+# were in an existing one (so fuzzing in test.sh's build-asan keeps them).
+TESTS=()
+if [ "${1:-}" = "--configure" ]; then
+  TESTS=(-DGRADTAPE_BUILD_TESTS=ON)
+elif [ ! -f "$BUILD/CMakeCache.txt" ]; then
+  TESTS=(-DGRADTAPE_BUILD_TESTS=OFF)
+fi
 mkdir -p "$BUILD"
-echo "== building fuzzers (build-fuzz/, clang++-14, -fsanitize=fuzzer,address,undefined)"
+echo "== configuring $BUILD (clang++-14, -fsanitize=fuzzer-no-link,address,undefined)"
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_CXX_COMPILER=clang++-14 \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
-  -DGRADTAPE_FUZZ=ON -DGRADTAPE_BUILD_TESTS=OFF -DGRADTAPE_BUILD_BENCH=OFF \
+  -DGRADTAPE_FUZZ=ON "${TESTS[@]}" -DGRADTAPE_BUILD_BENCH=OFF \
   >"$BUILD/configure.log" 2>&1 || { cat "$BUILD/configure.log"; exit 1; }
+[ "${1:-}" = "--configure" ] && exit 0
 
 if [ "${1:-}" = "--corpus" ]; then
   cmake --build "$BUILD" --target make_corpus || exit 1

@@ -2,9 +2,10 @@
 # The whole test suite: install, build, run ctest (C++: core, server,
 # client), the Go client test, pytest (protocol, Python client, digits), a
 # short ghz load test, a 1-minute soak (tests/load/soak.sh), ctest again
-# under ASan + UBSan (build-asan/) and each libFuzzer target briefly plus
-# every committed fuzz regression (scripts/fuzz.sh, build-fuzz/). Ends with
-# ctest's and pytest's own summary lines; exits non-zero if anything failed.
+# under ASan + UBSan, and each libFuzzer target briefly plus every committed
+# fuzz regression (scripts/fuzz.sh), both in one clang build (build-asan/).
+# Ends with ctest's and pytest's own summary lines; exits non-zero if
+# anything failed.
 set -uo pipefail
 set -e
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -45,24 +46,25 @@ bash tests/load/run_ghz.sh --duration=3s tests/load/run_unary.json tests/load/st
 bash tests/load/run_ghz.sh --tls --duration=2s tests/load/run_unary_fixed.json 2>&1 | tee -a "$LOGS/ghz" || status=1
 echo "== soak (tests/load/soak.sh --minutes=1: ghz, Python training and session churn on one server; fails on errors or RSS drift > 5%)"
 bash tests/load/soak.sh --minutes=1 --out="$ROOT/build/soak" 2>&1 | tee "$LOGS/soak" || status=1
-# The same C++ suite with ASan + UBSan (GRADTAPE_SANITIZE, -O1, no
-# benchmarks) in its own build folder. Leak checking is on; leaks inside
-# libraries we do not own would go to tests/fuzz/lsan.supp.
-echo "== ctest under ASan + UBSan (build-asan)"
+# The same C++ suite under ASan + UBSan, and the fuzzers, from one build:
+# clang-14 with scripts/fuzz.sh's flags (-O1, ASan + UBSan + libFuzzer's
+# coverage instrumentation, GRADTAPE_FUZZ), so fuzz.sh finds its targets
+# built and the sanitized libraries are compiled once, not twice (gcc for
+# ctest and clang for the fuzzers, as before). Leak checking is on; leaks
+# inside libraries we do not own go to tests/fuzz/lsan.supp.
+echo "== ctest under ASan + UBSan (build-asan: clang-14, the fuzz build's flags)"
 asan_start=$SECONDS
 (
   export ASAN_OPTIONS="detect_leaks=1:check_initialization_order=1"
   export LSAN_OPTIONS="suppressions=$ROOT/tests/fuzz/lsan.supp:print_suppressions=0"
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DGRADTAPE_SANITIZE=ON \
-    -DGRADTAPE_BUILD_BENCH=OFF >/dev/null \
+  bash scripts/fuzz.sh --configure "$ROOT/build-asan" \
     && cmake --build build-asan \
     && ctest --test-dir build-asan --output-on-failure -j2 --timeout 900
 ) 2>&1 | tee "$LOGS/asan" || status=1
 echo "asan: build + ctest took $((SECONDS - asan_start)) s"
-echo "== fuzz (scripts/fuzz.sh 30: regressions replayed, each fuzzer 30 s)"
-bash scripts/fuzz.sh 30 2>&1 | tee "$LOGS/fuzz" || status=1
+echo "== fuzz (scripts/fuzz.sh 30 in build-asan: regressions replayed, each fuzzer 30 s)"
+FUZZ_BUILD_DIR="$ROOT/build-asan" bash scripts/fuzz.sh 30 2>&1 | tee "$LOGS/fuzz" || status=1
 echo "== summary"
 grep -E "^(ok|FAIL|go:)" "$LOGS/go" | tail -2 || echo "go: no summary"
 grep -E "^ghz " "$LOGS/ghz" | tail -4 || true
