@@ -179,45 +179,29 @@ CBLAS_TRANSPOSE BlasOp(MatrixOp op) {
 // cblas_?gemm on row-major matrices; OpenBLAS must be available and every
 // size must fit blasint (FitsBlasInt). kAdjoint is kTranspose for the real
 // types (Gemm maps it before calling).
-void BlasGemm(MatrixOp ta, MatrixOp tb, int64_t m, int64_t n, int64_t k,
-              const float* a, int64_t lda, const float* b, int64_t ldb,
-              float* c, int64_t ldc, float beta) {
-  GetBlas().sgemm(CblasRowMajor, BlasOp(ta), BlasOp(tb),
-                  static_cast<blasint>(m), static_cast<blasint>(n),
-                  static_cast<blasint>(k), 1.0f, a, static_cast<blasint>(lda),
-                  b, static_cast<blasint>(ldb), beta, c,
-                  static_cast<blasint>(ldc));
-}
-void BlasGemm(MatrixOp ta, MatrixOp tb, int64_t m, int64_t n, int64_t k,
-              const double* a, int64_t lda, const double* b, int64_t ldb,
-              double* c, int64_t ldc, double beta) {
-  GetBlas().dgemm(CblasRowMajor, BlasOp(ta), BlasOp(tb),
-                  static_cast<blasint>(m), static_cast<blasint>(n),
-                  static_cast<blasint>(k), 1.0, a, static_cast<blasint>(lda), b,
-                  static_cast<blasint>(ldb), beta, c,
-                  static_cast<blasint>(ldc));
-}
-void BlasGemm(MatrixOp ta, MatrixOp tb, int64_t m, int64_t n, int64_t k,
-              const std::complex<float>* a, int64_t lda,
-              const std::complex<float>* b, int64_t ldb, std::complex<float>* c,
-              int64_t ldc, std::complex<float> beta) {
-  const std::complex<float> one(1);
-  GetBlas().cgemm(CblasRowMajor, BlasOp(ta), BlasOp(tb),
-                  static_cast<blasint>(m), static_cast<blasint>(n),
-                  static_cast<blasint>(k), &one, a, static_cast<blasint>(lda),
-                  b, static_cast<blasint>(ldb), &beta, c,
-                  static_cast<blasint>(ldc));
-}
-void BlasGemm(MatrixOp ta, MatrixOp tb, int64_t m, int64_t n, int64_t k,
-              const std::complex<double>* a, int64_t lda,
-              const std::complex<double>* b, int64_t ldb,
-              std::complex<double>* c, int64_t ldc, std::complex<double> beta) {
-  const std::complex<double> one(1);
-  GetBlas().zgemm(CblasRowMajor, BlasOp(ta), BlasOp(tb),
-                  static_cast<blasint>(m), static_cast<blasint>(n),
-                  static_cast<blasint>(k), &one, a, static_cast<blasint>(lda),
-                  b, static_cast<blasint>(ldb), &beta, c,
-                  static_cast<blasint>(ldc));
+template <typename T>
+void BlasGemm(MatrixOp op_a, MatrixOp op_b, int64_t m, int64_t n, int64_t k,
+              const T* a, int64_t lda, const T* b, int64_t ldb, T* c,
+              int64_t ldc, T beta) {
+  const Blas& blas = GetBlas();
+  const CBLAS_TRANSPOSE ta = BlasOp(op_a), tb = BlasOp(op_b);
+  const blasint bm = static_cast<blasint>(m), bn = static_cast<blasint>(n),
+                bk = static_cast<blasint>(k), blda = static_cast<blasint>(lda),
+                bldb = static_cast<blasint>(ldb),
+                bldc = static_cast<blasint>(ldc);
+  if constexpr (std::is_same_v<T, float>) {
+    blas.sgemm(CblasRowMajor, ta, tb, bm, bn, bk, 1.0f, a, blda, b, bldb, beta,
+               c, bldc);
+  } else if constexpr (std::is_same_v<T, double>) {
+    blas.dgemm(CblasRowMajor, ta, tb, bm, bn, bk, 1.0, a, blda, b, bldb, beta,
+               c, bldc);
+  } else {  // the complex ones take alpha and beta by pointer
+    const T one(1);
+    auto gemm =
+        std::is_same_v<T, std::complex<float>> ? blas.cgemm : blas.zgemm;
+    gemm(CblasRowMajor, ta, tb, bm, bn, bk, &one, a, blda, b, bldb, &beta, c,
+         bldc);
+  }
 }
 
 // One BLAS product split into row blocks of c (m >= n) or column blocks,

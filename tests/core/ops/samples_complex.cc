@@ -133,37 +133,31 @@ void AddComplexSamples(SampleList& s) {
          MakeComplex(R({2, 3}, 253), R({2, 3}, 254))});
   // Products: MatMul's transpose_* transposes, BatchMatMul's adj_* is the
   // adjoint (backwards conjugate, as TensorFlow's).
-  const bool flags[] = {false, true};
   uint32_t seed = 255;
-  for (bool ta : flags) {
-    for (bool tb : flags) {
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
       const Shape sa = ta ? Shape{3, 2} : Shape{2, 3};
       const Shape sb = tb ? Shape{4, 3} : Shape{3, 4};
-      Tensor a = MakeComplex(R(sa, seed), R(sa, seed + 1));
-      Tensor b = MakeComplex(R(sb, seed + 2), R(sb, seed + 3));
-      seed += 4;
       s.Add("MatMul",
             std::string("complex") + (ta ? ", transpose_a" : "") +
                 (tb ? ", transpose_b" : ""),
-            {a, b}, {{"transpose_a", ta}, {"transpose_b", tb}});
-      const Shape bx = ta ? Shape{2, 3, 2} : Shape{2, 2, 3};
-      const Shape by = tb ? Shape{1, 4, 3} : Shape{1, 3, 4};
-      Tensor x = MakeComplex(R(bx, seed), R(bx, seed + 1));
-      Tensor y = MakeComplex(R(by, seed + 2), R(by, seed + 3));
-      seed += 4;
+            {C(sa, seed), C(sb, seed + 2)},
+            {{"transpose_a", ta}, {"transpose_b", tb}});
+      // The same operands with a batch dim of 2 on x, 1 on y (broadcast).
+      Shape bx = sa, by = sb;
+      bx.insert(bx.begin(), 2);
+      by.insert(by.begin(), 1);
       s.Add("BatchMatMulV2",
             std::string("complex, y broadcast") + (ta ? ", adj_x" : "") +
                 (tb ? ", adj_y" : ""),
-            {x, y}, {{"adj_x", ta}, {"adj_y", tb}});
+            {C(bx, seed + 4), C(by, seed + 6)}, {{"adj_x", ta}, {"adj_y", tb}});
+      seed += 8;
     }
   }
-  s.Add("BatchMatMul", "complex, adj_x",
-        {MakeComplex(R({2, 3, 2}, 290), R({2, 3, 2}, 291)),
-         MakeComplex(R({2, 3, 2}, 292), R({2, 3, 2}, 293))},
+  s.Add("BatchMatMul", "complex, adj_x", {C({2, 3, 2}, 290), C({2, 3, 2}, 292)},
         {{"adj_x", true}});
   s.Add("BatchMatMulV3", "complex, adj_y",
-        {MakeComplex(R({2, 2, 3}, 294), R({2, 2, 3}, 295)),
-         MakeComplex(R({2, 2, 3}, 296), R({2, 2, 3}, 297))},
+        {C({2, 2, 3}, 294), C({2, 2, 3}, 296)},
         {{"Tout", DType::kComplex128}, {"adj_y", true}});
   // Einsum: the product conjugates the other operand in its backward
   // (TensorFlow's _EinsumGrad); a unary form is linear.
@@ -172,25 +166,16 @@ void AddComplexSamples(SampleList& s) {
     s.Add("Einsum", std::string("complex ") + equation, std::move(in),
           {{"equation", std::string(equation)}, {"N", n}});
   };
-  einsum("ij,jk->ik", {MakeComplex(R({2, 3}, 300), R({2, 3}, 301)),
-                       MakeComplex(R({3, 2}, 302), R({3, 2}, 303))});
-  einsum("...ij,jk->...ik", {MakeComplex(R({2, 2, 3}, 304), R({2, 2, 3}, 305)),
-                             MakeComplex(R({3, 2}, 306), R({3, 2}, 307))});
-  einsum("ij,k->ik", {MakeComplex(R({2, 3}, 308), R({2, 3}, 309)),
-                      MakeComplex(R({2}, 310), R({2}, 311))});
-  einsum("ii->i", {MakeComplex(R({3, 3}, 312), R({3, 3}, 313))});
-  s.Add("BiasAdd", "complex, NCHW",
-        {MakeComplex(R({2, 3, 2}, 314), R({2, 3, 2}, 315)),
-         MakeComplex(R({3}, 316), R({3}, 317))},
+  einsum("ij,jk->ik", {C({2, 3}, 300), C({3, 2}, 302)});
+  einsum("...ij,jk->...ik", {C({2, 2, 3}, 304), C({3, 2}, 306)});
+  einsum("ij,k->ik", {C({2, 3}, 308), C({2}, 310)});
+  einsum("ii->i", {C({3, 3}, 312)});
+  s.Add("BiasAdd", "complex, NCHW", {C({2, 3, 2}, 314), C({3}, 316)},
         {{"data_format", std::string("NCHW")}});
-  s.Add("BiasAddV1", "complex",
-        {MakeComplex(R({2, 3}, 318), R({2, 3}, 319)),
-         MakeComplex(R({3}, 320), R({3}, 321))});
-  s.Add("BiasAddGrad", "complex",
-        {MakeComplex(R({2, 3}, 322), R({2, 3}, 323))});
+  s.Add("BiasAddV1", "complex", {C({2, 3}, 318), C({3}, 320)});
+  s.Add("BiasAddGrad", "complex", {C({2, 3}, 322)});
   s.Add("SquaredDifference", "complex, broadcast",
-        {MakeComplex(R({2, 3}, 324), R({2, 3}, 325)),
-         MakeComplex(R({3}, 326), R({3}, 327))});
+        {C({2, 3}, 324), C({3}, 326)});
   s.Add("Pow", "complex, broadcast exponent",
         {MakeComplex(Positive({2, 3}, 229), R({2, 3}, 230)),
          MakeComplex(R({3}, 231), R({3}, 232))});
