@@ -81,20 +81,7 @@ absl::Status TransposeKernel(KernelContext& ctx) {
                                " is not a permutation of the dims of ",
                                x.DebugString());
   }
-  Shape out_shape(rank), in_strides = RowMajorStrides(x.shape());
-  Shape strides(rank);  // input stride of each output dim
-  for (int i = 0; i < rank; ++i) {
-    out_shape[i] = x.dim(perm[i]);
-    strides[i] = in_strides[perm[i]];
-  }
-  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, x.dtype(), out_shape));
-  DispatchAny(x.dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    const T* px = x.data<T>();
-    T* py = y.mutable_data<T>();
-    ForEachStrided(out_shape, strides, strides,
-                   [&](int64_t o, int64_t i, int64_t) { py[o] = px[i]; });
-  });
+  ASSIGN_OR_RETURN(Tensor y, Transposed(ctx, x, perm));
   ctx.set_output(0, std::move(y));
   return absl::OkStatus();
 }

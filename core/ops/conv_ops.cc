@@ -1,5 +1,6 @@
-// Convolutions (NHWC / NDHWC), depthwise convolution and grayscale
-// morphological dilation, with the backprop ops their gradients run.
+// Convolutions (NHWC / NDHWC, or NCHW / NCDHW through WithChannelsFirst),
+// depthwise convolution and grayscale morphological dilation (NHWC), with
+// the backprop ops their gradients run.
 //
 // How it works. Every op here is a window op over 2 or 3 spatial dims. A 2-D
 // op runs as a 3-D one whose leading spatial dim has size 1
@@ -41,6 +42,7 @@
 #include "core/autodiff/grad_context.h"
 #include "core/base/cancellation.h"
 #include "core/base/status_macros.h"
+#include "core/ops/channels_first.h"
 #include "core/ops/gemm.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
@@ -76,7 +78,9 @@ struct WindowKind {
   int spatial;  // 2 or 3
   FilterLayout layout;
   const char* dilation_attr;  // "dilations", or "rates" for Dilation2D
-  const char* data_format;    // the one accepted value; nullptr: no such attr
+  // The channels-last data_format (the default; channels-first runs through
+  // WithChannelsFirst); nullptr: no such attr.
+  const char* data_format;
   // Has explicit_paddings and accepts padding "EXPLICIT" (TensorFlow's 2-D
   // convolutions and depthwise convolutions).
   bool explicit_padding = false;
@@ -214,18 +218,11 @@ absl::Status CheckExplicitPaddings(const KernelContext& ctx,
       "and in [0, 2^31) for the spatial dims");
 }
 
-// Checks data_format (when the kind has one) and the padding attrs.
+// Checks the padding attrs (data_format is WithChannelsFirst's: the kernels
+// here see channels-last data).
 absl::StatusOr<PaddingSpec> ReadPadding(const KernelContext& ctx,
                                         const WindowKind& kind) {
   const AttrMap& attrs = ctx.attrs();
-  if (kind.data_format != nullptr) {
-    const std::string& format = attrs.Get<std::string>("data_format");
-    if (format != kind.data_format) {
-      return ctx.InvalidArgument("data_format \"", format,
-                                 "\" is not supported; only \"",
-                                 kind.data_format, "\" is");
-    }
-  }
   const std::string& padding = attrs.Get<std::string>("padding");
   PaddingSpec p;
   p.same = padding == "SAME";
@@ -846,7 +843,9 @@ Op Conv(Op op, const WindowKind& kind, const ConvNames& n) {
   const WindowKind* k = &kind;
   return std::move(
       WindowOp(std::move(op), kind, {"input", "filter"}, "output")
-          .Forward([k](KernelContext& ctx) { return ConvKernel(ctx, *k); })
+          .Forward(WithChannelsFirst(
+              {kind.spatial, {0}, /*output_is_activation=*/true},
+              [k](KernelContext& ctx) { return ConvKernel(ctx, *k); }))
           // dinput = BackpropInput(filter, dy), dfilter =
           // BackpropFilter(input, dy)
           .Backward([n](GradContext& g) {
@@ -864,7 +863,9 @@ Op Conv(Op op, const WindowKind& kind, const ConvNames& n) {
           })
           .SavesInputs({0, 1})
           .Summary(absl::StrCat(
-              n.what, " (", kind.data_format, "), padding SAME or VALID",
+              n.what, " (", kind.data_format, "; or ",
+              ChannelsFirstName(kind.spatial),
+              ", run on transposed copies), padding SAME or VALID",
               kind.explicit_padding ? " or EXPLICIT (explicit_paddings)"
                                     : "")));
 }
@@ -874,8 +875,9 @@ Op ConvBackpropInput(Op op, const WindowKind& kind, const ConvNames& n) {
   return std::move(
       WindowOp(std::move(op), kind, {"filter", "out_backprop"}, "output")
           .Attr("input_sizes", AttrType::kIntList)
-          .Forward(
-              [k](KernelContext& ctx) { return BackpropInputKernel(ctx, *k); })
+          .Forward(WithChannelsFirst(
+              {kind.spatial, {1}, /*output_is_activation=*/true},
+              [k](KernelContext& ctx) { return BackpropInputKernel(ctx, *k); }))
           // z = BackpropInput(f, dy) is linear in each:
           // df = BackpropFilter(dz, dy), d(dy) = conv(dz, f)
           .Backward([n](GradContext& g) {
@@ -901,8 +903,11 @@ Op ConvBackpropFilter(Op op, const WindowKind& kind, const ConvNames& n) {
   return std::move(
       WindowOp(std::move(op), kind, {"input", "out_backprop"}, "output")
           .Attr("filter_sizes", AttrType::kIntList)
-          .Forward(
-              [k](KernelContext& ctx) { return BackpropFilterKernel(ctx, *k); })
+          .Forward(WithChannelsFirst(
+              {kind.spatial, {0, 1}, /*output_is_activation=*/false},
+              [k](KernelContext& ctx) {
+                return BackpropFilterKernel(ctx, *k);
+              }))
           // w = BackpropFilter(x, dy) is linear in each:
           // dx = BackpropInput(dw, dy), d(dy) = conv(x, dw)
           .Backward([n](GradContext& g) {

@@ -45,6 +45,26 @@ absl::StatusOr<Shape> BroadcastShapes(const KernelContext& ctx,
   return out;
 }
 
+absl::StatusOr<Tensor> Transposed(const KernelContext& ctx, const Tensor& x,
+                                  absl::Span<const int64_t> perm) {
+  const int rank = x.rank();
+  Shape out_shape(rank), in_strides = RowMajorStrides(x.shape());
+  Shape strides(rank);  // input stride of each output dim
+  for (int i = 0; i < rank; ++i) {
+    out_shape[i] = x.dim(perm[i]);
+    strides[i] = in_strides[perm[i]];
+  }
+  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, x.dtype(), out_shape));
+  DispatchAny(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* px = x.data<T>();
+    T* py = y.mutable_data<T>();
+    ForEachStrided(out_shape, strides, strides,
+                   [&](int64_t o, int64_t i, int64_t) { py[o] = px[i]; });
+  });
+  return y;
+}
+
 absl::StatusOr<Tensor> Allocate(const KernelContext& ctx, DType dtype,
                                 absl::Span<const int64_t> shape) {
   return AllocateFilled(ctx, dtype, shape, 0.0);

@@ -105,6 +105,11 @@ absl::StatusOr<Tensor> AllocateFilled(const KernelContext& ctx, DType dtype,
                                       absl::Span<const int64_t> shape,
                                       double value);
 
+// x with its dims permuted: dim i of the result is dim perm[i] of x (perm
+// is a permutation of x's dims, checked by the caller).
+absl::StatusOr<Tensor> Transposed(const KernelContext& ctx, const Tensor& x,
+                                  absl::Span<const int64_t> perm);
+
 // Axes in [-rank, rank) -> a mask of length rank; empty `axes` selects all.
 // INVALID_ARGUMENT naming the op, the axis and the shape when out of range.
 absl::StatusOr<std::vector<bool>> AxesMask(const KernelContext& ctx,

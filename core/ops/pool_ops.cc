@@ -1,4 +1,4 @@
-// Average and max pooling, 2-D (NHWC) and 3-D (NDHWC).
+// Average and max pooling, 2-D (NHWC or NCHW) and 3-D (NDHWC or NCDHW).
 //
 // How it works: every kernel is one walk over the pooling windows
 // (ForEachWindow). A window is the box of input pixels an output pixel
@@ -12,7 +12,10 @@
 //    channels; padding is "SAME" or "VALID", or "EXPLICIT" with
 //    explicit_paddings for 2-D max pooling (MaxPool, MaxPoolGrad and, beyond
 //    TensorFlow, MaxPoolGradGrad so that MaxPoolGrad has a gradient), each
-//    side below ksize; data_format only the default.
+//    side below ksize. data_format is NHWC / NDHWC (the default) or NCHW /
+//    NCDHW, which run as the channels-last op on transposed copies
+//    (channels_first.h); MaxPoolWithArgmax and its gradients are NHWC only,
+//    as TensorFlow's.
 //  - MaxPoolWithArgmax returns the flat index of each window's first max:
 //    (y * width + x) * channels + c, plus batch * height * width * channels
 //    with include_batch_in_index; its gradient ops read argmax.
@@ -33,6 +36,7 @@
 
 #include "core/autodiff/grad_context.h"
 #include "core/base/status_macros.h"
+#include "core/ops/channels_first.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
 
@@ -110,8 +114,6 @@ void ForEachWindow(const PoolGeometry& g, Fn&& fn) {
     }
   }
 }
-
-const char* Layout(int spatial) { return spatial == 2 ? "NHWC" : "NDHWC"; }
 
 // explicit_paddings (MaxPool and its gradients): empty unless padding is
 // EXPLICIT; then 8 entries (before, after per NHWC dim), 0 for batch and
@@ -198,21 +200,15 @@ absl::Status SetPoolDim(const KernelContext& ctx, const std::string& padding,
 // Reads ksize, strides, padding and data_format from the op's attrs and lays
 // them against an input of `input_shape` (named `what` in messages).
 // INVALID_ARGUMENT for a wrong rank, malformed ksize/strides (length, 1 in the
-// batch and channel dims, positive), unknown padding or data_format, or a
-// VALID window larger than the input.
+// batch and channel dims, positive), unknown padding, or a VALID window
+// larger than the input. The attrs are channels-last ones (data_format is
+// WithChannelsFirst's).
 absl::StatusOr<PoolGeometry> MakePoolGeometry(
     const KernelContext& ctx, int spatial,
     absl::Span<const int64_t> input_shape, absl::string_view what) {
   const AttrMap& attrs = ctx.attrs();
   const int rank = spatial + 2;
-  const char* layout = Layout(spatial);
-  // MaxPoolWithArgmax and its gradients have no data_format (always NHWC).
-  if (attrs.Find("data_format") != nullptr &&
-      attrs.Get<std::string>("data_format") != layout) {
-    return ctx.InvalidArgument("data_format '",
-                               attrs.Get<std::string>("data_format"),
-                               "' is not supported; only ", layout);
-  }
+  const char* layout = ChannelsLastName(spatial);
   if (static_cast<int>(input_shape.size()) != rank) {
     return ctx.InvalidArgument(what, " must have rank ", rank, " (", layout,
                                "), got shape ", ShapeString(input_shape));
@@ -452,7 +448,7 @@ Op PoolOp(Op op, int spatial, bool explicit_paddings = false) {
   op.Attr("ksize", AttrType::kIntList)
       .Attr("strides", AttrType::kIntList)
       .Attr("padding", AttrType::kString)
-      .Attr("data_format", std::string(Layout(spatial)));
+      .Attr("data_format", std::string(ChannelsLastName(spatial)));
   if (explicit_paddings) op.Attr("explicit_paddings", std::vector<int64_t>{});
   return op;
 }
@@ -463,9 +459,11 @@ Op AvgPool(Op op, int spatial, const char* grad) {
       PoolOp(std::move(op), spatial)
           .Inputs({spatial == 2 ? "value" : "input"})
           .Outputs({"output"})
-          .Forward([spatial](KernelContext& ctx) {
-            return PoolKernel(ctx, spatial, /*max=*/false);
-          })
+          .Forward(WithChannelsFirst({spatial, {0}},
+                                     [spatial](KernelContext& ctx) {
+                                       return PoolKernel(ctx, spatial,
+                                                         /*max=*/false);
+                                     }))
           // dx = AvgPoolGrad(shape(x), dy)
           .Backward([grad](GradContext& g) {
             AttrMap attrs = PoolAttrs(g.attrs());
@@ -474,7 +472,8 @@ Op AvgPool(Op op, int spatial, const char* grad) {
                       std::vector<int64_t>(in.begin(), in.end()));
             g.SetGrad(0, g.Op(grad, {g.Grad(0)}, std::move(attrs)));
           })
-          .Summary(absl::StrCat("average pooling (", Layout(spatial),
+          .Summary(absl::StrCat("average pooling (", ChannelsLastName(spatial),
+                                " or ", ChannelsFirstName(spatial),
                                 "; SAME averages over valid cells only)")));
 }
 
@@ -485,9 +484,10 @@ Op AvgPoolGrad(Op op, int spatial, const char* avg) {
           .Inputs({"grad"})
           .Outputs({"output"})
           .Attr("orig_input_shape", AttrType::kIntList)
-          .Forward([spatial](KernelContext& ctx) {
-            return AvgPoolGradKernel(ctx, spatial);
-          })
+          .Forward(WithChannelsFirst({spatial, {0}},
+                                     [spatial](KernelContext& ctx) {
+                                       return AvgPoolGradKernel(ctx, spatial);
+                                     }))
           // linear in grad, the adjoint of AvgPool: dgrad = AvgPool(dz)
           .Backward([avg](GradContext& g) {
             g.SetGrad(0, g.Op(avg, {g.Grad(0)}, PoolAttrs(g.attrs())));
@@ -503,9 +503,11 @@ Op MaxPool(Op op, int spatial, const char* grad) {
       PoolOp(std::move(op), spatial, /*explicit_paddings=*/spatial == 2)
           .Inputs({"input"})
           .Outputs({"output"})
-          .Forward([spatial](KernelContext& ctx) {
-            return PoolKernel(ctx, spatial, /*max=*/true);
-          })
+          .Forward(WithChannelsFirst({spatial, {0}},
+                                     [spatial](KernelContext& ctx) {
+                                       return PoolKernel(ctx, spatial,
+                                                         /*max=*/true);
+                                     }))
           // dx = MaxPoolGrad(x, y, dy): dy to the first max of its window
           .Backward([grad](GradContext& g) {
             g.SetGrad(0, g.Op(grad, {g.Input(0), g.Output(0), g.Grad(0)},
@@ -513,7 +515,8 @@ Op MaxPool(Op op, int spatial, const char* grad) {
           })
           .SavesInputs({0})
           .SavesOutputs({0})
-          .Summary(absl::StrCat("max pooling (", Layout(spatial), ")",
+          .Summary(absl::StrCat("max pooling (", ChannelsLastName(spatial),
+                                " or ", ChannelsFirstName(spatial), ")",
                                 spatial == 2 ? "; padding SAME, VALID or "
                                                "EXPLICIT (explicit_paddings)"
                                              : "")));
@@ -528,9 +531,11 @@ Op MaxPoolGradOp(Op op, int spatial, bool grad_grad, const char* of,
       PoolOp(std::move(op), spatial, /*explicit_paddings=*/spatial == 2)
           .Inputs({"orig_input", "orig_output", "grad"})
           .Outputs({"output"})
-          .Forward([spatial, grad_grad](KernelContext& ctx) {
-            return MaxPoolGradKernel(ctx, spatial, grad_grad);
-          })
+          .Forward(WithChannelsFirst({spatial, {0, 1, 2}},
+                                     [spatial, grad_grad](KernelContext& ctx) {
+                                       return MaxPoolGradKernel(ctx, spatial,
+                                                                grad_grad);
+                                     }))
           // linear in grad: dgrad = other(x, y, dz)
           .Backward([other](GradContext& g) {
             g.SetGrad(2, g.Op(other, {g.Input(0), g.Input(1), g.Grad(0)},

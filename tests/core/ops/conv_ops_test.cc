@@ -528,8 +528,24 @@ std::vector<BadCase> BadCases() {
       {"Conv2D", {x, f}, Window(one, "FULL", one), {"padding \"FULL\""}},
       {"Conv2D",
        {x, f},
+       With(same, "data_format", std::string("NCDHW")),
+       {"data_format 'NCDHW' must be NHWC or NCHW"}},
+      {"Conv2D",
+       {z({4, 4, 2}), f},
        With(same, "data_format", std::string("NCHW")),
-       {"data_format \"NCHW\""}},
+       {"input must have rank 4 (NCHW)", "[4,4,2]"}},
+      // NCHW [1,2,4,4] has 2 channels; the filter expects 3. The kernel's
+      // message is about the NHWC transpose and says so.
+      {"Conv2D",
+       {z({1, 2, 4, 4}), z({3, 3, 3, 1})},
+       With(same, "data_format", std::string("NCHW")),
+       {"expects 3 input channels", "[1,4,4,2]",
+        "data_format NCHW: run as NHWC"}},
+      {"Conv2DBackpropFilter",
+       {z({1, 2, 4, 4}), z({1, 4, 4})},
+       With(With(same, "data_format", std::string("NCHW")), "filter_sizes",
+            IntList{3, 3, 2, 3}),
+       {"out_backprop must have rank 4 (NCHW)", "[1,4,4]"}},
       {"Conv2D", {z({1, 2, 2, 2}), f}, valid, {"VALID", "[1,2,2,2]"}},
       {"Conv2D",
        {x, f},
@@ -575,7 +591,11 @@ std::vector<BadCase> BadCases() {
       {"Conv3D",
        {x3, f3},
        With(same3, "data_format", std::string("NHWC")),
-       {"data_format \"NHWC\"", "NDHWC"}},
+       {"data_format 'NHWC' must be NDHWC or NCDHW"}},
+      {"Conv3D",
+       {x, f3},
+       With(same3, "data_format", std::string("NCDHW")),
+       {"input must have rank 5 (NCDHW)", "[1,4,4,2]"}},
       {"Conv3D",
        {z({1, 3, 3, 1, 2}), f3},
        Window(one5, "VALID", one5),
@@ -785,6 +805,43 @@ TEST_F(ConvOpsTest, ExplicitPaddingBadAttrs) {
   ExpectInvalid("Conv3D",
                 {Random({1, 2, 2, 2, 1}, 922), Random({1, 1, 1, 1, 1}, 923)},
                 conv3d, {"padding \"EXPLICIT\"", "\"SAME\" or \"VALID\""});
+}
+
+// Every channels-first sample (the convolution and pooling ops, forward and
+// backprops; tests/core/ops/op_samples.h's ChannelsFirstTwin) gives the
+// channels-last sample's result transposed (a filter-shaped result as it
+// is). The gradient check covers the twins' gradients.
+TEST_F(ConvOpsTest, ChannelsFirstTwinsGiveTheTransposedResult) {
+  const std::vector<testing::OpSample>& samples = testing::AllOpSamples();
+  int twins = 0;
+  for (const testing::OpSample& twin : samples) {
+    const AttrValue* format = twin.attrs.Find("data_format");
+    if (format == nullptr) continue;
+    const std::string& f = std::get<std::string>(*format);
+    const std::string suffix = absl::StrCat(", as ", f);
+    if (!absl::EndsWith(twin.label, suffix)) continue;
+    const std::string label =
+        twin.label.substr(0, twin.label.size() - suffix.size());
+    auto original =
+        std::find_if(samples.begin(), samples.end(), [&](const auto& s) {
+          return s.op == twin.op && s.label == label;
+        });
+    ASSERT_NE(original, samples.end()) << twin.op << " (" << twin.label << ")";
+    ++twins;
+    Tensor last = MustRun(original->op, original->inputs, original->attrs);
+    Tensor first = MustRun(twin.op, twin.inputs, twin.attrs);
+    if (twin.op.find("BackpropFilter") == std::string::npos) {
+      const int rank = last.rank();
+      IntList to_first{0, rank - 1};
+      for (int i = 1; i < rank - 1; ++i) to_first.push_back(i);
+      last = MustRun("Transpose", {last}, {{"perm", to_first}});
+    }
+    EXPECT_EQ(first.shape(), last.shape()) << twin.op << " (" << label << ")";
+    EXPECT_EQ(Values(first), Values(last)) << twin.op << " (" << label << ")";
+  }
+  // Conv2D, Conv3D, depthwise and their backprops; (Max|Avg)Pool(3D) and
+  // their gradients.
+  EXPECT_GE(twins, 60);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <memory>
 #include <random>
 
+#include "core/autodiff/op_executor.h"
 #include "core/ops/ops.h"
 #include "core/tensor/variable.h"
 
@@ -67,6 +68,47 @@ std::shared_ptr<const OpDef> SampleOpDef(const OpSample& s) {
   absl::StatusOr<std::shared_ptr<const OpDef>> inst =
       op->Instantiate(attrs, static_cast<int>(s.inputs.size()));
   return inst.ok() ? *inst : nullptr;
+}
+
+OpSample ChannelsFirstTwin(const OpSample& sample,
+                           const std::vector<int>& activations) {
+  const int rank = sample.inputs[activations.front()].rank();
+  // NHWC -> NCHW: dim i of the twin is dim to_first[i] of the sample.
+  std::vector<int64_t> to_first{0, rank - 1};
+  for (int i = 1; i < rank - 1; ++i) to_first.push_back(i);
+  OpSample twin = sample;
+  twin.label += rank == 5 ? ", as NCDHW" : ", as NCHW";
+  twin.attrs.Set("data_format", std::string(rank == 5 ? "NCDHW" : "NCHW"));
+  for (int i : activations) {
+    OpExecutor executor(DefaultRegistry());
+    Tensors out;
+    if (!executor
+             .Execute("Transpose", {sample.inputs[i]}, {{"perm", to_first}},
+                      &out)
+             .ok()) {
+      return OpSample{};  // an empty op name fails the sample's checks
+    }
+    twin.inputs[i] = out[0];
+  }
+  auto permute = [&](const char* name, int per_dim) {
+    const AttrValue* v = sample.attrs.Find(name);
+    if (v == nullptr) return;
+    const auto& list = std::get<std::vector<int64_t>>(*v);
+    if (list.size() != to_first.size() * per_dim) return;  // e.g. empty
+    std::vector<int64_t> permuted;
+    for (int64_t d : to_first) {
+      for (int j = 0; j < per_dim; ++j) {
+        permuted.push_back(list[d * per_dim + j]);
+      }
+    }
+    twin.attrs.Set(name, std::move(permuted));
+  };
+  for (const char* name :
+       {"strides", "ksize", "dilations", "input_sizes", "orig_input_shape"}) {
+    permute(name, 1);
+  }
+  permute("explicit_paddings", 2);
+  return twin;
 }
 
 Tensor VariableHandle(Tensor value) {

@@ -45,6 +45,14 @@ class SampleList {
 // executor runs and the tape records). Null for an unknown op or bad attrs.
 std::shared_ptr<const OpDef> SampleOpDef(const OpSample& s);
 
+// The channels-first twin of a channels-last sample of a convolution or
+// pooling op: the inputs at `activations` transposed NHWC -> NCHW (NDHWC ->
+// NCDHW), the attrs with one entry per dim (strides, ksize, dilations,
+// input_sizes, orig_input_shape) or two (explicit_paddings) permuted the
+// same way, data_format NCHW / NCDHW, label + ", as NCHW".
+OpSample ChannelsFirstTwin(const OpSample& sample,
+                           const std::vector<int>& activations);
+
 // One function per op family file (tests/core/ops/samples_<family>.cc).
 void AddMathSamples(SampleList& s);
 void AddArraySamples(SampleList& s);

@@ -356,9 +356,17 @@ TEST_F(PoolOpsTest, BadAttrsAreRejected) {
     ExpectInvalid(op, {x}, attrs({1, 5, 2, 1}, k2),
                   {"ksize [1,5,2,1]", "[1,4,4,1]", "VALID"});
     ExpectInvalid(op, {x}, attrs(k2, k2, "FULL"), {"padding 'FULL'"});
+    AttrMap ncdhw = attrs(k2, k2);
+    ncdhw.Set("data_format", std::string("NCDHW"));
+    ExpectInvalid(op, {x}, ncdhw, {"data_format 'NCDHW' must be NHWC or NCHW"});
+    // NCHW: ksize and strides are in NCHW order ([1,2,2,1] pools over C).
     AttrMap nchw = attrs(k2, k2);
     nchw.Set("data_format", std::string("NCHW"));
-    ExpectInvalid(op, {x}, nchw, {"data_format 'NCHW'"});
+    ExpectInvalid(op, {x}, nchw,
+                  {"ksize [1,2,1,2]", "batch and channel",
+                   "data_format NCHW: run as NHWC"});
+    ExpectInvalid(op, {D({4, 4, 1}, std::vector<double>(16))}, nchw,
+                  {"rank 4 (NCHW)", "[4,4,1]"});
     ExpectInvalid(op, {D({4, 4, 1}, std::vector<double>(16))}, attrs(k2, k2),
                   {"rank 4", "[4,4,1]"});
     ExpectInvalid(op, {Tensor::FromVector<int32_t>({1, 2, 2, 1}, {1, 2, 3, 4})},

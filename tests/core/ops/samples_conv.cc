@@ -193,12 +193,28 @@ void AddExplicitPadding(SampleList& s) {
         With(p2, "filter_sizes", L({2, 2, 1, 2})));
 }
 
+// The inputs of a convolution op that follow its data_format.
+std::vector<int> ConvActivations(const std::string& op) {
+  if (op.find("BackpropInput") != std::string::npos) return {1};
+  if (op.find("BackpropFilter") != std::string::npos) return {0, 1};
+  return {0};
+}
+
 void AddConvSamples(SampleList& s) {
-  AddConv2D(s);
-  AddExplicitPadding(s);
-  AddDepthwise(s);
-  AddConv3D(s);
-  AddDilation(s);
+  // Every convolution sample also runs channels-first (NCHW / NCDHW).
+  SampleList channels_last;
+  AddConv2D(channels_last);
+  AddExplicitPadding(channels_last);
+  AddDepthwise(channels_last);
+  AddConv3D(channels_last);
+  for (OpSample& x : channels_last.Take()) {
+    OpSample twin = ChannelsFirstTwin(x, ConvActivations(x.op));
+    s.Add(std::move(x.op), std::move(x.label), std::move(x.inputs),
+          std::move(x.attrs));
+    s.Add(std::move(twin.op), std::move(twin.label), std::move(twin.inputs),
+          std::move(twin.attrs));
+  }
+  AddDilation(s);  // no data_format (NHWC), as in TensorFlow
 }
 
 }  // namespace gradtape::testing

@@ -55,7 +55,10 @@ struct Case {
 
 }  // namespace
 
-void AddPoolSamples(SampleList& s) {
+void AddPoolSamples(SampleList& samples) {
+  // Every sample of an op with data_format also runs channels-first (NCHW /
+  // NCDHW): all of them are added to `s` first.
+  SampleList s;
   const Case cases2d[] = {
       {{2, 4, 4, 2}, {2, 2}, {2, 2}, "VALID", "VALID 2x2 stride 2"},
       {{1, 3, 4, 2}, {3, 3}, {1, 1}, "SAME", "SAME 3x3 stride 1"},
@@ -103,7 +106,18 @@ void AddPoolSamples(SampleList& s) {
     s.Add("MaxPoolGrad", label, {x, y, R(y.shape(), ++seed)}, attrs);
     s.Add("MaxPoolGradGrad", label, {x, y, R(x.shape(), ++seed)}, attrs);
   }
-  // MaxPoolWithArgmax and its gradients (2-D), argmax from the real op.
+  for (OpSample& x : s.Take()) {
+    const bool three_inputs =
+        x.op.find("MaxPool") == 0 && x.op.find("Grad") != std::string::npos;
+    OpSample twin = ChannelsFirstTwin(
+        x, three_inputs ? std::vector<int>{0, 1, 2} : std::vector<int>{0});
+    samples.Add(std::move(x.op), std::move(x.label), std::move(x.inputs),
+                std::move(x.attrs));
+    samples.Add(std::move(twin.op), std::move(twin.label),
+                std::move(twin.inputs), std::move(twin.attrs));
+  }
+  // MaxPoolWithArgmax and its gradients (2-D, NHWC only as in TensorFlow),
+  // argmax from the real op.
   for (const Case& c : cases2d) {
     for (bool with_batch : {false, true}) {
       AttrMap attrs = Pool(c.ksize, c.strides, c.padding);
@@ -114,18 +128,18 @@ void AddPoolSamples(SampleList& s) {
       OpExecutor ctx(DefaultRegistry());
       Tensors out;
       if (!ctx.Execute("MaxPoolWithArgmax", {x}, attrs, &out).ok()) continue;
-      s.Add("MaxPoolWithArgmax", label, {x}, attrs);
-      s.Add("MaxPoolGradWithArgmax", label,
-            {x, R(out[0].shape(), ++seed), out[1]}, attrs);
-      s.Add("MaxPoolGradGradWithArgmax", label, {x, R(c.input, ++seed), out[1]},
-            attrs);
+      samples.Add("MaxPoolWithArgmax", label, {x}, attrs);
+      samples.Add("MaxPoolGradWithArgmax", label,
+                  {x, R(out[0].shape(), ++seed), out[1]}, attrs);
+      samples.Add("MaxPoolGradGradWithArgmax", label,
+                  {x, R(c.input, ++seed), out[1]}, attrs);
     }
   }
   {
     AttrMap attrs = Pool({2, 2}, {2, 2}, "VALID");
     attrs.Set("Targmax", DType::kInt32);
-    s.Add("MaxPoolWithArgmax", "Targmax int32", {Distinct({1, 4, 4, 2}, 399)},
-          attrs);
+    samples.Add("MaxPoolWithArgmax", "Targmax int32",
+                {Distinct({1, 4, 4, 2}, 399)}, attrs);
   }
 }
 
