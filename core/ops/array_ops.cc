@@ -86,20 +86,15 @@ absl::Status TransposeKernel(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
-template <typename T>
-struct IsComplexType : std::false_type {};
-template <typename T>
-struct IsComplexType<std::complex<T>> : std::true_type {};
-
 // TensorFlow's Cast: complex -> real keeps the real part, real -> complex
 // has a zero imaginary part.
 template <typename D, typename S>
 D CastValue(S v) {
-  if constexpr (IsComplexType<D>::value && IsComplexType<S>::value) {
+  if constexpr (kIsComplex<D> && kIsComplex<S>) {
     return D(v.real(), v.imag());
-  } else if constexpr (IsComplexType<D>::value) {
+  } else if constexpr (kIsComplex<D>) {
     return D(static_cast<typename D::value_type>(v), 0);
-  } else if constexpr (IsComplexType<S>::value) {
+  } else if constexpr (kIsComplex<S>) {
     return CastValue<D>(v.real());
   } else if constexpr (std::is_floating_point_v<S> && std::is_integral_v<D> &&
                        !std::is_same_v<D, bool>) {

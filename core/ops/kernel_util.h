@@ -128,8 +128,10 @@ absl::StatusOr<ProductDims> MatrixDims(const KernelContext& ctx, bool tx,
                                        bool ty, const char* tx_name,
                                        const char* ty_name);
 
-// product = op(a) @ op(b) for 2-D floating a, b of one dtype, per the bool
-// attrs transpose_a and transpose_b: MatMul's and SparseMatMul's forward.
+// product = op(a) @ op(b) for 2-D a, b of one floating or complex dtype,
+// per the bool attrs transpose_a and transpose_b (a transpose, never a
+// conjugate, as TF's MatMul): MatMul's and SparseMatMul's forward
+// (SparseMatMul refuses complex before).
 absl::Status MatMulKernel(KernelContext& ctx);
 
 // y = f(x) elementwise (f is a generic lambda on Eigen arrays:

@@ -52,12 +52,6 @@ absl::Status RequireDataDType(const KernelContext& ctx, Reduction reduction) {
                        ordered ? DTypes::kNumeric : DTypes::kArithmetic);
 }
 
-// True for complex64 / complex128: their Min and Max branches are not
-// compiled (RequireDataDType refused them before).
-template <typename T>
-constexpr bool kIsComplex =
-    std::is_same_v<T, complex64> || std::is_same_v<T, complex128>;
-
 // Checks that input i is a vector of non-negative, non-decreasing int ids
 // and sets *num_segments to last id + 1 (0 when there are none).
 absl::Status CheckSortedIds(const KernelContext& ctx, int i,

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -46,6 +47,11 @@ enum class DType : int8_t {
 
 using complex64 = std::complex<float>;
 using complex128 = std::complex<double>;
+// True for the element types complex64 / complex128 (for if constexpr in
+// kernels dispatched over several dtypes).
+template <typename T>
+constexpr bool kIsComplex =
+    std::is_same_v<T, complex64> || std::is_same_v<T, complex128>;
 
 size_t DTypeSize(DType dtype);
 absl::string_view DTypeName(DType dtype);

@@ -124,7 +124,9 @@ class ReleasedBackprop : public AutodiffTest {
   int64_t FirstOrder(int64_t base, int64_t x, int64_t outer, bool release) {
     EXPECT_TRUE(Push(base).ok());
     EXPECT_TRUE(Watch(base, {x}).ok());
-    if (outer != 0) EXPECT_TRUE(Watch(outer, {x}).ok());
+    if (outer != 0) {
+      EXPECT_TRUE(Watch(outer, {x}).ok());
+    }
     Exec("Mul", {x, x}, {base + 1});
     Exec("SparseSoftmaxCrossEntropyWithLogits", {base + 1, kLabels},
          {base + 2, base + 3});
@@ -255,7 +257,9 @@ class ReleasedOutput : public ::testing::TestWithParam<ReleaseCase> {
                       Unconnected::kZero);
     EXPECT_TRUE(g.ok()) << g.status();
     EXPECT_TRUE(ctx_.tapes().Delete(2).ok());
-    if (outer) EXPECT_TRUE(ctx_.tapes().Pop(1).ok());
+    if (outer) {
+      EXPECT_TRUE(ctx_.tapes().Pop(1).ok());
+    }
     return g.ok() ? *g : std::vector<Tensor>();
   }
 

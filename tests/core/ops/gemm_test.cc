@@ -26,17 +26,12 @@ namespace gradtape {
 namespace {
 
 template <typename T>
-struct IsComplexT : std::false_type {};
-template <typename R>
-struct IsComplexT<std::complex<R>> : std::true_type {};
-
-template <typename T>
 std::vector<T> Random(int64_t size, uint32_t seed) {
   std::mt19937 gen(seed);
   std::uniform_real_distribution<double> u(-1, 1);
   std::vector<T> v(size);
   for (T& x : v) {
-    if constexpr (IsComplexT<T>::value) {
+    if constexpr (kIsComplex<T>) {
       const double re = u(gen);
       x = T(re, u(gen));
     } else {
@@ -107,7 +102,7 @@ void CheckGemm(MatrixOp ta, MatrixOp tb, int64_t m, int64_t n, int64_t k,
   const bool single =
       std::is_same_v<T, float> || std::is_same_v<T, std::complex<float>>;
   const double tol =
-      (single ? 1e-5 : 1e-13) * (k + 1) * (IsComplexT<T>::value ? 2 : 1);
+      (single ? 1e-5 : 1e-13) * (k + 1) * (kIsComplex<T> ? 2 : 1);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       ASSERT_LE(
