@@ -3,6 +3,10 @@
 // line per case, median of --reps runs:
 //   matmul n=<n> <gflops> GFLOP/s
 //   elementwise op=<op> elems=<n> <gbs> GB/s   (bytes read + written)
+//   window op=<op> data_format=<NHWC|NCHW> input=<shape> <ms> ms
+// (the window lines: a convolution layer and a max pooling in both layouts
+// on the same data, so the cost of channels-first, which runs the
+// channels-last kernel on transposed copies, is their ratio)
 // after a "# gradtape: ..." line naming the OpenBLAS kernels and the vector
 // instruction set chosen for this CPU.
 // bench/numpy_bench.py prints the same lines for numpy; bench/run_all.sh
@@ -103,6 +107,52 @@ int main(int argc, char** argv) {
     const double bytes = 4.0 * elems * (c.arity + 1);
     std::printf("elementwise op=%s elems=%lld %.2f GB/s\n", c.op,
                 static_cast<long long>(elems), bytes / s / 1e9);
+  }
+  // A ResNet-style 3x3 layer and a 2x2 max pooling, channels-last and
+  // channels-first (the same values transposed).
+  struct Window {
+    const char* op;
+    std::vector<Tensor> nhwc;
+    AttrMap attrs;
+  };
+  const Tensor image =
+      Tensor::Filled(DType::kFloat32, {16, 28, 28, 64}, 0.5).value();
+  const Tensor filter =
+      Tensor::Filled(DType::kFloat32, {3, 3, 64, 64}, 0.25).value();
+  const std::vector<int64_t> ones{1, 1, 1, 1};
+  const Window windows[] = {
+      {"Conv2D",
+       {image, filter},
+       {{"strides", ones}, {"padding", std::string("SAME")}}},
+      {"MaxPool",
+       {image},
+       {{"ksize", std::vector<int64_t>{1, 2, 2, 1}},
+        {"strides", std::vector<int64_t>{1, 2, 2, 1}},
+        {"padding", std::string("VALID")}}},
+  };
+  for (const Window& w : windows) {
+    for (const char* format : {"NHWC", "NCHW"}) {
+      std::vector<Tensor> in = w.nhwc;
+      AttrMap attrs = w.attrs;
+      if (format[1] == 'C') {
+        // [N,H,W,C] -> [N,C,H,W], and ksize / strides with it.
+        const std::vector<int64_t> perm{0, 3, 1, 2};
+        Check(ctx.Execute("Transpose", {in[0]}, {{"perm", perm}}, &out));
+        in[0] = out[0];
+        for (const char* name : {"ksize", "strides"}) {
+          if (attrs.Find(name) == nullptr) continue;
+          const std::vector<int64_t>& v = attrs.IntList(name);
+          attrs.Set(name, std::vector<int64_t>{v[0], v[3], v[1], v[2]});
+        }
+        attrs.Set("data_format", std::string(format));
+      }
+      double s = MedianSeconds(reps, [&] {
+        out.clear();
+        Check(ctx.Execute(w.op, in, attrs, &out));
+      });
+      std::printf("window op=%s data_format=%s input=%s %.3f ms\n", w.op,
+                  format, in[0].DebugString().c_str(), s * 1e3);
+    }
   }
   return 0;
 }

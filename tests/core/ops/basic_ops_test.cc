@@ -1,5 +1,6 @@
 // Forward values of the ops against hand-computed results, and their input
 // checks (the gradient check covers the backwards).
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/match.h"
@@ -80,6 +81,61 @@ TEST_F(OpsTest, Reductions) {
   r = Run("Sum", {x}, {{"axis", std::vector<int64_t>{2}}});
   ASSERT_FALSE(r.ok());
   EXPECT_TRUE(absl::StrContains(r.status().message(), "axis 2"));
+}
+
+// Transpose against the definition y[i_0, ..., i_r] = x[i at perm], on
+// every permutation of rank 1 to 4 over shapes with dims of 1 (dropped by
+// the kernel), runs that merge, and sizes around the 32x32 tile, and on
+// int32, bool and complex128 elements.
+TEST_F(OpsTest, TransposeMatchesTheDefinition) {
+  const std::vector<Shape> shapes = {
+      {5},        {3, 1},       {33, 65},       {2, 3, 4},    {1, 37, 3},
+      {4, 1, 40}, {2, 3, 1, 4}, {3, 33, 2, 34}, {1, 1, 1, 1}, {2, 0, 3}};
+  int cases = 0;
+  for (const Shape& shape : shapes) {
+    const int rank = static_cast<int>(shape.size());
+    std::vector<int64_t> perm(rank);
+    for (int i = 0; i < rank; ++i) perm[i] = i;
+    const int64_t n = NumElements(shape);
+    std::vector<int32_t> values(n);
+    for (int64_t i = 0; i < n; ++i) values[i] = static_cast<int32_t>(i * 7 + 1);
+    const Tensor x = Tensor::FromVector<int32_t>(shape, values);
+    do {
+      Tensor y = MustRun("Transpose", {x}, {{"perm", perm}});
+      ASSERT_TRUE(y.valid());
+      Shape want_shape(rank);
+      for (int i = 0; i < rank; ++i) want_shape[i] = shape[perm[i]];
+      ASSERT_EQ(y.shape(), want_shape);
+      // Walk the output in row-major order; in[] is the input index.
+      Shape in_strides(rank, 1);
+      for (int i = rank - 2; i >= 0; --i) {
+        in_strides[i] = in_strides[i + 1] * shape[i + 1];
+      }
+      Shape index(rank, 0);
+      for (int64_t o = 0; o < n; ++o) {
+        int64_t in = 0;
+        for (int i = 0; i < rank; ++i) in += index[i] * in_strides[perm[i]];
+        ASSERT_EQ(y.data<int32_t>()[o], values[in])
+            << ShapeString(shape) << " perm " << ShapeString(perm) << " at "
+            << o;
+        for (int i = rank - 1; i >= 0 && ++index[i] == want_shape[i]; --i) {
+          index[i] = 0;
+        }
+      }
+      ++cases;
+    } while (std::next_permutation(perm.begin(), perm.end()));
+  }
+  EXPECT_EQ(cases, 1 + 2 + 2 + 6 + 6 + 6 + 24 + 24 + 24 + 6);
+  // Other element sizes: bool and complex128 through the tiled path.
+  Tensor b =
+      Tensor::FromVector<bool>({2, 3}, {true, false, false, true, true, false});
+  EXPECT_EQ(Values(MustRun("Transpose", {b})),
+            (std::vector<double>{1, 1, 0, 1, 0, 0}));
+  Tensor c = Tensor::FromVector<complex128>(
+      {2, 2}, {{1, -1}, {2, -2}, {3, -3}, {4, -4}});
+  Tensor ct = MustRun("Transpose", {c});
+  EXPECT_EQ(ct.data<complex128>()[1], complex128(3, -3));
+  EXPECT_EQ(ct.data<complex128>()[2], complex128(2, -2));
 }
 
 TEST_F(OpsTest, ShapeOps) {
