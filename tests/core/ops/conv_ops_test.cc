@@ -822,10 +822,9 @@ TEST_F(ConvOpsTest, ChannelsFirstTwinsGiveTheTransposedResult) {
     if (!absl::EndsWith(twin.label, suffix)) continue;
     const std::string label =
         twin.label.substr(0, twin.label.size() - suffix.size());
-    auto original =
-        std::find_if(samples.begin(), samples.end(), [&](const auto& s) {
-          return s.op == twin.op && s.label == label;
-        });
+    auto original = std::find_if(
+        samples.begin(), samples.end(),
+        [&](const auto& s) { return s.op == twin.op && s.label == label; });
     ASSERT_NE(original, samples.end()) << twin.op << " (" << twin.label << ")";
     ++twins;
     Tensor last = MustRun(original->op, original->inputs, original->attrs);

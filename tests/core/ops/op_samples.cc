@@ -111,6 +111,18 @@ OpSample ChannelsFirstTwin(const OpSample& sample,
   return twin;
 }
 
+void AddWithChannelsFirstTwins(
+    SampleList& s, SampleList channels_last,
+    const std::function<std::vector<int>(const std::string&)>& activations) {
+  for (OpSample& x : channels_last.Take()) {
+    OpSample twin = ChannelsFirstTwin(x, activations(x.op));
+    s.Add(std::move(x.op), std::move(x.label), std::move(x.inputs),
+          std::move(x.attrs));
+    s.Add(std::move(twin.op), std::move(twin.label), std::move(twin.inputs),
+          std::move(twin.attrs));
+  }
+}
+
 Tensor VariableHandle(Tensor value) {
   auto var = std::make_shared<Variable>();
   var->dtype = value.dtype();

@@ -3,6 +3,7 @@
 #ifndef GRADTAPE_TESTS_CORE_OP_SAMPLES_H_
 #define GRADTAPE_TESTS_CORE_OP_SAMPLES_H_
 
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -52,6 +53,11 @@ std::shared_ptr<const OpDef> SampleOpDef(const OpSample& s);
 // same way, data_format NCHW / NCDHW, label + ", as NCHW".
 OpSample ChannelsFirstTwin(const OpSample& sample,
                            const std::vector<int>& activations);
+// Adds each sample of `channels_last` to `s`, followed by its channels-first
+// twin; activations(op) names the inputs of `op` that follow data_format.
+void AddWithChannelsFirstTwins(
+    SampleList& s, SampleList channels_last,
+    const std::function<std::vector<int>(const std::string&)>& activations);
 
 // One function per op family file (tests/core/ops/samples_<family>.cc).
 void AddMathSamples(SampleList& s);

@@ -207,13 +207,7 @@ void AddConvSamples(SampleList& s) {
   AddExplicitPadding(channels_last);
   AddDepthwise(channels_last);
   AddConv3D(channels_last);
-  for (OpSample& x : channels_last.Take()) {
-    OpSample twin = ChannelsFirstTwin(x, ConvActivations(x.op));
-    s.Add(std::move(x.op), std::move(x.label), std::move(x.inputs),
-          std::move(x.attrs));
-    s.Add(std::move(twin.op), std::move(twin.label), std::move(twin.inputs),
-          std::move(twin.attrs));
-  }
+  AddWithChannelsFirstTwins(s, std::move(channels_last), ConvActivations);
   AddDilation(s);  // no data_format (NHWC), as in TensorFlow
 }
 

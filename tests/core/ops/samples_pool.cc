@@ -106,16 +106,13 @@ void AddPoolSamples(SampleList& samples) {
     s.Add("MaxPoolGrad", label, {x, y, R(y.shape(), ++seed)}, attrs);
     s.Add("MaxPoolGradGrad", label, {x, y, R(x.shape(), ++seed)}, attrs);
   }
-  for (OpSample& x : s.Take()) {
-    const bool three_inputs =
-        x.op.find("MaxPool") == 0 && x.op.find("Grad") != std::string::npos;
-    OpSample twin = ChannelsFirstTwin(
-        x, three_inputs ? std::vector<int>{0, 1, 2} : std::vector<int>{0});
-    samples.Add(std::move(x.op), std::move(x.label), std::move(x.inputs),
-                std::move(x.attrs));
-    samples.Add(std::move(twin.op), std::move(twin.label),
-                std::move(twin.inputs), std::move(twin.attrs));
-  }
+  // MaxPool(3D)Grad(Grad) (orig_input, orig_output, grad); the others have
+  // one input.
+  AddWithChannelsFirstTwins(samples, std::move(s), [](const std::string& op) {
+    const bool max_grad =
+        op.find("MaxPool") == 0 && op.find("Grad") != std::string::npos;
+    return max_grad ? std::vector<int>{0, 1, 2} : std::vector<int>{0};
+  });
   // MaxPoolWithArgmax and its gradients (2-D, NHWC only as in TensorFlow),
   // argmax from the real op.
   for (const Case& c : cases2d) {
