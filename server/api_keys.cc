@@ -225,7 +225,7 @@ absl::StatusOr<std::vector<ApiKeyLine>> ParseApiKeys(absl::string_view text,
 Tenant::Tenant(std::string name)
     : name_(std::move(name)),
       account_(std::make_shared<MemoryAccount>(
-          nullptr, absl::StrCat("tenant '", name_, "'"))) {}
+          ProcessMemoryAccount(), absl::StrCat("tenant '", name_, "'"))) {}
 
 void Tenant::SetLimits(const TenantLimits& limits) {
   max_sessions_.store(limits.max_sessions);

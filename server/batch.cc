@@ -1,6 +1,7 @@
 #include "server/batch.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -153,8 +154,12 @@ ResultSize SizeOfResult(int64_t seq, int field, std::vector<ValueSize> values,
 
 class ReplyBudget {
  public:
-  explicit ReplyBudget(int64_t limit)
-      : limit_(std::max(limit, kMinReplyBytes)) {}
+  // `memory` (may be null: not charged) gets twice every result's bytes.
+  ReplyBudget(int64_t limit, ReplyMemory* memory)
+      : limit_(std::max(limit, kMinReplyBytes)), memory_(memory) {}
+  ~ReplyBudget() {
+    if (memory_ != nullptr) memory_->ShrinkTo(memory_->bytes() - reserved_);
+  }
 
   int64_t limit() const { return limit_; }
   // What results may still take (kStopReserve kept back).
@@ -164,11 +169,37 @@ class ReplyBudget {
   bool FitsInReserve(int64_t reply_bytes) const {
     return reply_bytes <= limit_ - used_;
   }
-  void Charge(int64_t reply_bytes) { used_ += reply_bytes; }
+  void Charge(int64_t reply_bytes) {
+    used_ += reply_bytes;
+    if (memory_ == nullptr) return;
+    const int64_t memory = 2 * reply_bytes;
+    const int64_t taken = std::min(memory, reserved_);
+    reserved_ -= taken;
+    memory_->Add(memory - taken);
+  }
+  // Before `seq`'s values of `reply_bytes` are copied (`what`: "FetchTensor
+  // id 3 (float32[4])"): RESOURCE_EXHAUSTED when the server's budget cannot
+  // fit them. What is reserved counts towards the result's Charge.
+  absl::Status ReserveMemory(int64_t seq, absl::string_view command,
+                             absl::string_view what, int64_t reply_bytes) {
+    if (memory_ == nullptr) return absl::OkStatus();
+    const int64_t bytes = SaturatingMul(2, reply_bytes);
+    if (const MemoryAccount* refuser = memory_->TryReserve(bytes)) {
+      absl::Status refusal = MemoryRefusal(
+          *refuser, absl::StrCat("the reply's copy of ", what), bytes,
+          "fetch it in chunks (FetchTensor with max_bytes)");
+      return Command{seq, command}.Error(refusal.code(), refusal.message(),
+                                         "; nothing was applied");
+    }
+    reserved_ += bytes;
+    return absl::OkStatus();
+  }
 
  private:
   const int64_t limit_;
   int64_t used_ = 0;
+  ReplyMemory* const memory_;
+  int64_t reserved_ = 0;  // by ReserveMemory, not yet charged
 };
 
 std::string ListForMessage(absl::Span<const int64_t> ids) {
@@ -482,7 +513,7 @@ absl::Status PutBegin(Session& session, int64_t seq,
 // exact encoded size is checked against what remains of the reply before
 // its bytes are copied.
 absl::Status FetchChunk(Session& session, int64_t seq,
-                        const v1::FetchTensor& cmd, const ReplyBudget& budget,
+                        const v1::FetchTensor& cmd, ReplyBudget& budget,
                         v1::CommandResult* result) {
   ASSIGN_OR_RETURN(
       Session::TensorSlice slice,
@@ -499,6 +530,11 @@ absl::Status FetchChunk(Session& session, int64_t seq,
         RoomForMessage(budget, size.reply_bytes),
         "; ask for a smaller max_bytes, or fetch it in a batch of its own");
   }
+  RETURN_IF_ERROR(budget.ReserveMemory(
+      seq, "FetchTensor",
+      absl::StrCat("a chunk of tensor id ", cmd.id(), " (",
+                   ValuesForMessage(size.values), ")"),
+      size.reply_bytes));
   if (absl::Status s = ToProto(slice, result->mutable_chunk()); !s.ok()) {
     return Command{seq, "FetchTensor"}.Error(
         absl::StatusCode::kInternal, "tensor id ", cmd.id(), ": ", s.message());
@@ -510,7 +546,7 @@ absl::Status FetchChunk(Session& session, int64_t seq,
 // does not fit in what remains of the reply is refused (FetchTensor changes
 // nothing but last_seq, so the refusal is as atomic as any failed fetch).
 absl::Status Fetch(Session& session, int64_t seq, const v1::FetchTensor& cmd,
-                   const ReplyBudget& budget, v1::CommandResult* result) {
+                   ReplyBudget& budget, v1::CommandResult* result) {
   if (cmd.max_bytes() != 0 || cmd.offset() != 0) {
     return FetchChunk(session, seq, cmd, budget, result);
   }
@@ -526,6 +562,11 @@ absl::Status Fetch(Session& session, int64_t seq, const v1::FetchTensor& cmd,
         RoomForMessage(budget, size.reply_bytes),
         "; fetch it in a batch of its own", kChunkedLater);
   }
+  RETURN_IF_ERROR(budget.ReserveMemory(
+      seq, "FetchTensor",
+      absl::StrCat("tensor id ", cmd.id(), " (",
+                   ValuesForMessage(size.values), ")"),
+      size.reply_bytes));
   if (absl::Status s = ToProto(tensor, result->mutable_tensor()); !s.ok()) {
     return Command{seq, "FetchTensor"}.Error(
         absl::StatusCode::kInternal, "tensor id ", cmd.id(), ": ", s.message());
@@ -535,7 +576,7 @@ absl::Status Fetch(Session& session, int64_t seq, const v1::FetchTensor& cmd,
 
 // Applies one command; fills `result` when the command returns something.
 absl::Status Apply(Session& session, const v1::Command& cmd,
-                   const ReplyBudget& budget, PutLimit put_limit,
+                   ReplyBudget& budget, PutLimit put_limit,
                    v1::CommandResult* result) {
   const int64_t seq = cmd.seq();
   switch (cmd.kind_case()) {
@@ -694,11 +735,52 @@ absl::Status StoppedError(const Cancellation& cancel, int64_t last_seq,
 
 }  // namespace
 
+ReplyMemory& ReplyMemory::operator=(ReplyMemory&& other) noexcept {
+  if (this != &other) {
+    ShrinkTo(0);
+    bytes_ = other.bytes_;
+    other.bytes_ = 0;
+  }
+  return *this;
+}
+
+namespace {
+std::atomic<int64_t> g_reply_bytes{0};
+}  // namespace
+
+int64_t ReplyMemory::TotalBytes() {
+  return g_reply_bytes.load(std::memory_order_relaxed);
+}
+
+// `delta` is charged already (or refunded by the caller).
+void ReplyMemory::Charge(int64_t delta) {
+  bytes_ += delta;
+  g_reply_bytes.fetch_add(delta, std::memory_order_relaxed);
+}
+
+const MemoryAccount* ReplyMemory::TryReserve(int64_t bytes) {
+  const MemoryAccount* refuser =
+      ProcessMemoryAccount()->TryChargeOrRefuser(bytes);
+  if (refuser == nullptr) Charge(bytes);
+  return refuser;
+}
+
+void ReplyMemory::Add(int64_t bytes) {
+  ProcessMemoryAccount()->Add(bytes);
+  Charge(bytes);
+}
+
+void ReplyMemory::ShrinkTo(int64_t bytes) {
+  if (bytes >= bytes_) return;
+  ProcessMemoryAccount()->Add(bytes - bytes_);
+  Charge(bytes - bytes_);
+}
+
 absl::Status ApplyBatch(Session& session, const v1::CommandBatch& batch,
                         int64_t max_reply_bytes, Cancellation* cancel,
                         v1::BatchReply* reply, PutLimit put_limit,
                         Metrics* metrics, RpcMethod method,
-                        ResultCache* results) {
+                        ResultCache* results, ReplyMemory* reply_memory) {
   ScopedCancellation cancel_scope(cancel);
   // Counted and timed however the batch ends (also when it is stopped).
   Metrics::CommandTally tally(metrics);
@@ -715,7 +797,7 @@ absl::Status ApplyBatch(Session& session, const v1::CommandBatch& batch,
   } observe{metrics, method,
             metrics != nullptr ? absl::GetCurrentTimeNanos() : 0};
   reply->set_batch_id(batch.batch_id());
-  ReplyBudget budget(max_reply_bytes);
+  ReplyBudget budget(max_reply_bytes, reply_memory);
   if (results != nullptr) results->Acknowledge(batch.ack_seq());
   const auto last_seq = [&] {
     return results != nullptr && results->sequenced() ? results->last_applied()
@@ -747,6 +829,15 @@ absl::Status ApplyBatch(Session& session, const v1::CommandBatch& batch,
       if (prediction.size.reply_bytes > 0 &&
           !budget.Fits(prediction.size.reply_bytes)) {
         status = Refuse(prediction, seq, budget);
+        session.Fail(seq, prediction.output_ids, status);
+      } else if (prediction.size.reply_bytes > 0 &&
+                 !(status = budget.ReserveMemory(
+                       seq, prediction.what,
+                       absl::StrCat("its returned values (",
+                                    ValuesForMessage(prediction.size.values),
+                                    ")"),
+                       prediction.size.reply_bytes))
+                      .ok()) {
         session.Fail(seq, prediction.output_ids, status);
       } else {
         status = Apply(session, cmd, budget, put_limit, &result);

@@ -47,6 +47,44 @@ struct PutLimit {
   int64_t max_bytes = 0;  // 0: none
 };
 
+// Memory: a reply's results are charged to the process's account (the
+// server-wide budget, ProcessMemoryAccount) from before their data is
+// copied until the reply is written, at twice their encoded bytes (the
+// reply message and its serialised copy). A command that returns data
+// (FetchTensor, chunk or whole; Gradient, Jacobian, FetchJvp with return
+// values) reserves them first and, if the budget cannot fit them, fails
+// alone with RESOURCE_EXHAUSTED "server memory budget exceeded" (nothing
+// applied; its result ids poisoned). The caller holds the ReplyMemory with
+// the serialised reply and lets it go once the reply is written.
+class ReplyMemory {
+ public:
+  ReplyMemory() = default;
+  ~ReplyMemory() { ShrinkTo(0); }
+  ReplyMemory(ReplyMemory&& other) noexcept : bytes_(other.bytes_) {
+    other.bytes_ = 0;
+  }
+  ReplyMemory& operator=(ReplyMemory&& other) noexcept;
+  ReplyMemory(const ReplyMemory&) = delete;
+  ReplyMemory& operator=(const ReplyMemory&) = delete;
+
+  // Charges `bytes` unless the budget cannot fit them: then the account
+  // that refused (nothing charged).
+  const MemoryAccount* TryReserve(int64_t bytes);
+  // Charges `bytes` without a check (data already in memory).
+  void Add(int64_t bytes);
+  // Refunds all but `bytes` (the message is gone, the serialised copy
+  // stays).
+  void ShrinkTo(int64_t bytes);
+  int64_t bytes() const { return bytes_; }
+  // Over every ReplyMemory in the process (metrics).
+  static int64_t TotalBytes();
+
+ private:
+  void Charge(int64_t delta);
+
+  int64_t bytes_ = 0;
+};
+
 // Deadlines and cancellation: `cancel` (may be null) is polled before each
 // command and made current while the commands run, so long kernels check it
 // at block boundaries (core/base/cancellation.h). Once it is requested the
@@ -79,7 +117,8 @@ absl::Status ApplyBatch(Session& session, const v1::CommandBatch& batch,
                         v1::BatchReply* reply, PutLimit put_limit = {},
                         Metrics* metrics = nullptr,
                         RpcMethod method = RpcMethod::kRun,
-                        ResultCache* results = nullptr);
+                        ResultCache* results = nullptr,
+                        ReplyMemory* reply_memory = nullptr);
 
 }  // namespace gradtape::server
 

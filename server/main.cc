@@ -23,23 +23,33 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/tensor/tensor.h"
+#include "server/memory_budget.h"
 #include "server/server.h"
 
 ABSL_FLAG(std::string, address, "127.0.0.1:50051",
           "host:port to listen on; port 0 picks a free one");
 ABSL_FLAG(int, max_sessions, 1024, "maximum number of open sessions");
-ABSL_FLAG(int64_t, session_memory_limit_mb, 0,
-          "tensor memory limit per session in MiB; 0 = unlimited");
+// Memory (server/memory_budget.h): -1 derives a value from the machine's or
+// the container's memory.
+ABSL_FLAG(int64_t, memory_budget_mb, -1,
+          "memory the whole server may hold in MiB (tensors, tapes' saved "
+          "tensors, kept results, replies being sent); -1 = the cgroup's or "
+          "the machine's memory less a fifth (at least 256 MiB) kept for the "
+          "process; 0 = no budget");
+ABSL_FLAG(int64_t, session_memory_limit_mb, -1,
+          "memory limit per session in MiB; -1 = a quarter of the budget; "
+          "0 = only the budget limits a session");
 ABSL_FLAG(std::string, checkpoint_dir, "/tmp/gradtape-checkpoints",
           "directory of SaveCheckpoint / RestoreCheckpoint files (created on "
           "the first save); empty disables checkpoints");
 ABSL_FLAG(int, max_message_mb, 256,
           "largest message received or sent, in MiB (a reply that would be "
           "larger refuses the commands whose values do not fit)");
-ABSL_FLAG(int64_t, max_tensor_mb, 16384,
+ABSL_FLAG(int64_t, max_tensor_mb, -1,
           "largest tensor any command may create, in MiB (puts, op outputs, "
           "gradients, checkpoints); larger ones are refused before memory is "
-          "touched");
+          "touched; -1 = the per-session limit (or the budget), at most "
+          "16384");
 // API keys and tenants (server/api_keys.h, README "API keys and tenants").
 ABSL_FLAG(std::string, api_keys_file, "",
           "file of API keys, one '<key or sha256:HEX> <tenant> "
@@ -131,8 +141,19 @@ int main(int argc, char** argv) {
   gradtape::server::ServerOptions options;
   options.address = absl::GetFlag(FLAGS_address);
   options.max_sessions = absl::GetFlag(FLAGS_max_sessions);
-  options.session_memory_limit_bytes =
-      absl::GetFlag(FLAGS_session_memory_limit_mb) * (int64_t{1} << 20);
+  absl::StatusOr<gradtape::server::MemorySettings> memory =
+      gradtape::server::ResolveMemorySettings(
+          absl::GetFlag(FLAGS_memory_budget_mb),
+          absl::GetFlag(FLAGS_session_memory_limit_mb),
+          absl::GetFlag(FLAGS_max_tensor_mb),
+          gradtape::server::DetectMemoryLimit());
+  if (!memory.ok()) {
+    std::fprintf(stderr, "gradtape-server: %s\n",
+                 std::string(memory.status().message()).c_str());
+    return 1;
+  }
+  options.memory_budget_bytes = memory->budget_bytes;
+  options.session_memory_limit_bytes = memory->session_limit_bytes;
   options.keep_alive_seconds = absl::GetFlag(FLAGS_keep_alive_seconds);
   options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   // Transport security and HTTP/2 keepalive (server/tls.h).
@@ -185,17 +206,11 @@ int main(int argc, char** argv) {
   options.shutdown_grace = absl::Seconds(shutdown_grace_seconds);
   options.checkpoint_on_drain = absl::GetFlag(FLAGS_checkpoint_on_drain);
   options.health_address = absl::GetFlag(FLAGS_health_address);
-  const int64_t max_tensor_mb = absl::GetFlag(FLAGS_max_tensor_mb);
-  if (max_tensor_mb <= 0 || max_tensor_mb > (int64_t{1} << 30)) {
-    std::fprintf(stderr,
-                 "gradtape-server: --max_tensor_mb must be 1 to 2^30, got "
-                 "%lld\n",
-                 static_cast<long long>(max_tensor_mb));
-    return 1;
-  }
   gradtape::TensorLimits limits;
-  limits.max_bytes = max_tensor_mb << 20;
+  limits.max_bytes = memory->max_tensor_bytes;
   gradtape::SetTensorLimits(limits);
+  std::fprintf(stderr, "gradtape-server: %s\n",
+               gradtape::server::DescribeMemorySettings(*memory).c_str());
   absl::StatusOr<std::unique_ptr<gradtape::server::Server>> server =
       gradtape::server::Server::Start(options);
   if (!server.ok()) {

@@ -1,5 +1,6 @@
 #include "server/metrics.h"
 
+#include <algorithm>
 #include <exception>
 #include <utility>
 
@@ -86,6 +87,35 @@ RpcMethod RpcMethodFromPath(absl::string_view path) {
 
 absl::string_view CodeName(int code) { return kCodeNames[CodeIndex(code)]; }
 
+namespace {
+
+// gradtape_memory_in_use_bytes{kind}: what is charged to the budget, by
+// kind; "tensors" is the rest after the kept results and the replies.
+prometheus::MetricFamily MemoryInUse(const MemoryTotals& totals) {
+  prometheus::MetricFamily family;
+  family.name = "gradtape_memory_in_use_bytes";
+  family.help =
+      "Bytes charged to the server's memory budget, by kind (tensors: "
+      "tensor buffers with the sessions' and tapes' bookkeeping; "
+      "kept_results; replies: being built or sent).";
+  family.type = prometheus::MetricType::Gauge;
+  const int64_t kept = totals.result_cache_bytes;
+  const int64_t replies = totals.reply_bytes;
+  const int64_t tensors =
+      std::max<int64_t>(0, totals.in_use_bytes - kept - replies);
+  for (auto [kind, bytes] : {std::pair{"tensors", tensors},
+                             std::pair{"kept_results", kept},
+                             std::pair{"replies", replies}}) {
+    prometheus::ClientMetric metric;
+    metric.label.push_back({"kind", kind});
+    metric.gauge.value = static_cast<double>(bytes);
+    family.metric.push_back(std::move(metric));
+  }
+  return family;
+}
+
+}  // namespace
+
 // The values read when /metrics is scraped: memory over the sessions (from
 // the server's source) and the core's elision total.
 class Metrics::ScrapeTimeMetrics final : public prometheus::Collectable {
@@ -119,6 +149,13 @@ class Metrics::ScrapeTimeMetrics final : public prometheus::Collectable {
         "acknowledge them (exactly-once; not in live tensor bytes).",
         prometheus::MetricType::Gauge,
         static_cast<double>(totals.result_cache_bytes)));
+    families.push_back(OneValue(
+        "gradtape_memory_budget_bytes",
+        "The server-wide memory budget every charge must fit "
+        "(--memory_budget_mb; 0: none).",
+        prometheus::MetricType::Gauge,
+        static_cast<double>(totals.budget_bytes)));
+    families.push_back(MemoryInUse(totals));
     families.push_back(OneValue(
         "gradtape_elision_saved_bytes_total",
         "Bytes the elision registry kept off the tapes: inputs and outputs "

@@ -20,9 +20,14 @@
 //   gradtape_live_tensor_bytes                          gauge (at scrape)
 //   gradtape_tape_saved_bytes                           gauge (at scrape)
 //   gradtape_result_cache_bytes                         gauge (at scrape)
+//   gradtape_memory_budget_bytes                        gauge (at scrape)
+//   gradtape_memory_in_use_bytes{kind}                  gauge (at scrape)
 //   gradtape_elision_saved_bytes_total                  counter (at scrape)
 //
-// kind is the Command's oneof field name ("execute", "put", ...); op is a
+// In gradtape_memory_in_use_bytes, kind is "tensors" (tensor buffers and
+// the sessions' and tapes' bookkeeping), "kept_results" or "replies"; the
+// three add up to what is charged to the budget.
+// In the command counters, kind is the Command's oneof field name ("execute", "put", ...); op is a
 // registered op name for execute and execute_with_gradient ("unknown" for any
 // other name) and empty for the other kinds; code is the gRPC code name
 // ("OK", "INVALID_ARGUMENT", ...); method is a TapeService method name or
@@ -91,6 +96,11 @@ struct MemoryTotals {
   int64_t live_tensor_bytes = 0;   // every buffer charged to a session
   int64_t tape_saved_bytes = 0;    // tensors tapes keep for backward
   int64_t result_cache_bytes = 0;  // kept results (server/result_cache.h)
+  // The server-wide budget (server/memory_budget.h; 0: none), what is
+  // charged to it in all, and of that the replies being sent.
+  int64_t budget_bytes = 0;
+  int64_t in_use_bytes = 0;
+  int64_t reply_bytes = 0;
 };
 
 class Metrics {

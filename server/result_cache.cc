@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "core/session/command.h"
+#include "core/tensor/tensor.h"
 #include "server/convert.h"
 
 namespace gradtape::server {
@@ -81,16 +82,31 @@ void ResultCache::Applied(int64_t seq, const v1::CommandResult* result) {
     AddTombstone(seq);  // never copied
     return;
   }
-  kept_.push_back({seq, bytes, *result});
+  // Older results make room first, so the budget is asked for no more than
+  // the bound keeps.
+  while (!kept_.empty() && kept_bytes_ + bytes > options_.max_bytes) Evict();
+  Keep(seq, bytes, *result);
+}
+
+void ResultCache::Keep(int64_t seq, int64_t bytes,
+                       const v1::CommandResult& result) {
+  if (!ProcessMemoryAccount()->TryCharge(bytes)) {
+    AddTombstone(seq);  // the server's budget is full: never copied
+    return;
+  }
+  kept_.push_back({seq, bytes, result});
   kept_bytes_ += bytes;
-  while (kept_bytes_ > options_.max_bytes) Evict();
+}
+
+void ResultCache::PopOldest() {
+  kept_bytes_ -= kept_.front().bytes;
+  ProcessMemoryAccount()->Add(-kept_.front().bytes);
+  kept_.pop_front();
 }
 
 void ResultCache::Evict() {
-  Kept& oldest = kept_.front();
-  kept_bytes_ -= oldest.bytes;
-  const int64_t seq = oldest.seq;
-  kept_.pop_front();
+  const int64_t seq = kept_.front().seq;
+  PopOldest();
   AddTombstone(seq);
 }
 
@@ -111,14 +127,12 @@ void ResultCache::Acknowledge(int64_t ack_seq) {
   ack_seq = std::min(ack_seq, last_applied());
   if (ack_seq <= acked_) return;
   acked_ = ack_seq;
-  while (!kept_.empty() && kept_.front().seq <= acked_) {
-    kept_bytes_ -= kept_.front().bytes;
-    kept_.pop_front();
-  }
+  while (!kept_.empty() && kept_.front().seq <= acked_) PopOldest();
   DropTombstonesUpTo(acked_);
 }
 
 void ResultCache::Clear() {
+  ProcessMemoryAccount()->Add(-kept_bytes_);
   std::deque<Kept>().swap(kept_);
   std::deque<int64_t>().swap(evicted_);
   kept_bytes_ = 0;

@@ -25,7 +25,10 @@
 // They are copies of results the client was sent; charging them would let
 // results a client has not acknowledged (today's clients and raw callers
 // never do) refuse the session's own puts and ops past its memory limit.
-// They are bounded by max_bytes (--result_cache_mb) per session instead.
+// They are bounded by max_bytes (--result_cache_mb) per session instead,
+// and charged to the process's account (the server-wide budget,
+// ProcessMemoryAccount): a result the budget cannot fit is not kept (a
+// tombstone at once), so kept results never refuse a command.
 //
 // Unsequenced sessions (CreateSessionRequest.unsequenced): seqs are labels;
 // Classify always says kApply, nothing is kept, only the counters move.
@@ -62,6 +65,7 @@ class ResultCache {
 
   explicit ResultCache(Options options);
   ResultCache() : ResultCache(Options()) {}
+  ~ResultCache() { Clear(); }
   ResultCache(const ResultCache&) = delete;
   ResultCache& operator=(const ResultCache&) = delete;
 
@@ -115,6 +119,11 @@ class ResultCache {
     int64_t bytes;
     v1::CommandResult result;
   };
+  // Keeps a copy of `result` (`bytes` as max_bytes counts them) if the
+  // process's budget fits it; else a tombstone.
+  void Keep(int64_t seq, int64_t bytes, const v1::CommandResult& result);
+  // Drops the oldest kept result and refunds its bytes.
+  void PopOldest();
   void Evict();
   void AddTombstone(int64_t seq);
   void DropTombstonesUpTo(int64_t seq);

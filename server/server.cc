@@ -7,11 +7,13 @@
 #include "absl/time/time.h"
 #include "core/ops/ops.h"
 #include "core/registry/op_registry.h"
+#include "core/tensor/tensor.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/access_log.h"
 #include "server/api_keys.h"
+#include "server/batch.h"
 #include "server/drain.h"
 #include "server/metrics.h"
 #include "server/rpc_observer.h"
@@ -35,6 +37,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
         "got ",
         options.session_memory_limit_bytes, " and ",
         options.keep_alive_seconds));
+  }
+  if (options.memory_budget_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "memory_budget_bytes must be >= 0, got ", options.memory_budget_bytes));
   }
   if (options.max_message_bytes < ServerOptions::kMinMessageBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -103,6 +109,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   // (kServerStatusTrailer).
   server->observer_ = std::make_unique<RpcObserver>(server->metrics_.get(),
                                                     server->access_log_.get());
+  // One budget per process: the last server started sets it.
+  ProcessMemoryAccount()->set_limit(options.memory_budget_bytes);
   SessionManagerOptions session_options;
   session_options.max_sessions = options.max_sessions;
   session_options.session_memory_limit_bytes =
@@ -123,7 +131,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
       server->api_keys_.get(), *server->pool_, server->observer_.get());
   if (server->metrics_ != nullptr) {
     server->metrics_->SetMemorySource([sessions = server->sessions_.get()] {
-      return sessions->MemoryForMetrics();
+      MemoryTotals totals = sessions->MemoryForMetrics();
+      totals.budget_bytes = ProcessMemoryAccount()->limit();
+      totals.in_use_bytes = ProcessMemoryAccount()->bytes();
+      totals.reply_bytes = ReplyMemory::TotalBytes();
+      return totals;
     });
   }
 

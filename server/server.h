@@ -40,6 +40,9 @@ class WorkerPool;
 struct ServerOptions {
   std::string address = "127.0.0.1:50051";  // "127.0.0.1:0" picks a free port
   int max_sessions = 1024;
+  // The server-wide memory budget (server/memory_budget.h): every charge in
+  // the process must fit it (ProcessMemoryAccount's limit); 0 = none.
+  int64_t memory_budget_bytes = 0;
   int64_t session_memory_limit_bytes = 0;  // 0 = unlimited
   int64_t keep_alive_seconds = 300;  // default lease when the client asks for 0
   // Directory of SaveCheckpoint / RestoreCheckpoint files, shared by all

@@ -58,7 +58,7 @@ absl::Status RunBatch(SessionEntry& entry, const v1::CommandBatch& batch,
                       int64_t max_reply_bytes, Cancellation* cancel,
                       v1::BatchReply* reply, RpcObserver* observer,
                       const grpc::CallbackServerContext* context,
-                      RpcMethod method) {
+                      RpcMethod method, ReplyMemory* reply_memory) {
   SessionEntry::ActiveCall active(&entry);
   Metrics* metrics = observer != nullptr ? observer->metrics() : nullptr;
   if (observer != nullptr) {
@@ -72,7 +72,8 @@ absl::Status RunBatch(SessionEntry& entry, const v1::CommandBatch& batch,
   RETURN_IF_ERROR(
       entry.WithSessionAndResults([&](Session& session, ResultCache& results) {
         stopped = ApplyBatch(session, batch, max_reply_bytes, cancel, reply,
-                             put_limit, metrics, method, &results);
+                             put_limit, metrics, method, &results,
+                             reply_memory);
       }));
   return stopped;
 }
@@ -276,8 +277,12 @@ class StreamReactor final
     }
     const size_t bytes = request_.Length();
     v1::CommandBatch* batch = NewBatch();
+    // The parsed copy lives until the arena is reset: the budget counts it
+    // (it is in memory already, so the charge cannot refuse; the commands'
+    // own allocations then see it).
+    batch_charge_ = MemoryCharge(static_cast<int64_t>(bytes));
     if (!ParseBatch(&request_, batch)) {
-      arena_.Reset();
+      ResetArena();
       StopReadingAndMaybeFinish(
           NotABatch(absl::StrCat("Stream: batch ", batches_read_), bytes));
       return;
@@ -286,7 +291,7 @@ class StreamReactor final
         entry_.get(), [this, batch] { ApplyAndReply(batch); },
         WorkerPool::Admission::kWait);
     if (!submitted.ok()) {  // inline mode over the in-flight limit
-      arena_.Reset();
+      ResetArena();
       StopReadingAndMaybeFinish(submitted);
     }
   }
@@ -361,11 +366,12 @@ class StreamReactor final
   // and starts the next read (or stops reading).
   void ApplyAndReply(v1::CommandBatch* batch) {
     v1::BatchReply reply;
+    ReplyMemory memory;
     absl::Status status =
         RunBatch(*entry_, *batch, max_reply_bytes_, &cancel_, &reply, observer_,
-                 context_, RpcMethod::kStream);
+                 context_, RpcMethod::kStream, &memory);
     const bool reply_optional = batch->reply_optional();
-    arena_.Reset();
+    ResetArena();
     if (IsStop(status)) {
       status = Stopped(context_, absl::StrCat("Stream: batch ", batches_read_),
                        status, reply.last_seq());
@@ -396,7 +402,8 @@ class StreamReactor final
     absl::MutexLock lock(&mu_);
     const size_t length = serialized.Length();
     queued_bytes_ += length;
-    replies_.push_back({std::move(serialized), length});
+    memory.ShrinkTo(static_cast<int64_t>(length));  // the message goes
+    replies_.push_back({std::move(serialized), length, std::move(memory)});
     if (!writing_) {
       writing_ = true;
       StartWrite(&replies_.front().bytes);
@@ -478,6 +485,13 @@ class StreamReactor final
   grpc::ByteBuffer request_;
   int64_t batches_read_ = 0;
   google::protobuf::Arena arena_{BatchArenaOptions()};
+  // The server's budget is charged for the batch in arena_.
+  MemoryCharge batch_charge_;
+
+  void ResetArena() {
+    arena_.Reset();
+    batch_charge_ = MemoryCharge();
+  }
 
   absl::Mutex mu_;
   // Replies not yet written; the front one is being written if writing_.
@@ -485,6 +499,7 @@ class StreamReactor final
   struct QueuedReply {
     grpc::ByteBuffer bytes;
     size_t length;  // bytes.Length() when queued
+    ReplyMemory memory;  // charged to the server's budget until written
   };
   std::deque<QueuedReply> replies_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
@@ -524,6 +539,8 @@ class RunReactor final : public grpc::ServerUnaryReactor {
       batch_ =
           google::protobuf::Arena::CreateMessage<v1::CommandBatch>(&arena_);
       grpc::ByteBuffer bytes(request);  // shares the slices
+      // The parsed copy lives as long as the reactor (see Stream).
+      batch_charge_ = MemoryCharge(static_cast<int64_t>(request.Length()));
       if (!ParseBatch(&bytes, batch_)) {
         return NotABatch("Run: the request", request.Length());
       }
@@ -543,11 +560,12 @@ class RunReactor final : public grpc::ServerUnaryReactor {
     v1::BatchReply reply;
     absl::Status status =
         RunBatch(*entry_, *batch_, max_reply_bytes_, &cancel_, &reply,
-                 observer_, context_, RpcMethod::kRun);
+                 observer_, context_, RpcMethod::kRun, &reply_memory_);
     if (IsStop(status)) {
       status = Stopped(context_, "Run", status, reply.last_seq());
     }
     if (status.ok()) status = SerializeReply(reply, response_);
+    reply_memory_.ShrinkTo(status.ok() ? response_->Length() : 0);
     Finish(ToGrpcStatus(status));
   }
 
@@ -558,6 +576,9 @@ class RunReactor final : public grpc::ServerUnaryReactor {
   Cancellation cancel_;
   // A drain waits for this Run until the reactor is deleted (OnDone).
   DrainRegistry::InFlight in_flight_;
+  // The reply's charge to the server's budget, until the reactor goes.
+  ReplyMemory reply_memory_;
+  MemoryCharge batch_charge_;  // the parsed batch's
   std::shared_ptr<SessionEntry> entry_;
   google::protobuf::Arena arena_{BatchArenaOptions()};
   v1::CommandBatch* batch_ = nullptr;

@@ -85,13 +85,19 @@ void OpExecutor::Forget(int64_t id) {
 }
 
 absl::Status OpExecutor::CheckMemoryLimit(absl::string_view what) const {
-  if (memory_limit_ <= 0 || account_->bytes() <= memory_limit_) {
-    return absl::OkStatus();
-  }
-  return absl::ResourceExhaustedError(
-      absl::StrCat(what, ": session memory limit exceeded (", account_->bytes(),
-                   " bytes with this command's result, limit ", memory_limit_,
-                   "); release tensors or delete tapes"));
+  const MemoryAccount* over =
+      account_ != nullptr ? account_->OverLimit() : nullptr;
+  if (over == nullptr) return absl::OkStatus();
+  const bool server = over == ProcessMemoryAccount().get();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      what, ": ",
+      server ? std::string("server memory budget exceeded")
+             : absl::StrCat(over->name().empty() ? "session" : over->name(),
+                            " memory limit exceeded"),
+      " (", over->bytes(), " bytes with this command's result, ",
+      server ? "budget " : "limit ", over->limit(),
+      server ? " (--memory_budget_mb)" : "",
+      "); release tensors or delete tapes"));
 }
 
 absl::Status OpExecutor::Execute(absl::string_view op_name,

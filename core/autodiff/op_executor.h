@@ -34,9 +34,9 @@ class OpExecutor {
 
   const OpRegistry& registry() const { return registry_; }
   // Sets the session's limit (0: none). Tensor allocations are refused
-  // before they exceed it (Tensor::Empty); an op also fails with
-  // RESOURCE_EXHAUSTED when, after the kernel ran, the account is past the
-  // limit through bookkeeping that is charged without a check (tape chunks,
+  // before they exceed it or an ancestor's (Tensor::Empty); an op also fails
+  // with RESOURCE_EXHAUSTED when, after the kernel ran, one of them is past
+  // its limit through bookkeeping that is charged without a check (tape chunks,
   // failure reasons). Nothing is recorded then.
   void SetMemoryLimit(std::shared_ptr<MemoryAccount> account,
                       int64_t limit_bytes) {
@@ -62,7 +62,8 @@ class OpExecutor {
                        absl::Span<const Tensor> inputs, AttrMap attrs,
                        Tensors* outputs);
 
-  // RESOURCE_EXHAUSTED "<what>: ..." if the account is over its limit.
+  // RESOURCE_EXHAUSTED "<what>: ..." if the account or an ancestor (the
+  // tenant's, the process's) is over its limit.
   absl::Status CheckMemoryLimit(absl::string_view what) const;
 
   AccumulatorSet& accumulators() { return accumulators_; }

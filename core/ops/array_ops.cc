@@ -290,11 +290,14 @@ void GatherV2Grad(GradContext& g) {
   const int64_t n = batch == 0 ? 0 : total / batch;
   Tensor ids = g.Reshape(indices, {total});
   if (batch > 1) {
-    std::vector<int64_t> shifted(total);
+    // Made as a tensor, so its memory is charged like any.
+    absl::StatusOr<Tensor> shifted = Tensor::Empty(DType::kInt64, {total});
+    if (!shifted.ok()) return g.Fail(shifted.status());
+    int64_t* out = shifted->mutable_data<int64_t>();
     for (int64_t i = 0; i < total; ++i) {
-      shifted[i] = IndexAt(indices, i) + (i / n) * limit;
+      out[i] = IndexAt(indices, i) + (i / n) * limit;
     }
-    ids = Tensor::FromVector<int64_t>({total}, shifted);
+    ids = *std::move(shifted);
   }
   // dy as [batch * n, outer, inner]: the gathered rows first.
   Tensor dy = g.Reshape(g.Grad(0), {batch, outer, n, inner});

@@ -652,7 +652,10 @@ absl::Status MaxPoolGradWithArgmaxKernel(KernelContext& ctx, bool grad_grad) {
                                ShapeString(grad_shape));
   }
   const bool with_batch = ctx.attrs().Bool("include_batch_in_index");
-  std::vector<int64_t> target(argmax.num_elements());
+  // Scratch as large as argmax: a tensor, so it is charged like one.
+  ASSIGN_OR_RETURN(Tensor targets,
+                   Allocate(ctx, DType::kInt64, {argmax.num_elements()}));
+  int64_t* target = targets.mutable_data<int64_t>();
   for (int64_t o = 0; o < argmax.num_elements(); ++o) {
     ASSIGN_OR_RETURN(target[o], ArgmaxTarget(ctx, g, argmax, with_batch, o));
   }

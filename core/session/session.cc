@@ -39,7 +39,9 @@ std::string CutUtf8(std::string text, size_t max) {
 }  // namespace
 
 Session::Session(const OpRegistry& registry, SessionOptions options)
-    : account_(std::make_shared<MemoryAccount>(options.parent_account)),
+    : account_(std::make_shared<MemoryAccount>(
+          options.parent_account != nullptr ? options.parent_account
+                                            : ProcessMemoryAccount())),
       exec_(registry) {
   exec_.SetMemoryLimit(account_, options.memory_limit_bytes);
   checkpoint_dir_ = options.checkpoint_dir;
@@ -277,12 +279,13 @@ absl::Status Session::ReleaseTensors(int64_t seq,
 absl::Status Session::PushTape(int64_t seq, int64_t tape, bool persistent,
                                bool watch_accessed_variables) {
   return Run(seq, "PushTape", {}, [&](const Command& cmd) -> absl::Status {
-    if (account_->remaining() < Tape::kTapeBytes) {
-      return cmd.Error(absl::StatusCode::kResourceExhausted,
-                       "session memory limit exceeded (", account_->bytes(),
-                       " bytes in use, limit ", account_->limit(),
-                       "); release tensors or delete tapes");
+    // A probe: the tape charges itself when it is made.
+    if (const MemoryAccount* refuser =
+            account_->TryChargeOrRefuser(Tape::kTapeBytes)) {
+      return cmd.Annotate(MemoryRefusal(*refuser, "a tape", Tape::kTapeBytes,
+                                        "release tensors or delete tapes"));
     }
+    account_->Add(-Tape::kTapeBytes);
     return cmd.Annotate(
         exec_.tapes().Push(tape, persistent, watch_accessed_variables));
   });

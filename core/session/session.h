@@ -37,8 +37,9 @@ namespace gradtape {
 
 struct SessionOptions {
   int64_t memory_limit_bytes = 0;  // 0: unlimited
-  // Null, or an account (a tenant's) that every charge of the session's
-  // account also goes to and must fit (MemoryAccount's parent).
+  // An account (a tenant's) that every charge of the session's account also
+  // goes to and must fit (MemoryAccount's parent); null: the process's
+  // (ProcessMemoryAccount), which is a tenant's parent too.
   std::shared_ptr<MemoryAccount> parent_account;
   // Where SaveCheckpoint / RestoreCheckpoint read and write files; empty:
   // checkpoints are disabled (FAILED_PRECONDITION).

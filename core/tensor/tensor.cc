@@ -218,6 +218,35 @@ int64_t MemoryAccount::remaining() const {
   return parent_ == nullptr ? own : std::min(own, parent_->remaining());
 }
 
+const MemoryAccount* MemoryAccount::OverLimit() const {
+  for (const MemoryAccount* a = this; a != nullptr; a = a->parent()) {
+    if (a->limit() > 0 && a->bytes() > a->limit()) return a;
+  }
+  return nullptr;
+}
+
+const std::shared_ptr<MemoryAccount>& ProcessMemoryAccount() {
+  // Never destroyed: buffers freed during static destruction refund it.
+  static const auto* const root = new std::shared_ptr<MemoryAccount>(
+      std::make_shared<MemoryAccount>(nullptr, "server"));
+  return *root;
+}
+
+absl::Status MemoryRefusal(const MemoryAccount& refuser, absl::string_view what,
+                           int64_t bytes, absl::string_view advice) {
+  if (&refuser == ProcessMemoryAccount().get()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "server memory budget exceeded: ", what, " needs ", bytes, " bytes, ",
+        refuser.bytes(), " in use by the whole server, budget ",
+        refuser.limit(), " (--memory_budget_mb); ", advice,
+        ", or retry when other sessions have released memory"));
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      refuser.name().empty() ? "session" : refuser.name(),
+      " memory limit exceeded: ", what, " needs ", bytes, " bytes, ",
+      refuser.bytes(), " in use, limit ", refuser.limit(), "; ", advice));
+}
+
 ScopedMemoryAccount::ScopedMemoryAccount(std::shared_ptr<MemoryAccount> account)
     : previous_(std::move(t_account)) {
   t_account = std::move(account);
@@ -229,7 +258,9 @@ ScopedMemoryAccount::~ScopedMemoryAccount() {
 
 MemoryAccount* CurrentMemoryAccount() { return t_account.get(); }
 
-MemoryCharge::MemoryCharge(int64_t bytes) : account_(t_account), bytes_(bytes) {
+MemoryCharge::MemoryCharge(int64_t bytes)
+    : account_(t_account != nullptr ? t_account : ProcessMemoryAccount()),
+      bytes_(bytes) {
   if (account_ != nullptr) account_->Add(bytes_);
 }
 
@@ -365,22 +396,19 @@ struct Tensor::Buffer {
 absl::StatusOr<Tensor> Tensor::Empty(DType dtype,
                                      absl::Span<const int64_t> shape) {
   ASSIGN_OR_RETURN(TensorSize size, CheckedTensorSize(dtype, shape));
-  const std::shared_ptr<MemoryAccount>& account = t_account;
+  const std::shared_ptr<MemoryAccount>& account =
+      t_account != nullptr ? t_account : ProcessMemoryAccount();
   const int64_t charge = ChargedBytes(size.bytes);
-  if (account != nullptr) {
-    if (const MemoryAccount* refuser = account->TryChargeOrRefuser(charge)) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          refuser->name().empty() ? "session" : refuser->name(),
-          " memory limit exceeded: ", DTypeName(dtype), ShapeString(shape),
-          " needs ", charge, " bytes, ", refuser->bytes(), " in use, limit ",
-          refuser->limit(), "; release tensors or delete tapes"));
-    }
+  if (const MemoryAccount* refuser = account->TryChargeOrRefuser(charge)) {
+    return MemoryRefusal(*refuser,
+                         absl::StrCat(DTypeName(dtype), ShapeString(shape)),
+                         charge, "release tensors or delete tapes");
   }
   Allocation allocation;
   if (size.bytes > 0) {
     allocation = AllocateZeroed(static_cast<size_t>(size.bytes));
     if (allocation.data == nullptr) {
-      if (account != nullptr) account->Add(-charge);
+      account->Add(-charge);
       return absl::ResourceExhaustedError(
           absl::StrCat("cannot allocate ", DTypeName(dtype), ShapeString(shape),
                        ": out of memory for ", size.bytes, " bytes"));

@@ -175,6 +175,9 @@ class MemoryAccount {
   // Bytes left before the tightest limit of this account and its ancestors
   // (int64 max when none is limited, 0 when over).
   int64_t remaining() const;
+  // The first of this account and its ancestors whose bytes are past its
+  // limit (bookkeeping charged with Add can take one there), or null.
+  const MemoryAccount* OverLimit() const;
   const MemoryAccount* parent() const { return parent_.get(); }
   const std::string& name() const { return name_; }
 
@@ -187,6 +190,21 @@ class MemoryAccount {
   const std::shared_ptr<MemoryAccount> parent_;
   const std::string name_;
 };
+
+// The process's account, the root of every session's and tenant's: its
+// limit is the server-wide memory budget (gradtape-server's
+// --memory_budget_mb; 0, the default in a bare core, is none). Every tensor
+// buffer is charged to it, through the current account's chain or, when no
+// account is current, directly; so are kept results and replies being sent
+// (server/). Refusals by it name the budget.
+const std::shared_ptr<MemoryAccount>& ProcessMemoryAccount();
+
+// RESOURCE_EXHAUSTED for `bytes` (needed by `what`, e.g. "float32[4,4]")
+// that `refuser` did not fit: "<session|tenant 'x'> memory limit exceeded"
+// or "server memory budget exceeded", with what was asked, what is in use
+// and the limit, and `advice` after them.
+absl::Status MemoryRefusal(const MemoryAccount& refuser, absl::string_view what,
+                           int64_t bytes, absl::string_view advice);
 
 // Makes `account` current on this thread for its lifetime (nests).
 class ScopedMemoryAccount {
@@ -203,8 +221,8 @@ class ScopedMemoryAccount {
 MemoryAccount* CurrentMemoryAccount();
 
 // `bytes` of bookkeeping (tape storage, tapes) charged to the account that
-// is current where the charge is made, and refunded to it when the charge
-// dies, wherever that happens. Never refused: callers that must refuse
+// is current where the charge is made (the process's when none is), and
+// refunded to it when the charge dies, wherever that happens. Never refused: callers that must refuse
 // check the account's limit first. Move-only.
 class MemoryCharge {
  public:
@@ -231,7 +249,8 @@ class Tensor {
   Tensor() = default;
 
   // Allocation. The size is checked (CheckedTensorSize) and charged to the
-  // current MemoryAccount before any memory is taken; RESOURCE_EXHAUSTED
+  // current MemoryAccount (with its ancestors, up to the process's) or, when
+  // none is current, to ProcessMemoryAccount(), before any memory is taken; RESOURCE_EXHAUSTED
   // names the dtype, the shape and the limit that refused it. Every byte of
   // a new buffer is zero, so no byte a kernel leaves unwritten can carry old
   // heap contents into a reply.

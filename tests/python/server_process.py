@@ -53,9 +53,12 @@ class ServerProcess:
         *args: str,
         env: Optional[Dict[str, str]] = None,
         startup_timeout: float = STARTUP_TIMEOUT_S,
+        wrapper: Optional[List[str]] = None,
     ) -> None:
+        # `wrapper` runs before the binary and must exec it (its pid is the
+        # server's): e.g. a shell that moves itself into a cgroup first.
         self.proc = subprocess.Popen(
-            [str(server_binary()), "--address=127.0.0.1:0", *args],
+            [*(wrapper or []), str(server_binary()), "--address=127.0.0.1:0", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

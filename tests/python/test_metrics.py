@@ -147,7 +147,7 @@ def test_dashboard_queries_only_exported_metrics(metrics_server):
         s.constant(np.ones(3)).numpy()
     exported = {name for name, _ in scrape(port)}
     names = dashboard_metric_names()
-    for panel in ("sessions", "commands", "batch_duration", "live_tensor", "elision"):
+    for panel in ("sessions", "commands", "batch_duration", "live_tensor", "elision", "memory_budget", "memory_in_use"):
         assert any(panel in n for n in names), panel
     missing = sorted(n for n in names if n not in exported)
     assert not missing, f"the dashboard queries metrics the server does not export: {missing}"

@@ -1,6 +1,7 @@
 // MemoryAccount with a parent (a tenant's account over its sessions): a
 // charge must fit both limits, refusals name the account that refused, and
-// refunds reach the parent.
+// refunds reach the parent. The process's account (the server-wide budget)
+// is the root of every session's.
 #include <memory>
 
 #include "absl/strings/match.h"
@@ -59,6 +60,96 @@ TEST(MemoryAccountTest, TwoSessionsShareTheTenantLimit) {
   EXPECT_TRUE(
       second.PutTensor(3, 1, DType::kFloat64, {1024}, std::string(8 << 10, 0))
           .ok());
+}
+
+// Sets the process's budget to what is in use plus `room` for one test.
+class ProcessBudget {
+ public:
+  explicit ProcessBudget(int64_t room) {
+    ProcessMemoryAccount()->set_limit(ProcessMemoryAccount()->bytes() + room);
+  }
+  ~ProcessBudget() { ProcessMemoryAccount()->set_limit(0); }
+};
+
+TEST(ProcessMemoryAccountTest, EverySessionChargesTheProcess) {
+  const int64_t before = ProcessMemoryAccount()->bytes();
+  {
+    Session session(DefaultRegistry(), SessionOptions());
+    ASSERT_TRUE(session
+                    .PutTensor(1, 1, DType::kFloat64, {1024},
+                               std::string(8 << 10, 0))
+                    .ok());
+    EXPECT_GE(ProcessMemoryAccount()->bytes() - before, ChargedBytes(8 << 10));
+  }
+  EXPECT_EQ(ProcessMemoryAccount()->bytes(), before);
+}
+
+TEST(ProcessMemoryAccountTest, AllocationsWithoutAnAccountChargeTheProcess) {
+  ASSERT_EQ(CurrentMemoryAccount(), nullptr);
+  const int64_t before = ProcessMemoryAccount()->bytes();
+  {
+    absl::StatusOr<Tensor> t = Tensor::Empty(DType::kFloat32, {1000});
+    ASSERT_TRUE(t.ok());
+    EXPECT_EQ(ProcessMemoryAccount()->bytes() - before, ChargedBytes(4000));
+    MemoryCharge bookkeeping(100);
+    EXPECT_EQ(ProcessMemoryAccount()->bytes() - before,
+              ChargedBytes(4000) + 100);
+  }
+  EXPECT_EQ(ProcessMemoryAccount()->bytes(), before);
+  ProcessBudget budget(1000);
+  absl::StatusOr<Tensor> refused = Tensor::Empty(DType::kFloat32, {1000});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(refused.status().message(),
+                                "server memory budget exceeded: float32[1000]"))
+      << refused.status();
+}
+
+TEST(ProcessMemoryAccountTest, TheBudgetRefusesWhatNoSessionLimitWould) {
+  SessionOptions options;
+  options.memory_limit_bytes = ChargedBytes(8 << 10) * 4;  // each fits its own
+  Session first(DefaultRegistry(), options);
+  Session second(DefaultRegistry(), options);
+  // Room for one 8 KiB tensor (and the sessions' bookkeeping), not two.
+  ProcessBudget budget(ChargedBytes(8 << 10) * 3 / 2);
+  ASSERT_TRUE(
+      first.PutTensor(1, 1, DType::kFloat64, {1024}, std::string(8 << 10, 0))
+          .ok());
+  absl::Status refused =
+      second.PutTensor(1, 1, DType::kFloat64, {1024}, std::string(8 << 10, 0));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  for (const char* part : {"PutTensor (command 1)",
+                           "server memory budget exceeded: float64[1024]",
+                           "in use by the whole server, budget",
+                           "(--memory_budget_mb)"}) {
+    EXPECT_TRUE(absl::StrContains(refused.message(), part))
+        << part << " in " << refused;
+  }
+  // Nothing half-applied: the id is poisoned, no tensor exists, and the
+  // session goes on once memory is free.
+  EXPECT_EQ(second.Stats(2).live_tensors, 0);
+  ASSERT_TRUE(first.ReleaseTensors(2, {1}).ok());
+  EXPECT_TRUE(
+      second.PutTensor(3, 2, DType::kFloat64, {1024}, std::string(8 << 10, 0))
+          .ok());
+  // An op's output is refused the same way, before its kernel writes.
+  const int32_t dims = 4096;
+  const float value = 1;
+  ASSERT_TRUE(first
+                  .PutTensor(4, 10, DType::kInt32, {1},
+                             std::string(reinterpret_cast<const char*>(&dims),
+                                         sizeof(dims)))
+                  .ok());
+  ASSERT_TRUE(first
+                  .PutTensor(5, 11, DType::kFloat32, {},
+                             std::string(reinterpret_cast<const char*>(&value),
+                                         sizeof(value)))
+                  .ok());
+  absl::Status fill = first.ExecuteOp(6, "Fill", {10, 11}, {12}, {});
+  EXPECT_EQ(fill.code(), absl::StatusCode::kResourceExhausted) << fill;
+  EXPECT_TRUE(absl::StrContains(fill.message(), "Fill (command 6)")) << fill;
+  EXPECT_TRUE(absl::StrContains(fill.message(),
+                                "server memory budget exceeded: float32[4096]"))
+      << fill;
 }
 
 }  // namespace
