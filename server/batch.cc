@@ -20,6 +20,7 @@
 #include "core/tensor/variable.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "server/convert.h"
+#include "server/memory_budget.h"
 
 namespace gradtape::server {
 namespace {
@@ -759,6 +760,8 @@ void ReplyMemory::Charge(int64_t delta) {
 }
 
 const MemoryAccount* ReplyMemory::TryReserve(int64_t bytes) {
+  // What earlier large replies left in the heaps goes first.
+  TrimFreedMemory(static_cast<size_t>(bytes));
   const MemoryAccount* refuser =
       ProcessMemoryAccount()->TryChargeOrRefuser(bytes);
   if (refuser == nullptr) Charge(bytes);

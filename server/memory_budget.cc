@@ -1,5 +1,7 @@
 #include "server/memory_budget.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <fstream>
@@ -169,6 +171,10 @@ absl::StatusOr<MemorySettings> ResolveMemorySettings(
     s.max_tensor_bytes = max_tensor_mb * kMiB;
   }
   return s;
+}
+
+void TrimFreedMemory(size_t bytes) {
+  if (bytes >= kTrimFreedBytes) malloc_trim(0);
 }
 
 std::string DescribeMemorySettings(const MemorySettings& s) {

@@ -23,6 +23,17 @@ void Aborted(int64_t seq, absl::string_view what, absl::string_view why,
 
 }  // namespace
 
+const std::shared_ptr<MemoryAccount>& KeptResultsAccount() {
+  // Never destroyed, like its parent.
+  static const auto* const account = new std::shared_ptr<MemoryAccount>(
+      std::make_shared<MemoryAccount>(ProcessMemoryAccount(), "kept results"));
+  return *account;
+}
+
+void SetKeptResultsLimit(int64_t budget_bytes) {
+  KeptResultsAccount()->set_limit(budget_bytes / kKeptResultsShare);
+}
+
 ResultCache::ResultCache(Options options) : options_(options) {}
 
 ResultCache::Verdict ResultCache::Classify(int64_t seq) const {
@@ -90,8 +101,8 @@ void ResultCache::Applied(int64_t seq, const v1::CommandResult* result) {
 
 void ResultCache::Keep(int64_t seq, int64_t bytes,
                        const v1::CommandResult& result) {
-  if (!ProcessMemoryAccount()->TryCharge(bytes)) {
-    AddTombstone(seq);  // the server's budget is full: never copied
+  if (!KeptResultsAccount()->TryCharge(bytes)) {
+    AddTombstone(seq);  // no room in the budget's share: never copied
     return;
   }
   kept_.push_back({seq, bytes, result});
@@ -100,7 +111,7 @@ void ResultCache::Keep(int64_t seq, int64_t bytes,
 
 void ResultCache::PopOldest() {
   kept_bytes_ -= kept_.front().bytes;
-  ProcessMemoryAccount()->Add(-kept_.front().bytes);
+  KeptResultsAccount()->Add(-kept_.front().bytes);
   kept_.pop_front();
 }
 
@@ -132,7 +143,7 @@ void ResultCache::Acknowledge(int64_t ack_seq) {
 }
 
 void ResultCache::Clear() {
-  ProcessMemoryAccount()->Add(-kept_bytes_);
+  KeptResultsAccount()->Add(-kept_bytes_);
   std::deque<Kept>().swap(kept_);
   std::deque<int64_t>().swap(evicted_);
   kept_bytes_ = 0;

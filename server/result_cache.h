@@ -26,9 +26,12 @@
 // results a client has not acknowledged (today's clients and raw callers
 // never do) refuse the session's own puts and ops past its memory limit.
 // They are bounded by max_bytes (--result_cache_mb) per session instead,
-// and charged to the process's account (the server-wide budget,
-// ProcessMemoryAccount): a result the budget cannot fit is not kept (a
-// tombstone at once), so kept results never refuse a command.
+// and charged to KeptResultsAccount(), a child of the process's account
+// (the server-wide budget) whose limit is a share of it
+// (kKeptResultsShare): a result that does not fit is not kept (a
+// tombstone at once). So kept results never refuse a command themselves,
+// and they can take at most that share of the budget from the commands
+// of all sessions, however many sessions never acknowledge.
 //
 // Unsequenced sessions (CreateSessionRequest.unsequenced): seqs are labels;
 // Classify always says kApply, nothing is kept, only the counters move.
@@ -41,12 +44,22 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "core/tensor/tensor.h"
 #include "gradtape/v1/tape_service.pb.h"
 
 namespace gradtape::server {
+
+// What every session's kept results are charged to: a child of
+// ProcessMemoryAccount (named "kept results"); its limit is set with the
+// budget (SetKeptResultsLimit), 0 with none.
+const std::shared_ptr<MemoryAccount>& KeptResultsAccount();
+// A kKeptResultsShare of `budget_bytes` (0: no limit but the budget's).
+inline constexpr int64_t kKeptResultsShare = 8;  // an eighth
+void SetKeptResultsLimit(int64_t budget_bytes);
 
 class ResultCache {
  public:

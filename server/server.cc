@@ -16,6 +16,7 @@
 #include "server/batch.h"
 #include "server/drain.h"
 #include "server/metrics.h"
+#include "server/result_cache.h"
 #include "server/rpc_observer.h"
 #include "server/session_manager.h"
 #include "server/tape_service.h"
@@ -111,6 +112,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
                                                     server->access_log_.get());
   // One budget per process: the last server started sets it.
   ProcessMemoryAccount()->set_limit(options.memory_budget_bytes);
+  SetKeptResultsLimit(options.memory_budget_bytes);
   SessionManagerOptions session_options;
   session_options.max_sessions = options.max_sessions;
   session_options.session_memory_limit_bytes =
@@ -135,6 +137,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
       totals.budget_bytes = ProcessMemoryAccount()->limit();
       totals.in_use_bytes = ProcessMemoryAccount()->bytes();
       totals.reply_bytes = ReplyMemory::TotalBytes();
+      totals.result_cache_bytes = KeptResultsAccount()->bytes();  // exact
       return totals;
     });
   }

@@ -19,6 +19,7 @@
 #include "google/protobuf/arena.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 #include "server/batch.h"
+#include "server/memory_budget.h"
 #include "server/convert.h"
 #include "server/worker_pool.h"
 
@@ -281,6 +282,7 @@ class StreamReactor final
     // (it is in memory already, so the charge cannot refuse; the commands'
     // own allocations then see it).
     batch_charge_ = MemoryCharge(static_cast<int64_t>(bytes));
+    batch_bytes_ = bytes;
     if (!ParseBatch(&request_, batch)) {
       ResetArena();
       StopReadingAndMaybeFinish(
@@ -299,10 +301,12 @@ class StreamReactor final
   void OnWriteDone(bool ok) override {
     bool finish = false;
     grpc::Status status;
+    size_t written = 0;
     {
       absl::MutexLock lock(&mu_);
       writing_ = false;
       queued_bytes_ -= replies_.front().length;
+      written = replies_.front().length;
       replies_.pop_front();
       if (!ok) {
         // The call is dead: drop the rest; an outstanding read fails too.
@@ -325,6 +329,7 @@ class StreamReactor final
       }
       finish = ShouldFinishLocked(&status);
     }
+    TrimFreedMemory(written);
     if (finish) Finish(status);
   }
 
@@ -491,7 +496,9 @@ class StreamReactor final
   void ResetArena() {
     arena_.Reset();
     batch_charge_ = MemoryCharge();
+    TrimFreedMemory(batch_bytes_);
   }
+  size_t batch_bytes_ = 0;  // of the batch in arena_
 
   absl::Mutex mu_;
   // Replies not yet written; the front one is being written if writing_.
@@ -541,6 +548,7 @@ class RunReactor final : public grpc::ServerUnaryReactor {
       grpc::ByteBuffer bytes(request);  // shares the slices
       // The parsed copy lives as long as the reactor (see Stream).
       batch_charge_ = MemoryCharge(static_cast<int64_t>(request.Length()));
+      request_bytes_ = request.Length();
       if (!ParseBatch(&bytes, batch_)) {
         return NotABatch("Run: the request", request.Length());
       }
@@ -551,7 +559,11 @@ class RunReactor final : public grpc::ServerUnaryReactor {
   }
 
   void OnCancel() override { StopOnCancel(cancel_); }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    const size_t bytes = std::max(request_bytes_, response_bytes_);
+    delete this;
+    TrimFreedMemory(bytes);  // the parsed request is freed with the reactor
+  }
 
  private:
   // On a pool thread.
@@ -565,7 +577,8 @@ class RunReactor final : public grpc::ServerUnaryReactor {
       status = Stopped(context_, "Run", status, reply.last_seq());
     }
     if (status.ok()) status = SerializeReply(reply, response_);
-    reply_memory_.ShrinkTo(status.ok() ? response_->Length() : 0);
+    response_bytes_ = status.ok() ? response_->Length() : 0;
+    reply_memory_.ShrinkTo(static_cast<int64_t>(response_bytes_));
     Finish(ToGrpcStatus(status));
   }
 
@@ -579,6 +592,8 @@ class RunReactor final : public grpc::ServerUnaryReactor {
   // The reply's charge to the server's budget, until the reactor goes.
   ReplyMemory reply_memory_;
   MemoryCharge batch_charge_;  // the parsed batch's
+  size_t request_bytes_ = 0;
+  size_t response_bytes_ = 0;
   std::shared_ptr<SessionEntry> entry_;
   google::protobuf::Arena arena_{BatchArenaOptions()};
   v1::CommandBatch* batch_ = nullptr;

@@ -184,7 +184,7 @@ def by_segment_prod(s, elements):
     return [out], c3.seq, s.run(c1, c2, c3, s.release(data, ids))
 
 
-def by_chunked_put(s, elements, chunk=16 * MiB):
+def by_chunked_put(s, elements, chunk=MESSAGE):
     pb = s.pb.pb2
     i = s.new_id()
     begin = s.cmd(put_begin=pb.PutTensorBegin(id=i, dtype=DTYPE_FLOAT32, shape=[elements]))
@@ -201,6 +201,18 @@ def by_chunked_put(s, elements, chunk=16 * MiB):
 
 
 ROUTES = [by_put, by_broadcast, by_fill, by_segment_prod, by_chunked_put]
+
+
+# The largest message the tests send (a put's part, a chunk).
+MESSAGE = 16 * MiB
+
+
+def fixed_overhead(idle_rss):
+    """What the budget does not count: the process measured idle (code,
+    threads, gRPC), gRPC's receive buffers of two messages in flight, and
+    64 MiB for the allocator's slack (freed blocks of the last large
+    message, until the next one trims them: server/memory_budget.h)."""
+    return idle_rss + 2 * MESSAGE + 64 * MiB
 
 
 def check_usable(s):
@@ -276,10 +288,12 @@ def test_four_clients_at_40_percent_each(pb, budget_server):
         assert all(what in ("ok", "RESOURCE_EXHAUSTED") for _, what in built), built
     assert messages and all("server memory budget exceeded" in m for m in messages), messages
     assert all(f"budget {BUDGET_MB * MiB} (--memory_budget_mb)" in m for m in messages)
-    # What memory the budget does not count (code, gRPC, the allocator's
-    # slack) is the process's fixed overhead: measured idle, plus a margin
-    # for gRPC's receive buffers of the messages in flight.
-    overhead = max(warm, idle) + 64 * MiB
+    overhead = fixed_overhead(max(warm, idle))
+    print(
+        f"\nmemory budget test: budget {BUDGET_MB} MiB, idle RSS {idle / MiB:.0f} MiB, "
+        f"warm {warm / MiB:.0f} MiB, peak {rss.peak / MiB:.0f} MiB over {rss.samples} "
+        f"samples; per round {[[o for _, o in outcomes[k]] for k in range(4)]}"
+    )
     assert rss.samples > 10
     assert rss.peak <= BUDGET_MB * MiB + overhead, (
         f"peak RSS {rss.peak / MiB:.0f} MiB > budget {BUDGET_MB} MiB + overhead "
@@ -302,17 +316,20 @@ def test_kept_fetch_results_stay_within_the_budget(pb, budget_server):
     warm = rss_bytes(server.proc.pid)
     codes = []
     errors = []
+    barrier = threading.Barrier(len(clients), timeout=TIMEOUT_S)
 
     def client(s):
         try:
             i, c = s.put(np.ones(PART // 16, np.float32))  # 10% of the budget
             assert outcome(s.run(c), c.seq) == "ok"
-            for _ in range(8):  # never acknowledged: kept up to the budget
+            barrier.wait()
+            for _ in range(8):  # never acknowledged: kept up to their share
                 f = s.fetch(i)
                 codes.append(outcome(s.run(f), f.seq))
             check_usable(s)
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
+            barrier.abort()
 
     with RssSampler(server.proc.pid) as rss:
         threads = [threading.Thread(target=client, args=(s,)) for s in clients]
@@ -323,7 +340,12 @@ def test_kept_fetch_results_stay_within_the_budget(pb, budget_server):
     assert not errors, errors
     assert set(codes) <= {"ok", "RESOURCE_EXHAUSTED"}, codes
     assert "ok" in codes
-    overhead = warm + 64 * MiB
+    overhead = fixed_overhead(warm)
+    print(
+        f"\nkept results test: budget {BUDGET_MB} MiB, warm RSS {warm / MiB:.0f} MiB, "
+        f"peak {rss.peak / MiB:.0f} MiB; fetches {codes.count('ok')} ok, "
+        f"{codes.count('RESOURCE_EXHAUSTED')} refused"
+    )
     assert rss.peak <= BUDGET_MB * MiB + overhead, (
         f"peak RSS {rss.peak / MiB:.0f} MiB > budget {BUDGET_MB} MiB + overhead "
         f"{overhead / MiB:.0f} MiB"

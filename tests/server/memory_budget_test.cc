@@ -183,6 +183,14 @@ v1::CommandResult ResultOfBytes(int64_t seq, size_t bytes) {
   return result;
 }
 
+TEST(KeptResultsTest, SetWithTheBudgetToAnEighthOfIt) {
+  SetKeptResultsLimit(800 * kMiB);
+  EXPECT_EQ(KeptResultsAccount()->limit(), 100 * kMiB);
+  EXPECT_EQ(KeptResultsAccount()->parent(), ProcessMemoryAccount().get());
+  SetKeptResultsLimit(0);
+  EXPECT_EQ(KeptResultsAccount()->limit(), 0);
+}
+
 TEST(KeptResultsTest, ChargedToTheBudgetAndDroppedWhenItIsFull) {
   const int64_t before = ProcessMemoryAccount()->bytes();
   {
@@ -197,14 +205,21 @@ TEST(KeptResultsTest, ChargedToTheBudgetAndDroppedWhenItIsFull) {
       cache.Applied(2, &large);  // does not fit the budget: a tombstone
       EXPECT_EQ(cache.kept_results(), 1);
       EXPECT_EQ(cache.tombstones(), 1);
+      // Nor does one that fits the budget but not the kept results' share.
+      KeptResultsAccount()->set_limit(KeptResultsAccount()->bytes() + 20000);
+      const v1::CommandResult share = ResultOfBytes(4, 30000);
+      cache.Applied(4, &share);
+      KeptResultsAccount()->set_limit(0);
+      EXPECT_EQ(cache.kept_results(), 1);
+      EXPECT_EQ(cache.tombstones(), 2);
       v1::CommandResult answer;
       ASSERT_TRUE(cache.AnswerDuplicate(2, "FetchTensor", &answer));
       EXPECT_EQ(answer.error().code(), static_cast<int>(absl::StatusCode::kAborted));
     }
     cache.Acknowledge(1);
     EXPECT_EQ(ProcessMemoryAccount()->bytes(), before);
-    const v1::CommandResult third = ResultOfBytes(3, 2000);
-    cache.Applied(3, &third);
+    const v1::CommandResult fifth = ResultOfBytes(5, 2000);
+    cache.Applied(5, &fifth);
     EXPECT_GT(ProcessMemoryAccount()->bytes(), before);
   }
   // A closed session's cache refunds everything.
