@@ -135,6 +135,22 @@ def is_server_status(error: grpc.RpcError) -> bool:
     return any(key == SERVER_STATUS_TRAILER for key, _ in _trailers(error))
 
 
+# The proxy's verdict (deploy/k8s/nginx/proxy.conf; README "A replica lost
+# behind the proxy"): a status the proxy answers because it cannot reach the
+# replica the session id routes to carries this trailer with this value.
+PROXY_VERDICT_TRAILER = "gradtape-proxy-verdict"
+REPLICA_UNREACHABLE_VERDICT = "replica-unreachable"
+
+
+def is_replica_unreachable(error: grpc.RpcError) -> bool:
+    """Whether the proxy answered this call with its verdict that the
+    session's replica is unreachable (still a transport failure)."""
+    return any(
+        key == PROXY_VERDICT_TRAILER and value == REPLICA_UNREACHABLE_VERDICT
+        for key, value in _trailers(error)
+    )
+
+
 def is_transport_failure(error: grpc.RpcError) -> bool:
     """UNAVAILABLE, INTERNAL or UNKNOWN that the server did not send: a
     dropped connection, a proxy's RST_STREAM or 502. Worth a reconnect."""
