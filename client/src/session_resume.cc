@@ -214,9 +214,9 @@ bool SessionCore::ReconnectLocked(const absl::Status& cause) {
     }
     bool server_trailer = false;
     bool replica_unreachable = false;
-    absl::Status probe =
-        ProbeSession(std::min(deadline, absl::Now() + options_.rpc_timeout),
-                     &server_trailer, &replica_unreachable, &probe_applied_seq_);
+    absl::Status probe = ProbeSession(
+        std::min(deadline, absl::Now() + options_.rpc_timeout), &server_trailer,
+        &replica_unreachable, &probe_applied_seq_);
     if (probe.ok()) {
       OpenStreamLocked();
       return true;
