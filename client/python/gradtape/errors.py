@@ -68,7 +68,9 @@ class SessionLostError(GradtapeError):
 
     * ``UNAVAILABLE`` (``reason == "unreachable"``): the connection failed
       and reconnecting within ``connect(reconnect_timeout=...)`` did not
-      succeed: "session <id>: server <addr> unreachable for <T> s (<N>
+      succeed, or the proxy answered the reconnect probes for 2 s that the
+      session's replica is unreachable (its ``gradtape-proxy-verdict``
+      trailer): "session <id>: server <addr> unreachable for <T> s (<N>
       reconnect attempts): <last error>". The server may still hold the
       session: connecting again with the same session id and token is not
       possible from this client, so start a new session.
