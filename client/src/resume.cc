@@ -23,6 +23,21 @@ bool IsTransportFailure(absl::StatusCode code, bool has_server_trailer,
   }
 }
 
+bool ReplicaVerdicts::Record(bool verdict, absl::Time now) {
+  if (!verdict) {
+    count_ = 0;
+    first_ = absl::InfiniteFuture();
+    return false;
+  }
+  if (count_++ == 0) first_ = now;
+  return count_ >= 2 && now - first_ >= kReplicaUnreachableGrace;
+}
+
+absl::Time ReplicaVerdicts::ProbeBy() const {
+  return count_ == 0 ? absl::InfiniteFuture()
+                     : first_ + kReplicaUnreachableGrace;
+}
+
 ReconnectBackoff::ReconnectBackoff(absl::Duration initial, absl::Duration max,
                                    uint64_t seed)
     : current_(std::max(initial, absl::Milliseconds(1))),

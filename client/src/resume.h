@@ -19,6 +19,10 @@
 //    jitter, ReconnectBackoff), opens a new Stream on the same session and
 //    sends every kept batch again, same seqs, in order, before any new one:
 //    the server skips what it applied and answers from its kept results;
+//  * a probe the proxy answers with its replica-unreachable verdict
+//    (kProxyVerdictTrailer) is still retried, but once consecutive probes
+//    have carried that verdict for kReplicaUnreachableGrace the session is
+//    lost (ReplicaVerdicts), whatever remains of reconnect_timeout;
 //  * anything else ends the session: every wait returns the same error.
 #ifndef GRADTAPE_CLIENT_SRC_RESUME_H_
 #define GRADTAPE_CLIENT_SRC_RESUME_H_
@@ -41,6 +45,38 @@ inline constexpr char kServerStatusTrailer[] = "gradtape-server-status";
 inline constexpr char kLostReasonPayload[] = "gradtape-lost-reason";
 inline constexpr char kLostAttemptsPayload[] = "gradtape-lost-attempts";
 inline constexpr char kLostSecondsPayload[] = "gradtape-lost-seconds";
+
+// The proxy's verdict on a session's replica (deploy/k8s/nginx/proxy.conf;
+// README "A replica lost behind the proxy"): a status the proxy answers
+// because it cannot reach the replica the session id routes to carries the
+// trailer `gradtape-proxy-verdict: replica-unreachable`. Like any status
+// without the server's trailer it is a transport failure.
+inline constexpr char kProxyVerdictTrailer[] = "gradtape-proxy-verdict";
+inline constexpr char kReplicaUnreachableVerdict[] = "replica-unreachable";
+// How long consecutive reconnect probes must carry that verdict before the
+// session is lost. Waiting longer does not help: a replica that restarts
+// comes back without the session (NOT_FOUND), and one the proxy cannot
+// reach for this long is taken as gone. A failure without the verdict (the
+// client cannot reach the proxy) keeps the whole reconnect_timeout.
+inline constexpr absl::Duration kReplicaUnreachableGrace = absl::Seconds(2);
+
+// The consecutive reconnect probes that carried the proxy's
+// replica-unreachable verdict. Not thread-safe (one reconnect loop).
+class ReplicaVerdicts {
+ public:
+  // Records a probe that failed in transport at `now`, with the verdict or
+  // without (which starts the count again). True once the verdict is final:
+  // at least two probes in a row carried it, the first at least
+  // kReplicaUnreachableGrace before the last.
+  bool Record(bool verdict, absl::Time now);
+  // When the next probe is due at the latest so that the grace's end is
+  // probed: the first verdict plus the grace, InfiniteFuture with none.
+  absl::Time ProbeBy() const;
+
+ private:
+  absl::Time first_ = absl::InfiniteFuture();
+  int count_ = 0;
+};
 
 // True when a call that ended with `code` failed in transport (a dropped
 // connection, a proxy's RST_STREAM or 502): UNAVAILABLE, INTERNAL or

@@ -67,6 +67,18 @@ bool HasServerTrailer(const grpc::ClientContext& context) {
   return context.GetServerTrailingMetadata().count(kServerStatusTrailer) > 0;
 }
 
+bool HasReplicaUnreachableVerdict(const grpc::ClientContext& context) {
+  const auto& trailers = context.GetServerTrailingMetadata();
+  const auto [begin, end] = trailers.equal_range(kProxyVerdictTrailer);
+  for (auto it = begin; it != end; ++it) {
+    if (absl::string_view(it->second.data(), it->second.size()) ==
+        kReplicaUnreachableVerdict) {
+      return true;
+    }
+  }
+  return false;
+}
+
 void ToProto(const HostTensor& t, std::string bytes, v1::TensorValue* out) {
   out->set_dtype(static_cast<v1::DType>(t.dtype));
   for (int64_t d : t.shape) out->add_shape(d);

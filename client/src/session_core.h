@@ -58,6 +58,9 @@ std::string RandomSessionId();
 // Whether the call's status carries the server's gradtape-server-status
 // trailer (client/src/resume.h).
 bool HasServerTrailer(const grpc::ClientContext& context);
+// Whether the call's status carries the proxy's replica-unreachable verdict
+// (kProxyVerdictTrailer, client/src/resume.h).
+bool HasReplicaUnreachableVerdict(const grpc::ClientContext& context);
 
 // Proto conversions shared by session.cc and autodiff.cc.
 // `t`'s dtype and shape with `bytes` moved in (no copy, also into an arena
@@ -263,8 +266,10 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   bool ReconnectLocked(const absl::Status& cause)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   // KeepAlive with the session's metadata: a reconnect's probe. Sets
-  // `*server_trailer` when the status carries the server's trailer.
+  // `*server_trailer` when the status carries the server's trailer and
+  // `*replica_unreachable` when it carries the proxy's verdict.
   absl::Status ProbeSession(absl::Time deadline, bool* server_trailer,
+                            bool* replica_unreachable,
                             int64_t* last_applied_seq);
   void OpenStreamLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
   void ResendLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);

@@ -190,10 +190,16 @@ bool SessionCore::ReconnectLocked(const absl::Status& cause) {
   const absl::Time deadline = start + options_.reconnect_timeout;
   ReconnectBackoff backoff(options_.initial_backoff, options_.max_backoff,
                            std::random_device()());
+  // The proxy's replica-unreachable verdicts (resume.h): the probe at the
+  // grace's end comes on time, not a whole backoff later.
+  ReplicaVerdicts verdicts;
   absl::Status last_error = cause;
   for (int64_t attempts = 0;; ++attempts) {
     if (attempts > 0 &&
-        !SleepUnlessClosing(std::min(absl::Now() + backoff.Next(), deadline))) {
+        !SleepUnlessClosing(std::min(
+            {absl::Now() + backoff.Next(), deadline,
+             std::max(verdicts.ProbeBy(),
+                      absl::Now() + absl::Milliseconds(1))}))) {
       return false;
     }
     if (absl::Now() >= deadline) {
@@ -207,9 +213,10 @@ bool SessionCore::ReconnectLocked(const absl::Status& cause) {
       ++counters_.reconnect_attempts;
     }
     bool server_trailer = false;
-    absl::Status probe =
-        ProbeSession(std::min(deadline, absl::Now() + options_.rpc_timeout),
-                     &server_trailer, &probe_applied_seq_);
+    bool replica_unreachable = false;
+    absl::Status probe = ProbeSession(
+        std::min(deadline, absl::Now() + options_.rpc_timeout), &server_trailer,
+        &replica_unreachable, &probe_applied_seq_);
     if (probe.ok()) {
       OpenStreamLocked();
       return true;
@@ -221,11 +228,18 @@ bool SessionCore::ReconnectLocked(const absl::Status& cause) {
       return false;
     }
     last_error = std::move(probe);
+    if (verdicts.Record(replica_unreachable, absl::Now())) {
+      absl::MutexLock lock(&mu_);
+      SetLostLocked(UnreachableError(session_id_, address_, absl::Now() - start,
+                                     attempts + 1, last_error));
+      return false;
+    }
   }
 }
 
 absl::Status SessionCore::ProbeSession(absl::Time deadline,
                                        bool* server_trailer,
+                                       bool* replica_unreachable,
                                        int64_t* last_applied_seq) {
   grpc::ClientContext context;
   AddSessionMetadata(&context);
@@ -234,6 +248,7 @@ absl::Status SessionCore::ProbeSession(absl::Time deadline,
   grpc::Status s =
       stub_->KeepAlive(&context, v1::KeepAliveRequest(), &response);
   *server_trailer = !s.ok() && HasServerTrailer(context);
+  *replica_unreachable = !s.ok() && HasReplicaUnreachableVerdict(context);
   if (s.ok()) *last_applied_seq = response.last_applied_seq();
   return FromGrpc(s, "KeepAlive");
 }

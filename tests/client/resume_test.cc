@@ -5,6 +5,7 @@
 // be resumed.
 #include "client/src/resume.h"
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -19,6 +20,8 @@
 #include "client/examples/mlp.h"
 #include "gmock/gmock.h"
 #include "gradtape/client/client.h"
+#include "gradtape/v1/tape_service.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "server/server.h"
 #include "tests/client/fault_proxy.h"
@@ -320,6 +323,140 @@ TEST(ResumeTest, SessionGoneGivesNotFoundAtOnce) {
   EXPECT_GE(session->counters().reconnect_attempts, 1);
   EXPECT_LE(session->counters().reconnect_attempts, 3);
   std::printf("%s\n", v.status().ToString().c_str());
+}
+
+// A stand-in for the proxy in front of a replica that died: CreateSession
+// succeeds (the replica was alive then), a Stream ends with a bare
+// UNAVAILABLE once it read a batch (the reset of a stream open when the
+// replica died), and every KeepAlive gets the proxy's UNAVAILABLE, with the
+// verdict trailer if `verdict` (deploy/k8s/nginx/proxy.conf).
+class DeadReplicaProxy final : public v1::TapeService::Service {
+ public:
+  explicit DeadReplicaProxy(bool verdict) : verdict_(verdict) {}
+
+  grpc::Status CreateSession(grpc::ServerContext*,
+                             const v1::CreateSessionRequest* request,
+                             v1::CreateSessionResponse* response) override {
+    response->set_session_id(request->session_id());
+    response->set_token("token");
+    response->set_keep_alive_seconds(60);
+    return grpc::Status::OK;
+  }
+  grpc::Status Stream(grpc::ServerContext*,
+                      grpc::ServerReaderWriter<v1::BatchReply,
+                                               v1::CommandBatch>* stream)
+      override {
+    v1::CommandBatch batch;
+    stream->Read(&batch);
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "upstream reset");
+  }
+  grpc::Status KeepAlive(grpc::ServerContext* context,
+                         const v1::KeepAliveRequest*,
+                         v1::KeepAliveResponse*) override {
+    ++probes_;
+    if (verdict_) {
+      context->AddTrailingMetadata(internal::kProxyVerdictTrailer,
+                                   internal::kReplicaUnreachableVerdict);
+    }
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "gradtape-proxy: the replica of session s is "
+                        "unreachable; create new sessions under a new id");
+  }
+  int probes() const { return probes_; }
+
+ private:
+  const bool verdict_;
+  std::atomic<int> probes_{0};
+};
+
+// Starts `service` on 127.0.0.1; `*port` is its port.
+std::unique_ptr<grpc::Server> StartFake(grpc::Service* service, int* port) {
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           port);
+  builder.RegisterService(service);
+  return builder.BuildAndStart();
+}
+
+// The time from the stream's failure to the session's loss behind a dead
+// replica's proxy, and the loss.
+struct LossBehindProxy {
+  absl::Duration waited;
+  absl::Status status;
+  ClientCounters counters;
+};
+
+LossBehindProxy LoseBehindDeadReplica(DeadReplicaProxy& proxy,
+                                      absl::Duration reconnect_timeout) {
+  int port = 0;
+  std::unique_ptr<grpc::Server> server = StartFake(&proxy, &port);
+  EXPECT_NE(server, nullptr);
+  SessionOptions options = ResumeOptions(reconnect_timeout);
+  options.max_backoff = absl::Seconds(2);
+  std::unique_ptr<Session> session = ConnectTo(port, options);
+  if (session == nullptr) return {};
+  const Tensor x = session->Scalar(3.0);
+  const absl::Time start = absl::Now();
+  LossBehindProxy loss;
+  loss.status = session->Sync();
+  loss.waited = absl::Now() - start;
+  EXPECT_EQ(session->KeepAlive(), loss.status);  // every later call
+  loss.counters = session->counters();
+  session.reset();
+  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+  return loss;
+}
+
+// The proxy's replica-unreachable verdict ends the session once probes
+// have carried it for kReplicaUnreachableGrace, long before a 60 s
+// reconnect budget, with the unreachable loss quoting the proxy.
+TEST(ResumeTest, ProxyVerdictEndsTheSessionAfterItsGrace) {
+  DeadReplicaProxy proxy(/*verdict=*/true);
+  const LossBehindProxy loss =
+      LoseBehindDeadReplica(proxy, absl::Seconds(60));
+  EXPECT_EQ(loss.status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(loss.status.message(),
+              AllOf(HasSubstr("unreachable for 2."),
+                    HasSubstr("gradtape-proxy: the replica of session")));
+  EXPECT_EQ(loss.status.GetPayload(internal::kLostReasonPayload),
+            absl::Cord("unreachable"));
+  EXPECT_GE(loss.waited, internal::kReplicaUnreachableGrace);
+  EXPECT_LT(loss.waited, absl::Seconds(4));
+  EXPECT_GE(proxy.probes(), 2);
+  EXPECT_EQ(loss.counters.reconnect_attempts, proxy.probes());
+  std::printf("%s\n", loss.status.ToString().c_str());
+}
+
+// The same answer without the verdict (the client cannot tell a dead
+// replica from a blip): retried for the whole reconnect budget.
+TEST(ResumeTest, UnavailableWithoutTheVerdictKeepsTheBudget) {
+  DeadReplicaProxy proxy(/*verdict=*/false);
+  const LossBehindProxy loss = LoseBehindDeadReplica(proxy, absl::Seconds(4));
+  EXPECT_EQ(loss.status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(loss.status.message(), HasSubstr("unreachable for 4."));
+  EXPECT_GE(loss.waited, absl::Milliseconds(3900));
+  EXPECT_LT(loss.waited, absl::Seconds(7));
+}
+
+// The rule itself: two verdicts in a row, the grace apart; any probe
+// without the verdict starts the count again.
+TEST(ResumeTest, ReplicaVerdictsAreFinalOnlyWhenConsecutiveForTheGrace) {
+  using internal::kReplicaUnreachableGrace;
+  const absl::Time t0 = absl::UnixEpoch();
+  internal::ReplicaVerdicts verdicts;
+  EXPECT_EQ(verdicts.ProbeBy(), absl::InfiniteFuture());
+  EXPECT_FALSE(verdicts.Record(true, t0));
+  EXPECT_EQ(verdicts.ProbeBy(), t0 + kReplicaUnreachableGrace);
+  EXPECT_FALSE(verdicts.Record(true, t0 + absl::Milliseconds(1999)));
+  EXPECT_FALSE(verdicts.Record(false, t0 + absl::Seconds(3)));
+  EXPECT_EQ(verdicts.ProbeBy(), absl::InfiniteFuture());
+  const absl::Time t1 = t0 + absl::Seconds(4);
+  EXPECT_FALSE(verdicts.Record(true, t1));
+  EXPECT_FALSE(verdicts.Record(true, t1 + absl::Seconds(1)));
+  EXPECT_TRUE(verdicts.Record(true, t1 + kReplicaUnreachableGrace));
+  // One verdict, however late, is not final on its own.
+  internal::ReplicaVerdicts once;
+  EXPECT_FALSE(once.Record(true, t0 + absl::Hours(1)));
 }
 
 // Errors that are not transport failures are never retried: a command

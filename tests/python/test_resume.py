@@ -13,6 +13,7 @@ never retried.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import signal
 import socket
@@ -410,6 +411,32 @@ class _FakeCall(grpc.RpcError):
         return self._trailers
 
 
+@pytest.mark.no_client  # errors.py and _resume.py on stand-in calls
+def test_the_proxy_verdict_is_final_only_when_consecutive_for_the_grace():
+    from gradtape._resume import REPLICA_UNREACHABLE_GRACE_S as grace
+    from gradtape._resume import ReplicaVerdicts
+    from gradtape.errors import is_replica_unreachable, is_transport_failure
+
+    verdict = (("gradtape-proxy-verdict", "replica-unreachable"),)
+    assert is_replica_unreachable(_FakeCall(grpc.StatusCode.UNAVAILABLE, verdict))
+    assert is_transport_failure(_FakeCall(grpc.StatusCode.UNAVAILABLE, verdict))
+    other = (("gradtape-proxy-verdict", "other"),)
+    assert not is_replica_unreachable(_FakeCall(grpc.StatusCode.UNAVAILABLE, other))
+    assert not is_replica_unreachable(_FakeCall(grpc.StatusCode.UNAVAILABLE))
+
+    v = ReplicaVerdicts()
+    assert v.cap(60.0, now=0.0) == 60.0  # no verdict yet: the backoff's delay
+    assert not v.record(True, now=100.0)
+    assert v.cap(60.0, now=100.5) == pytest.approx(grace - 0.5)
+    assert not v.record(True, now=100.0 + grace - 0.001)
+    assert not v.record(False, now=103.0)  # no verdict: counting starts again
+    assert v.cap(60.0, now=103.0) == 60.0
+    assert not v.record(True, now=104.0)
+    assert not v.record(True, now=105.0)
+    assert v.record(True, now=104.0 + grace)
+    assert not ReplicaVerdicts().record(True, now=1e6)  # one verdict alone
+
+
 @pytest.mark.no_client  # errors.py on stand-in calls
 def test_only_statuses_the_server_did_not_send_are_transport_failures():
     from gradtape.errors import is_transport_failure
@@ -438,9 +465,13 @@ class ScriptedTape(pb_grpc.TapeServiceServicer):
     Streams ending with a given status after their first batch, fetches
     answered "already applied; its result is no longer kept"."""
 
-    def __init__(self, create_failures=(), stream_failures=(), forget_fetches=0):
+    def __init__(
+        self, create_failures=(), stream_failures=(), forget_fetches=0, keep_alive_failure=None
+    ):
         self.create_failures = create_failures  # [(code, trailers)]*n, in order
         self.stream_failures = list(stream_failures)
+        self.keep_alive_failure = keep_alive_failure  # (code, trailers) for every KeepAlive
+        self.probes = 0
         self.forget_fetches = forget_fetches
         self.proposed = []  # CreateSession's session ids
         self.fetch_seqs = []
@@ -461,6 +492,14 @@ class ScriptedTape(pb_grpc.TapeServiceServicer):
         return pb.ListOpsResponse()
 
     def KeepAlive(self, request, context):  # noqa: N802
+        self.probes += 1
+        if self.keep_alive_failure is not None:
+            context.set_trailing_metadata(self.keep_alive_failure[1])
+            context.abort(
+                self.keep_alive_failure[0],
+                "gradtape-proxy: the replica of session s is unreachable; create new "
+                "sessions under a new id",
+            )
         return pb.KeepAliveResponse()
 
     def CloseSession(self, request, context):  # noqa: N802
@@ -577,3 +616,35 @@ def test_a_fetch_whose_result_is_no_longer_kept_is_fetched_again(scripted):
         first, again = tape.fetch_seqs
         assert again > first  # a new seq: the server applies it
         np.testing.assert_array_equal(x.numpy(), [4.0, 5.0])
+
+
+VERDICT = (("gradtape-proxy-verdict", "replica-unreachable"),)
+
+
+@pytest.mark.parametrize(
+    "trailers, budget, lost_after",
+    [
+        (VERDICT, 60, (2.0, 4.0)),  # the proxy's verdict: final after the 2 s grace
+        ((), 4, (3.9, 7.0)),  # no verdict (maybe a blip): the whole budget
+    ],
+)
+def test_the_proxy_verdict_ends_a_session_within_seconds(scripted, trailers, budget, lost_after):
+    """A stream reset as its replica died, then every probe answered by the
+    proxy (deploy/k8s/nginx/proxy.conf)."""
+    tape = ScriptedTape(
+        stream_failures=[(grpc.StatusCode.INTERNAL, ())],
+        keep_alive_failure=(grpc.StatusCode.UNAVAILABLE, trailers),
+    )
+    s = gradtape.connect(scripted(tape), reconnect_timeout=budget)
+    try:
+        started = time.monotonic()
+        with pytest.raises(gradtape.SessionLostError) as info:
+            bounded(lambda: s.constant(np.ones(1)).numpy(), 20)
+        waited = time.monotonic() - started
+        assert (info.value.code, info.value.reason) == (grpc.StatusCode.UNAVAILABLE, "unreachable")
+        assert "gradtape-proxy: the replica of session" in info.value.message
+        assert lost_after[0] <= waited < lost_after[1], waited
+        assert tape.probes >= 2
+    finally:
+        with contextlib.suppress(gradtape.GradtapeError):
+            s.close()

@@ -26,6 +26,12 @@ package gradtape
 //     whose kept result no longer fits the resent batch's reply gets
 //     ResourceExhausted: the fetch is sent again with a new seq (a fetch is
 //     a read).
+//   - A probe the proxy answers with its replica-unreachable verdict
+//     (ProxyVerdictTrailer) is retried too, but once probes in a row have
+//     carried it for ReplicaUnreachableGrace the session is lost with the
+//     Unavailable "... unreachable ..." error below, whatever remains of
+//     the reconnect timeout (a failure without the verdict starts the
+//     count again and keeps the whole timeout).
 //   - Anything else is final and never retried: a status with the trailer
 //     (NotFound: the server no longer has the session; Unavailable "server
 //     draining": restore the drain checkpoint in a new session), or any
@@ -54,6 +60,65 @@ import (
 // ServerStatusTrailer is the trailing metadata on every non-OK status the
 // gradtape server itself sends.
 const ServerStatusTrailer = "gradtape-server-status"
+
+// The proxy's verdict on a session's replica (deploy/k8s/nginx/proxy.conf;
+// README "A replica lost behind the proxy"): a status the proxy answers
+// because it cannot reach the replica the session id routes to carries
+// ProxyVerdictTrailer: ReplicaUnreachableVerdict. It is still a transport
+// failure.
+const (
+	ProxyVerdictTrailer       = "gradtape-proxy-verdict"
+	ReplicaUnreachableVerdict = "replica-unreachable"
+	// ReplicaUnreachableGrace is how long reconnect probes in a row must
+	// carry the verdict before the session is lost. Waiting longer does not
+	// help: a replica that restarts comes back without the session
+	// (NotFound), and one the proxy cannot reach for this long is taken as
+	// gone.
+	ReplicaUnreachableGrace = 2 * time.Second
+)
+
+// IsReplicaUnreachable reports whether trailer (a failed call's trailing
+// metadata) carries the proxy's replica-unreachable verdict.
+func IsReplicaUnreachable(trailer metadata.MD) bool {
+	for _, v := range trailer.Get(ProxyVerdictTrailer) {
+		if v == ReplicaUnreachableVerdict {
+			return true
+		}
+	}
+	return false
+}
+
+// replicaVerdicts counts the reconnect probes in a row that carried the
+// proxy's replica-unreachable verdict.
+type replicaVerdicts struct {
+	first time.Time
+	count int
+}
+
+// record notes a probe that failed in transport at now, with the verdict
+// or without (which starts the count again); true once the verdict is
+// final: at least two probes in a row carried it, the first at least
+// ReplicaUnreachableGrace before the last.
+func (v *replicaVerdicts) record(verdict bool, now time.Time) bool {
+	if !verdict {
+		*v = replicaVerdicts{}
+		return false
+	}
+	if v.count == 0 {
+		v.first = now
+	}
+	v.count++
+	return v.count >= 2 && now.Sub(v.first) >= ReplicaUnreachableGrace
+}
+
+// capSleep shortens sleep so that the next probe comes by the grace's end
+// (at least 1 ms from now) while verdicts are being counted.
+func (v *replicaVerdicts) capSleep(sleep time.Duration, now time.Time) time.Duration {
+	if v.count == 0 {
+		return sleep
+	}
+	return min(sleep, max(v.first.Add(ReplicaUnreachableGrace).Sub(now), time.Millisecond))
+}
 
 // IsTransportFailure reports whether err, the status of a call whose
 // trailing metadata is trailer, is a transport failure the client resumes
@@ -196,21 +261,23 @@ func (s *Session) reconnect(cause error) error {
 	deadline := start.Add(s.resume.cfg.timeout)
 	backoff := s.resume.cfg.initialBackoff
 	last := cause
+	var verdicts replicaVerdicts
+	unreachable := func(attempts int) error {
+		return lostError(codes.Unavailable, s.ID, "server %s unreachable for %.1f s "+
+			"(%d reconnect attempts): %s", s.resume.address, time.Since(start).Seconds(),
+			attempts, status.Convert(last).Message())
+	}
 	for attempts := 0; ; attempts++ {
 		if attempts > 0 {
 			sleep := time.Duration(float64(backoff) * (0.5 + 0.5*rand.Float64()))
-			if until := time.Until(deadline); sleep > until {
-				sleep = until
-			}
+			sleep = min(verdicts.capSleep(sleep, time.Now()), time.Until(deadline))
 			time.Sleep(sleep)
 			if backoff *= 2; backoff > s.resume.cfg.maxBackoff {
 				backoff = s.resume.cfg.maxBackoff
 			}
 		}
 		if !time.Now().Before(deadline) {
-			return lostError(codes.Unavailable, s.ID, "server %s unreachable for %.1f s "+
-				"(%d reconnect attempts): %s", s.resume.address, time.Since(start).Seconds(),
-				attempts, status.Convert(last).Message())
+			return unreachable(attempts)
 		}
 		s.resume.counters.ReconnectAttempts++
 		ctx, cancel := context.WithDeadline(s.ctx, minTime(deadline, time.Now().Add(10*time.Second)))
@@ -230,6 +297,9 @@ func (s *Session) reconnect(cause error) error {
 			return s.finalError(err)
 		}
 		last = err
+		if verdicts.record(IsReplicaUnreachable(trailer), time.Now()) {
+			return unreachable(attempts + 1)
+		}
 	}
 }
 

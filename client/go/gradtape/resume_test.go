@@ -12,9 +12,11 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -139,6 +141,127 @@ func TestUnreachableServerIsOneSessionLostError(t *testing.T) {
 	}
 	if again := s.Sync(); again != err {
 		t.Errorf("a later Sync = %v, want the same error", again)
+	}
+}
+
+// deadReplicaProxy stands in for the proxy in front of a replica that died
+// (deploy/k8s/nginx/proxy.conf): CreateSession succeeds (the replica was
+// alive then), a Stream ends with a bare Unavailable once it read a batch
+// (the reset of a stream open when the replica died), and every KeepAlive
+// gets the proxy's Unavailable, with the verdict trailer if verdict.
+type deadReplicaProxy struct {
+	pb.UnimplementedTapeServiceServer
+	verdict bool
+	probes  atomic.Int64
+}
+
+func (p *deadReplicaProxy) CreateSession(_ context.Context, r *pb.CreateSessionRequest) (*pb.CreateSessionResponse, error) {
+	return &pb.CreateSessionResponse{SessionId: r.SessionId, Token: "token", KeepAliveSeconds: 60}, nil
+}
+
+func (p *deadReplicaProxy) Stream(stream pb.TapeService_StreamServer) error {
+	if _, err := stream.Recv(); err != nil {
+		return err
+	}
+	return status.Error(codes.Unavailable, "upstream reset")
+}
+
+func (p *deadReplicaProxy) KeepAlive(ctx context.Context, _ *pb.KeepAliveRequest) (*pb.KeepAliveResponse, error) {
+	p.probes.Add(1)
+	if p.verdict {
+		grpc.SetTrailer(ctx, metadata.Pairs(ProxyVerdictTrailer, ReplicaUnreachableVerdict))
+	}
+	return nil, status.Error(codes.Unavailable,
+		"gradtape-proxy: the replica of session s is unreachable; create new sessions under a new id")
+}
+
+// loseBehindDeadReplica syncs a batch through proxy (served on 127.0.0.1)
+// with the given reconnect timeout; returns how long the loss took, and the
+// loss.
+func loseBehindDeadReplica(t *testing.T, proxy *deadReplicaProxy, timeout time.Duration) (time.Duration, error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := grpc.NewServer()
+	pb.RegisterTapeServiceServer(server, proxy)
+	go server.Serve(ln)
+	t.Cleanup(server.Stop)
+	s := connectVia(t, ln.Addr().String(), WithReconnect(timeout, 10*time.Millisecond, 2*time.Second))
+	s.Put([]int64{1}, []float64{1})
+	start := time.Now()
+	err = s.Sync()
+	waited := time.Since(start)
+	if again := s.Sync(); again != err {
+		t.Errorf("a later Sync = %v, want the same error", again)
+	}
+	return waited, err
+}
+
+func TestProxyVerdictEndsTheSessionAfterItsGrace(t *testing.T) {
+	proxy := &deadReplicaProxy{verdict: true}
+	waited, err := loseBehindDeadReplica(t, proxy, 60*time.Second)
+	var lost *SessionLostError
+	if !errors.As(err, &lost) || status.Code(err) != codes.Unavailable ||
+		!strings.Contains(err.Error(), "unreachable for 2.") ||
+		!strings.Contains(err.Error(), "gradtape-proxy: the replica of session") {
+		t.Fatalf("Sync behind a dead replica = %v, want a SessionLostError UNAVAILABLE "+
+			"unreachable for 2.x s quoting the proxy", err)
+	}
+	if waited < ReplicaUnreachableGrace || waited > 4*time.Second {
+		t.Errorf("waited %v, want the %v grace (not the 60 s reconnect timeout)", waited, ReplicaUnreachableGrace)
+	}
+	if n := proxy.probes.Load(); n < 2 {
+		t.Errorf("%d probes, want at least 2", n)
+	}
+}
+
+func TestUnavailableWithoutTheVerdictKeepsTheBudget(t *testing.T) {
+	waited, err := loseBehindDeadReplica(t, &deadReplicaProxy{}, 4*time.Second)
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "unreachable for 4.") {
+		t.Fatalf("Sync = %v, want UNAVAILABLE unreachable for 4.x s", err)
+	}
+	if waited < 3900*time.Millisecond || waited > 7*time.Second {
+		t.Errorf("waited %v, want the 4 s reconnect timeout", waited)
+	}
+}
+
+func TestReplicaVerdictsAreFinalOnlyWhenConsecutiveForTheGrace(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var v replicaVerdicts
+	if got := v.capSleep(time.Hour, t0); got != time.Hour {
+		t.Errorf("capSleep with no verdict = %v, want the sleep", got)
+	}
+	steps := []struct {
+		verdict bool
+		at      time.Duration
+		final   bool
+	}{
+		{true, 0, false},
+		{true, 1999 * time.Millisecond, false},
+		{false, 3 * time.Second, false}, // starts the count again
+		{true, 4 * time.Second, false},
+		{true, 5 * time.Second, false},
+		{true, 4*time.Second + ReplicaUnreachableGrace, true},
+	}
+	for i, st := range steps {
+		if got := v.record(st.verdict, t0.Add(st.at)); got != st.final {
+			t.Errorf("step %d: record(%v, +%v) = %v, want %v", i, st.verdict, st.at, got, st.final)
+		}
+		if i == 3 {
+			if got := v.capSleep(time.Hour, t0.Add(5*time.Second)); got != time.Second {
+				t.Errorf("capSleep 1 s before the grace's end = %v, want 1s", got)
+			}
+		}
+	}
+	var once replicaVerdicts
+	if once.record(true, t0.Add(time.Hour)) {
+		t.Error("one verdict alone is final")
+	}
+	if !IsReplicaUnreachable(metadata.Pairs(ProxyVerdictTrailer, ReplicaUnreachableVerdict)) ||
+		IsReplicaUnreachable(metadata.Pairs(ProxyVerdictTrailer, "other")) || IsReplicaUnreachable(nil) {
+		t.Error("IsReplicaUnreachable does not match the verdict exactly")
 	}
 }
 

@@ -55,6 +55,7 @@ from gradtape import _backend, _chunks, _resume
 from gradtape.errors import (
     GradtapeError,
     SessionLostError,
+    is_replica_unreachable,
     is_server_status,
     is_transport_failure,
     status_code,
@@ -515,12 +516,13 @@ class StreamCore:
         """Probes the session with KeepAlive (backoff, bounded by `outage`),
         then opens a new stream and resends the unacknowledged batches."""
         last: grpc.RpcError = error
+        verdicts = _resume.ReplicaVerdicts()
         while True:
             delay = outage.next_delay()
             if delay is None:
                 self._set_lost(_resume.unreachable(self.session_id, self.address, outage, last))
                 return None
-            if self._closing.wait(delay):
+            if self._closing.wait(verdicts.cap(delay)):
                 return None
             with self._lock:
                 self._transport["reconnect_attempts"] += 1
@@ -535,6 +537,11 @@ class StreamCore:
                 timed_out = e.code() == grpc.StatusCode.DEADLINE_EXCEEDED
                 if is_transport_failure(e) or (timed_out and not is_server_status(e)):
                     last = e
+                    if verdicts.record(is_replica_unreachable(e)):
+                        # The proxy's verdict held for the grace: lost.
+                        lost = _resume.unreachable(self.session_id, self.address, outage, last)
+                        self._set_lost(lost)
+                        return None
                     continue
                 self._set_lost(_resume.final(self.session_id, self.address, e, outage))
                 return None

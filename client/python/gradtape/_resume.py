@@ -10,8 +10,12 @@ and jitter, until it answers or `reconnect_timeout` seconds have passed
 since the last reply; it then opens a new Stream on the same session and
 sends again every unacknowledged batch, with its original seqs. The server
 skips the commands it already applied and answers them from its kept
-results (proto: "Exactly-once application"). Any other status is final:
-the session is lost and every wait point raises one SessionLostError.
+results (proto: "Exactly-once application"). A probe the proxy answers
+with its replica-unreachable verdict (errors.is_replica_unreachable) is
+retried too, but once probes in a row have carried it for
+REPLICA_UNREACHABLE_GRACE_S the session is lost (ReplicaVerdicts),
+whatever remains of `reconnect_timeout`. Any other status is final: the
+session is lost and every wait point raises one SessionLostError.
 """
 
 from __future__ import annotations
@@ -47,6 +51,46 @@ CHANNEL_BACKOFF_OPTIONS = (
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
 )
+
+
+# How long reconnect probes in a row must carry the proxy's
+# replica-unreachable verdict before the session is lost. Waiting longer
+# does not help: a replica that restarts comes back without the session
+# (NOT_FOUND), and one the proxy cannot reach for this long is taken as
+# gone. A failure without the verdict (the proxy itself unreachable) keeps
+# the whole reconnect_timeout.
+REPLICA_UNREACHABLE_GRACE_S = 2.0
+
+
+class ReplicaVerdicts:
+    """The reconnect probes in a row that carried the proxy's
+    replica-unreachable verdict (one reconnect loop: not thread-safe)."""
+
+    def __init__(self) -> None:
+        self._first: Optional[float] = None
+        self._count = 0
+
+    def record(self, verdict: bool, now: Optional[float] = None) -> bool:
+        """Records a probe that failed in transport (at monotonic time
+        `now`), with the verdict or without (which starts the count again);
+        True once the verdict is final: at least two probes in a row carried
+        it, the first at least the grace before the last."""
+        now = time.monotonic() if now is None else now
+        if not verdict:
+            self._first, self._count = None, 0
+            return False
+        if self._first is None:
+            self._first = now
+        self._count += 1
+        return self._count >= 2 and now - self._first >= REPLICA_UNREACHABLE_GRACE_S
+
+    def cap(self, delay: float, now: Optional[float] = None) -> float:
+        """`delay`, shortened so that the next probe comes by the grace's
+        end (at least 1 ms from now) while verdicts are being counted."""
+        if self._first is None:
+            return delay
+        now = time.monotonic() if now is None else now
+        return min(delay, max(self._first + REPLICA_UNREACHABLE_GRACE_S - now, 0.001))
 
 
 class Backoff:

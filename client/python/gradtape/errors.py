@@ -68,7 +68,9 @@ class SessionLostError(GradtapeError):
 
     * ``UNAVAILABLE`` (``reason == "unreachable"``): the connection failed
       and reconnecting within ``connect(reconnect_timeout=...)`` did not
-      succeed: "session <id>: server <addr> unreachable for <T> s (<N>
+      succeed, or the proxy answered the reconnect probes for 2 s that the
+      session's replica is unreachable (its ``gradtape-proxy-verdict``
+      trailer): "session <id>: server <addr> unreachable for <T> s (<N>
       reconnect attempts): <last error>". The server may still hold the
       session: connecting again with the same session id and token is not
       possible from this client, so start a new session.
@@ -133,6 +135,22 @@ def is_server_status(error: grpc.RpcError) -> bool:
     """Whether the gradtape server itself sent this status (its trailer
     ``gradtape-server-status: 1``)."""
     return any(key == SERVER_STATUS_TRAILER for key, _ in _trailers(error))
+
+
+# The proxy's verdict (deploy/k8s/nginx/proxy.conf; README "A replica lost
+# behind the proxy"): a status the proxy answers because it cannot reach the
+# replica the session id routes to carries this trailer with this value.
+PROXY_VERDICT_TRAILER = "gradtape-proxy-verdict"
+REPLICA_UNREACHABLE_VERDICT = "replica-unreachable"
+
+
+def is_replica_unreachable(error: grpc.RpcError) -> bool:
+    """Whether the proxy answered this call with its verdict that the
+    session's replica is unreachable (still a transport failure)."""
+    return any(
+        key == PROXY_VERDICT_TRAILER and value == REPLICA_UNREACHABLE_VERDICT
+        for key, value in _trailers(error)
+    )
 
 
 def is_transport_failure(error: grpc.RpcError) -> bool:

@@ -605,8 +605,9 @@ def connect(
         at most this many seconds since the last reply, opens a new stream
         on the same session and resends the commands not yet acknowledged
         (the server applies each seq once). Past it, every wait point raises
-        a SessionLostError (UNAVAILABLE "... unreachable for T s ...").
-        0: off, the first transport failure loses the session. Also bounds
+        a SessionLostError (UNAVAILABLE "... unreachable for T s ..."),
+        and sooner when probes in a row carry the proxy's replica-unreachable
+        verdict for 2 s (README "A replica lost behind the proxy"). 0: off, the first transport failure loses the session. Also bounds
         retries of a CreateSession that fails in transport (each with a new
         random id, unless `session_id` is given).
       native: which client implementation carries the session: None (the

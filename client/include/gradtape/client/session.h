@@ -199,7 +199,9 @@ struct SessionOptions {
   // acknowledged, with its seq (the server applies each seq once). Callers
   // see a delay; past reconnect_timeout every wait returns UNAVAILABLE
   // "session <id>: server <addr> unreachable for <T> s (<N> reconnect
-  // attempts): ...". 0 turns resuming off. A CreateSession that fails in
+  // attempts): ...", and so it does sooner once the probes have carried a
+  // proxy's replica-unreachable verdict for 2 s in a row (README "A replica
+  // lost behind the proxy"; client/src/resume.h). 0 turns resuming off. A CreateSession that fails in
   // transport is retried within the same bound, with a new random session
   // id (a caller's own session_id is tried once). A wait waits for a
   // reconnect in progress (at most this long), Close at most rpc_timeout
