@@ -230,7 +230,9 @@ TEST_F(EinsumTest, Complex) {
 // TensorFlow's equation rules (core/ops/einsum.h), one test each: the
 // refused equation, and where the rule has a boundary, the accepted one next
 // to it. TensorFlow 2.21's tf.raw_ops.Einsum refuses each refused equation
-// here in graph mode (its shape function) and accepts each accepted one.
+// here in graph mode (its shape function) and accepts each accepted one,
+// with the same values, except rule 3: the op takes a digit or a space as
+// a label ("i1->i" sums axis 1); only tf.einsum refuses it.
 
 TEST_F(EinsumTest, Rule1ExactlyOneArrow) {
   const Tensor b = Make({2, 3}, Fill(6));
