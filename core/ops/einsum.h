@@ -9,6 +9,30 @@
 // "...ij,...jk->...ik" broadcasts the ellipsis dims (the output must have
 // "..." when they are not empty). Dims of one named label
 // must be equal everywhere; ellipsis dims broadcast (1 against n).
+//
+// The equation is checked as TensorFlow's Einsum op checks it (its kernel,
+// tensorflow/core/util/einsum_op_util.cc and kernels/linalg/einsum_op_impl.h,
+// and its shape function, EinsumShape in framework/common_shape_fns.cc,
+// which also refuses what the kernel lets through in eager mode). Each rule
+// is a test in tests/core/ops/einsum_ops_test.cc:
+//  1. exactly one "->": the op has no implicit output ("ij,jk" is
+//     tf.einsum's Python shorthand, not the op's);
+//  2. one or two operands, as many as inputs;
+//  3. labels are ASCII letters (case matters); the op's kernel takes any
+//     other character as a label too, tf.einsum refuses them, so do we;
+//  4. an ellipsis is exactly "...", at most one per operand and output;
+//  5. an operand's rank is its label count, or at least that with "...";
+//  6. a named label has one size in every place it appears: a size of 1 does
+//     not broadcast against n (only ellipsis dims do), nor 0 against n;
+//  7. ellipsis dims broadcast (equal, or 1 against n);
+//  8. the output has "..." when the broadcast ellipsis has dims; "..." in
+//     the output without one in the operands stands for no dims ("i->i...");
+//  9. every output label is in some operand.
+// A label repeated in the output is accepted: the op inflates ("ab->aa" is
+// diag(sum_b x[a, b])), as TensorFlow's op does in eager and graph mode, and
+// TensorFlow's gradient of a diagonal needs it (the gradient of "ii,ij->ij"
+// for the first operand is "ij,ij->ii"). Only tf.einsum, the Python
+// wrapper, refuses it before it reaches the op.
 #ifndef GRADTAPE_CORE_OPS_EINSUM_H_
 #define GRADTAPE_CORE_OPS_EINSUM_H_
 
@@ -36,7 +60,8 @@ struct EinsumEquation {
 };
 
 // INVALID_ARGUMENT naming "Einsum", the equation and the offending operand,
-// label or dim. A label may repeat in the output (inflate: "i->ii").
+// label or dim, for an equation or shapes breaking a rule above. A label may
+// repeat in the output (inflate: "i->ii").
 absl::StatusOr<EinsumEquation> ParseEinsumEquation(
     absl::string_view equation, absl::Span<const Shape> shapes);
 

@@ -108,7 +108,8 @@ absl::Status RecordSizes(absl::string_view equation, int i, const Shape& shape,
   return absl::OkStatus();
 }
 
-// The output labels; every one must be in an operand, none repeated.
+// The output labels: every one must be in an operand; one may repeat
+// (inflate, see core/ops/einsum.h).
 absl::Status ParseOutput(absl::string_view equation, absl::string_view rhs,
                          int ellipsis_total, EinsumEquation& eq) {
   ASSIGN_OR_RETURN(std::vector<int> sub,
@@ -118,17 +119,11 @@ absl::Status ParseOutput(absl::string_view equation, absl::string_view rhs,
                        " broadcast dims but the output has no \"...\"");
   }
   eq.output = ExpandEllipsis(sub, ellipsis_total, ellipsis_total);
-  std::vector<bool> seen(eq.sizes.size(), false);
   for (int l : eq.output) {
     if (l < EinsumEquation::kEllipsisLabel && eq.sizes[l] < 0) {
       return EinsumError(equation, "output label '", std::string(1, char(l)),
                          "' is in no operand");
     }
-    if (seen[l] && l >= EinsumEquation::kEllipsisLabel) {
-      return EinsumError(equation, "output label '", std::string(1, char(l)),
-                         "' is repeated");
-    }
-    seen[l] = true;
     eq.output_shape.push_back(eq.sizes[l]);
   }
   return absl::OkStatus();
@@ -281,7 +276,9 @@ absl::StatusOr<EinsumEquation> ParseEinsumEquation(
   const size_t arrow = equation.find("->");
   if (arrow == absl::string_view::npos ||
       equation.find("->", arrow + 2) != absl::string_view::npos) {
-    return EinsumError(equation, "the equation needs exactly one \"->\"");
+    return EinsumError(equation,
+                       "the equation needs exactly one \"->\" before its "
+                       "output subscripts (\"ij,jk->ik\", not \"ij,jk\")");
   }
   const std::vector<absl::string_view> lhs =
       absl::StrSplit(equation.substr(0, arrow), ',');

@@ -350,6 +350,53 @@ TEST_F(BadInputTest, CustomGradientOfTheWrongShapeIsTheClientsError) {
   ExpectUsable();
 }
 
+// An Einsum equation TensorFlow refuses (core/ops/einsum.h lists the rules;
+// tests/core/ops/einsum_ops_test.cc has one test each) fails alone, named
+// by the op, the command, the equation and the offending label or operand,
+// with nothing stored for its output.
+TEST_F(BadInputTest, EinsumEquationsAreCheckedAsTensorFlowChecksThem) {
+  Put(1, DType::kFloat64, {2, 3});
+  Put(2, DType::kFloat64, {3, 4});
+  auto einsum = [&](const std::string& equation, std::vector<int64_t> in,
+                    int64_t out) {
+    AttrMap attrs;
+    attrs.Set("equation", equation);
+    attrs.Set("N", static_cast<int64_t>(in.size()));
+    return Exec("Einsum", std::move(in), {out}, attrs);
+  };
+  const int64_t live = session_.Stats().live_tensors;
+  ExpectError(einsum("ab,bc", {1, 2}, 10), StatusCode::kInvalidArgument,
+              {"Einsum (command 3, input ids [1,2]): ", "exactly one \"->\"",
+               "\"ab,bc\""});
+  ExpectError(einsum("ab->a", {1, 2}, 11), StatusCode::kInvalidArgument,
+              {"Einsum (command 4, input ids [1,2]): ",
+               "1 operand subscripts for 2 inputs"});
+  ExpectError(
+      einsum("a1->a", {1}, 12), StatusCode::kInvalidArgument,
+      {"Einsum (command 5, input ids [1]): ", "operand 0 \"a1\" has '1'"});
+  ExpectError(
+      einsum("a....->a", {1}, 13), StatusCode::kInvalidArgument,
+      {"Einsum (command 6, input ids [1]): ", "operand 0 \"a....\" has '.'"});
+  ExpectError(einsum("abc->a", {1}, 14), StatusCode::kInvalidArgument,
+              {"Einsum (command 7, input ids [1]): ",
+               "operand 0 \"abc\" has 3 labels", "[2,3]"});
+  ExpectError(einsum("ab,ac->bc", {1, 2}, 15), StatusCode::kInvalidArgument,
+              {"Einsum (command 8, input ids [1,2]): ", "label 'a' is 2 and 3",
+               "(equation \"ab,ac->bc\")"});
+  ExpectError(einsum("...b,...c->bc", {1, 2}, 16), StatusCode::kInvalidArgument,
+              {"Einsum (command 9, input ids [1,2]): ",
+               "the ellipsis dims of operand 1"});
+  ExpectError(
+      einsum("ab,bc->ad", {1, 2}, 17), StatusCode::kInvalidArgument,
+      {"Einsum (command 10, input ids [1,2]): ",
+       "output label 'd' is in no operand", "(equation \"ab,bc->ad\")"});
+  EXPECT_EQ(session_.Stats().live_tensors, live);
+  // A repeated output label is not refused (TensorFlow's op inflates).
+  ASSERT_TRUE(einsum("ab->aa", {1}, 18).ok());
+  EXPECT_EQ(session_.FetchTensor(++seq_, 18)->shape(), (Shape{2, 2}));
+  ExpectUsable();
+}
+
 // --- Every op: zero-size inputs, wrong dtypes, handles -----------------------
 
 using testing::AllOpSamples;

@@ -227,24 +227,120 @@ TEST_F(EinsumTest, Complex) {
   ExpectInvalid("ij,jk->ik", {a, a64}, {"one float or complex dtype"});
 }
 
-TEST_F(EinsumTest, BadEquationsAndInputs) {
+// TensorFlow's equation rules (core/ops/einsum.h), one test each: the
+// refused equation, and where the rule has a boundary, the accepted one next
+// to it. TensorFlow 2.21's tf.raw_ops.Einsum refuses each refused equation
+// here in graph mode (its shape function) and accepts each accepted one,
+// with the same values, except rule 3: the op takes a digit or a space as
+// a label ("i1->i" sums axis 1); only tf.einsum refuses it.
+
+TEST_F(EinsumTest, Rule1ExactlyOneArrow) {
   const Tensor b = Make({2, 3}, Fill(6));
-  ExpectInvalid("ij,jk", {kA, b}, {"exactly one \"->\"", "ij,jk"});
-  ExpectInvalid("ij->j->i", {kA}, {"exactly one"});
+  ExpectInvalid("ij,jk", {kA, b},
+                {"exactly one \"->\"", "\"ij,jk->ik\", not \"ij,jk\"",
+                 "(equation \"ij,jk\")"});
+  ExpectInvalid("ij->j->i", {kA}, {"exactly one", "\"ij->j->i\""});
+  ExpectInvalid("ij-", {kA}, {"exactly one"});
+  // An empty output is explicit: the full sum.
+  ExpectEinsum("ij->", {kA}, {}, {1 + 2 + 3 + 4});
+}
+
+TEST_F(EinsumTest, Rule2OneOrTwoOperandsAsManyAsInputs) {
+  const Tensor b = Make({2, 3}, Fill(6));
   ExpectInvalid("i,i,i->i", {kA, kA, kA}, {"1 or 2 inputs, got 3"});
-  ExpectInvalid("ij->i", {kA, b}, {"1 operand subscripts for 2 inputs"});
-  ExpectInvalid("i1->i", {kA}, {"operand 0", "'1'"});
-  ExpectInvalid("i....->i", {kA}, {"operand 0"});
-  ExpectInvalid("...i...->i", {kA}, {"two ellipses"});
-  ExpectInvalid("ijk->i", {kA}, {"3 labels", "[2,2]"});
+  ExpectInvalid("ij->i", {kA, b},
+                {"1 operand subscripts for 2 inputs", "\"ij->i\""});
+  ExpectInvalid("ij,jk->ik", {kA}, {"2 operand subscripts for 1 inputs"});
+  // Two scalars, and a scalar against a vector: operands with no labels.
+  ExpectEinsum(",->", {Make({}, {3}), Make({}, {-2})}, {}, {-6});
+  ExpectEinsum("i,->i", {Make({2}, {1, 2}), Make({}, {3})}, {2}, {3, 6});
+}
+
+TEST_F(EinsumTest, Rule3LabelsAreLetters) {
+  ExpectInvalid("i1->i", {kA}, {"operand 0 \"i1\" has '1'", "letters"});
+  ExpectInvalid("ij->i_", {kA}, {"the output \"i_\" has '_'"});
+  ExpectInvalid("i j->j i", {kA}, {"operand 0 \"i j\" has ' '"});
+  // Upper and lower case are distinct labels: "iI->Ii" is a transpose.
+  ExpectEinsum("iI->Ii", {Make({2, 3}, {1, 2, 3, 4, 5, 6})}, {3, 2},
+               {1, 4, 2, 5, 3, 6});
+}
+
+TEST_F(EinsumTest, Rule4EllipsisIsThreePeriodsAtMostOnce) {
+  ExpectInvalid("i....->i", {kA}, {"operand 0 \"i....\" has '.'"});
+  ExpectInvalid(".i..->i", {kA}, {"operand 0 \".i..\" has '.'"});
+  ExpectInvalid("...i...->i", {kA}, {"operand 0", "two ellipses"});
+  ExpectInvalid("...i->i..", {kA}, {"the output \"i..\" has '.'"});
+  ExpectInvalid("...i->......i", {kA}, {"the output", "two ellipses"});
+  ExpectEinsum("...i->...i", {kA}, {2, 2}, {1, 2, 3, 4});
+}
+
+TEST_F(EinsumTest, Rule5RankMatchesTheLabels) {
+  ExpectInvalid("ijk->i", {kA}, {"operand 0 \"ijk\" has 3 labels", "[2,2]"});
   ExpectInvalid("i->i", {kA}, {"1 labels", "[2,2]"});
+  ExpectInvalid("...ijk->i", {kA}, {"3 labels and \"...\"", "[2,2]"});
+  ExpectInvalid("ij,...ijk->i", {kA, kA}, {"operand 1", "[2,2]"});
+  // "..." covers the rest, none at all included.
+  ExpectEinsum("...ij->ji", {kA}, {2, 2}, {1, 3, 2, 4});
+  ExpectEinsum("...j->...", {kA}, {2}, {3, 7});
+}
+
+TEST_F(EinsumTest, Rule6ANamedLabelHasOneSize) {
+  const Tensor b = Make({2, 3}, Fill(6));
   ExpectInvalid("ij,kj->ik", {kA, b}, {"label 'j' is 2 and 3", "[2,3]"});
-  ExpectInvalid("ii->i", {b}, {"label 'i' is 2 and 3"});
+  ExpectInvalid("ii->i", {b}, {"label 'i' is 2 and 3", "operand 0"});
+  // Unlike an ellipsis dim, a named label of size 1 does not broadcast, and
+  // size 0 is a size like any other.
+  ExpectInvalid("i,i->i", {Make({1}, {2}), Make({3}, {1, 2, 3})},
+                {"label 'i' is 1 and 3", "operand 1 has shape [3]"});
+  ExpectInvalid("i,i->i", {Make({0}, {}), Make({3}, {1, 2, 3})},
+                {"label 'i' is 0 and 3"});
+  ExpectEinsum("i,i->i", {Make({1}, {2}), Make({1}, {3})}, {1}, {6});
+}
+
+TEST_F(EinsumTest, Rule7EllipsisDimsBroadcast) {
   ExpectInvalid("...i,...i->...i",
                 {Make({2, 2}, Fill(4)), Make({3, 2}, Fill(6))},
                 {"ellipsis dims of operand 1 [3,2]", "broadcast"});
+  // [1, 2] against [3, 2]: out[b, i] = x[0, i] * y[b, i].
+  ExpectEinsum("...i,...i->...i",
+               {Make({1, 2}, {1, 2}), Make({3, 2}, {1, 2, 3, 4, 5, 6})}, {3, 2},
+               {1, 4, 3, 8, 5, 12});
+}
+
+TEST_F(EinsumTest, Rule8BroadcastDimsNeedAnOutputEllipsis) {
+  const Tensor x = Make({3, 2, 2}, Fill(12));
+  ExpectInvalid("...ij,...jk->ik", {x, kA},
+                {"1 broadcast dims", "no \"...\"", "\"...ij,...jk->ik\""});
+  // Even broadcast dims of size 1.
+  ExpectInvalid("...ij,...jk->ik", {Make({1, 2, 2}, Fill(4)), kA},
+                {"1 broadcast dims"});
+  // An ellipsis of no dims needs nothing, and "..." in the output without
+  // one in the operands is no dims.
+  ExpectEinsum("...ij,...jk->ik", {kA, kA}, {2, 2}, {7, 10, 15, 22});
+  ExpectEinsum("ij->i...", {kA}, {2}, {3, 7});
+  ExpectEinsum("ij->...", {kA}, {}, {10});
+}
+
+TEST_F(EinsumTest, Rule9OutputLabelsAreInAnOperand) {
   ExpectInvalid("ij->k", {kA}, {"output label 'k' is in no operand"});
-  ExpectInvalid("...i->......i", {kA}, {"two ellipses"});
+  ExpectInvalid("i,j->ijk", {Make({2}, {1, 2}), Make({2}, {1, 2})},
+                {"output label 'k'", "\"i,j->ijk\""});
+  ExpectEinsum("i,j->ji", {Make({2}, {1, 2}), Make({2}, {3, 4})}, {2, 2},
+               {3, 6, 4, 8});
+}
+
+// Not a rule: TensorFlow's op accepts a label repeated in the output (only
+// tf.einsum's Python wrapper refuses it), and its gradients use it. "ab->aa"
+// puts the row sums (1 + 2 + 3, 4 + 5 + 6) on the diagonal.
+TEST_F(EinsumTest, ARepeatedOutputLabelIsAcceptedAsTensorFlowsOpDoes) {
+  ExpectEinsum("ab->aa", {Make({2, 3}, {1, 2, 3, 4, 5, 6})}, {2, 2},
+               {6, 0, 0, 15});
+  // The gradient of "ii,ij->ij" for its first operand: dy[i, j] * y[i, j]
+  // summed over j, on the diagonal.
+  ExpectEinsum("ij,ij->ii", {kA, kA}, {2, 2}, {1 + 4, 0, 0, 9 + 16});
+}
+
+TEST_F(EinsumTest, InputsHaveOneFloatOrComplexDType) {
   ExpectInvalid("ij->i", {Make<int32_t>({2, 2}, {1, 2, 3, 4})},
                 {"one float or complex dtype", "int32[2,2]"});
   ExpectInvalid("ij,jk->ik", {kA, Make<float>({2, 2}, {1, 2, 3, 4})},
