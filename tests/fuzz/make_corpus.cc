@@ -229,13 +229,15 @@ void ChunkedPutSeeds(const std::string& fz) {
   b.PutChunk(7, 0, bytes);
   b.Next()->mutable_release()->add_ids(7);  // drops the pending put
   b.PutChunk(7, 16, bytes);
+  b.PutBegin(7, v1::DTYPE_FLOAT32, {1});  // the id is free again
+  b.PutChunk(7, 0, bytes.substr(0, 4));
   b.PutBegin(8, v1::DTYPE_FLOAT64, {int64_t{1} << 40});  // over the limit
   b.PutBegin(9, v1::DTYPE_FLOAT32,
              {int64_t{1} << 31, int64_t{1} << 31, 4});  // size overflows
   b.PutBegin(10, v1::DTYPE_FLOAT32, {-1, 4});
   b.PutBegin(11, v1::DTYPE_RESOURCE, {1});
   b.PutBegin(12, v1::DTYPE_INVALID, {1});
-  b.PutBegin(0, v1::DTYPE_FLOAT32, {1});
+  b.Next()->mutable_put_begin()->set_dtype(v1::DTYPE_FLOAT32);  // id 0
   b.PutBegin(13, v1::DTYPE_COMPLEX128, {2});  // left pending: released
   b.PutChunk(13, 0, Bytes<double>({1, 2}));
   Write(fz, "chunked_put_edges", b.Finish());
@@ -333,7 +335,7 @@ void ListOpSeeds(const std::string& fz) {
     b.Exec("Split", {6, 10}, {16, 17, 18}, {{"num_split", IntAttr(3)}});
     b.PutI64(7, {3}, {1, -1, 2});
     b.Exec("SplitV", {10, 7, 4}, {19, 20, 21}, {{"num_split", IntAttr(3)}});
-    b.Exec("AddV2", {13, 18}, {22});
+    b.Exec("AddV2", {13, 14}, {22});
     b.Exec("Sum", {11}, {23});
     b.Gradient(1, {22, 23, 20}, {1, 2, 3}, {30, 31, 32}, /*zero=*/true);
     b.Fetch(10);
