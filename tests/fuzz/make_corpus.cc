@@ -372,9 +372,10 @@ void ListOpSeeds(const std::string& fz) {
   Write(fz, "list_ops_bad_lengths", b.Finish());
 }
 
-// Einsum: equations TensorFlow takes, with gradients, then invalid ones
-// and ones TensorFlow refuses ("ab->aa", broadcast dims not in the
-// output), and operand counts that disagree with the equation or N.
+// Einsum: equations TensorFlow takes, with gradients; then malformed
+// ones, labels repeated in the output ("ab->aa", "ij->jii": TensorFlow's
+// op inflates, only tf.einsum refuses them), an ellipsis that is not in
+// the output, and operand counts that disagree with the equation or N.
 void EinsumSeeds(const std::string& fz) {
   const auto eq = [](const char* e, int64_t n) {
     return std::vector<std::pair<std::string, v1::AttrValue>>{

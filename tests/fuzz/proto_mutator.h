@@ -106,9 +106,9 @@ inline std::string MutateBytes(std::string s, bool ascii,
   return s;
 }
 
-// Values of string attrs and names: Einsum equations (valid, invalid and
-// TensorFlow-refused ones), paddings, data formats, pad modes, checkpoint
-// and variable names.
+// Values of string attrs and names: Einsum equations (valid, malformed,
+// with labels repeated in the output), paddings, data formats, pad modes,
+// checkpoint and variable names.
 inline constexpr const char* kStrings[] = {"",
                                            "ck1",
                                            "w",
