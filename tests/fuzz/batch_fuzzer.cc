@@ -11,7 +11,11 @@
 // seeds compose; their ack_seq stays as given, mostly 0, so results pile up
 // and get evicted); inputs whose batch_id is 3 mod 4 keep their own seqs,
 // so duplicates (with kept, evicted and forgotten results), seqs
-// below 1 and repeats inside a batch are fuzzed too.
+// below 1 and repeats inside a batch are fuzzed too. Inputs whose batch_id
+// is 2 mod 4 are renumbered and their ack_seq is relative to the last
+// applied seq before the batch (0: everything so far, -2: all but the last
+// two, 1: one above it), so acknowledgements land among the kept results
+// and tombstones whatever the session's history.
 //
 // Random byte mutations rarely keep a protobuf parsable (length prefixes),
 // so a custom mutator edits most inputs as messages (through protobuf
@@ -20,6 +24,7 @@
 // an unknown value, or copies, drops and reorders commands; crossover
 // splices the commands of two inputs. The rest get libFuzzer's byte
 // mutations, which test the parser.
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -155,9 +160,16 @@ extern "C" size_t LLVMFuzzerCustomCrossOver(const uint8_t* data1, size_t size1,
 
 namespace {
 
-// A tensor in a reply has exactly the bytes its dtype and shape say
-// (a wrapped size computation shows up here even without a crash).
-void CheckTensor(const gradtape::v1::TensorValue& t) {
+int64_t SaturatingAdd(int64_t a, int64_t b) {
+  int64_t sum;
+  if (!__builtin_add_overflow(a, b, &sum)) return sum;
+  return b > 0 ? INT64_MAX : INT64_MIN;
+}
+
+// `t`'s dtype is valid and its shape holds exactly `bytes` bytes (a wrapped
+// size computation shows up here even without a crash). t.data() is not
+// read.
+void CheckTensorBytes(const gradtape::v1::TensorValue& t, uint64_t bytes_said) {
   const absl::StatusOr<gradtape::DType> parsed =
       gradtape::server::FromProto(t.dtype());
   gradtape::fuzz::Require(parsed.ok() && *parsed != gradtape::DType::kInvalid,
@@ -169,13 +181,44 @@ void CheckTensor(const gradtape::v1::TensorValue& t) {
     bytes *= static_cast<uint64_t>(d);
     if (bytes > (static_cast<unsigned __int128>(1) << 64)) bytes = 0;
   }
-  gradtape::fuzz::Require(bytes == t.data().size(),
+  gradtape::fuzz::Require(bytes == bytes_said,
                           "reply tensor bytes match dtype and shape");
 }
 
-void CheckReply(const gradtape::v1::BatchReply& reply) {
+// A tensor in a reply has exactly the bytes its dtype and shape say.
+void CheckTensor(const gradtape::v1::TensorValue& t) {
+  CheckTensorBytes(t, t.data().size());
+}
+
+// A chunk of a chunked fetch: total_bytes is what the dtype and shape say,
+// and the data lies within it.
+void CheckChunk(const gradtape::v1::TensorChunk& c) {
+  gradtape::v1::TensorValue whole;
+  whole.set_dtype(c.dtype());
+  *whole.mutable_shape() = c.shape();
+  CheckTensorBytes(whole, c.total_bytes());
+  gradtape::fuzz::Require(
+      c.offset() >= 0 && c.offset() <= c.total_bytes() &&
+          static_cast<int64_t>(c.data().size()) <= c.total_bytes() - c.offset(),
+      "reply chunk lies within its tensor");
+}
+
+// Every result answers a command of `batch` (renumbered: never a
+// duplicate), and the reply says the session's last applied seq.
+void CheckReply(const gradtape::v1::CommandBatch& batch,
+                const gradtape::v1::BatchReply& reply, int64_t last_applied) {
+  gradtape::fuzz::Require(reply.last_seq() == last_applied,
+                          "reply last_seq is the last applied seq");
+  const bool renumbered = batch.batch_id() % 4 != 3;
   for (const gradtape::v1::CommandResult& r : reply.results()) {
+    gradtape::fuzz::Require(
+        std::any_of(batch.commands().begin(), batch.commands().end(),
+                    [&](const auto& c) { return c.seq() == r.seq(); }),
+        "a result's seq is one of the batch's commands'");
+    gradtape::fuzz::Require(!renumbered || !r.duplicate(),
+                            "new seqs get no duplicate result");
     if (r.has_tensor()) CheckTensor(r.tensor());
+    if (r.has_chunk()) CheckChunk(r.chunk());
     for (const gradtape::v1::GradientValues* g :
          {&r.gradient(), &r.jacobian(), &r.jvp()}) {
       for (int i = 0; i < g->values_size(); ++i) {
@@ -203,6 +246,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (int i = 0; i < batch.commands_size(); ++i) {
       batch.mutable_commands(i)->set_seq(base + 1 + i);
     }
+    if (batch.batch_id() % 4 == 2) {
+      batch.set_ack_seq(SaturatingAdd(base, batch.ack_seq()));
+    }
   }
   gradtape::v1::BatchReply reply;
   // A small reply budget, so the fuzzer reaches the refusals of results
@@ -221,7 +267,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string wire;
   gradtape::fuzz::Require(reply.SerializeToString(&wire),
                           "BatchReply serializes");
-  CheckReply(reply);
+  CheckReply(batch, reply, state.results->last_applied());
   // GRADTAPE_FUZZ_VERBOSE=1: print the batch and the reply (to read a
   // finding or check that a seed does what it should).
   static const bool verbose = std::getenv("GRADTAPE_FUZZ_VERBOSE") != nullptr;

@@ -1,7 +1,9 @@
 // Writes the seed corpus of the fuzzers (tests/fuzz/corpus/<fuzzer>/):
 //   make_corpus OUT_DIR
-// batch_fuzzer: valid CommandBatch messages covering every command kind and
-// an execute of every registered op; checkpoint_fuzzer: valid checkpoint
+// batch_fuzzer: valid CommandBatch messages covering every command kind,
+// chunked puts and fetches at their edges, acknowledgements, list ops,
+// Einsum and the random ops, valid and not, and an execute of every
+// registered op; checkpoint_fuzzer: valid checkpoint
 // files; convert_fuzzer: valid TensorValue and AttrValue messages. Every
 // batch releases the ids and tapes it made, so seeds compose when the
 // fuzzer's session keeps state across inputs.
@@ -11,8 +13,10 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/ops/ops.h"
@@ -84,6 +88,12 @@ class Batch {
   }
   void PutF32(int64_t id, std::vector<int64_t> shape, std::vector<float> v) {
     Put(id, v1::DTYPE_FLOAT32, std::move(shape), Bytes<float>(v));
+  }
+  void PutI32(int64_t id, std::vector<int64_t> shape, std::vector<int32_t> v) {
+    Put(id, v1::DTYPE_INT32, std::move(shape), Bytes<int32_t>(v));
+  }
+  void PutI64(int64_t id, std::vector<int64_t> shape, std::vector<int64_t> v) {
+    Put(id, v1::DTYPE_INT64, std::move(shape), Bytes<int64_t>(v));
   }
   v1::ExecuteOp* Exec(
       const std::string& op, std::vector<int64_t> inputs,
@@ -161,8 +171,10 @@ class Batch {
       if (x == id) return;
     ids_.push_back(id);
   }
-  // Pops and deletes the tapes, releases every id used, serializes.
-  std::string Finish() {
+  // Pops and deletes the tapes, releases every id used, serializes with
+  // `batch_id` (2 mod 4: the fuzzer takes ack_seq relative to the last
+  // applied seq; 3 mod 4: it keeps the seqs) and `ack_seq`.
+  std::string Finish(int64_t batch_id = 1, int64_t ack_seq = 0) {
     for (auto it = tapes_.rbegin(); it != tapes_.rend(); ++it) {
       Next()->mutable_pop_tape()->set_tape_id(*it);
       Next()->mutable_delete_tape()->set_tape_id(*it);
@@ -171,7 +183,8 @@ class Batch {
       v1::ReleaseTensors* r = Next()->mutable_release();
       for (int64_t id : ids_) r->add_ids(id);
     }
-    batch_.set_batch_id(1);
+    batch_.set_batch_id(batch_id);
+    batch_.set_ack_seq(ack_seq);
     std::string out;
     batch_.SerializeToString(&out);
     return out;
@@ -183,6 +196,301 @@ class Batch {
   std::vector<int64_t> ids_;
   std::vector<int64_t> tapes_;
 };
+
+// Chunked puts: chunks in order, overlapping, past the end, at a negative
+// offset, for unknown, live and released ids; a second Begin and an op
+// output at a pending id; Begins of 0 bytes, of more than the session's
+// memory, of a size that overflows, of a negative dim and of a handle.
+void ChunkedPutSeeds(const std::string& fz) {
+  const std::string bytes = Bytes<float>({1, 2, 3, 4});
+  Batch b;
+  b.PutF32(2, {4}, {5, 6, 7, 8});
+  b.PutBegin(1, v1::DTYPE_FLOAT32, {4});
+  b.PutChunk(1, 0, bytes.substr(0, 8));
+  b.PutChunk(1, 4, bytes.substr(4, 8));       // overlaps the received bytes
+  b.PutChunk(1, 8, bytes.substr(8) + bytes);  // runs past the end
+  b.PutChunk(1, 24, bytes.substr(0, 4));      // beyond the end
+  b.PutChunk(1, -8, bytes.substr(0, 4));      // negative
+  b.PutBegin(1, v1::DTYPE_FLOAT32, {4});      // pending: ALREADY_EXISTS
+  b.Exec("Neg", {2}, {1});                    // output at a pending id
+  b.Exec("AddV2", {1, 2}, {3});               // reads a pending id
+  b.PutChunk(1, 8, "");                       // an empty chunk
+  b.PutChunk(1, 8, bytes.substr(8));          // completes it
+  b.PutChunk(1, 16, bytes.substr(0, 4));      // live: no pending put
+  b.PutChunk(77, 0, bytes);                   // unknown id
+  b.Exec("AddV2", {1, 2}, {4});
+  b.Fetch(4);
+  b.PutBegin(5, v1::DTYPE_FLOAT32, {0, 5});  // 0 bytes: live at Begin
+  b.Fetch(5);
+  b.PutBegin(6, v1::DTYPE_INT32, {3});  // chunks of one byte, unaligned
+  for (int i = 0; i < 12; ++i) b.PutChunk(6, i, std::string(1, char(i % 3)));
+  b.Fetch(6);
+  b.PutBegin(7, v1::DTYPE_FLOAT32, {8});
+  b.PutChunk(7, 0, bytes);
+  b.Next()->mutable_release()->add_ids(7);  // drops the pending put
+  b.PutChunk(7, 16, bytes);
+  b.PutBegin(7, v1::DTYPE_FLOAT32, {1});  // the id is free again
+  b.PutChunk(7, 0, bytes.substr(0, 4));
+  b.PutBegin(8, v1::DTYPE_FLOAT64, {int64_t{1} << 40});  // over the limit
+  b.PutBegin(9, v1::DTYPE_FLOAT32,
+             {int64_t{1} << 31, int64_t{1} << 31, 4});  // size overflows
+  b.PutBegin(10, v1::DTYPE_FLOAT32, {-1, 4});
+  b.PutBegin(11, v1::DTYPE_RESOURCE, {1});
+  b.PutBegin(12, v1::DTYPE_INVALID, {1});
+  b.Next()->mutable_put_begin()->set_dtype(v1::DTYPE_FLOAT32);  // id 0
+  b.PutBegin(13, v1::DTYPE_COMPLEX128, {2});  // left pending: released
+  b.PutChunk(13, 0, Bytes<double>({1, 2}));
+  Write(fz, "chunked_put_edges", b.Finish());
+}
+
+// Chunked fetches: unaligned and huge max_bytes, offsets at and past the
+// end, negative ones, an offset with max_bytes 0, of a pending id, of an
+// empty tensor, of a bool and of a variable handle.
+void ChunkedFetchSeeds(const std::string& fz) {
+  Batch b;
+  b.PutF32(1, {3, 5}, std::vector<float>(15, 0.5f));
+  b.FetchChunk(1, 0, 7);
+  b.FetchChunk(1, 7, int64_t{1} << 62);
+  b.FetchChunk(1, 60, 4);  // at the end: empty
+  b.FetchChunk(1, 61, 4);  // past it: OUT_OF_RANGE
+  b.FetchChunk(1, -1, 4);
+  b.FetchChunk(1, 0, -1);
+  b.FetchChunk(1, 4, 0);
+  b.FetchChunk(1, INT64_MAX, INT64_MAX);
+  b.PutBegin(2, v1::DTYPE_FLOAT32, {4});
+  b.FetchChunk(2, 0, 4);
+  b.Put(3, v1::DTYPE_FLOAT32, {0}, "");
+  b.FetchChunk(3, 0, 4);
+  b.Put(4, v1::DTYPE_BOOL, {3}, std::string("\x01\x00\x05", 3));
+  b.FetchChunk(4, 1, 1);
+  b.Exec("VarHandleOp", {}, {5},
+         {{"dtype", TypeAttr(v1::DTYPE_FLOAT32)},
+          {"shape", IntsAttr({2})},
+          {"shared_name", StringAttr("chunked_fetch")}});
+  b.FetchChunk(5, 0, 4);
+  b.FetchChunk(99, 0, 4);  // unknown id
+  Write(fz, "chunked_fetch_edges", b.Finish());
+}
+
+// Acknowledgements (CommandBatch.ack_seq) before results pile up: in
+// batches the fuzzer renumbers, as given (0: no change, negative, huge)
+// and relative to the last applied seq (batch_id 2 mod 4: everything so
+// far, all but the last few, above the last applied seq, saturating), and
+// with raw seqs (batch_id 3 mod 4) acknowledging beyond them.
+void AckSeeds(const std::string& fz) {
+  const auto fetches = [] {
+    Batch b;
+    b.PutF32(1, {2}, {1, 2});
+    b.Fetch(1);
+    b.Exec("Neg", {1}, {2});
+    b.Fetch(2);
+    b.Fetch(99);  // an error: a result too
+    b.Stats();
+    return b;
+  };
+  const std::pair<const char*, int64_t> absolute[] = {
+      {"ack_zero", 0}, {"ack_negative", -1}, {"ack_huge", INT64_MAX}};
+  for (const auto& [name, ack] : absolute) {
+    Write(fz, name, fetches().Finish(/*batch_id=*/1, ack));
+  }
+  const std::pair<const char*, int64_t> relative[] = {
+      {"ack_relative_all", 0},
+      {"ack_relative_some", -3},
+      {"ack_relative_above_last", 5},
+      {"ack_relative_huge", INT64_MAX},
+      {"ack_relative_min", INT64_MIN}};
+  for (const auto& [name, ack] : relative) {
+    Write(fz, name, fetches().Finish(/*batch_id=*/2, ack));
+  }
+  // Raw seqs far above the session's, acknowledged up to the batch's
+  // first seq before it runs (clamped to the last applied one), then a
+  // command resent at a seq the ack covered.
+  v1::CommandBatch raw;
+  if (!raw.ParseFromString(fetches().Finish(/*batch_id=*/7))) std::exit(1);
+  constexpr int64_t kBase = int64_t{1} << 40;
+  for (v1::Command& c : *raw.mutable_commands()) c.set_seq(kBase + c.seq());
+  raw.set_ack_seq(kBase + 1);
+  *raw.add_commands() = raw.commands(1);  // the fetch again
+  Write(fz, "ack_raw_seqs", raw.SerializeAsString());
+}
+
+// List ops with list lengths that match their inputs and outputs, with
+// gradients through them on a tape.
+void ListOpSeeds(const std::string& fz) {
+  {
+    Batch b;
+    b.PushTape(1, true);
+    b.PutF32(1, {2, 3}, {1, 2, 3, 4, 5, 6});
+    b.PutF32(2, {2, 3}, {-1, -2, -3, -4, -5, -6});
+    b.PutF32(3, {1, 3}, {7, 8, 9});
+    b.PutI32(4, {}, {0});
+    b.PutI64(5, {}, {-1});
+    b.Watch(1, {1, 2, 3});
+    b.Exec("ConcatV2", {1, 2, 3, 4}, {10}, {{"N", IntAttr(3)}});
+    b.Exec("ConcatV2", {1, 2, 5}, {11}, {{"N", IntAttr(2)}});
+    b.Exec("Pack", {1, 2}, {12}, {{"N", IntAttr(2)}, {"axis", IntAttr(1)}});
+    b.Exec("Unpack", {12}, {13, 14, 15},
+           {{"num", IntAttr(3)}, {"axis", IntAttr(-1)}});
+    b.PutI32(6, {}, {1});
+    b.Exec("Split", {6, 10}, {16, 17, 18}, {{"num_split", IntAttr(3)}});
+    b.PutI64(7, {3}, {1, -1, 2});
+    b.Exec("SplitV", {10, 7, 4}, {19, 20, 21}, {{"num_split", IntAttr(3)}});
+    b.Exec("AddV2", {13, 14}, {22});
+    b.Exec("Sum", {11}, {23});
+    b.Gradient(1, {22, 23, 20}, {1, 2, 3}, {30, 31, 32}, /*zero=*/true);
+    b.Fetch(10);
+    b.Fetch(30);
+    Write(fz, "list_ops", b.Finish());
+  }
+  // List lengths that disagree with the inputs or outputs given, below the
+  // op's minimum, past kMaxListLength, negative, missing, of the wrong
+  // kind; pieces that do not divide or add up.
+  Batch b;
+  b.PutF32(1, {6}, {1, 2, 3, 4, 5, 6});
+  b.PutF32(2, {6}, {6, 5, 4, 3, 2, 1});
+  b.PutI32(3, {}, {0});
+  b.Exec("ConcatV2", {1, 2, 3}, {10}, {{"N", IntAttr(3)}});
+  b.Exec("ConcatV2", {1, 2, 1, 3}, {11}, {{"N", IntAttr(2)}});
+  b.Exec("ConcatV2", {1, 3}, {12}, {{"N", IntAttr(1)}});
+  b.Exec("ConcatV2", {1, 2, 3}, {13}, {{"N", IntAttr(65537)}});
+  b.Exec("ConcatV2", {1, 2, 3}, {14}, {{"N", IntAttr(-1)}});
+  b.Exec("ConcatV2", {1, 2, 3}, {15});
+  b.Exec("ConcatV2", {1, 2, 3}, {16}, {{"N", FloatAttr(2)}});
+  b.Exec("Pack", {1, 2}, {17}, {{"N", IntAttr(3)}});
+  b.Exec("Pack", {}, {18}, {{"N", IntAttr(0)}});
+  b.Exec("Unpack", {1}, {19, 20}, {{"num", IntAttr(6)}});
+  b.Exec("Unpack", {1}, {21, 22}, {{"num", IntAttr(2)}});
+  b.Exec("Unpack", {1}, {}, {{"num", IntAttr(65536)}});
+  b.Exec("Split", {3, 1}, {23, 24, 25, 26}, {{"num_split", IntAttr(4)}});
+  b.Exec("Split", {3, 1}, {27}, {{"num_split", IntAttr(0)}});
+  b.PutI32(4, {3}, {1, -1, -1});
+  b.Exec("SplitV", {1, 4, 3}, {28, 29, 30}, {{"num_split", IntAttr(3)}});
+  b.PutI32(5, {3}, {1, 1, 1});
+  b.Exec("SplitV", {1, 5, 3}, {31, 32, 33}, {{"num_split", IntAttr(3)}});
+  b.Exec("SplitV", {1, 5, 3}, {34, 35}, {{"num_split", IntAttr(2)}});
+  b.Exec("AddV2", {10, 1}, {36});  // reads a poisoned id
+  Write(fz, "list_ops_bad_lengths", b.Finish());
+}
+
+// Einsum: equations TensorFlow takes, with gradients; then malformed
+// ones, labels repeated in the output ("ab->aa", "ij->jii": TensorFlow's
+// op inflates, only tf.einsum refuses them), an ellipsis that is not in
+// the output, and operand counts that disagree with the equation or N.
+void EinsumSeeds(const std::string& fz) {
+  const auto eq = [](const char* e, int64_t n) {
+    return std::vector<std::pair<std::string, v1::AttrValue>>{
+        {"equation", StringAttr(e)}, {"N", IntAttr(n)}};
+  };
+  {
+    Batch b;
+    b.PushTape(1, true);
+    b.PutF32(1, {2, 3}, {1, 2, 3, 4, 5, 6});
+    b.PutF32(2, {3, 2}, {0.5f, -1, 2, 0, 1, 1});
+    b.PutF32(3, {2, 2, 3}, {1, 2, 3, 4, 5, 6, 6, 5, 4, 3, 2, 1});
+    b.PutF32(4, {2, 2}, {1, 2, 3, 4});
+    b.Watch(1, {1, 2, 3, 4});
+    b.Exec("Einsum", {1, 2}, {10}, eq("ij,jk->ik", 2));
+    b.Exec("Einsum", {3, 2}, {11}, eq("...ij,...jk->...ik", 2));
+    b.Exec("Einsum", {4}, {12}, eq("ii->i", 1));
+    b.Exec("Einsum", {1}, {13}, eq("ij->i", 1));
+    b.Exec("Einsum", {12, 13}, {14}, eq("i,j->ij", 2));
+    b.Exec("Einsum", {1}, {15}, eq("ij->ji", 1));
+    b.Exec("Einsum", {3, 2}, {16}, eq("bij,jk->bik", 2));
+    b.Exec("Einsum", {12, 13}, {17}, eq("i,i->", 2));
+    b.Exec("Sum", {11}, {18});
+    b.Gradient(1, {10, 14, 15, 16, 17, 18}, {1, 2, 3, 4}, {20, 21, 22, 23},
+               /*zero=*/true);
+    b.Fetch(14);
+    b.Fetch(20);
+    Write(fz, "einsum", b.Finish());
+  }
+  Batch b;
+  b.PutF32(1, {2, 3}, {1, 2, 3, 4, 5, 6});
+  b.PutF32(2, {3, 2}, {0.5f, -1, 2, 0, 1, 1});
+  const std::pair<const char*, std::vector<int64_t>> bad[] = {
+      {"ab->aa", {1}},
+      {"ij,jk", {1, 2}},
+      {"ij->k", {1}},
+      {"", {1}},
+      {"->", {1}},
+      {"ij,jk->ik->", {1, 2}},
+      {"...ij,...jk->ik", {1, 2}},
+      {"i j->ij", {1}},
+      {"ij,jk->ik", {1}},
+      {"ij,jk->ik", {1, 1}},
+      {"i,j,k->ijk", {1, 2, 1}},
+      {"Ab->bA", {1}},
+      {"iii->i", {1}},
+      {"i->ii", {1}},
+      {"...->...", {1}},
+      {"..ij->ij", {1}},
+      {"\u00e9j->j", {1}},
+      {"ij->jii", {1}}};
+  int64_t out = 10;
+  for (const auto& [e, inputs] : bad) {
+    b.Exec("Einsum", inputs, {out++},
+           eq(e, static_cast<int64_t>(inputs.size())));
+  }
+  b.Exec("Einsum", {1, 2}, {out++}, eq("ij,jk->ik", 3));
+  b.Exec("Einsum", {1, 2}, {out++}, {{"N", IntAttr(2)}});
+  Write(fz, "einsum_bad_equations", b.Finish());
+}
+
+// Stateless random ops: V2 (shape, key, counter, alg) and V1 (shape, seed)
+// with the dtypes and algorithms TensorFlow has, then refused algorithms,
+// keys, counters and seeds of the wrong shape, negative and overflowing
+// shapes and one over the session's memory.
+void RandomOpSeeds(const std::string& fz) {
+  const char* v2_ops[] = {"StatelessRandomUniformV2", "StatelessRandomNormalV2",
+                          "StatelessTruncatedNormalV2"};
+  const char* v1_ops[] = {"StatelessRandomUniform", "StatelessRandomNormal",
+                          "StatelessTruncatedNormal"};
+  Batch b;
+  b.PutI32(1, {2}, {2, 3});
+  b.PutI64(2, {1}, {12345});
+  b.PutI64(3, {2}, {7, -1});
+  b.PutI32(4, {}, {1});
+  b.PutI32(5, {}, {3});
+  b.PutI64(6, {2}, {2, 3});
+  b.PutI32(7, {2}, {42, -42});
+  int64_t out = 20;
+  for (const char* op : v2_ops) {
+    b.Exec(op, {1, 2, 3, 4}, {out++});
+    b.Exec(op, {6, 2, 3, 5}, {out++},
+           {{"dtype", TypeAttr(v1::DTYPE_FLOAT64)},
+            {"Tshape", TypeAttr(v1::DTYPE_INT64)}});
+    b.Fetch(out - 1);
+  }
+  for (const char* op : v1_ops) {
+    b.Exec(op, {1, 7}, {out++});
+    b.Exec(op, {6, 3}, {out++}, {{"dtype", TypeAttr(v1::DTYPE_FLOAT64)}});
+    b.Fetch(out - 1);
+  }
+  b.PutI32(8, {}, {2});                                     // ThreeFry: refused
+  b.PutI32(9, {}, {99});                                    // no such algorithm
+  b.PutI64(10, {2}, {1, 2});                                // key of 2
+  b.PutI64(11, {1}, {1});                                   // counter of 1
+  b.PutI32(12, {2}, {-1, 3});                               // negative dim
+  b.PutI64(13, {2}, {int64_t{1} << 40, int64_t{1} << 40});  // overflow
+  b.PutI64(14, {2}, {4096, 4096});  // 128 MiB of float64
+  b.PutF32(15, {2}, {2, 3});        // float shape
+  b.PutI32(16, {3}, {1, 2, 3});     // seed of 3
+  b.Exec(v2_ops[0], {1, 2, 3, 8}, {out++});
+  b.Exec(v2_ops[1], {1, 2, 3, 9}, {out++});
+  b.Exec(v2_ops[2], {1, 10, 3, 4}, {out++});
+  b.Exec(v2_ops[0], {1, 2, 11, 4}, {out++});
+  b.Exec(v2_ops[1], {12, 2, 3, 4}, {out++});
+  b.Exec(v2_ops[2], {13, 2, 3, 4}, {out++});
+  b.Exec(v2_ops[0], {14, 2, 3, 4}, {out++},
+         {{"dtype", TypeAttr(v1::DTYPE_FLOAT64)}});
+  b.Exec(v2_ops[1], {15, 2, 3, 4}, {out++});
+  b.Exec(v2_ops[2], {1, 2, 3, 4}, {out++},
+         {{"dtype", TypeAttr(v1::DTYPE_INT32)}});
+  b.Exec(v1_ops[0], {1, 16}, {out++});
+  b.Exec(v1_ops[1], {13, 7}, {out++});
+  b.Exec(v1_ops[2], {1, 7}, {out++}, {{"T", TypeAttr(v1::DTYPE_INT64)}});
+  Write(fz, "random_ops", b.Finish());
+}
 
 void BatchSeeds() {
   const std::string fz = "batch_fuzzer";
@@ -469,14 +777,30 @@ void BatchSeeds() {
     bad->set_seq(0);
     Write(fz, "exactly_once_raw_seqs", raw.SerializeAsString());
   }
+  ChunkedPutSeeds(fz);
+  ChunkedFetchSeeds(fz);
+  AckSeeds(fz);
+  ListOpSeeds(fz);
+  EinsumSeeds(fz);
+  RandomOpSeeds(fz);
   // Every registered op once, with float32 [2,2] inputs (float64 too for a
-  // few) and default attrs: reaches every kernel's argument checks.
+  // few) and default attrs, a list argument of 2 (its length attr set):
+  // reaches every kernel's argument checks.
   for (const auto& op : gradtape::DefaultRegistry().ops()) {
     for (v1::DType dtype : {v1::DTYPE_FLOAT32, v1::DTYPE_FLOAT64}) {
       if (dtype == v1::DTYPE_FLOAT64 && op->index % 4 != 0) continue;
       Batch b;
       std::vector<int64_t> inputs, outputs;
-      for (int i = 0; i < op->num_inputs(); ++i) {
+      std::vector<std::pair<std::string, v1::AttrValue>> attrs;
+      constexpr int kListLength = 2;
+      const int list_extra = op->list_input.present() ? kListLength - 1 : 0;
+      if (op->list_input.present()) {
+        attrs.emplace_back(op->list_input.attr, IntAttr(kListLength));
+      }
+      if (op->list_output.present()) {
+        attrs.emplace_back(op->list_output.attr, IntAttr(kListLength));
+      }
+      for (int i = 0; i < op->num_inputs() + list_extra; ++i) {
         const int64_t id = 1 + i;
         if (dtype == v1::DTYPE_FLOAT32) {
           b.PutF32(id, {2, 2}, {0.5f, 1.5f, -0.25f, 2});
@@ -485,10 +809,13 @@ void BatchSeeds() {
         }
         inputs.push_back(id);
       }
-      for (int i = 0; i < op->num_outputs(); ++i) outputs.push_back(100 + i);
+      const int list_outputs = op->list_output.present() ? kListLength - 1 : 0;
+      for (int i = 0; i < op->num_outputs() + list_outputs; ++i) {
+        outputs.push_back(100 + i);
+      }
       b.PushTape(1, true);
       b.Watch(1, inputs);
-      b.Exec(op->name, inputs, outputs);
+      b.Exec(op->name, inputs, outputs, attrs);
       if (!outputs.empty() && !inputs.empty()) {
         std::vector<int64_t> results;
         for (size_t i = 0; i < inputs.size(); ++i) results.push_back(200 + i);

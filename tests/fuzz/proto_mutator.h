@@ -1,7 +1,9 @@
 // Structure-aware mutation of protobuf messages for the libFuzzer targets
 // (Debian 12 has no libprotobuf-mutator): edits one field anywhere in a
 // message through reflection, favouring int64 fields (shapes, ids, attr
-// ints) and the sizes that overflow or exhaust memory.
+// ints, list lengths, chunk offsets, ack_seq) and the sizes that overflow
+// or exhaust memory; strings become registered op and attr names, Einsum
+// equations and other attr values, or libFuzzer's byte mutations of them.
 #ifndef GRADTAPE_TESTS_FUZZ_PROTO_MUTATOR_H_
 #define GRADTAPE_TESTS_FUZZ_PROTO_MUTATOR_H_
 
@@ -9,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -88,6 +91,82 @@ inline int64_t Interesting(std::minstd_rand& rng) {
   return kInteresting[rng() % n];
 }
 
+// Bytes of `s` mutated by libFuzzer (at most twice as long); ASCII only if
+// `ascii` (a proto3 string must stay valid UTF-8 to parse).
+inline std::string MutateBytes(std::string s, bool ascii,
+                               std::minstd_rand& rng) {
+  if (s.empty()) s.push_back(static_cast<char>(rng()));
+  const size_t used = s.size();
+  s.resize(used * 2 + 16);
+  s.resize(
+      LLVMFuzzerMutate(reinterpret_cast<uint8_t*>(s.data()), used, s.size()));
+  if (ascii) {
+    for (char& c : s) c = static_cast<char>(c & 0x7f);
+  }
+  return s;
+}
+
+// Values of string attrs and names: Einsum equations (valid, malformed,
+// with labels repeated in the output), paddings, data formats, pad modes,
+// checkpoint and variable names.
+inline constexpr const char* kStrings[] = {"",
+                                           "ck1",
+                                           "w",
+                                           "b",
+                                           "..",
+                                           "a",
+                                           "x/y",
+                                           "\u00e9",
+                                           "shared_name",
+                                           "T",
+                                           "ij,jk->ik",
+                                           "...ij,...jk->...ik",
+                                           "ii->i",
+                                           "ij->i",
+                                           "i,j->ij",
+                                           "ab->aa",
+                                           "ij->ji",
+                                           "ij,jk",
+                                           "->",
+                                           "...->...",
+                                           "i,i->",
+                                           "ij,jk->ik->",
+                                           "...ij,...jk->ik",
+                                           "iii->",
+                                           "SAME",
+                                           "VALID",
+                                           "EXPLICIT",
+                                           "NHWC",
+                                           "NCHW",
+                                           "NDHWC",
+                                           "NCDHW",
+                                           "REFLECT",
+                                           "SYMMETRIC"};
+
+// Sets string field `f` of `m`: an op name for ExecuteOp.op and
+// GradientStep.op, an attr name some registered op declares for an attr
+// map's key, libFuzzer's byte mutations for bytes (tensor data, chunks)
+// and, half the time, for other strings (Einsum equations), else one of
+// kStrings.
+inline void MutateString(Message* m, const FieldDescriptor* f,
+                         std::minstd_rand& rng) {
+  const Reflection* r = m->GetReflection();
+  const auto& ops = gradtape::DefaultRegistry().ops();
+  if (f->name() == "op" && !ops.empty()) {
+    r->SetString(m, f, ops[rng() % ops.size()]->name);
+  } else if (f->type() == FieldDescriptor::TYPE_BYTES) {
+    r->SetString(m, f, MutateBytes(r->GetString(*m, f), false, rng));
+  } else if (m->GetDescriptor()->map_key() == f && !ops.empty() &&
+             rng() % 4 != 0) {
+    const auto& attrs = ops[rng() % ops.size()]->attrs;
+    if (!attrs.empty()) r->SetString(m, f, attrs[rng() % attrs.size()].name);
+  } else if (rng() % 2 == 0) {
+    r->SetString(m, f, MutateBytes(r->GetString(*m, f), true, rng));
+  } else {
+    r->SetString(m, f, kStrings[rng() % std::size(kStrings)]);
+  }
+}
+
 inline void MutateField(const FieldRef& ref, std::minstd_rand& rng) {
   Message* m = ref.message;
   const FieldDescriptor* f = ref.field;
@@ -128,26 +207,9 @@ inline void MutateField(const FieldRef& ref, std::minstd_rand& rng) {
         r->SetEnumValue(m, f, static_cast<int>(rng() % 10) - (rng() % 7 == 0));
       }
       break;
-    case FieldDescriptor::CPPTYPE_STRING: {
-      if (f->is_repeated() || f->is_map()) break;
-      const auto& ops = gradtape::DefaultRegistry().ops();
-      if (f->name() == "op" && !ops.empty()) {
-        r->SetString(m, f, ops[rng() % ops.size()]->name);
-      } else if (f->type() == FieldDescriptor::TYPE_BYTES) {
-        std::string bytes = r->GetString(*m, f);
-        if (bytes.empty()) bytes.push_back(static_cast<char>(rng()));
-        const size_t used = bytes.size();
-        bytes.resize(used * 2 + 16);
-        bytes.resize(LLVMFuzzerMutate(reinterpret_cast<uint8_t*>(bytes.data()),
-                                      used, bytes.size()));
-        r->SetString(m, f, bytes);
-      } else {
-        const char* names[] = {"",  "ck1", "w",      "b",           "..",
-                               "a", "x/y", "\u00e9", "shared_name", "T"};
-        r->SetString(m, f, names[rng() % 10]);
-      }
+    case FieldDescriptor::CPPTYPE_STRING:
+      if (!f->is_repeated() && !f->is_map()) MutateString(m, f, rng);
       break;
-    }
     default:
       break;
   }
