@@ -163,10 +163,12 @@ absl::StatusOr<MemorySettings> ResolveMemorySettings(
     s.session_limit_bytes = session_mb * kMiB;
   }
   if (max_tensor_mb == -1) {
-    const int64_t cap = s.session_limit_bytes > 0 ? s.session_limit_bytes
-                                                  : s.budget_bytes;
-    s.max_tensor_bytes = cap > 0 ? std::min(cap, kMaxTensorDefaultBytes)
-                                 : kMaxTensorDefaultBytes;
+    // A default session's share, whatever --session_memory_limit_mb says
+    // (past a smaller session limit, that limit's message is the clearer).
+    s.max_tensor_bytes = s.budget_bytes > 0
+                             ? std::min(s.budget_bytes / 4,
+                                        kMaxTensorDefaultBytes)
+                             : kMaxTensorDefaultBytes;
   } else {
     s.max_tensor_bytes = max_tensor_mb * kMiB;
   }

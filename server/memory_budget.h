@@ -13,8 +13,8 @@
 // saved tensors, kept results, replies being sent, pending chunked puts.
 //
 // The per-session limit defaults to a quarter of the budget, so one client
-// cannot take the whole process, and the largest tensor to the session
-// limit (a tensor must fit a session), at most kMaxTensorDefaultBytes.
+// cannot take the whole process, and so does the largest tensor (a tensor
+// must fit a session), at most kMaxTensorDefaultBytes.
 #ifndef GRADTAPE_SERVER_MEMORY_BUDGET_H_
 #define GRADTAPE_SERVER_MEMORY_BUDGET_H_
 

@@ -47,6 +47,17 @@ import subprocess
 import sys
 from typing import Any, Callable, Iterator, List, Optional
 
+# The client package first, when it is installed: importing it loads the
+# native extension (Debian's gRPC C++ behind RTLD_DEEPBIND), which aborted
+# the process at random (glibc's mutex assertions in tpp.c and
+# pthread_mutex_lock.c) when grpc_tools' compiler extension was loaded
+# before it, as the `pb` fixture does for a worker whose first tests are
+# protocol-only (grpcio 1.85).
+try:
+    import gradtape  # noqa: F401
+except ImportError:
+    pass
+
 import grpc
 import pytest
 

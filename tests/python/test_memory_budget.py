@@ -32,6 +32,7 @@ BUDGET_MB = 400
 PART = int(BUDGET_MB * MiB * 0.4)  # 40% of the budget, in bytes
 TIMEOUT_S = 60
 DTYPE_FLOAT32, DTYPE_INT32 = 1, 3
+MESSAGE = 16 * MiB  # the largest message the tests send (a put's part, a chunk)
 
 
 def rss_bytes(pid):
@@ -203,10 +204,6 @@ def by_chunked_put(s, elements, chunk=MESSAGE):
 ROUTES = [by_put, by_broadcast, by_fill, by_segment_prod, by_chunked_put]
 
 
-# The largest message the tests send (a put's part, a chunk).
-MESSAGE = 16 * MiB
-
-
 def fixed_overhead(idle_rss):
     """What the budget does not count: the process measured idle (code,
     threads, gRPC), gRPC's receive buffers of two messages in flight, and
@@ -227,11 +224,27 @@ def check_usable(s):
 
 
 @pytest.fixture
+def raw(pb):
+    """raw(address): a new Raw session; every channel is closed at the end
+    (grpcio aborts at exit with channels left open by threads)."""
+    opened = []
+
+    def connect(address):
+        opened.append(Raw(pb, address))
+        return opened[-1]
+
+    yield connect
+    for s in opened:
+        s.close()
+
+
+@pytest.fixture
 def budget_server():
     with ServerProcess(
         f"--memory_budget_mb={BUDGET_MB}",
         "--session_memory_limit_mb=0",  # only the budget limits a session
         f"--result_cache_mb={BUDGET_MB}",
+        f"--max_tensor_mb={BUDGET_MB}",
         "--max_message_mb=64",
     ) as server:
         assert any(
@@ -241,10 +254,10 @@ def budget_server():
         yield server
 
 
-def test_four_clients_at_40_percent_each(pb, budget_server):
+def test_four_clients_at_40_percent_each(raw, budget_server):
     server = budget_server
     idle = rss_bytes(server.proc.pid)
-    clients = [Raw(pb, server.address) for _ in range(4)]
+    clients = [raw(server.address) for _ in range(4)]
     for s in clients:
         check_usable(s)
     warm = rss_bytes(server.proc.pid)
@@ -282,10 +295,12 @@ def test_four_clients_at_40_percent_each(pb, budget_server):
     assert not errors, errors
     for r in range(rounds):
         built = [outcomes[k][r] for k in range(4)]
-        ok = sum(1 for _, what in built if what == "ok")
-        # 40% each: two fit the budget at most, and one always does.
-        assert 1 <= ok <= 2, (r, built)
+        # 40% each: two fit the budget at most. (All four may be refused:
+        # ops that allocate more than their output, racing, can each hold
+        # part of the budget when the next allocation is refused.)
+        assert sum(1 for _, what in built if what == "ok") <= 2, (r, built)
         assert all(what in ("ok", "RESOURCE_EXHAUSTED") for _, what in built), built
+    assert any(what == "ok" for row in outcomes for _, what in row), outcomes
     assert messages and all("server memory budget exceeded" in m for m in messages), messages
     assert all(f"budget {BUDGET_MB * MiB} (--memory_budget_mb)" in m for m in messages)
     overhead = fixed_overhead(max(warm, idle))
@@ -302,15 +317,14 @@ def test_four_clients_at_40_percent_each(pb, budget_server):
     assert server.proc.poll() is None
     for s in clients:
         check_usable(s)
-        s.close()
 
 
-def test_kept_fetch_results_stay_within_the_budget(pb, budget_server):
+def test_kept_fetch_results_stay_within_the_budget(raw, budget_server):
     """Fetches never acknowledged: their kept copies and the replies count,
     so fetching a 10% tensor over and over from four clients never takes the
     process past the budget; fetches the budget cannot copy are refused."""
     server = budget_server
-    clients = [Raw(pb, server.address) for _ in range(4)]
+    clients = [raw(server.address) for _ in range(4)]
     for s in clients:
         check_usable(s)
     warm = rss_bytes(server.proc.pid)
@@ -351,8 +365,6 @@ def test_kept_fetch_results_stay_within_the_budget(pb, budget_server):
         f"{overhead / MiB:.0f} MiB"
     )
     assert server.proc.poll() is None
-    for s in clients:
-        s.close()
 
 
 # -- default flags inside a memory cgroup ------------------------------------
@@ -396,7 +408,7 @@ def make_memory_cgroup(limit):
     return (group / "cgroup.procs", remove), ""
 
 
-def test_default_flags_in_a_memory_cgroup(pb):
+def test_default_flags_in_a_memory_cgroup(raw):
     made, why = make_memory_cgroup(CGROUP_LIMIT)
     if made is None:
         pytest.skip(f"no memory cgroup can be made here ({why})")
@@ -406,9 +418,9 @@ def test_default_flags_in_a_memory_cgroup(pb):
         with ServerProcess(wrapper=wrapper) as server:
             line = next(l for l in server.lines if "memory budget" in l)
             assert "derived" in line and "cgroup" in line, line
-            bystander = Raw(pb, server.address)
+            bystander = raw(server.address)
             check_usable(bystander)
-            greedy = [Raw(pb, server.address) for _ in range(2)]
+            greedy = [raw(server.address) for _ in range(2)]
             results = [None, None]
 
             def ask_8_gib(k):
@@ -432,7 +444,7 @@ def test_default_flags_in_a_memory_cgroup(pb):
                 assert "SegmentProd" in got[seq].error.message
             # Each client then takes as much as its session may, at once:
             # the budget, not the cgroup's OOM killer, says no to the rest.
-            many = [bystander, *greedy, Raw(pb, server.address), Raw(pb, server.address)]
+            many = [bystander, *greedy, raw(server.address), raw(server.address)]
             built = []
 
             def fill_up(s):
@@ -444,11 +456,12 @@ def test_default_flags_in_a_memory_cgroup(pb):
                 t.start()
             for t in threads:
                 t.join(timeout=TIMEOUT_S)
+            print(f"\ncgroup test: {line.strip()}; 8 GiB asks refused; 5 x 17% of the "
+                  f"cgroup's limit at once: {built}")
             assert set(built) <= {"ok", "RESOURCE_EXHAUSTED"}, built
             assert "RESOURCE_EXHAUSTED" in built, built  # 5 x 17% > the budget
             assert server.proc.poll() is None, "the server was killed"
             for s in many:
                 check_usable(s)
-                s.close()
     finally:
         remove()

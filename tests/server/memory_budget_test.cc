@@ -131,6 +131,12 @@ TEST(MemorySettingsTest, DerivedDefaultsFitTheBudget) {
   s = ResolveMemorySettings(-1, -1, -1, MemoryLimit{512 * kMiB, "x"});
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->budget_bytes, 256 * kMiB);
+  // An explicit session limit leaves the tensor cap at the budget's quarter
+  // (a tensor past the session limit is refused with that limit's message).
+  s = ResolveMemorySettings(-1, 16, -1, pod);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->session_limit_bytes, 16 * kMiB);
+  EXPECT_EQ(s->max_tensor_bytes, 2 * kGiB);
   // A large machine: the tensor cap stays at 16 GiB.
   s = ResolveMemorySettings(-1, -1, -1, MemoryLimit{1024 * kGiB, "x"});
   ASSERT_TRUE(s.ok());
