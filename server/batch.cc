@@ -683,6 +683,62 @@ std::string CommandName(const v1::Command& cmd) {
              : "command";
 }
 
+// The ids a command fills (poisoned when it is refused as out of order).
+std::vector<int64_t> OutputIds(const v1::Command& cmd) {
+  const auto list = [](absl::Span<const int64_t> ids) {
+    return std::vector<int64_t>(ids.begin(), ids.end());
+  };
+  switch (cmd.kind_case()) {
+    case v1::Command::kExecute:
+      return list(Ids(cmd.execute().output_ids()));
+    case v1::Command::kExecuteWithGradient:
+      return list(Ids(cmd.execute_with_gradient().op().output_ids()));
+    case v1::Command::kPut:
+      return {cmd.put().id()};
+    case v1::Command::kPutBegin:
+      return {cmd.put_begin().id()};
+    case v1::Command::kGradient:
+      return list(Ids(cmd.gradient().result_ids()));
+    case v1::Command::kJacobian:
+      return list(Ids(cmd.jacobian().result_ids()));
+    case v1::Command::kFetchJvp:
+      return {cmd.fetch_jvp().result_id()};
+    default:
+      return {};
+  }
+}
+
+// Exactly-once (server/result_cache.h): answers a command that is not
+// applied (verdict other than kApply) in `result`, without running it. An
+// out-of-order command's free output ids are poisoned with its error.
+void AnswerUnapplied(Session& session, ResultCache& results,
+                     ResultCache::Verdict verdict, const v1::Command& cmd,
+                     Metrics* metrics, v1::CommandResult* result) {
+  const int64_t seq = cmd.seq();
+  absl::Status status;
+  switch (verdict) {
+    case ResultCache::Verdict::kDuplicate:
+      if (metrics != nullptr) metrics->CountDuplicate();
+      results.AnswerDuplicate(seq, CommandName(cmd), result);
+      return;
+    case ResultCache::Verdict::kOutOfOrder:
+      status = results.OutOfOrderError(seq, CommandName(cmd));
+      session.PoisonRefused(seq, OutputIds(cmd), status);
+      break;
+    case ResultCache::Verdict::kUnknown:
+      // It may have been applied: its ids may be live, nothing is poisoned.
+      status = results.UnknownError(seq, CommandName(cmd));
+      break;
+    case ResultCache::Verdict::kBadSeq:
+    case ResultCache::Verdict::kApply:  // not called for it
+      status = ResultCache::BadSeqError(seq, CommandName(cmd));
+      break;
+  }
+  result->Clear();
+  result->set_seq(seq);
+  ToProto(status, result->mutable_error());
+}
+
 // The error that ends a batch whose reply is full: the result of command
 // `seq` (an error, `original`) does not fit, and the commands after it are
 // not applied. Its message is bounded so that it fits in kStopReserve.
@@ -822,11 +878,8 @@ absl::Status ApplyBatch(Session& session, const v1::CommandBatch& batch,
     const ResultCache::Verdict verdict = results != nullptr
                                              ? results->Classify(seq)
                                              : ResultCache::Verdict::kApply;
-    if (verdict == ResultCache::Verdict::kDuplicate) {
-      if (metrics != nullptr) metrics->CountDuplicate();
-      if (!results->AnswerDuplicate(seq, CommandName(cmd), &result)) continue;
-    } else if (verdict == ResultCache::Verdict::kBadSeq) {
-      status = ResultCache::BadSeqError(seq, CommandName(cmd));
+    if (verdict != ResultCache::Verdict::kApply) {
+      AnswerUnapplied(session, *results, verdict, cmd, metrics, &result);
     } else {
       prediction = Predict(session, cmd);
       if (prediction.size.reply_bytes > 0 &&
@@ -858,7 +911,9 @@ absl::Status ApplyBatch(Session& session, const v1::CommandBatch& batch,
                                                    1);
       result.mutable_stats()->set_duplicate_commands(results->duplicates());
     }
-    if (result.kind_case() == v1::CommandResult::KIND_NOT_SET) {
+    // Applied now and OK without data: answered by the reply's last_seq.
+    if (result.kind_case() == v1::CommandResult::KIND_NOT_SET &&
+        !result.duplicate()) {
       if (applied && results != nullptr) results->Applied(seq, nullptr);
       continue;
     }

@@ -100,15 +100,26 @@ class ReplyMemory {
 //
 // Exactly-once (server/result_cache.h): with `results` (the session's; null
 // applies every command as an unsequenced session does, without counts),
-// batch.ack_seq is acknowledged first; a command whose seq is at or below
-// the last applied one is a duplicate: not applied, counted (also in
-// `metrics`), answered with its kept result, the ABORTED "no longer kept"
-// error or nothing (ResultCache::AnswerDuplicate); its answer counts
-// against the reply's bytes like any result. A seq below 1 fails alone with
-// INVALID_ARGUMENT (nothing applied, nothing poisoned). Every other
-// command's result, as the reply got it, is kept. reply->last_seq is the
-// last applied seq. Stats results get commands_applied and
-// duplicate_commands.
+// batch.ack_seq is acknowledged first; then every command of the batch is
+// answered (but for the ones a full reply's stop or a deadline accounts
+// for) by exactly one of:
+//   * applied now: its result (error or data), or none at all when it
+//     succeeded without data (reply->last_seq covers it);
+//   * a duplicate (applied before): not applied, counted (also in
+//     `metrics`), answered with duplicate set: its kept result, the ABORTED
+//     "no longer kept" error, or a mark with no kind
+//     (ResultCache::AnswerDuplicate);
+//   * out of order (at or below the last applied seq, never applied):
+//     FAILED_PRECONDITION "<command> (command N): seq N is out of order
+//     (last applied M); not applied ...", its free output ids poisoned with
+//     that error, nothing else changed;
+//   * at or below the runs floor (ResultCache::UnknownError): ABORTED,
+//     nothing applied, nothing poisoned;
+//   * a seq below 1: INVALID_ARGUMENT (nothing applied, nothing poisoned).
+// Those answers count against the reply's bytes like any result. Every
+// applied command's result, as the reply got it, is kept.
+// reply->last_seq is the last applied seq. Stats results get
+// commands_applied and duplicate_commands.
 //
 // Not thread-safe for one session: the caller holds that session's lock
 // (which also guards `results`).

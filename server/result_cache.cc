@@ -39,7 +39,9 @@ ResultCache::ResultCache(Options options) : options_(options) {}
 ResultCache::Verdict ResultCache::Classify(int64_t seq) const {
   if (!options_.sequenced) return Verdict::kApply;
   if (seq < 1) return Verdict::kBadSeq;
-  return seq > last_applied() ? Verdict::kApply : Verdict::kDuplicate;
+  if (seq > last_applied()) return Verdict::kApply;
+  if (WasApplied(seq)) return Verdict::kDuplicate;
+  return seq <= runs_floor_ ? Verdict::kUnknown : Verdict::kOutOfOrder;
 }
 
 absl::Status ResultCache::BadSeqError(int64_t seq, absl::string_view what) {
@@ -49,10 +51,38 @@ absl::Status ResultCache::BadSeqError(int64_t seq, absl::string_view what) {
       "nothing was applied");
 }
 
-bool ResultCache::AnswerDuplicate(int64_t seq, absl::string_view what,
+absl::Status ResultCache::OutOfOrderError(int64_t seq,
+                                          absl::string_view what) const {
+  const int64_t last = last_applied();
+  return Command{seq, what}.Error(
+      absl::StatusCode::kFailedPrecondition, "seq ", seq,
+      " is out of order (last applied ", last,
+      "); not applied: a session's seqs strictly increase (does a second "
+      "writer use this session?); send it again with a seq above ",
+      last);
+}
+
+absl::Status ResultCache::UnknownError(int64_t seq,
+                                       absl::string_view what) const {
+  const int64_t last = last_applied();
+  return Command{seq, what}.Error(
+      absl::StatusCode::kAborted, "seq ", seq,
+      " is at or below the last applied seq ", last,
+      ", and whether it was applied is no longer known (the server keeps ",
+      std::max<int64_t>(options_.max_runs, 1),
+      " runs of applied seqs per session; every gap in the seqs starts "
+      "one); not applied now: if it never was, send it again with a seq "
+      "above ",
+      last);
+}
+
+void ResultCache::AnswerDuplicate(int64_t seq, absl::string_view what,
                                   v1::CommandResult* result) {
   ++duplicates_;
-  if (seq <= acked_) return false;  // the client holds its result
+  result->Clear();
+  result->set_seq(seq);
+  result->set_duplicate(true);
+  if (seq <= acked_) return;  // the client holds its result
   // Records are few per batch in flight; a binary search keeps a raw
   // caller's long backlog cheap too.
   auto kept =
@@ -61,7 +91,7 @@ bool ResultCache::AnswerDuplicate(int64_t seq, absl::string_view what,
   if (kept != kept_.end() && kept->seq == seq) {
     *result = kept->result;
     result->set_duplicate(true);
-    return true;
+    return;
   }
   if (std::binary_search(evicted_.begin(), evicted_.end(), seq)) {
     Aborted(seq, what,
@@ -70,7 +100,7 @@ bool ResultCache::AnswerDuplicate(int64_t seq, absl::string_view what,
             "has not acknowledged are kept up to the server's "
             "--result_cache_mb per session)",
             result);
-    return true;
+    return;
   }
   if (seq <= unknown_floor_) {
     Aborted(seq, what,
@@ -78,15 +108,37 @@ bool ResultCache::AnswerDuplicate(int64_t seq, absl::string_view what,
             "(too many results were dropped unacknowledged: send "
             "CommandBatch.ack_seq): fetch again",
             result);
-    return true;
   }
-  return false;  // it had no result
+  // Otherwise it had no result: the mark alone.
+}
+
+bool ResultCache::WasApplied(int64_t seq) const {
+  // The first run that ends at or above seq.
+  auto run = std::lower_bound(
+      runs_.begin(), runs_.end(), seq,
+      [](const AppliedRun& r, int64_t s) { return r.last < s; });
+  return run != runs_.end() && run->first <= seq;
+}
+
+void ResultCache::AddApplied(int64_t seq) {
+  if (!runs_.empty() && runs_.back().last == seq - 1) {
+    runs_.back().last = seq;
+    return;
+  }
+  runs_.push_back({seq, seq});
+  while (static_cast<int64_t>(runs_.size()) > std::max<int64_t>(
+                                                  options_.max_runs, 1)) {
+    runs_floor_ = std::max(runs_floor_, runs_.front().last);
+    runs_.pop_front();
+  }
 }
 
 void ResultCache::Applied(int64_t seq, const v1::CommandResult* result) {
   ++commands_applied_;
   last_applied_.store(seq, std::memory_order_relaxed);
-  if (!options_.sequenced || result == nullptr) return;
+  if (!options_.sequenced) return;
+  AddApplied(seq);
+  if (result == nullptr) return;
   const int64_t bytes =
       static_cast<int64_t>(result->ByteSizeLong()) + kEntryOverheadBytes;
   if (bytes > options_.max_bytes) {
@@ -146,6 +198,8 @@ void ResultCache::Clear() {
   KeptResultsAccount()->Add(-kept_bytes_);
   std::deque<Kept>().swap(kept_);
   std::deque<int64_t>().swap(evicted_);
+  std::deque<AppliedRun>().swap(runs_);
+  runs_floor_ = last_applied();
   kept_bytes_ = 0;
 }
 

@@ -5,6 +5,17 @@
 //
 // How it works. Seqs of a sequenced session strictly increase, so every
 // record below is ordered by seq and appended at the back:
+//   * runs: the seqs applied, as runs of consecutive seqs [first, last]
+//     (one run for a client that numbers its commands 1, 2, 3, ...; a new
+//     run after each gap: a seq never sent, or a command never applied, as
+//     the rest of a batch stopped by a full reply). They tell a command at
+//     or below the last applied seq that was applied (a duplicate) from one
+//     that never was (out of order: a second writer on the session, or a
+//     resend of a command its batch never reached). Bounded by max_runs,
+//     oldest dropped first; the last seq of the last run dropped is the
+//     `runs floor`: at or below it, outside the runs kept, the cache no
+//     longer knows (kUnknown). Acknowledge leaves the runs alone: the
+//     client's ack says nothing of another writer's seqs;
 //   * kept: the results (errors and returned data) of applied commands
 //     above the acknowledged seq, as they went into the reply. Their
 //     encoded bytes are bounded by max_bytes; past it the oldest ones are
@@ -14,12 +25,12 @@
 //     oldest dropped first. The seq of the last tombstone dropped is the
 //     `unknown floor`: for a duplicate at or below it (and above the
 //     acknowledged seq) the cache no longer knows whether it had a result;
-//   * Acknowledge(ack) drops every record at or below ack: the client holds
-//     those results, and a duplicate of them gets no result.
-// A duplicate (seq <= last applied) is then answered: a kept result is
+//   * Acknowledge(ack) drops every kept result and tombstone at or below
+//     ack: the client holds those results.
+// A duplicate (applied before) is then always answered: a kept result is
 // copied (duplicate set); a tombstone, or a seq at or below the unknown
-// floor, gets ABORTED (duplicate set, nothing poisoned); anything else had
-// no result and gets none.
+// floor, gets ABORTED (duplicate set, nothing poisoned); anything else (no
+// result, or acknowledged) gets a mark: seq and duplicate, no kind.
 //
 // Memory: the kept results are NOT charged to the session's MemoryAccount.
 // They are copies of results the client was sent; charging them would let
@@ -66,6 +77,8 @@ class ResultCache {
   static constexpr int64_t kDefaultMaxBytes = int64_t{64} << 20;
   // 32 KiB of seqs per session at most.
   static constexpr int64_t kDefaultMaxTombstones = 4096;
+  // 64 KiB of runs of applied seqs per session at most.
+  static constexpr int64_t kDefaultMaxRuns = 4096;
   // What a kept result costs besides its encoded bytes (its deque slot and
   // the message object).
   static constexpr int64_t kEntryOverheadBytes = 64;
@@ -74,6 +87,7 @@ class ResultCache {
     bool sequenced = true;
     int64_t max_bytes = kDefaultMaxBytes;  // of kept results; 0: keep none
     int64_t max_tombstones = kDefaultMaxTombstones;
+    int64_t max_runs = kDefaultMaxRuns;  // at least 1 is used
   };
 
   explicit ResultCache(Options options);
@@ -86,9 +100,12 @@ class ResultCache {
 
   // What to do with a command of seq `seq`.
   enum class Verdict {
-    kApply,      // above the last applied seq (or the session unsequenced)
-    kDuplicate,  // at or below it: answer with AnswerDuplicate
-    kBadSeq,     // below 1 in a sequenced session: BadSeqError
+    kApply,       // above the last applied seq (or the session unsequenced)
+    kDuplicate,   // applied before: answer with AnswerDuplicate
+    kOutOfOrder,  // at or below the last applied seq, never applied:
+                  // OutOfOrderError
+    kUnknown,     // at or below the runs floor: UnknownError
+    kBadSeq,      // below 1 in a sequenced session: BadSeqError
   };
   Verdict Classify(int64_t seq) const;
 
@@ -96,10 +113,19 @@ class ResultCache {
   // below 1: "<what> (command <seq>): ...".
   static absl::Status BadSeqError(int64_t seq, absl::string_view what);
 
-  // Counts a duplicate and answers it: true with `*result` filled (seq and
-  // duplicate set) when it gets a result, false when it gets none. `what`
-  // names the command in the ABORTED messages ("MatMul", "FetchTensor").
-  bool AnswerDuplicate(int64_t seq, absl::string_view what,
+  // FAILED_PRECONDITION for a kOutOfOrder command: "<what> (command <seq>):
+  // seq <seq> is out of order (last applied <M>); not applied ...".
+  absl::Status OutOfOrderError(int64_t seq, absl::string_view what) const;
+
+  // ABORTED for a kUnknown command: whether it was applied is no longer
+  // known; it is not applied now.
+  absl::Status UnknownError(int64_t seq, absl::string_view what) const;
+
+  // Counts a duplicate and answers it in `*result` (seq and duplicate
+  // set): its kept result, the ABORTED "no longer kept" error, or nothing
+  // more (a mark: no kind). `what` names the command in the ABORTED
+  // messages ("MatMul", "FetchTensor").
+  void AnswerDuplicate(int64_t seq, absl::string_view what,
                        v1::CommandResult* result);
 
   // A command applied (or failed): `seq` is the last applied seq from now
@@ -125,6 +151,9 @@ class ResultCache {
   int64_t kept_results() const { return static_cast<int64_t>(kept_.size()); }
   int64_t kept_bytes() const { return kept_bytes_; }
   int64_t tombstones() const { return static_cast<int64_t>(evicted_.size()); }
+  // Runs of applied seqs kept, and the runs floor (0: none dropped).
+  int64_t runs() const { return static_cast<int64_t>(runs_.size()); }
+  int64_t runs_floor() const { return runs_floor_; }
 
  private:
   struct Kept {
@@ -132,6 +161,13 @@ class ResultCache {
     int64_t bytes;
     v1::CommandResult result;
   };
+  // An applied range of seqs: first to last, all applied.
+  struct AppliedRun {
+    int64_t first;
+    int64_t last;
+  };
+  bool WasApplied(int64_t seq) const;
+  void AddApplied(int64_t seq);
   // Keeps a copy of `result` (`bytes` as max_bytes counts them) if the
   // process's budget fits it; else a tombstone.
   void Keep(int64_t seq, int64_t bytes, const v1::CommandResult& result);
@@ -152,6 +188,9 @@ class ResultCache {
   std::deque<Kept> kept_;  // ascending seq
   int64_t kept_bytes_ = 0;
   std::deque<int64_t> evicted_;  // tombstones, ascending seq
+  std::deque<AppliedRun> runs_;  // ascending, disjoint, not adjacent
+  // At or below this, outside runs_, whether a seq was applied is unknown.
+  int64_t runs_floor_ = 0;
 };
 
 }  // namespace gradtape::server

@@ -167,6 +167,12 @@ void Session::Fail(int64_t seq, absl::Span<const int64_t> outputs,
   Run(seq, "", outputs, [&](const Command&) { return failure; }).IgnoreError();
 }
 
+void Session::PoisonRefused(int64_t seq, absl::Span<const int64_t> outputs,
+                            const absl::Status& failure) {
+  ScopedMemoryAccount scope(account_);
+  Poison(seq, outputs, failure);
+}
+
 void Session::Store(int64_t id, Tensor t) {
   SlotFor(id) = Slot{Slot::kTensor, std::move(t), nullptr, 0};
 }

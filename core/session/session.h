@@ -143,6 +143,12 @@ class Session {
   // session's memory account like every slot.
   void Fail(int64_t seq, absl::Span<const int64_t> outputs,
             const absl::Status& failure);
+  // Records a command refused without being processed (its seq is out of
+  // order: the server did not apply it): poisons its free output ids with
+  // `failure`, so that a later command reading one quotes it, and changes
+  // nothing else (last_seq stays).
+  void PoisonRefused(int64_t seq, absl::Span<const int64_t> outputs,
+                     const absl::Status& failure);
 
   // Training: checkpoints of variables (core/session/checkpoint.h), in the
   // directory options.checkpoint_dir, file `name`. `variable_ids` name

@@ -1,12 +1,17 @@
 // Exactly-once application over a real channel (proto: "Exactly-once
-// application"): duplicates are not applied and get their kept result,
-// evicted results get ABORTED, ack_seq frees results, seqs below 1 fail,
+// application"): every command of a batch is answered; duplicates are not
+// applied and get their kept result or a duplicate mark, evicted results
+// get ABORTED, ack_seq frees results, seqs below 1 fail, a seq at or below
+// the last applied one that was never applied (out of order: a second
+// writer, or a seq sent late) fails and poisons its outputs,
 // unsequenced sessions apply repeats, KeepAlive reports the last applied
 // seq, a batch cut by its deadline and resent applies only the rest, and
 // Run and Stream share one seq space. Also the server-status trailer
 // (gradtape-server-status) on every non-OK status the server sends.
 #include <future>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -65,6 +70,52 @@ std::string ServerStatusTrailer(const grpc::ClientContext& context) {
   return Trailer(context, "gradtape-server-status");
 }
 
+// The answer contract (proto: "Exactly-once application"): every command of
+// `batch` has exactly one result in `reply` (its result, a duplicate's
+// answer or an error) except the ones in `silent`, which the test applied
+// now, succeeded and return no data: those have none, and reply.last_seq
+// covers them. Returns the results by seq.
+std::map<int64_t, const v1::CommandResult*> ExpectEveryCommandAnswered(
+    const v1::CommandBatch& batch, const v1::BatchReply& reply,
+    const std::set<int64_t>& silent = {}) {
+  std::map<int64_t, const v1::CommandResult*> by_seq;
+  for (const v1::CommandResult& result : reply.results()) {
+    EXPECT_TRUE(by_seq.emplace(result.seq(), &result).second)
+        << "two results for seq " << result.seq();
+  }
+  std::set<int64_t> seqs;
+  for (const v1::Command& cmd : batch.commands()) {
+    seqs.insert(cmd.seq());
+    if (silent.count(cmd.seq()) > 0) {
+      EXPECT_EQ(by_seq.count(cmd.seq()), 0u) << "seq " << cmd.seq();
+      EXPECT_LE(cmd.seq(), reply.last_seq());
+      continue;
+    }
+    auto it = by_seq.find(cmd.seq());
+    EXPECT_NE(it, by_seq.end()) << "command " << cmd.seq()
+                                << " has no answer: " << reply.ShortDebugString();
+    if (it == by_seq.end()) continue;
+    const v1::CommandResult& result = *it->second;
+    EXPECT_TRUE(result.kind_case() != v1::CommandResult::KIND_NOT_SET ||
+                result.duplicate())
+        << result.ShortDebugString();
+  }
+  for (const auto& [seq, result] : by_seq) {
+    EXPECT_EQ(seqs.count(seq), 1u) << "a result for seq " << seq
+                                   << ", which the batch does not hold";
+  }
+  return by_seq;
+}
+
+// A duplicate without a result: seq and duplicate, no kind.
+void ExpectMark(const v1::CommandResult* result, int64_t seq) {
+  ASSERT_NE(result, nullptr);
+  EXPECT_EQ(result->seq(), seq);
+  EXPECT_TRUE(result->duplicate());
+  EXPECT_EQ(result->kind_case(), v1::CommandResult::KIND_NOT_SET)
+      << result->ShortDebugString();
+}
+
 class ExactlyOnceTest : public ServerTest {
  protected:
   // One Stream carrying `batches`; replies in order.
@@ -115,11 +166,14 @@ TEST_F(ExactlyOnceTest, StreamBatchResentAfterALostReplyAppliesNothingTwice) {
   ASSERT_EQ(resent.size(), 2u);
   for (const v1::BatchReply& reply : resent) {
     EXPECT_EQ(reply.last_seq(), 7);
-    ASSERT_EQ(reply.results_size(), 1) << reply.ShortDebugString();
-    const v1::CommandResult& kept = reply.results(0);
-    EXPECT_EQ(kept.seq(), 7);
-    EXPECT_TRUE(kept.duplicate());
-    EXPECT_EQ(AsDoubles(kept.tensor()), std::vector<double>{11.0});
+    auto answers = ExpectEveryCommandAnswered(step.proto(), reply);
+    ASSERT_EQ(reply.results_size(), 3) << reply.ShortDebugString();
+    ExpectMark(answers[5], 5);  // applied, no result
+    ExpectMark(answers[6], 6);
+    const v1::CommandResult* kept = answers[7];
+    ASSERT_NE(kept, nullptr);
+    EXPECT_TRUE(kept->duplicate());
+    EXPECT_EQ(AsDoubles(kept->tensor()), std::vector<double>{11.0});
   }
   // The variable was incremented once: 11, not 13.
   Batch read(3);
@@ -150,12 +204,17 @@ TEST_F(ExactlyOnceTest, DuplicatesGetTheKeptErrorAndChangeNothing) {
 
   v1::BatchReply again = Run(s, batch);
   EXPECT_EQ(again.last_seq(), 4);
-  ASSERT_EQ(again.results_size(), 2) << again.ShortDebugString();
-  EXPECT_TRUE(again.results(0).duplicate());
-  EXPECT_EQ(again.results(0).error().code(), original.error().code());
-  EXPECT_EQ(again.results(0).error().message(), original.error().message());
-  EXPECT_TRUE(again.results(1).duplicate());
-  EXPECT_EQ(AsDoubles(again.results(1).tensor()), std::vector<double>{-2.0});
+  auto answers = ExpectEveryCommandAnswered(batch.proto(), again);
+  ASSERT_EQ(again.results_size(), 4) << again.ShortDebugString();
+  ExpectMark(answers[1], 1);
+  ExpectMark(answers[3], 3);
+  ASSERT_NE(answers[2], nullptr);
+  EXPECT_TRUE(answers[2]->duplicate());
+  EXPECT_EQ(answers[2]->error().code(), original.error().code());
+  EXPECT_EQ(answers[2]->error().message(), original.error().message());
+  ASSERT_NE(answers[4], nullptr);
+  EXPECT_TRUE(answers[4]->duplicate());
+  EXPECT_EQ(AsDoubles(answers[4]->tensor()), std::vector<double>{-2.0});
   // Id 1 still holds its tensor (the resent Put was not applied: no
   // "id 1 is in use" error), id 3 too.
   v1::BatchReply after = Run(s, Batch().Fetch(5, 1).Fetch(6, 3));
@@ -192,7 +251,10 @@ TEST_F(SmallResultCacheTest, EvictedFetchIsAbortedAndARefetchWorks) {
   ASSERT_EQ(reply.results_size(), 4) << reply.ShortDebugString();
 
   v1::BatchReply again = Run(s, batch);
-  ASSERT_EQ(again.results_size(), 4);
+  ExpectEveryCommandAnswered(batch.proto(), again);
+  ASSERT_EQ(again.results_size(), 6);
+  ExpectMark(Find(again, 1), 1);  // the puts had no result
+  ExpectMark(Find(again, 2), 2);
   for (int64_t seq : {3, 6}) {
     const v1::CommandResult* gone = Find(again, seq);
     ASSERT_NE(gone, nullptr);
@@ -215,7 +277,7 @@ TEST_F(SmallResultCacheTest, EvictedFetchIsAbortedAndARefetchWorks) {
   EXPECT_EQ(AsDoubles(refetch.results(1).tensor()), large);
 }
 
-// ack_seq frees the results up to it: their duplicates get no result.
+// ack_seq frees the results up to it: their duplicates get a mark only.
 TEST_F(ExactlyOnceTest, AckSeqFreesKeptResults) {
   SessionCreds s = NewSession();
   Batch fetch;
@@ -232,10 +294,15 @@ TEST_F(ExactlyOnceTest, AckSeqFreesKeptResults) {
   ASSERT_TRUE(stub_->Run(&context, acked, &reply).ok());
 
   v1::BatchReply again = Run(s, fetch);
-  // Seq 2 was acknowledged: no result; seq 3 was not: its kept result.
-  ASSERT_EQ(again.results_size(), 1) << again.ShortDebugString();
-  EXPECT_EQ(again.results(0).seq(), 3);
-  EXPECT_TRUE(again.results(0).duplicate());
+  // Seq 2 was acknowledged: a mark; seq 3 was not: its kept result.
+  ExpectEveryCommandAnswered(fetch.proto(), again);
+  ASSERT_EQ(again.results_size(), 3) << again.ShortDebugString();
+  ExpectMark(Find(again, 1), 1);
+  ExpectMark(Find(again, 2), 2);
+  const v1::CommandResult* kept = Find(again, 3);
+  ASSERT_NE(kept, nullptr);
+  EXPECT_TRUE(kept->duplicate());
+  EXPECT_EQ(AsDoubles(kept->tensor()), std::vector<double>{4.0});
   EXPECT_EQ(Stats(s, 5).duplicate_commands(), 3);
 }
 
@@ -292,7 +359,7 @@ TEST_F(ExactlyOnceTest, UnsequencedSessionsApplyRepeats) {
 }
 
 // KeepAlive answers the last applied seq: 0 first; a failed command counts;
-// duplicates do not move it.
+// duplicates and commands refused as out of order do not move it.
 TEST_F(ExactlyOnceTest, KeepAliveGivesTheLastAppliedSeq) {
   SessionCreds s = NewSession();
   EXPECT_EQ(LastApplied(s), 0);
@@ -300,7 +367,8 @@ TEST_F(ExactlyOnceTest, KeepAliveGivesTheLastAppliedSeq) {
   batch.Put(3, 1, Doubles({1}, {1.0})).Exec(7, "NoSuchOp", {1}, {2});
   EXPECT_EQ(Run(s, batch).last_seq(), 7);
   EXPECT_EQ(LastApplied(s), 7);
-  EXPECT_EQ(Run(s, Batch().Fetch(5, 1)).last_seq(), 7);  // a duplicate
+  EXPECT_EQ(Run(s, Batch().Fetch(5, 1)).last_seq(), 7);  // out of order
+  EXPECT_EQ(Run(s, Batch().Stats(7)).last_seq(), 7);     // a duplicate
   EXPECT_EQ(LastApplied(s), 7);
 }
 
@@ -314,16 +382,156 @@ TEST_F(ExactlyOnceTest, RunAndStreamShareOneSeqSpace) {
   Run(s, step);
   std::vector<v1::BatchReply> streamed = Stream(s, {step});
   ASSERT_EQ(streamed.size(), 1u);
-  ASSERT_EQ(streamed[0].results_size(), 1);
-  EXPECT_TRUE(streamed[0].results(0).duplicate());
+  ExpectEveryCommandAnswered(step.proto(), streamed[0]);
+  ASSERT_EQ(streamed[0].results_size(), 3);
+  const v1::CommandResult* fetched = Find(streamed[0], 7);
+  ASSERT_NE(fetched, nullptr);
+  EXPECT_TRUE(fetched->duplicate());
   Batch next;
   AddOneAndRead(next, 8, 4);
   Stream(s, {next});
   v1::BatchReply by_run = Run(s, next);
-  ASSERT_EQ(by_run.results_size(), 1);
-  EXPECT_TRUE(by_run.results(0).duplicate());
-  EXPECT_EQ(AsDoubles(by_run.results(0).tensor()), std::vector<double>{2.0});
+  ExpectEveryCommandAnswered(next.proto(), by_run);
+  ASSERT_EQ(by_run.results_size(), 3);
+  const v1::CommandResult* value = Find(by_run, 10);
+  ASSERT_NE(value, nullptr);
+  EXPECT_TRUE(value->duplicate());
+  EXPECT_EQ(AsDoubles(value->tensor()), std::vector<double>{2.0});
   EXPECT_EQ(Stats(s, 11).duplicate_commands(), 6);
+}
+
+// Issue 25: the batch [Reshape seq 2, GatherV2 seq 4] sent after a put
+// with seq 3. The Reshape's seq is below the last applied one and was never
+// applied: it fails with FAILED_PRECONDITION "out of order" (not silence),
+// its output id is poisoned with that error, and the GatherV2 that reads it
+// quotes it (not "unknown tensor id"). Sent again with new seqs, both run.
+TEST_F(ExactlyOnceTest, OutOfOrderCommandFailsAndItsReaderQuotesIt) {
+  SessionCreds s = NewSession();
+  Run(s, Batch().Put(1, 1, Doubles({2, 2}, {1.0, 2.0, 3.0, 4.0})));
+  Run(s, Batch().Put(3, 3, Value<int32_t>(v1::DTYPE_INT32, {2}, {3, 0})));
+  Batch late;
+  late.Exec(2, "Reshape", {1}, {10}, {{"shape", IntsAttr({4})}})
+      .Exec(4, "GatherV2", {10, 3}, {11})
+      .Fetch(5, 11);
+  v1::BatchReply reply = Run(s, late);
+  EXPECT_EQ(reply.last_seq(), 5);
+  auto answers = ExpectEveryCommandAnswered(late.proto(), reply);
+  const v1::CommandResult* reshape = answers[2];
+  ASSERT_NE(reshape, nullptr);
+  EXPECT_FALSE(reshape->duplicate());
+  EXPECT_EQ(reshape->error().code(), grpc::StatusCode::FAILED_PRECONDITION);
+  const std::string refused =
+      "Reshape (command 2): seq 2 is out of order (last applied 3); not "
+      "applied";
+  EXPECT_THAT(reshape->error().message(), HasSubstr(refused));
+  for (int64_t seq : {4, 5}) {
+    const v1::CommandResult* reader = answers[seq];
+    ASSERT_NE(reader, nullptr);
+    EXPECT_EQ(reader->error().code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(reader->error().message(), HasSubstr(refused));
+    EXPECT_THAT(reader->error().message(),
+                ::testing::Not(HasSubstr("unknown tensor id")));
+  }
+  EXPECT_THAT(answers[4]->error().message(),
+              HasSubstr("GatherV2 (command 4): tensor id 10 is poisoned: "
+                        "command 2"));
+  // Nothing was applied: sent again above the last applied seq, it runs.
+  Batch again;
+  again.Exec(6, "Reshape", {1}, {10}, {{"shape", IntsAttr({4})}})
+      .Exec(7, "GatherV2", {10, 3}, {12})
+      .Fetch(8, 12);
+  v1::BatchReply rerun = Run(s, again);
+  auto rerun_answers =
+      ExpectEveryCommandAnswered(again.proto(), rerun, /*silent=*/{6, 7});
+  ASSERT_NE(rerun_answers[8], nullptr);
+  EXPECT_EQ(AsDoubles(rerun_answers[8]->tensor()),
+            (std::vector<double>{4.0, 1.0}));
+  const v1::SessionStats stats = Stats(s, 9);
+  EXPECT_EQ(stats.duplicate_commands(), 0);
+  EXPECT_EQ(stats.commands_applied(), 8);  // all but the refused seq 2
+}
+
+// Issue 25: two Streams write to one session at once, with interleaved
+// seqs (one odd, one even), each sending its batches of fetches in
+// lockstep. Whatever the interleaving, every fetch of every batch is
+// answered: its value (applied), or FAILED_PRECONDITION "out of order"
+// (its seq was below the other writer's); none is left without a word, and
+// no seq is applied twice or refused and applied.
+TEST_F(ExactlyOnceTest, TwoConcurrentWritersGetAnAnswerForEveryCommand) {
+  SessionCreds s = NewSession();
+  Run(s, Batch().Put(1, 1, Doubles({1}, {7.0})));
+  constexpr int kBatches = 30;
+  constexpr int kFetches = 5;
+  struct Writer {
+    std::vector<Batch> batches;
+    std::vector<v1::BatchReply> replies;
+    grpc::Status status;
+  };
+  Writer writers[2];
+  for (int w = 0; w < 2; ++w) {
+    for (int b = 0; b < kBatches; ++b) {
+      Batch batch(b + 1);
+      for (int f = 0; f < kFetches; ++f) {
+        batch.Fetch(2 + 2 * (b * kFetches + f) + w, 1);
+      }
+      writers[w].batches.push_back(batch);
+    }
+  }
+  std::promise<void> go;
+  std::shared_future<void> start = go.get_future().share();
+  const auto write = [&](Writer& writer) {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    Authorize(s, &context);
+    auto stream = stub_->Stream(&context);
+    start.wait();
+    for (const Batch& batch : writer.batches) {
+      v1::BatchReply reply;
+      if (!stream->Write(batch.proto()) || !stream->Read(&reply)) break;
+      writer.replies.push_back(reply);
+    }
+    stream->WritesDone();
+    writer.status = stream->Finish();
+  };
+  std::thread first(write, std::ref(writers[0]));
+  std::thread second(write, std::ref(writers[1]));
+  go.set_value();
+  first.join();
+  second.join();
+
+  std::set<int64_t> applied, refused;
+  for (const Writer& writer : writers) {
+    EXPECT_TRUE(writer.status.ok()) << writer.status.error_message();
+    ASSERT_EQ(writer.replies.size(), static_cast<size_t>(kBatches));
+    for (int b = 0; b < kBatches; ++b) {
+      const v1::CommandBatch& batch = writer.batches[b].proto();
+      const v1::BatchReply& reply = writer.replies[b];
+      auto answers = ExpectEveryCommandAnswered(batch, reply);
+      for (const v1::Command& cmd : batch.commands()) {
+        const v1::CommandResult* answer = answers[cmd.seq()];
+        if (answer == nullptr) continue;
+        EXPECT_FALSE(answer->duplicate());  // disjoint seqs
+        if (answer->has_tensor()) {
+          EXPECT_EQ(AsDoubles(answer->tensor()), std::vector<double>{7.0});
+          EXPECT_LE(cmd.seq(), reply.last_seq());
+          applied.insert(cmd.seq());
+          continue;
+        }
+        EXPECT_EQ(answer->error().code(), grpc::StatusCode::FAILED_PRECONDITION)
+            << answer->ShortDebugString();
+        EXPECT_THAT(answer->error().message(),
+                    HasSubstr(absl::StrCat("FetchTensor (command ", cmd.seq(),
+                                           "): seq ", cmd.seq(),
+                                           " is out of order (last applied ")));
+        refused.insert(cmd.seq());
+      }
+    }
+  }
+  EXPECT_EQ(applied.size() + refused.size(), 2u * kBatches * kFetches);
+  const int64_t stats_seq = 2 + 2 * kBatches * kFetches + 2;
+  const v1::SessionStats stats = Stats(s, stats_seq);
+  EXPECT_EQ(stats.commands_applied(), 1 + static_cast<int64_t>(applied.size()) + 1);
+  EXPECT_EQ(stats.duplicate_commands(), 0);
 }
 
 // A Run cut by its deadline in the middle of a batch, then resent whole
