@@ -126,8 +126,8 @@ void ResultCache::AddApplied(int64_t seq) {
     return;
   }
   runs_.push_back({seq, seq});
-  while (static_cast<int64_t>(runs_.size()) > std::max<int64_t>(
-                                                  options_.max_runs, 1)) {
+  while (static_cast<int64_t>(runs_.size()) >
+         std::max<int64_t>(options_.max_runs, 1)) {
     runs_floor_ = std::max(runs_floor_, runs_.front().last);
     runs_.pop_front();
   }

@@ -91,6 +91,12 @@ void SessionCore::HandleReplyLocked(v1::BatchReply& reply) {
   for (v1::CommandResult& result : *reply.mutable_results()) {
     if (result.duplicate()) {
       ++counters_.duplicate_results;
+      // A mark (no kind): applied before, its result delivered or not
+      // kept. Nothing to store; a read waiting on it is read again.
+      if (result.kind_case() == v1::CommandResult::KIND_NOT_SET) {
+        if (IsRereadableLocked(result.seq())) stale_reads_.insert(result.seq());
+        continue;
+      }
       // A read whose kept result is gone (ABORTED) or no longer fits the
       // reply of the resent batch (RESOURCE_EXHAUSTED) is read again.
       const auto code = static_cast<absl::StatusCode>(result.error().code());

@@ -463,16 +463,26 @@ class ScriptedTape(pb_grpc.TapeServiceServicer):
     request what the real one does rarely: CreateSession failing in
     transport (a proxy that cannot reach the replica the id hashes to),
     Streams ending with a given status after their first batch, fetches
-    answered "already applied; its result is no longer kept"."""
+    answered "already applied; its result is no longer kept", and
+    duplicate marks (seq and `duplicate`, no kind: "applied before, its
+    result delivered or not kept") for puts and fetches."""
 
     def __init__(
-        self, create_failures=(), stream_failures=(), forget_fetches=0, keep_alive_failure=None
+        self,
+        create_failures=(),
+        stream_failures=(),
+        forget_fetches=0,
+        keep_alive_failure=None,
+        mark_fetches=0,
+        mark_puts=False,
     ):
         self.create_failures = create_failures  # [(code, trailers)]*n, in order
         self.stream_failures = list(stream_failures)
         self.keep_alive_failure = keep_alive_failure  # (code, trailers) for every KeepAlive
         self.probes = 0
         self.forget_fetches = forget_fetches
+        self.mark_fetches = mark_fetches
+        self.mark_puts = mark_puts
         self.proposed = []  # CreateSession's session ids
         self.fetch_seqs = []
         self.streams = 0
@@ -519,9 +529,14 @@ class ScriptedTape(pb_grpc.TapeServiceServicer):
         for c in batch.commands:
             if c.WhichOneof("kind") == "put":
                 self.tensors[c.put.id] = c.put.value
+                if self.mark_puts:
+                    reply.results.add(seq=c.seq, duplicate=True)
             elif c.WhichOneof("kind") == "fetch":
                 self.fetch_seqs.append(c.seq)
-                if self.forget_fetches > 0:
+                if self.mark_fetches > 0:
+                    self.mark_fetches -= 1
+                    reply.results.add(seq=c.seq, duplicate=True)
+                elif self.forget_fetches > 0:
                     self.forget_fetches -= 1
                     message = (
                         f"FetchTensor (command {c.seq}): already applied; its result is no "
@@ -616,6 +631,23 @@ def test_a_fetch_whose_result_is_no_longer_kept_is_fetched_again(scripted):
         first, again = tape.fetch_seqs
         assert again > first  # a new seq: the server applies it
         np.testing.assert_array_equal(x.numpy(), [4.0, 5.0])
+
+
+def test_duplicate_marks_are_accepted_and_a_marked_fetch_is_read_again(scripted):
+    """Issue 25: a duplicate without a result is answered with a mark (seq
+    and `duplicate`, no kind). The client counts it, stores nothing for a
+    put, and reads a fetch answered by one again with a new seq."""
+    tape = ScriptedTape(mark_fetches=1, mark_puts=True)
+    with gradtape.connect(scripted(tape)) as s:
+        x = s.constant(np.array([4.0, 5.0]))
+        y = s.constant(np.array([6.0]))
+        np.testing.assert_array_equal(x.numpy(), [4.0, 5.0])
+        np.testing.assert_array_equal(y.numpy(), [6.0])
+        stats = s.transport_stats()
+        assert stats["refetches"] == 1
+        assert stats["duplicate_results"] == 3  # two puts, one fetch
+        first, again, _ = tape.fetch_seqs
+        assert again > first
 
 
 VERDICT = (("gradtape-proxy-verdict", "replica-unreachable"),)

@@ -92,8 +92,9 @@ std::map<int64_t, const v1::CommandResult*> ExpectEveryCommandAnswered(
       continue;
     }
     auto it = by_seq.find(cmd.seq());
-    EXPECT_NE(it, by_seq.end()) << "command " << cmd.seq()
-                                << " has no answer: " << reply.ShortDebugString();
+    EXPECT_NE(it, by_seq.end())
+        << "command " << cmd.seq()
+        << " has no answer: " << reply.ShortDebugString();
     if (it == by_seq.end()) continue;
     const v1::CommandResult& result = *it->second;
     EXPECT_TRUE(result.kind_case() != v1::CommandResult::KIND_NOT_SET ||
@@ -101,8 +102,8 @@ std::map<int64_t, const v1::CommandResult*> ExpectEveryCommandAnswered(
         << result.ShortDebugString();
   }
   for (const auto& [seq, result] : by_seq) {
-    EXPECT_EQ(seqs.count(seq), 1u) << "a result for seq " << seq
-                                   << ", which the batch does not hold";
+    EXPECT_EQ(seqs.count(seq), 1u)
+        << "a result for seq " << seq << ", which the batch does not hold";
   }
   return by_seq;
 }
@@ -530,7 +531,8 @@ TEST_F(ExactlyOnceTest, TwoConcurrentWritersGetAnAnswerForEveryCommand) {
   EXPECT_EQ(applied.size() + refused.size(), 2u * kBatches * kFetches);
   const int64_t stats_seq = 2 + 2 * kBatches * kFetches + 2;
   const v1::SessionStats stats = Stats(s, stats_seq);
-  EXPECT_EQ(stats.commands_applied(), 1 + static_cast<int64_t>(applied.size()) + 1);
+  EXPECT_EQ(stats.commands_applied(),
+            1 + static_cast<int64_t>(applied.size()) + 1);
   EXPECT_EQ(stats.duplicate_commands(), 0);
 }
 

@@ -8,7 +8,8 @@ package gradtape
 //
 //   - Seqs strictly increase within a session, and the server applies a seq
 //     once: a command sent again with its seq is a duplicate, skipped and
-//     answered from the server's kept result (CommandResult.Duplicate).
+//     answered from the server's kept result (CommandResult.Duplicate), or
+//     with a mark (Duplicate and no kind) when it had none to keep.
 //   - A client keeps every batch it sent until a reply acknowledges it (a
 //     reply acknowledges its batch and every earlier one) and sends ack_seq,
 //     the last seq whose results it holds. This client waits for the reply
@@ -310,17 +311,21 @@ func minTime(a, b time.Time) time.Time {
 	return b
 }
 
-// staleRead reports whether r is the Aborted answer to a duplicate read
-// (FetchTensor) whose result the server no longer kept, and remembers it.
+// staleRead reports whether duplicate answer r leaves nothing to store:
+// the Aborted answer to a read (FetchTensor) whose result the server no
+// longer kept, which it remembers for call to read again, or a mark (no
+// kind: applied before, its result delivered or not kept; a read waiting
+// on it is read again too).
 func (s *Session) staleRead(batch *pb.CommandBatch, r *pb.CommandResult) bool {
 	if !r.Duplicate {
 		return false
 	}
 	s.resume.counters.DuplicateResults++
+	mark := r.Kind == nil
 	e := r.GetError()
 	// Gone (Aborted), or too large for the resent batch's reply
 	// (ResourceExhausted): read again with a new seq.
-	if e == nil || (codes.Code(e.Code) != codes.Aborted && codes.Code(e.Code) != codes.ResourceExhausted) {
+	if !mark && (e == nil || (codes.Code(e.Code) != codes.Aborted && codes.Code(e.Code) != codes.ResourceExhausted)) {
 		return false
 	}
 	for _, c := range batch.Commands {
@@ -332,7 +337,7 @@ func (s *Session) staleRead(batch *pb.CommandBatch, r *pb.CommandResult) bool {
 			return true
 		}
 	}
-	return false
+	return mark
 }
 
 // createSession is CreateSession, retried in transport with a new random

@@ -364,3 +364,31 @@ func TestRandomCutsLeaveResultsIdentical(t *testing.T) {
 		}
 	}
 }
+
+// Issue 25: a duplicate without a result is answered with a mark (Duplicate,
+// no kind). It leaves nothing to store; a fetch answered by one is read
+// again (call sends it with a new seq); a kept result is stored as usual.
+func TestDuplicateMarksLeaveNothingToStore(t *testing.T) {
+	s := &Session{}
+	batch := &pb.CommandBatch{Commands: []*pb.Command{
+		{Seq: 1, Kind: &pb.Command_Put{Put: &pb.PutTensor{Id: 1}}},
+		{Seq: 2, Kind: &pb.Command_Fetch{Fetch: &pb.FetchTensor{Id: 1}}},
+	}}
+	if !s.staleRead(batch, &pb.CommandResult{Seq: 1, Duplicate: true}) {
+		t.Error("a put's mark: want nothing to store")
+	}
+	if s.resume.stale[1] {
+		t.Error("a put's mark: not a read to send again")
+	}
+	if !s.staleRead(batch, &pb.CommandResult{Seq: 2, Duplicate: true}) || !s.resume.stale[2] {
+		t.Error("a fetch's mark: want it read again")
+	}
+	kept := &pb.CommandResult{Seq: 2, Duplicate: true,
+		Kind: &pb.CommandResult_Tensor{Tensor: &pb.TensorValue{Dtype: pb.DType_DTYPE_FLOAT64}}}
+	if s.staleRead(batch, kept) {
+		t.Error("a kept result: want it stored")
+	}
+	if got := s.resume.counters.DuplicateResults; got != 3 {
+		t.Errorf("DuplicateResults = %d, want 3", got)
+	}
+}

@@ -443,7 +443,13 @@ class StreamCore:
     ) -> None:
         if result.duplicate:
             self._transport["duplicate_results"] += 1
-        if result.WhichOneof("kind") != "error":
+        kind = result.WhichOneof("kind")
+        if kind is None and result.duplicate:
+            # A mark: applied before, its result delivered or not kept.
+            # Nothing to store; a fetch waiting on it is read again.
+            self._refetch_locked(batch, result.seq)
+            return
+        if kind != "error":
             self._results[result.seq] = result
             return
         no_longer_kept = result.duplicate and result.error.code == _ABORTED
