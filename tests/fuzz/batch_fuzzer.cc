@@ -11,11 +11,13 @@
 // seeds compose; their ack_seq stays as given, mostly 0, so results pile up
 // and get evicted); inputs whose batch_id is 3 mod 4 keep their own seqs,
 // so duplicates (with kept, evicted and forgotten results), seqs
-// below 1 and repeats inside a batch are fuzzed too. Inputs whose batch_id
-// is 2 mod 4 are renumbered and their ack_seq is relative to the last
-// applied seq before the batch (0: everything so far, -2: all but the last
-// two, 1: one above it), so acknowledgements land among the kept results
-// and tombstones whatever the session's history.
+// below 1, seqs out of order (below the last applied, never applied; and
+// below the runs floor) and repeats inside a batch are fuzzed too; every
+// command of a batch must be answered (proto: "Exactly-once application").
+// Inputs whose batch_id is 2 mod 4 are renumbered and their ack_seq is
+// relative to the last applied seq before the batch (0: everything so far,
+// -2: all but the last two, 1: one above it), so acknowledgements land
+// among the kept results and tombstones whatever the session's history.
 //
 // Random byte mutations rarely keep a protobuf parsable (length prefixes),
 // so a custom mutator edits most inputs as messages (through protobuf
@@ -37,6 +39,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "core/ops/ops.h"
 #include "core/registry/op_registry.h"
 #include "core/session/session.h"
@@ -60,6 +63,7 @@ constexpr int64_t kMemoryLimitBytes = int64_t{64} << 20;  // 64 MiB
 
 constexpr int64_t kResultCacheBytes = int64_t{4} << 20;
 constexpr int64_t kResultCacheTombstones = 64;
+constexpr int64_t kResultCacheRuns = 16;
 
 struct State {
   gradtape::testing::TempDir dir;
@@ -73,6 +77,7 @@ struct State {
     gradtape::server::ResultCache::Options cache;
     cache.max_bytes = kResultCacheBytes;
     cache.max_tombstones = kResultCacheTombstones;
+    cache.max_runs = kResultCacheRuns;
     results = std::make_unique<gradtape::server::ResultCache>(cache);
     dir.Clear();
     gradtape::SessionOptions options;
@@ -229,6 +234,35 @@ void CheckReply(const gradtape::v1::CommandBatch& batch,
   }
 }
 
+// Every command of `batch` is answered: a command not applied now (a seq
+// below 1, or not above the last applied seq at its turn, `last` before
+// the batch) has a result of its own. A command applied now may have none
+// (OK without data). A batch stopped by a full reply accounts for the rest
+// itself, so it is not checked.
+void CheckEveryCommandAnswered(const gradtape::v1::CommandBatch& batch,
+                               const gradtape::v1::BatchReply& reply,
+                               int64_t last) {
+  absl::flat_hash_map<int64_t, int> results;  // by seq
+  for (const gradtape::v1::CommandResult& r : reply.results()) {
+    if (r.error().message().find("the reply is full") != std::string::npos) {
+      return;
+    }
+    ++results[r.seq()];
+  }
+  absl::flat_hash_map<int64_t, int> owed;  // answers owed, by seq
+  for (const gradtape::v1::Command& cmd : batch.commands()) {
+    if (cmd.seq() >= 1 && cmd.seq() > last) {
+      last = cmd.seq();  // applied now
+    } else {
+      ++owed[cmd.seq()];
+    }
+  }
+  for (const auto& [seq, count] : owed) {
+    gradtape::fuzz::Require(results[seq] >= count,
+                            "every command not applied now is answered");
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -250,6 +284,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       batch.set_ack_seq(SaturatingAdd(base, batch.ack_seq()));
     }
   }
+  const int64_t last_before = state.results->last_applied();
   gradtape::v1::BatchReply reply;
   // A small reply budget, so the fuzzer reaches the refusals of results
   // that do not fit as well as the answers.
@@ -261,13 +296,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       .IgnoreError();
   gradtape::fuzz::Require(
       state.results->kept_bytes() <= kResultCacheBytes &&
-          state.results->tombstones() <= kResultCacheTombstones,
+          state.results->tombstones() <= kResultCacheTombstones &&
+          state.results->runs() <= kResultCacheRuns,
       "the result cache stays within its bounds");
   // The reply must be something the server can send.
   std::string wire;
   gradtape::fuzz::Require(reply.SerializeToString(&wire),
                           "BatchReply serializes");
   CheckReply(batch, reply, state.results->last_applied());
+  CheckEveryCommandAnswered(batch, reply, last_before);
   // GRADTAPE_FUZZ_VERBOSE=1: print the batch and the reply (to read a
   // finding or check that a seed does what it should).
   static const bool verbose = std::getenv("GRADTAPE_FUZZ_VERBOSE") != nullptr;
