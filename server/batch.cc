@@ -873,8 +873,8 @@ absl::Status ApplyBatch(Session& session, const v1::CommandBatch& batch,
     v1::CommandResult result;
     absl::Status status;
     Prediction prediction;
-    // Exactly-once (server/result_cache.h): duplicates and bad seqs are
-    // answered without touching the session.
+    // Exactly-once (server/result_cache.h): a command not applied now
+    // (duplicate, out of order, bad seq) is answered without running it.
     const ResultCache::Verdict verdict = results != nullptr
                                              ? results->Classify(seq)
                                              : ResultCache::Verdict::kApply;
