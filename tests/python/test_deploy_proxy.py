@@ -128,13 +128,14 @@ def proxy(tmp_path):
 
 
 def _holds(pb, replica, session):
-    """True if `replica` holds the session (a Stats command succeeds), False
-    if it answers NOT_FOUND."""
+    """True if `replica` holds the session (KeepAlive succeeds), False if it
+    answers NOT_FOUND. KeepAlive applies no command: a probe that sent one
+    would be a second writer on the session, and its seq would put the
+    client's own later commands out of order."""
     with grpc.insecure_channel(replica) as channel:
         stub = pb.pb2_grpc.TapeServiceStub(channel)
-        batch = pb.pb2.CommandBatch(commands=[pb.pb2.Command(seq=1 << 30, stats=pb.pb2.Stats())])
         try:
-            stub.Run(batch, metadata=session._core.metadata, timeout=10)
+            stub.KeepAlive(pb.pb2.KeepAliveRequest(), metadata=session._core.metadata, timeout=10)
             return True
         except grpc.RpcError as e:
             assert e.code() == grpc.StatusCode.NOT_FOUND, e.details()
