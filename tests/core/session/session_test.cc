@@ -42,6 +42,29 @@ TEST(SessionTest, ShapeErrorPoisonsOutputsAndSessionKeepsWorking) {
   EXPECT_EQ(s.last_seq(), 7);
 }
 
+TEST(SessionTest, PoisonRefusedPoisonsOnlyFreeIdsAndKeepsLastSeq) {
+  // A command refused as out of order (server/result_cache.h) was never
+  // processed: its free output ids quote the refusal, a live one keeps its
+  // tensor, and the session's last seq does not move back.
+  Session s(DefaultRegistry(), {});
+  ASSERT_TRUE(s.PutTensor(5, 1, Matrix(2, 2)).ok());
+  const absl::Status refused = absl::FailedPreconditionError(
+      "Exp (command 3): seq 3 is out of order (last applied 5); not applied");
+  s.PoisonRefused(3, {1, 2}, refused);
+  EXPECT_EQ(s.last_seq(), 5);
+  absl::StatusOr<Tensor> live = s.FetchTensor(6, 1);
+  ASSERT_TRUE(live.ok()) << live.status();
+  EXPECT_EQ(live->ElementAsDouble(0), 1.0);
+  absl::Status reader = s.ExecuteOp(7, "Exp", {2}, {3}, {});
+  EXPECT_EQ(reader.code(), StatusCode::kFailedPrecondition);
+  for (const char* part : {"tensor id 2 is poisoned", "command 3",
+                           "seq 3 is out of order (last applied 5)"}) {
+    EXPECT_TRUE(absl::StrContains(reader.message(), part))
+        << part << ": " << reader;
+  }
+  EXPECT_EQ(s.last_seq(), 7);
+}
+
 TEST(SessionTest, UnknownOpUnknownIdDuplicateOutput) {
   Session s(DefaultRegistry(), {});
   ASSERT_TRUE(s.PutTensor(1, 1, Matrix(2, 2)).ok());
