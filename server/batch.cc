@@ -531,11 +531,11 @@ absl::Status FetchChunk(Session& session, int64_t seq,
         RoomForMessage(budget, size.reply_bytes),
         "; ask for a smaller max_bytes, or fetch it in a batch of its own");
   }
-  RETURN_IF_ERROR(budget.ReserveMemory(
-      seq, "FetchTensor",
-      absl::StrCat("a chunk of tensor id ", cmd.id(), " (",
-                   ValuesForMessage(size.values), ")"),
-      size.reply_bytes));
+  RETURN_IF_ERROR(
+      budget.ReserveMemory(seq, "FetchTensor",
+                           absl::StrCat("a chunk of tensor id ", cmd.id(), " (",
+                                        ValuesForMessage(size.values), ")"),
+                           size.reply_bytes));
   if (absl::Status s = ToProto(slice, result->mutable_chunk()); !s.ok()) {
     return Command{seq, "FetchTensor"}.Error(
         absl::StatusCode::kInternal, "tensor id ", cmd.id(), ": ", s.message());
@@ -563,11 +563,11 @@ absl::Status Fetch(Session& session, int64_t seq, const v1::FetchTensor& cmd,
         RoomForMessage(budget, size.reply_bytes),
         "; fetch it in a batch of its own", kChunkedLater);
   }
-  RETURN_IF_ERROR(budget.ReserveMemory(
-      seq, "FetchTensor",
-      absl::StrCat("tensor id ", cmd.id(), " (",
-                   ValuesForMessage(size.values), ")"),
-      size.reply_bytes));
+  RETURN_IF_ERROR(
+      budget.ReserveMemory(seq, "FetchTensor",
+                           absl::StrCat("tensor id ", cmd.id(), " (",
+                                        ValuesForMessage(size.values), ")"),
+                           size.reply_bytes));
   if (absl::Status s = ToProto(tensor, result->mutable_tensor()); !s.ok()) {
     return Command{seq, "FetchTensor"}.Error(
         absl::StatusCode::kInternal, "tensor id ", cmd.id(), ": ", s.message());

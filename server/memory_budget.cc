@@ -73,7 +73,7 @@ void MinOverAncestors(const std::string& mount, std::string path,
     if (path.empty() || path == "/") return;
     const size_t slash = path.rfind('/');
     path = slash == std::string::npos || slash == 0 ? std::string("/")
-                                                     : path.substr(0, slash);
+                                                    : path.substr(0, slash);
   }
 }
 
@@ -88,8 +88,7 @@ absl::StatusOr<MemoryLimit> DetectMemoryLimit(absl::string_view root) {
       line = absl::StripAsciiWhitespace(line);
       int64_t kib;
       if (absl::ConsumeSuffix(&line, "kB") &&
-          absl::SimpleAtoi(absl::StripAsciiWhitespace(line), &kib) &&
-          kib > 0) {
+          absl::SimpleAtoi(absl::StripAsciiWhitespace(line), &kib) && kib > 0) {
         best.bytes = kib * 1024;
         best.source = "MemTotal of /proc/meminfo";
       }
@@ -102,7 +101,8 @@ absl::StatusOr<MemoryLimit> DetectMemoryLimit(absl::string_view root) {
       std::vector<absl::string_view> parts = absl::StrSplit(line, ':');
       if (parts.size() < 3) continue;
       // The path may itself hold ':'.
-      const std::string path(line.substr(parts[0].size() + parts[1].size() + 2));
+      const std::string path(
+          line.substr(parts[0].size() + parts[1].size() + 2));
       if (parts[0] == "0" && parts[1].empty()) {
         for (const char* mount : {"sys/fs/cgroup", "sys/fs/cgroup/unified"}) {
           MinOverAncestors(Join(root, mount), path, "memory.max", "v2", &best);
@@ -137,8 +137,10 @@ absl::StatusOr<MemorySettings> ResolveMemorySettings(
                              std::pair{"--max_tensor_mb", max_tensor_mb}}) {
     if (value < -1 || value > kMaxMb) {
       return absl::InvalidArgumentError(absl::StrCat(
-          name, " must be -1 (derive it), 0 or a positive MiB count up to 2^40, "
-                "got ", value));
+          name,
+          " must be -1 (derive it), 0 or a positive MiB count up to 2^40, "
+          "got ",
+          value));
     }
   }
   if (max_tensor_mb == 0) {
@@ -149,13 +151,13 @@ absl::StatusOr<MemorySettings> ResolveMemorySettings(
   if (budget_mb == -1) {
     if (!detected.ok()) return detected.status();
     s.budget_bytes = BudgetFor(detected->bytes);
-    s.budget_source = absl::StrCat("derived: ", detected->bytes / kMiB,
-                                   " MiB from ", detected->source,
-                                   ", less headroom for the process");
+    s.budget_source =
+        absl::StrCat("derived: ", detected->bytes / kMiB, " MiB from ",
+                     detected->source, ", less headroom for the process");
   } else {
     s.budget_bytes = budget_mb * kMiB;
-    s.budget_source = budget_mb == 0 ? "none: --memory_budget_mb=0"
-                                     : "--memory_budget_mb";
+    s.budget_source =
+        budget_mb == 0 ? "none: --memory_budget_mb=0" : "--memory_budget_mb";
   }
   if (session_mb == -1) {
     s.session_limit_bytes = s.budget_bytes / 4;
@@ -165,10 +167,9 @@ absl::StatusOr<MemorySettings> ResolveMemorySettings(
   if (max_tensor_mb == -1) {
     // A default session's share, whatever --session_memory_limit_mb says
     // (past a smaller session limit, that limit's message is the clearer).
-    s.max_tensor_bytes = s.budget_bytes > 0
-                             ? std::min(s.budget_bytes / 4,
-                                        kMaxTensorDefaultBytes)
-                             : kMaxTensorDefaultBytes;
+    s.max_tensor_bytes = s.budget_bytes > 0 ? std::min(s.budget_bytes / 4,
+                                                       kMaxTensorDefaultBytes)
+                                            : kMaxTensorDefaultBytes;
   } else {
     s.max_tensor_bytes = max_tensor_mb * kMiB;
   }

@@ -49,10 +49,10 @@ int64_t BudgetFor(int64_t limit_bytes);
 
 // The memory settings in force, from the flags: -1 means "derive it".
 struct MemorySettings {
-  int64_t budget_bytes = 0;          // 0: none
-  int64_t session_limit_bytes = 0;   // 0: none
-  int64_t max_tensor_bytes = 0;      // > 0
-  std::string budget_source;         // how budget_bytes was chosen
+  int64_t budget_bytes = 0;         // 0: none
+  int64_t session_limit_bytes = 0;  // 0: none
+  int64_t max_tensor_bytes = 0;     // > 0
+  std::string budget_source;        // how budget_bytes was chosen
 };
 // INVALID_ARGUMENT for values below -1 or a budget past 2^40 MiB.
 // `detected` is used only when budget_mb is -1 (NOT_FOUND then if it is

@@ -103,9 +103,9 @@ prometheus::MetricFamily MemoryInUse(const MemoryTotals& totals) {
   const int64_t replies = totals.reply_bytes;
   const int64_t tensors =
       std::max<int64_t>(0, totals.in_use_bytes - kept - replies);
-  for (auto [kind, bytes] : {std::pair{"tensors", tensors},
-                             std::pair{"kept_results", kept},
-                             std::pair{"replies", replies}}) {
+  for (auto [kind, bytes] :
+       {std::pair{"tensors", tensors}, std::pair{"kept_results", kept},
+        std::pair{"replies", replies}}) {
     prometheus::ClientMetric metric;
     metric.label.push_back({"kind", kind});
     metric.gauge.value = static_cast<double>(bytes);
@@ -149,12 +149,12 @@ class Metrics::ScrapeTimeMetrics final : public prometheus::Collectable {
         "acknowledge them (exactly-once; not in live tensor bytes).",
         prometheus::MetricType::Gauge,
         static_cast<double>(totals.result_cache_bytes)));
-    families.push_back(OneValue(
-        "gradtape_memory_budget_bytes",
-        "The server-wide memory budget every charge must fit "
-        "(--memory_budget_mb; 0: none).",
-        prometheus::MetricType::Gauge,
-        static_cast<double>(totals.budget_bytes)));
+    families.push_back(
+        OneValue("gradtape_memory_budget_bytes",
+                 "The server-wide memory budget every charge must fit "
+                 "(--memory_budget_mb; 0: none).",
+                 prometheus::MetricType::Gauge,
+                 static_cast<double>(totals.budget_bytes)));
     families.push_back(MemoryInUse(totals));
     families.push_back(OneValue(
         "gradtape_elision_saved_bytes_total",

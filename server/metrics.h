@@ -27,9 +27,10 @@
 // In gradtape_memory_in_use_bytes, kind is "tensors" (tensor buffers and
 // the sessions' and tapes' bookkeeping), "kept_results" or "replies"; the
 // three add up to what is charged to the budget.
-// In the command counters, kind is the Command's oneof field name ("execute", "put", ...); op is a
-// registered op name for execute and execute_with_gradient ("unknown" for any
-// other name) and empty for the other kinds; code is the gRPC code name
+// In the command counters, kind is the Command's oneof field name ("execute",
+// "put", ...); op is a registered op name for execute and execute_with_gradient
+// ("unknown" for any other name) and empty for the other kinds; code is the
+// gRPC code name
 // ("OK", "INVALID_ARGUMENT", ...); method is a TapeService method name or
 // "other" (health, reflection); tenant is the session's tenant ("" until
 // tenants exist). Session ids are never labels.

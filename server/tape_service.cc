@@ -19,8 +19,8 @@
 #include "google/protobuf/arena.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 #include "server/batch.h"
-#include "server/memory_budget.h"
 #include "server/convert.h"
+#include "server/memory_budget.h"
 #include "server/worker_pool.h"
 
 namespace gradtape::server {
@@ -70,12 +70,11 @@ absl::Status RunBatch(SessionEntry& entry, const v1::CommandBatch& batch,
     put_limit = {tenant->name(), tenant->max_put_bytes()};
   }
   absl::Status stopped;
-  RETURN_IF_ERROR(
-      entry.WithSessionAndResults([&](Session& session, ResultCache& results) {
-        stopped = ApplyBatch(session, batch, max_reply_bytes, cancel, reply,
-                             put_limit, metrics, method, &results,
-                             reply_memory);
-      }));
+  RETURN_IF_ERROR(entry.WithSessionAndResults([&](Session& session,
+                                                  ResultCache& results) {
+    stopped = ApplyBatch(session, batch, max_reply_bytes, cancel, reply,
+                         put_limit, metrics, method, &results, reply_memory);
+  }));
   return stopped;
 }
 
@@ -505,7 +504,7 @@ class StreamReactor final
   // A deque keeps the front's address stable while more are queued.
   struct QueuedReply {
     grpc::ByteBuffer bytes;
-    size_t length;  // bytes.Length() when queued
+    size_t length;       // bytes.Length() when queued
     ReplyMemory memory;  // charged to the server's budget until written
   };
   std::deque<QueuedReply> replies_ ABSL_GUARDED_BY(mu_);

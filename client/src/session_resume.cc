@@ -201,11 +201,10 @@ bool SessionCore::ReconnectLocked(const absl::Status& cause) {
   ReplicaVerdicts verdicts;
   absl::Status last_error = cause;
   for (int64_t attempts = 0;; ++attempts) {
-    if (attempts > 0 &&
-        !SleepUnlessClosing(std::min(
-            {absl::Now() + backoff.Next(), deadline,
-             std::max(verdicts.ProbeBy(),
-                      absl::Now() + absl::Milliseconds(1))}))) {
+    if (attempts > 0 && !SleepUnlessClosing(std::min(
+                            {absl::Now() + backoff.Next(), deadline,
+                             std::max(verdicts.ProbeBy(),
+                                      absl::Now() + absl::Milliseconds(1))}))) {
       return false;
     }
     if (absl::Now() >= deadline) {

@@ -39,9 +39,9 @@ std::string CutUtf8(std::string text, size_t max) {
 }  // namespace
 
 Session::Session(const OpRegistry& registry, SessionOptions options)
-    : account_(std::make_shared<MemoryAccount>(
-          options.parent_account != nullptr ? options.parent_account
-                                            : ProcessMemoryAccount())),
+    : account_(std::make_shared<MemoryAccount>(options.parent_account != nullptr
+                                                   ? options.parent_account
+                                                   : ProcessMemoryAccount())),
       exec_(registry) {
   exec_.SetMemoryLimit(account_, options.memory_limit_bytes);
   checkpoint_dir_ = options.checkpoint_dir;

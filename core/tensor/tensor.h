@@ -222,8 +222,8 @@ MemoryAccount* CurrentMemoryAccount();
 
 // `bytes` of bookkeeping (tape storage, tapes) charged to the account that
 // is current where the charge is made (the process's when none is), and
-// refunded to it when the charge dies, wherever that happens. Never refused: callers that must refuse
-// check the account's limit first. Move-only.
+// refunded to it when the charge dies, wherever that happens. Never refused:
+// callers that must refuse check the account's limit first. Move-only.
 class MemoryCharge {
  public:
   MemoryCharge() = default;
@@ -250,10 +250,10 @@ class Tensor {
 
   // Allocation. The size is checked (CheckedTensorSize) and charged to the
   // current MemoryAccount (with its ancestors, up to the process's) or, when
-  // none is current, to ProcessMemoryAccount(), before any memory is taken; RESOURCE_EXHAUSTED
-  // names the dtype, the shape and the limit that refused it. Every byte of
-  // a new buffer is zero, so no byte a kernel leaves unwritten can carry old
-  // heap contents into a reply.
+  // none is current, to ProcessMemoryAccount(), before any memory is taken;
+  // RESOURCE_EXHAUSTED names the dtype, the shape and the limit that refused
+  // it. Every byte of a new buffer is zero, so no byte a kernel leaves
+  // unwritten can carry old heap contents into a reply.
   static absl::StatusOr<Tensor> Empty(DType dtype,
                                       absl::Span<const int64_t> shape);
   static absl::StatusOr<Tensor> Zeros(DType dtype,

@@ -342,9 +342,9 @@ class DeadReplicaProxy final : public v1::TapeService::Service {
     response->set_keep_alive_seconds(60);
     return grpc::Status::OK;
   }
-  grpc::Status Stream(grpc::ServerContext*,
-                      grpc::ServerReaderWriter<v1::BatchReply,
-                                               v1::CommandBatch>* stream)
+  grpc::Status Stream(
+      grpc::ServerContext*,
+      grpc::ServerReaderWriter<v1::BatchReply, v1::CommandBatch>* stream)
       override {
     v1::CommandBatch batch;
     stream->Read(&batch);
@@ -412,8 +412,7 @@ LossBehindProxy LoseBehindDeadReplica(DeadReplicaProxy& proxy,
 // reconnect budget, with the unreachable loss quoting the proxy.
 TEST(ResumeTest, ProxyVerdictEndsTheSessionAfterItsGrace) {
   DeadReplicaProxy proxy(/*verdict=*/true);
-  const LossBehindProxy loss =
-      LoseBehindDeadReplica(proxy, absl::Seconds(60));
+  const LossBehindProxy loss = LoseBehindDeadReplica(proxy, absl::Seconds(60));
   EXPECT_EQ(loss.status.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(loss.status.message(),
               AllOf(HasSubstr("unreachable for 2."),

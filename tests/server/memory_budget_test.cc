@@ -40,7 +40,8 @@ class FakeRoot {
     }
   }
   void Write(const std::string& path, const std::string& text) {
-    const std::filesystem::path full = std::filesystem::path(dir_.path()) / path;
+    const std::filesystem::path full =
+        std::filesystem::path(dir_.path()) / path;
     std::filesystem::create_directories(full.parent_path());
     std::ofstream(full) << text;
   }
@@ -64,7 +65,8 @@ TEST(DetectMemoryLimitTest, MemTotalWithoutACgroupLimit) {
   EXPECT_EQ(limit->source, "MemTotal of /proc/meminfo");
 }
 
-TEST(DetectMemoryLimitTest, CgroupV2TakesTheSmallestOfTheCgroupAndItsAncestors) {
+TEST(DetectMemoryLimitTest,
+     CgroupV2TakesTheSmallestOfTheCgroupAndItsAncestors) {
   FakeRoot fake;
   fake.Write("proc/meminfo", kMeminfo);
   fake.Write("proc/self/cgroup", "0::/kubepods/pod1/c1\n");
@@ -113,7 +115,8 @@ TEST(DetectMemoryLimitTest, NothingReadableIsNotFound) {
   fake.Write("proc/self/cgroup", "0::/\n");
   absl::StatusOr<MemoryLimit> limit = DetectMemoryLimit(fake.root());
   EXPECT_EQ(limit.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_TRUE(absl::StrContains(limit.status().message(), "--memory_budget_mb"));
+  EXPECT_TRUE(
+      absl::StrContains(limit.status().message(), "--memory_budget_mb"));
 }
 
 TEST(MemorySettingsTest, DerivedDefaultsFitTheBudget) {
@@ -161,7 +164,8 @@ TEST(MemorySettingsTest, ExplicitFlagsWin) {
 TEST(MemorySettingsTest, BadValuesAreRefused) {
   const MemoryLimit any{kGiB, "x"};
   for (auto [budget, session, tensor] :
-       {std::tuple{-2, -1, -1}, std::tuple{-1, -5, -1}, std::tuple{-1, -1, 0}}) {
+       {std::tuple{-2, -1, -1}, std::tuple{-1, -5, -1},
+        std::tuple{-1, -1, 0}}) {
     absl::StatusOr<MemorySettings> s =
         ResolveMemorySettings(budget, session, tensor, any);
     EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument)
@@ -220,7 +224,8 @@ TEST(KeptResultsTest, ChargedToTheBudgetAndDroppedWhenItIsFull) {
       EXPECT_EQ(cache.tombstones(), 2);
       v1::CommandResult answer;
       cache.AnswerDuplicate(2, "FetchTensor", &answer);
-      EXPECT_EQ(answer.error().code(), static_cast<int>(absl::StatusCode::kAborted));
+      EXPECT_EQ(answer.error().code(),
+                static_cast<int>(absl::StatusCode::kAborted));
     }
     cache.Acknowledge(1);
     EXPECT_EQ(ProcessMemoryAccount()->bytes(), before);

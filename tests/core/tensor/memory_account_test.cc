@@ -75,10 +75,10 @@ TEST(ProcessMemoryAccountTest, EverySessionChargesTheProcess) {
   const int64_t before = ProcessMemoryAccount()->bytes();
   {
     Session session(DefaultRegistry(), SessionOptions());
-    ASSERT_TRUE(session
-                    .PutTensor(1, 1, DType::kFloat64, {1024},
-                               std::string(8 << 10, 0))
-                    .ok());
+    ASSERT_TRUE(
+        session
+            .PutTensor(1, 1, DType::kFloat64, {1024}, std::string(8 << 10, 0))
+            .ok());
     EXPECT_GE(ProcessMemoryAccount()->bytes() - before, ChargedBytes(8 << 10));
   }
   EXPECT_EQ(ProcessMemoryAccount()->bytes(), before);
@@ -117,10 +117,10 @@ TEST(ProcessMemoryAccountTest, TheBudgetRefusesWhatNoSessionLimitWould) {
   absl::Status refused =
       second.PutTensor(1, 1, DType::kFloat64, {1024}, std::string(8 << 10, 0));
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
-  for (const char* part : {"PutTensor (command 1, id 1)",
-                           "server memory budget exceeded: float64[1024]",
-                           "in use by the whole server, budget",
-                           "(--memory_budget_mb)"}) {
+  for (const char* part :
+       {"PutTensor (command 1, id 1)",
+        "server memory budget exceeded: float64[1024]",
+        "in use by the whole server, budget", "(--memory_budget_mb)"}) {
     EXPECT_TRUE(absl::StrContains(refused.message(), part))
         << part << " in " << refused;
   }
@@ -146,7 +146,8 @@ TEST(ProcessMemoryAccountTest, TheBudgetRefusesWhatNoSessionLimitWould) {
                   .ok());
   absl::Status fill = first.ExecuteOp(6, "Fill", {10, 11}, {12}, {});
   EXPECT_EQ(fill.code(), absl::StatusCode::kResourceExhausted) << fill;
-  EXPECT_TRUE(absl::StrContains(fill.message(), "Fill (command 6, input ids [10,11])"))
+  EXPECT_TRUE(
+      absl::StrContains(fill.message(), "Fill (command 6, input ids [10,11])"))
       << fill;
   EXPECT_TRUE(absl::StrContains(fill.message(),
                                 "server memory budget exceeded: float32[4096]"))

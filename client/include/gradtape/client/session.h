@@ -201,12 +201,12 @@ struct SessionOptions {
   // "session <id>: server <addr> unreachable for <T> s (<N> reconnect
   // attempts): ...", and so it does sooner once the probes have carried a
   // proxy's replica-unreachable verdict for 2 s in a row (README "A replica
-  // lost behind the proxy"; client/src/resume.h). 0 turns resuming off. A CreateSession that fails in
-  // transport is retried within the same bound, with a new random session
-  // id (a caller's own session_id is tried once). A wait waits for a
-  // reconnect in progress (at most this long), Close at most rpc_timeout
-  // (the reconnect then gives up); Flush does not wait for it (the batch
-  // joins the resend).
+  // lost behind the proxy"; client/src/resume.h). 0 turns resuming off. A
+  // CreateSession that fails in transport is retried within the same bound,
+  // with a new random session id (a caller's own session_id is tried once). A
+  // wait waits for a reconnect in progress (at most this long), Close at most
+  // rpc_timeout (the reconnect then gives up); Flush does not wait for it (the
+  // batch joins the resend).
   absl::Duration reconnect_timeout = absl::Seconds(30);
   absl::Duration initial_backoff = absl::Milliseconds(50);
   absl::Duration max_backoff = absl::Seconds(2);
