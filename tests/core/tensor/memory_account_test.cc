@@ -13,6 +13,12 @@
 namespace gradtape {
 namespace {
 
+// Puts a float64[1024] (8 KiB) at `id`.
+absl::Status Put8KiB(Session& session, int64_t seq, int64_t id) {
+  return session.PutTensor(seq, id, DType::kFloat64, {1024},
+                           std::string(8 << 10, 0));
+}
+
 TEST(MemoryAccountTest, ChargeMustFitParentAndChild) {
   auto tenant = std::make_shared<MemoryAccount>(nullptr, "tenant 'acme'");
   tenant->set_limit(1000);
@@ -46,20 +52,15 @@ TEST(MemoryAccountTest, TwoSessionsShareTheTenantLimit) {
   options.parent_account = tenant;
   Session first(DefaultRegistry(), options);
   Session second(DefaultRegistry(), options);
-  ASSERT_TRUE(
-      first.PutTensor(1, 1, DType::kFloat64, {1024}, std::string(8 << 10, 0))
-          .ok());
-  absl::Status refused =
-      second.PutTensor(1, 1, DType::kFloat64, {1024}, std::string(8 << 10, 0));
+  ASSERT_TRUE(Put8KiB(first, 1, 1).ok());
+  absl::Status refused = Put8KiB(second, 1, 1);
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
   EXPECT_TRUE(absl::StrContains(refused.message(),
                                 "tenant 'acme' memory limit exceeded"))
       << refused;
   // Freed in the first session, the tenant's bytes are available again.
   ASSERT_TRUE(first.ReleaseTensors(2, {1}).ok());
-  EXPECT_TRUE(
-      second.PutTensor(3, 1, DType::kFloat64, {1024}, std::string(8 << 10, 0))
-          .ok());
+  EXPECT_TRUE(Put8KiB(second, 3, 1).ok());
 }
 
 // Sets the process's budget to what is in use plus `room` for one test.
@@ -75,10 +76,7 @@ TEST(ProcessMemoryAccountTest, EverySessionChargesTheProcess) {
   const int64_t before = ProcessMemoryAccount()->bytes();
   {
     Session session(DefaultRegistry(), SessionOptions());
-    ASSERT_TRUE(
-        session
-            .PutTensor(1, 1, DType::kFloat64, {1024}, std::string(8 << 10, 0))
-            .ok());
+    ASSERT_TRUE(Put8KiB(session, 1, 1).ok());
     EXPECT_GE(ProcessMemoryAccount()->bytes() - before, ChargedBytes(8 << 10));
   }
   EXPECT_EQ(ProcessMemoryAccount()->bytes(), before);
@@ -111,11 +109,8 @@ TEST(ProcessMemoryAccountTest, TheBudgetRefusesWhatNoSessionLimitWould) {
   Session second(DefaultRegistry(), options);
   // Room for one 8 KiB tensor (and the sessions' bookkeeping), not two.
   ProcessBudget budget(ChargedBytes(8 << 10) * 3 / 2);
-  ASSERT_TRUE(
-      first.PutTensor(1, 1, DType::kFloat64, {1024}, std::string(8 << 10, 0))
-          .ok());
-  absl::Status refused =
-      second.PutTensor(1, 1, DType::kFloat64, {1024}, std::string(8 << 10, 0));
+  ASSERT_TRUE(Put8KiB(first, 1, 1).ok());
+  absl::Status refused = Put8KiB(second, 1, 1);
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
   for (const char* part :
        {"PutTensor (command 1, id 1)",
@@ -128,9 +123,7 @@ TEST(ProcessMemoryAccountTest, TheBudgetRefusesWhatNoSessionLimitWould) {
   // session goes on once memory is free.
   EXPECT_EQ(second.Stats(2).live_tensors, 0);
   ASSERT_TRUE(first.ReleaseTensors(2, {1}).ok());
-  EXPECT_TRUE(
-      second.PutTensor(3, 2, DType::kFloat64, {1024}, std::string(8 << 10, 0))
-          .ok());
+  EXPECT_TRUE(Put8KiB(second, 3, 2).ok());
   // An op's output is refused the same way, before its kernel writes.
   const int32_t dims = 4096;
   const float value = 1;
