@@ -354,6 +354,14 @@ class StreamReactor final
     reads_done_ = true;
     if (status_.ok()) status_ = DrainStatus();
   }
+  // Frees the parsed batch, refunds its charge, and gives the heap back
+  // after a large one (TrimFreedMemory).
+  void ResetArena() {
+    arena_.Reset();
+    batch_charge_ = MemoryCharge();
+    TrimFreedMemory(batch_bytes_);
+  }
+
   // The same when no read is outstanding and none will start.
   void StopReadingForDrain() {
     bool finish = false;
@@ -489,15 +497,9 @@ class StreamReactor final
   grpc::ByteBuffer request_;
   int64_t batches_read_ = 0;
   google::protobuf::Arena arena_{BatchArenaOptions()};
-  // The server's budget is charged for the batch in arena_.
+  // The server's budget is charged for the batch in arena_ (its bytes).
   MemoryCharge batch_charge_;
-
-  void ResetArena() {
-    arena_.Reset();
-    batch_charge_ = MemoryCharge();
-    TrimFreedMemory(batch_bytes_);
-  }
-  size_t batch_bytes_ = 0;  // of the batch in arena_
+  size_t batch_bytes_ = 0;
 
   absl::Mutex mu_;
   // Replies not yet written; the front one is being written if writing_.

@@ -261,7 +261,7 @@ MemoryAccount* CurrentMemoryAccount() { return t_account.get(); }
 MemoryCharge::MemoryCharge(int64_t bytes)
     : account_(t_account != nullptr ? t_account : ProcessMemoryAccount()),
       bytes_(bytes) {
-  if (account_ != nullptr) account_->Add(bytes_);
+  account_->Add(bytes_);
 }
 
 MemoryCharge::~MemoryCharge() {
