@@ -84,6 +84,10 @@ GRADTAPE_BUILD_DIR=$ROOT/$BUILD run ghz bash $L/run_ghz.sh --duration=$GHZ_DURAT
 PYQUICK=(); [ $QUICK = 1 ] && PYQUICK=(--quick)
 run python "$BENCH_VENV/bin/python" bench/python_bench.py --server-bin $BUILD/server/gradtape-server \
   --large-bin $BUILD/bench/large_tensor_bench ${PYQUICK[@]+"${PYQUICK[@]}"} || true
+# The small residual CNN of issue 26 (raw ops, Adam) through the server
+# beside the same model in local PyTorch, 1 thread and default threads.
+run cnn "$BENCH_VENV/bin/python" bench/cnn_bench.py --server-bin $BUILD/server/gradtape-server \
+  --reps $REPS || true
 
 python3 bench/write_performance.py "$OUT" docs/PERFORMANCE.md
 echo "== wrote docs/PERFORMANCE.md"
