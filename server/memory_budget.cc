@@ -123,6 +123,11 @@ absl::StatusOr<MemoryLimit> DetectMemoryLimit(absl::string_view root) {
   return best;
 }
 
+int64_t BufferPoolLimitFor(int64_t budget_bytes) {
+  if (budget_bytes <= 0) return kMaxBufferPoolBytes;
+  return std::min(budget_bytes / 8, kMaxBufferPoolBytes);
+}
+
 int64_t BudgetFor(int64_t limit_bytes) {
   const int64_t headroom = std::max(limit_bytes / 5, kMinHeadroomBytes);
   return std::max(limit_bytes - headroom, kMinBudgetBytes);

@@ -47,6 +47,13 @@ inline constexpr int64_t kMaxTensorDefaultBytes = int64_t{16} << 30;
 // kMinHeadroomBytes, kept for the process itself; at least 64 MiB.
 int64_t BudgetFor(int64_t limit_bytes);
 
+// What the pool of freed tensor buffers (SetBufferPoolLimit,
+// core/tensor/tensor.h) may keep under a budget of `budget_bytes` (0: no
+// budget): an eighth of it, at most kMaxBufferPoolBytes. The pool counts in
+// the budget and is emptied before any allocation is refused for it.
+inline constexpr int64_t kMaxBufferPoolBytes = int64_t{1} << 30;
+int64_t BufferPoolLimitFor(int64_t budget_bytes);
+
 // The memory settings in force, from the flags: -1 means "derive it".
 struct MemorySettings {
   int64_t budget_bytes = 0;         // 0: none

@@ -90,22 +90,25 @@ absl::string_view CodeName(int code) { return kCodeNames[CodeIndex(code)]; }
 namespace {
 
 // gradtape_memory_in_use_bytes{kind}: what is charged to the budget, by
-// kind; "tensors" is the rest after the kept results and the replies.
+// kind; "tensors" is the rest after the kept results, the replies and the
+// buffer pool.
 prometheus::MetricFamily MemoryInUse(const MemoryTotals& totals) {
   prometheus::MetricFamily family;
   family.name = "gradtape_memory_in_use_bytes";
   family.help =
       "Bytes charged to the server's memory budget, by kind (tensors: "
       "tensor buffers with the sessions' and tapes' bookkeeping; "
-      "kept_results; replies: being built or sent).";
+      "kept_results; replies: being built or sent; buffer_pool: freed "
+      "buffers kept for reuse).";
   family.type = prometheus::MetricType::Gauge;
   const int64_t kept = totals.result_cache_bytes;
   const int64_t replies = totals.reply_bytes;
+  const int64_t pooled = totals.buffer_pool_bytes;
   const int64_t tensors =
-      std::max<int64_t>(0, totals.in_use_bytes - kept - replies);
+      std::max<int64_t>(0, totals.in_use_bytes - kept - replies - pooled);
   for (auto [kind, bytes] :
        {std::pair{"tensors", tensors}, std::pair{"kept_results", kept},
-        std::pair{"replies", replies}}) {
+        std::pair{"replies", replies}, std::pair{"buffer_pool", pooled}}) {
     prometheus::ClientMetric metric;
     metric.label.push_back({"kind", kind});
     metric.gauge.value = static_cast<double>(bytes);

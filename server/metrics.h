@@ -25,8 +25,9 @@
 //   gradtape_elision_saved_bytes_total                  counter (at scrape)
 //
 // In gradtape_memory_in_use_bytes, kind is "tensors" (tensor buffers and
-// the sessions' and tapes' bookkeeping), "kept_results" or "replies"; the
-// three add up to what is charged to the budget.
+// the sessions' and tapes' bookkeeping), "kept_results", "replies" or
+// "buffer_pool" (freed buffers kept for reuse, core/tensor/tensor.h); the
+// four add up to what is charged to the budget.
 // In the command counters, kind is the Command's oneof field name ("execute",
 // "put", ...); op is a registered op name for execute and execute_with_gradient
 // ("unknown" for any other name) and empty for the other kinds; code is the
@@ -102,6 +103,7 @@ struct MemoryTotals {
   int64_t budget_bytes = 0;
   int64_t in_use_bytes = 0;
   int64_t reply_bytes = 0;
+  int64_t buffer_pool_bytes = 0;
 };
 
 class Metrics {

@@ -15,6 +15,7 @@
 #include "server/api_keys.h"
 #include "server/batch.h"
 #include "server/drain.h"
+#include "server/memory_budget.h"
 #include "server/metrics.h"
 #include "server/result_cache.h"
 #include "server/rpc_observer.h"
@@ -113,6 +114,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   // One budget per process: the last server started sets it.
   ProcessMemoryAccount()->set_limit(options.memory_budget_bytes);
   SetKeptResultsLimit(options.memory_budget_bytes);
+  SetBufferPoolLimit(BufferPoolLimitFor(options.memory_budget_bytes));
   SessionManagerOptions session_options;
   session_options.max_sessions = options.max_sessions;
   session_options.session_memory_limit_bytes =
@@ -138,6 +140,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
       totals.in_use_bytes = ProcessMemoryAccount()->bytes();
       totals.reply_bytes = ReplyMemory::TotalBytes();
       totals.result_cache_bytes = KeptResultsAccount()->bytes();  // exact
+      totals.buffer_pool_bytes = BufferPoolAccount()->bytes();
       return totals;
     });
   }

@@ -117,16 +117,19 @@ absl::Status CastKernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   DType dst = ctx.attrs().Type("DstT");
   if (dst == DType::kInvalid) return ctx.InvalidArgument("DstT is not set");
-  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, dst, x.shape()));
+  ASSIGN_OR_RETURN(Tensor y, AllocateOutput(ctx, dst, x.shape()));
   DispatchAny(x.dtype(), [&](auto from) {
     using S = decltype(from);
     DispatchAny(dst, [&](auto to) {
       using D = decltype(to);
       const S* px = x.data<S>();
       D* py = y.mutable_data<D>();
-      for (int64_t i = 0; i < x.num_elements(); ++i) {
-        py[i] = CastValue<D>(px[i]);
-      }
+      ParallelRange(x.num_elements(), kElementwiseGrain,
+                    [&](int64_t begin, int64_t end) {
+                      for (int64_t i = begin; i < end; ++i) {
+                        py[i] = CastValue<D>(px[i]);
+                      }
+                    });
     });
   });
   ctx.set_output(0, std::move(y));
@@ -141,7 +144,7 @@ absl::Status BroadcastToKernel(KernelContext& ctx) {
     return ctx.InvalidArgument("cannot broadcast ", x.DebugString(), " to ",
                                ShapeString(shape));
   }
-  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, x.dtype(), shape));
+  ASSIGN_OR_RETURN(Tensor y, AllocateOutput(ctx, x.dtype(), shape));
   DispatchAny(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = x.data<T>();
@@ -249,7 +252,7 @@ absl::Status GatherV2Kernel(KernelContext& ctx) {
     return ctx.InvalidArgument("output shape ", ShapeString(out_shape),
                                " is too large");
   }
-  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, params.dtype(), out_shape));
+  ASSIGN_OR_RETURN(Tensor y, AllocateOutput(ctx, params.dtype(), out_shape));
   DispatchAny(params.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = params.data<T>();

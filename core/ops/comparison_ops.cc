@@ -43,7 +43,7 @@ absl::Status CompareKernel(KernelContext& ctx, F f) {
   const Tensor& a = ctx.input(0);
   const Tensor& b = ctx.input(1);
   ASSIGN_OR_RETURN(Shape shape, BroadcastShapes(ctx, a.shape(), b.shape()));
-  ASSIGN_OR_RETURN(Tensor z, Allocate(ctx, DType::kBool, shape));
+  ASSIGN_OR_RETURN(Tensor z, AllocateOutput(ctx, DType::kBool, shape));
   auto run = [&](auto zero) {
     using T = decltype(zero);
     const T* pa = a.data<T>();
@@ -90,7 +90,7 @@ absl::Status SelectKernel(KernelContext& ctx) {
                                t.DebugString(),
                                ", or be a vector of the size of t's first dim");
   }
-  ASSIGN_OR_RETURN(Tensor out, Allocate(ctx, t.dtype(), t.shape()));
+  ASSIGN_OR_RETURN(Tensor out, AllocateOutput(ctx, t.dtype(), t.shape()));
   DispatchAny(t.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const bool* pc = c.data<bool>();
@@ -152,7 +152,7 @@ absl::Status SelectV2Kernel(KernelContext& ctx) {
   }
   RETURN_IF_ERROR(ctx.RequireSameDType(1, 2));
   ASSIGN_OR_RETURN(Shape shape, BroadcastShape3(ctx));
-  ASSIGN_OR_RETURN(Tensor out, Allocate(ctx, t.dtype(), shape));
+  ASSIGN_OR_RETURN(Tensor out, AllocateOutput(ctx, t.dtype(), shape));
   DispatchAny(t.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const bool* pc = c.data<bool>();
@@ -185,7 +185,7 @@ absl::Status ClipByValueKernel(KernelContext& ctx) {
                                " must broadcast to the shape of t ",
                                ShapeString(t.shape()));
   }
-  ASSIGN_OR_RETURN(Tensor out, Allocate(ctx, t.dtype(), shape));
+  ASSIGN_OR_RETURN(Tensor out, AllocateOutput(ctx, t.dtype(), shape));
   DispatchNumeric(t.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* pt = t.data<T>();

@@ -109,7 +109,7 @@ absl::Status RequireSameShapes(const KernelContext& ctx, int n, int axis) {
 absl::Status ConcatInto(KernelContext& ctx, int n, int axis,
                         const Shape& out_shape) {
   const Tensor& x0 = ctx.input(0);
-  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, x0.dtype(), out_shape));
+  ASSIGN_OR_RETURN(Tensor y, AllocateOutput(ctx, x0.dtype(), out_shape));
   const int64_t elem = static_cast<int64_t>(DTypeSize(x0.dtype()));
   std::vector<const char*> pieces(n);
   std::vector<int64_t> row_bytes(n);
@@ -161,7 +161,7 @@ absl::Status PackKernel(KernelContext& ctx) {
   Shape block = x0.shape();
   block.insert(block.begin() + axis, 1);
   const int64_t elem = static_cast<int64_t>(DTypeSize(x0.dtype()));
-  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, x0.dtype(), out_shape));
+  ASSIGN_OR_RETURN(Tensor y, AllocateOutput(ctx, x0.dtype(), out_shape));
   std::vector<const char*> pieces(n);
   std::vector<int64_t> row_bytes(n, Inner(block, axis) * elem);
   for (int k = 0; k < n; ++k) {

@@ -54,7 +54,7 @@ absl::StatusOr<Tensor> Transposed(const KernelContext& ctx, const Tensor& x,
     out_shape[i] = x.dim(perm[i]);
     strides[i] = in_strides[perm[i]];
   }
-  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, x.dtype(), out_shape));
+  ASSIGN_OR_RETURN(Tensor y, AllocateOutput(ctx, x.dtype(), out_shape));
   DispatchAny(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = x.data<T>();
@@ -63,6 +63,62 @@ absl::StatusOr<Tensor> Transposed(const KernelContext& ctx, const Tensor& x,
                    [&](int64_t o, int64_t i, int64_t) { py[o] = px[i]; });
   });
   return y;
+}
+
+int64_t BroadcastLayout::rows() const {
+  int64_t n = 1;
+  for (size_t d = 0; d + 1 < shape.size(); ++d) n *= shape[d];
+  return n;
+}
+
+void BroadcastLayout::RowOffsets(int64_t row, int64_t* a, int64_t* b) const {
+  int64_t oa = 0, ob = 0;
+  for (int d = static_cast<int>(shape.size()) - 2; d >= 0 && row > 0; --d) {
+    const int64_t i = row % shape[d];
+    row /= shape[d];
+    oa += i * sa[d];
+    ob += i * sb[d];
+  }
+  *a = oa;
+  *b = ob;
+}
+
+BroadcastLayout CollapseBroadcast(absl::Span<const int64_t> out,
+                                  absl::Span<const int64_t> a,
+                                  absl::Span<const int64_t> b) {
+  const int rank = static_cast<int>(out.size());
+  const Shape sa = BroadcastStrides(a, rank), sb = BroadcastStrides(b, rank);
+  BroadcastLayout l;
+  for (int d = 0; d < rank; ++d) {
+    if (out[d] == 1) continue;
+    if (!l.shape.empty() && l.sa.back() == sa[d] * out[d] &&
+        l.sb.back() == sb[d] * out[d]) {
+      // The previous dim steps exactly over this one in both: merge.
+      l.shape.back() *= out[d];
+      l.sa.back() = sa[d];
+      l.sb.back() = sb[d];
+      continue;
+    }
+    l.shape.push_back(out[d]);
+    l.sa.push_back(sa[d]);
+    l.sb.push_back(sb[d]);
+  }
+  if (l.shape.empty()) {
+    l.shape = {1};
+    l.sa = {0};
+    l.sb = {0};
+  }
+  return l;
+}
+
+absl::StatusOr<Tensor> AllocateOutput(const KernelContext& ctx, DType dtype,
+                                      absl::Span<const int64_t> shape) {
+  absl::StatusOr<Tensor> t = Tensor::Uninitialized(dtype, shape);
+  if (!t.ok()) {
+    return absl::Status(t.status().code(), absl::StrCat(ctx.op().name, ": ",
+                                                        t.status().message()));
+  }
+  return t;
 }
 
 absl::StatusOr<Tensor> Allocate(const KernelContext& ctx, DType dtype,
@@ -178,7 +234,8 @@ absl::Status MatMulKernel(KernelContext& ctx) {
   const bool tb = ctx.attrs().Bool("transpose_b");
   ASSIGN_OR_RETURN(ProductDims d,
                    MatrixDims(ctx, ta, tb, "transpose_a", "transpose_b"));
-  ASSIGN_OR_RETURN(Tensor c, Allocate(ctx, a.dtype(), {d.m, d.n}));
+  // Gemm writes every element of c (beta 0).
+  ASSIGN_OR_RETURN(Tensor c, AllocateOutput(ctx, a.dtype(), {d.m, d.n}));
   absl::Status status;
   DispatchInexact(a.dtype(), [&](auto zero) {
     using T = decltype(zero);

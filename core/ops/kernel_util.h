@@ -4,11 +4,13 @@
 #ifndef GRADTAPE_CORE_OPS_KERNEL_UTIL_H_
 #define GRADTAPE_CORE_OPS_KERNEL_UTIL_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/base/status_macros.h"
+#include "core/ops/parallel.h"
 #include "core/registry/op_registry.h"
 #include "core/tensor/tensor.h"
 
@@ -60,6 +62,38 @@ void ForEachStrided(absl::Span<const int64_t> shape,
   }
 }
 
+// The broadcast of two operands against an output, with dims of 1 dropped
+// and adjacent dims merged wherever both operands step through them as one
+// (rank >= 1; a scalar output is [1]). The last dim is the inner loop.
+struct BroadcastLayout {
+  Shape shape, sa, sb;
+  int64_t inner() const { return shape.back(); }
+  int64_t rows() const;  // elements / inner()
+  // Offsets into a and b of the first element of row `row`.
+  void RowOffsets(int64_t row, int64_t* a, int64_t* b) const;
+};
+BroadcastLayout CollapseBroadcast(absl::Span<const int64_t> out,
+                                  absl::Span<const int64_t> a,
+                                  absl::Span<const int64_t> b);
+
+// z[i] = f(a[i * sa], b[i * sb]) for i in [0, n), with the unit-stride and
+// broadcast-scalar cases as separate loops the compiler vectorizes.
+template <typename T, typename F>
+void BinaryRow(int64_t n, const T* a, int64_t sa, const T* b, int64_t sb,
+               T* z, F f) {
+  if (sa == 1 && sb == 1) {
+    for (int64_t i = 0; i < n; ++i) z[i] = f(a[i], b[i]);
+  } else if (sa == 1 && sb == 0) {
+    const T s = b[0];
+    for (int64_t i = 0; i < n; ++i) z[i] = f(a[i], s);
+  } else if (sa == 0 && sb == 1) {
+    const T s = a[0];
+    for (int64_t i = 0; i < n; ++i) z[i] = f(s, b[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) z[i] = f(a[i * sa], b[i * sb]);
+  }
+}
+
 // The dtype sets a kernel accepts.
 enum class DTypes {
   kFloating,    // float32, float64
@@ -100,6 +134,11 @@ absl::StatusOr<Shape> ShapeInput(const KernelContext& ctx, int i,
 // of an error.
 absl::StatusOr<Tensor> Allocate(const KernelContext& ctx, DType dtype,
                                 absl::Span<const int64_t> shape);
+// Tensor::Uninitialized with the op's name in front of an error: for an
+// output the kernel writes in full (every element, whatever the shapes and
+// attrs), which tests/core/ops/poison_test.cc checks for every op sample.
+absl::StatusOr<Tensor> AllocateOutput(const KernelContext& ctx, DType dtype,
+                                      absl::Span<const int64_t> shape);
 // Same, every element `value`.
 absl::StatusOr<Tensor> AllocateFilled(const KernelContext& ctx, DType dtype,
                                       absl::Span<const int64_t> shape,
@@ -140,10 +179,16 @@ template <DTypes kKinds, typename F>
 absl::Status UnaryKernel(KernelContext& ctx, F f) {
   RETURN_IF_ERROR(RequireDTypes(ctx, 0, kKinds));
   const Tensor& x = ctx.input(0);
-  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, x.dtype(), x.shape()));
+  ASSIGN_OR_RETURN(Tensor y, AllocateOutput(ctx, x.dtype(), x.shape()));
   DispatchKinds<kKinds>(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    y.flat<T>() = f(x.flat<T>());
+    auto in = x.flat<T>();
+    auto out = y.flat<T>();
+    ParallelRange(x.num_elements(), kElementwiseGrain,
+                  [&](int64_t begin, int64_t end) {
+                    out.segment(begin, end - begin) =
+                        f(in.segment(begin, end - begin));
+                  });
   });
   ctx.set_output(0, std::move(y));
   return absl::OkStatus();
@@ -163,29 +208,35 @@ absl::Status BinaryKernel(KernelContext& ctx, F f) {
   const Tensor& a = ctx.input(0);
   const Tensor& b = ctx.input(1);
   ASSIGN_OR_RETURN(Shape shape, BroadcastShapes(ctx, a.shape(), b.shape()));
-  ASSIGN_OR_RETURN(Tensor z, Allocate(ctx, a.dtype(), shape));
+  ASSIGN_OR_RETURN(Tensor z, AllocateOutput(ctx, a.dtype(), shape));
+  if (z.num_elements() == 0) {
+    ctx.set_output(0, std::move(z));
+    return absl::OkStatus();
+  }
+  const BroadcastLayout l = CollapseBroadcast(shape, a.shape(), b.shape());
+  const int64_t inner = l.inner(), rows = l.rows();
+  const int64_t ia = l.sa.back(), ib = l.sb.back();
   DispatchKinds<kKinds>(a.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* pa = a.data<T>();
     const T* pb = b.data<T>();
     T* pz = z.mutable_data<T>();
-    const int64_t n = z.num_elements();
-    if (a.num_elements() == n && b.num_elements() == n) {
-      for (int64_t i = 0; i < n; ++i) pz[i] = f(pa[i], pb[i]);
-    } else if (b.num_elements() == 1 && a.num_elements() == n) {
-      const T s = pb[0];
-      for (int64_t i = 0; i < n; ++i) pz[i] = f(pa[i], s);
-    } else if (a.num_elements() == 1 && b.num_elements() == n) {
-      const T s = pa[0];
-      for (int64_t i = 0; i < n; ++i) pz[i] = f(s, pb[i]);
-    } else {
-      const int rank = static_cast<int>(shape.size());
-      Shape sa = BroadcastStrides(a.shape(), rank);
-      Shape sb = BroadcastStrides(b.shape(), rank);
-      ForEachStrided(shape, sa, sb, [&](int64_t o, int64_t i, int64_t j) {
-        pz[o] = f(pa[i], pb[j]);
+    if (rows == 1) {
+      ParallelRange(inner, kElementwiseGrain, [&](int64_t begin, int64_t end) {
+        BinaryRow(end - begin, pa + begin * ia, ia, pb + begin * ib, ib,
+                  pz + begin, f);
       });
+      return;
     }
+    ParallelRange(rows, std::max<int64_t>(1, kElementwiseGrain / inner),
+                  [&](int64_t begin, int64_t end) {
+                    for (int64_t row = begin; row < end; ++row) {
+                      int64_t oa, ob;
+                      l.RowOffsets(row, &oa, &ob);
+                      BinaryRow(inner, pa + oa, ia, pb + ob, ib,
+                                pz + row * inner, f);
+                    }
+                  });
   });
   ctx.set_output(0, std::move(z));
   return absl::OkStatus();

@@ -138,7 +138,7 @@ absl::Status TileKernel(KernelContext& ctx) {
                                  " overflows int64");
     }
   }
-  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, x.dtype(), shape));
+  ASSIGN_OR_RETURN(Tensor y, AllocateOutput(ctx, x.dtype(), shape));
   const Shape strides = RowMajorStrides(x.shape());
   DispatchAny(x.dtype(), [&](auto zero) {
     using T = decltype(zero);

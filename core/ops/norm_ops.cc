@@ -21,6 +21,7 @@
 #include "core/base/status_macros.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
+#include "core/ops/parallel.h"
 
 namespace gradtape {
 namespace {
@@ -291,21 +292,92 @@ absl::Status CheckFbnVectors(const KernelContext& ctx, int xi,
   return absl::OkStatus();
 }
 
+// x seen as [outer, depth, inner]: outer rows of depth channels of inner
+// elements each.
+int64_t FbnOuter(const FbnLayout& l, int64_t n) {
+  return l.depth * l.inner == 0 ? 0 : n / (l.depth * l.inner);
+}
+
+// Elements per block of a per-channel sum: fixed, not per thread, so the
+// partial sums and the order they are added in (block by block) do not
+// depend on the thread count.
+constexpr int64_t kFbnBlockElements = 16 * 1024;
+
+// Per-channel sums of `terms` quantities: row(o, acc) adds row o's terms to
+// acc[t * depth + c]. Blocks of rows run in parallel into partial sums (in
+// double) that are then added in block order.
+template <typename RowFn>
+std::vector<double> PerChannelSums(const FbnLayout& l, int64_t outer,
+                                   int terms, const RowFn& row) {
+  const int64_t width = terms * l.depth;
+  const int64_t rows_per_block =
+      std::max<int64_t>(1, kFbnBlockElements / std::max<int64_t>(
+                                                   1, l.depth * l.inner));
+  const int64_t blocks = (outer + rows_per_block - 1) / rows_per_block;
+  std::vector<double> partial(blocks * width, 0.0);
+  ParallelFor(static_cast<int>(blocks), [&](int b) {
+    double* acc = partial.data() + b * width;
+    const int64_t end = std::min(outer, (b + 1) * rows_per_block);
+    for (int64_t o = b * rows_per_block; o < end; ++o) row(o, acc);
+  });
+  std::vector<double> total(width, 0.0);
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int64_t j = 0; j < width; ++j) total[j] += partial[b * width + j];
+  }
+  return total;
+}
+
+// Calls fn(o_begin, o_end) over the rows of x in parallel (elementwise
+// passes).
+template <typename Fn>
+void ForFbnRows(const FbnLayout& l, int64_t outer, const Fn& fn) {
+  ParallelRange(
+      outer,
+      std::max<int64_t>(1, kElementwiseGrain /
+                               std::max<int64_t>(1, l.depth * l.inner)),
+      fn);
+}
+
 // Per-channel mean and biased variance of x (NaN for an empty x).
 template <typename T>
 void BatchStats(const Tensor& x, const FbnLayout& l, std::vector<double>& m,
                 std::vector<double>& v) {
   const T* px = x.data<T>();
-  const int64_t n = x.num_elements();
-  std::vector<double> sum(l.depth, 0.0);
-  for (int64_t i = 0; i < n; ++i) sum[l.Channel(i)] += px[i];
-  for (int64_t c = 0; c < l.depth; ++c) m[c] = sum[c] / l.count;
-  std::fill(sum.begin(), sum.end(), 0.0);
-  for (int64_t i = 0; i < n; ++i) {
-    const double d = px[i] - m[l.Channel(i)];
-    sum[l.Channel(i)] += d * d;
-  }
-  for (int64_t c = 0; c < l.depth; ++c) v[c] = sum[c] / l.count;
+  const int64_t outer = FbnOuter(l, x.num_elements());
+  const int64_t depth = l.depth, inner = l.inner;
+  std::vector<double> sum =
+      PerChannelSums(l, outer, 1, [&](int64_t o, double* acc) {
+        const T* row = px + o * depth * inner;
+        if (inner == 1) {
+          for (int64_t c = 0; c < depth; ++c) acc[c] += row[c];
+          return;
+        }
+        for (int64_t c = 0; c < depth; ++c) {
+          double s = 0;
+          for (int64_t k = 0; k < inner; ++k) s += row[c * inner + k];
+          acc[c] += s;
+        }
+      });
+  for (int64_t c = 0; c < depth; ++c) m[c] = sum[c] / l.count;
+  sum = PerChannelSums(l, outer, 1, [&](int64_t o, double* acc) {
+    const T* row = px + o * depth * inner;
+    if (inner == 1) {
+      for (int64_t c = 0; c < depth; ++c) {
+        const double d = row[c] - m[c];
+        acc[c] += d * d;
+      }
+      return;
+    }
+    for (int64_t c = 0; c < depth; ++c) {
+      double s = 0;
+      for (int64_t k = 0; k < inner; ++k) {
+        const double d = row[c * inner + k] - m[c];
+        s += d * d;
+      }
+      acc[c] += s;
+    }
+  });
+  for (int64_t c = 0; c < depth; ++c) v[c] = sum[c] / l.count;
 }
 
 template <typename T>
@@ -330,10 +402,25 @@ void FusedBatchNormCompute(const KernelContext& ctx, const FbnLayout& l,
   for (int64_t c = 0; c < l.depth; ++c) a[c] = s[c] / std::sqrt(v[c] + eps);
   T* py = out[0].mutable_data<T>();
   const int64_t n = ctx.input(0).num_elements();
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t c = l.Channel(i);
-    py[i] = static_cast<T>((px[i] - m[c]) * a[c] + o[c]);
-  }
+  const int64_t depth = l.depth, inner = l.inner;
+  ForFbnRows(l, FbnOuter(l, n), [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      if (inner == 1) {  // channels last: one vectorisable pass per row
+        const T* xr = px + row * depth;
+        T* yr = py + row * depth;
+        for (int64_t c = 0; c < depth; ++c) {
+          yr[c] = static_cast<T>((xr[c] - m[c]) * a[c] + o[c]);
+        }
+        continue;
+      }
+      for (int64_t c = 0; c < depth; ++c) {
+        const int64_t at = (row * depth + c) * inner;
+        for (int64_t k = at; k < at + inner; ++k) {
+          py[k] = static_cast<T>((px[k] - m[c]) * a[c] + o[c]);
+        }
+      }
+    }
+  });
   std::vector<double> bm = m, bv = v;
   if (training) {
     const double adj = l.count > 1 ? double(l.count) / (l.count - 1) : 1.0;
@@ -365,7 +452,7 @@ absl::Status FusedBatchNormKernel(KernelContext& ctx) {
       training ? "with exponential_avg_factor != 1, " : "with !is_training, "));
   const Tensor& x = ctx.input(0);
   Tensors out(6);
-  ASSIGN_OR_RETURN(out[0], Allocate(ctx, x.dtype(), x.shape()));
+  ASSIGN_OR_RETURN(out[0], AllocateOutput(ctx, x.dtype(), x.shape()));
   for (int i = 1; i <= 4; ++i) {
     ASSIGN_OR_RETURN(out[i], Allocate(ctx, x.dtype(), {l.depth}));
   }
@@ -406,22 +493,55 @@ void FusedBatchNormGradCompute(const KernelContext& ctx, const FbnLayout& l,
   const T* m = ctx.input(3).data<T>();
   const T* v = ctx.input(4).data<T>();
   const int64_t n = ctx.input(1).num_elements();
-  std::vector<double> r(l.depth), sum_dy(l.depth, 0.0), p(l.depth, 0.0);
-  for (int64_t c = 0; c < l.depth; ++c) r[c] = 1 / std::sqrt(v[c] + eps);
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t c = l.Channel(i);
-    sum_dy[c] += dy[i];
-    p[c] += dy[i] * (x[i] - m[c]);
-  }
+  const int64_t depth = l.depth, inner = l.inner;
+  const int64_t outer = FbnOuter(l, n);
+  std::vector<double> r(depth);
+  for (int64_t c = 0; c < depth; ++c) r[c] = 1 / std::sqrt(v[c] + eps);
+  // sums[c] = sum(dy), sums[depth + c] = sum(dy xc).
+  const std::vector<double> sums =
+      PerChannelSums(l, outer, 2, [&](int64_t o, double* acc) {
+        for (int64_t c = 0; c < depth; ++c) {
+          const int64_t at = (o * depth + c) * inner;
+          double sd = 0, sp = 0;
+          for (int64_t k = at; k < at + inner; ++k) {
+            sd += dy[k];
+            sp += dy[k] * (x[k] - m[c]);
+          }
+          acc[c] += sd;
+          acc[depth + c] += sp;
+        }
+      });
+  std::vector<double> sum_dy(sums.begin(), sums.begin() + depth);
+  std::vector<double> p(sums.begin() + depth, sums.end());
   T* dx = out[0].mutable_data<T>();
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t c = l.Channel(i);
-    double g = dy[i];
-    if (training) {
-      g += -sum_dy[c] / l.count - (x[i] - m[c]) * r[c] * r[c] * p[c] / l.count;
-    }
-    dx[i] = static_cast<T>(s[c] * r[c] * g);
+  // dx = k1[c] dy + k2[c] (x - m[c]) + k0[c], the same formula per channel.
+  std::vector<double> k0(depth), k1(depth), k2(depth);
+  for (int64_t c = 0; c < depth; ++c) {
+    k1[c] = s[c] * r[c];
+    k0[c] = training ? -k1[c] * sum_dy[c] / l.count : 0.0;
+    k2[c] = training ? -k1[c] * r[c] * r[c] * p[c] / l.count : 0.0;
   }
+  ForFbnRows(l, outer, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      if (inner == 1) {  // channels last: one vectorisable pass per row
+        const T* dyr = dy + row * depth;
+        const T* xr = x + row * depth;
+        T* dxr = dx + row * depth;
+        for (int64_t c = 0; c < depth; ++c) {
+          dxr[c] = static_cast<T>(k1[c] * dyr[c] + k2[c] * (xr[c] - m[c]) +
+                                  k0[c]);
+        }
+        continue;
+      }
+      for (int64_t c = 0; c < depth; ++c) {
+        const int64_t at = (row * depth + c) * inner;
+        for (int64_t k = at; k < at + inner; ++k) {
+          dx[k] = static_cast<T>(k1[c] * dy[k] + k2[c] * (x[k] - m[c]) +
+                                 k0[c]);
+        }
+      }
+    }
+  });
   for (int64_t c = 0; c < l.depth; ++c) p[c] *= r[c];
   FillVector<T>(out[1], p);
   FillVector<T>(out[2], sum_dy);
@@ -438,7 +558,7 @@ absl::Status FusedBatchNormGradKernel(KernelContext& ctx) {
   }
   RETURN_IF_ERROR(CheckFbnVectors(ctx, 1, {2, 3, 4}, l.depth, ""));
   Tensors out(5);
-  ASSIGN_OR_RETURN(out[0], Allocate(ctx, x.dtype(), x.shape()));
+  ASSIGN_OR_RETURN(out[0], AllocateOutput(ctx, x.dtype(), x.shape()));
   ASSIGN_OR_RETURN(out[1], Allocate(ctx, x.dtype(), {l.depth}));
   ASSIGN_OR_RETURN(out[2], Allocate(ctx, x.dtype(), {l.depth}));
   ASSIGN_OR_RETURN(out[3], Allocate(ctx, x.dtype(), {0}));

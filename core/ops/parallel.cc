@@ -157,4 +157,22 @@ void ParallelFor(int n, const std::function<void(int)>& fn) {
   job->all_done.wait(lock, [&] { return job->finished.load() == n; });
 }
 
+void ParallelRange(int64_t n, int64_t grain,
+                   const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(grain, 1);
+  const int64_t most = 4 * static_cast<int64_t>(ParallelismDegree());
+  const int64_t blocks = std::min(n / grain, most);
+  if (blocks <= 1) {
+    fn(0, n);
+    return;
+  }
+  const int64_t size = (n + blocks - 1) / blocks;
+  ParallelFor(static_cast<int>(blocks), [&](int b) {
+    const int64_t begin = b * size;
+    const int64_t end = std::min(n, begin + size);
+    if (begin < end) fn(begin, end);
+  });
+}
+
 }  // namespace gradtape

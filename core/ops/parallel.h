@@ -6,6 +6,7 @@
 #ifndef GRADTAPE_CORE_OPS_PARALLEL_H_
 #define GRADTAPE_CORE_OPS_PARALLEL_H_
 
+#include <cstdint>
 #include <functional>
 
 namespace gradtape {
@@ -21,6 +22,21 @@ int ParallelismDegree();
 // Items should be large (tens of microseconds or more): claiming one costs
 // an atomic increment, waking a worker a few microseconds.
 void ParallelFor(int n, const std::function<void(int)>& fn);
+
+// Runs fn(begin, end) over consecutive blocks that cover [0, n) exactly
+// once, through ParallelFor. Blocks hold at least `grain` items (all but
+// the last, which ends at n), and there
+// are at most four per thread (so a busy pool only shifts blocks to the
+// caller); n <= grain, or one thread, is a single call fn(0, n) on the
+// caller's thread, so small tensors pay nothing. The blocks depend on the
+// thread count: callers keep each output element's arithmetic inside one
+// item (never split a sum across blocks), so results do not.
+//
+// Grain: a block should take ~10 us or more; kElementwiseGrain is that for
+// a simple elementwise pass over float32.
+inline constexpr int64_t kElementwiseGrain = 32 * 1024;
+void ParallelRange(int64_t n, int64_t grain,
+                   const std::function<void(int64_t, int64_t)>& fn);
 
 }  // namespace gradtape
 

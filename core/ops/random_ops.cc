@@ -21,12 +21,14 @@
 // Not differentiable (TensorFlow registers them so): nothing flows back
 // into shape or seed.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 
 #include "core/base/status_macros.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
+#include "core/ops/parallel.h"
 #include "core/ops/philox.h"
 
 namespace gradtape {
@@ -193,27 +195,40 @@ bool TruncatedNormalGroup(Words& words, T* out) {
   return false;
 }
 
-// Fills out[0, n) from gen with the distribution `dist`.
+// Fills out[0, n) from gen with the distribution `dist`. Group g comes from
+// Philox block g (a truncated-normal group from its own reserved run of
+// blocks), so ranges of groups fill in parallel with the same values.
 template <typename T>
 bool Fill(Dist dist, Philox4x32 gen, T* out, int64_t n) {
   constexpr int kG = kGroup<T>;
   // Blocks reserved per truncated-normal group: 256 words per value.
   constexpr uint64_t kTruncatedSkip = kG * 256 / 4;
-  T group[kG];
-  for (int64_t start = 0, g = 0; start < n; start += kG, ++g) {
-    if (dist == Dist::kTruncatedNormal) {
-      Philox4x32 at = gen;
-      at.Skip(static_cast<uint64_t>(g) * kTruncatedSkip);
-      Words words(at);
-      if (!TruncatedNormalGroup(words, group)) return false;
-    } else if (dist == Dist::kUniform) {
-      UniformGroup(gen.Next(), group);
-    } else {
-      NormalGroup(gen.Next(), group);
+  const int64_t groups = (n + kG - 1) / kG;
+  std::atomic<bool> ok{true};
+  ParallelRange(groups, kElementwiseGrain / (4 * kG), [&](int64_t first,
+                                                          int64_t last) {
+    Philox4x32 next = gen;
+    next.Skip(static_cast<uint64_t>(first));
+    T group[kG];
+    for (int64_t g = first; g < last; ++g) {
+      if (dist == Dist::kTruncatedNormal) {
+        Philox4x32 at = gen;
+        at.Skip(static_cast<uint64_t>(g) * kTruncatedSkip);
+        Words words(at);
+        if (!TruncatedNormalGroup(words, group)) {
+          ok = false;
+          return;
+        }
+      } else if (dist == Dist::kUniform) {
+        UniformGroup(next.Next(), group);
+      } else {
+        NormalGroup(next.Next(), group);
+      }
+      const int64_t start = g * kG;
+      std::copy(group, group + std::min<int64_t>(kG, n - start), out + start);
     }
-    std::copy(group, group + std::min<int64_t>(kG, n - start), out + start);
-  }
-  return true;
+  });
+  return ok;
 }
 
 absl::Status RandomKernel(KernelContext& ctx, Dist dist, bool v2) {
@@ -221,7 +236,7 @@ absl::Status RandomKernel(KernelContext& ctx, Dist dist, bool v2) {
   ASSIGN_OR_RETURN(Shape shape, OutputShape(ctx, v2 ? "Tshape" : "T"));
   ASSIGN_OR_RETURN(Philox4x32 gen,
                    v2 ? GeneratorFromKeyCounter(ctx) : GeneratorFromSeed(ctx));
-  ASSIGN_OR_RETURN(Tensor out, Allocate(ctx, dtype, shape));
+  ASSIGN_OR_RETURN(Tensor out, AllocateOutput(ctx, dtype, shape));
   bool ok = true;
   DispatchFloat(dtype, [&](auto zero) {
     using T = decltype(zero);

@@ -13,11 +13,135 @@
 #include "core/base/status_macros.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
+#include "core/ops/parallel.h"
 
 namespace gradtape {
 namespace {
 
 enum class Reduction { kSum, kMean, kProd };
+
+// The input's dims with dims of 1 dropped and adjacent dims merged when both
+// are reduced or both kept: sizes[i], reduced[i] alternate.
+struct ReductionGroups {
+  std::vector<int64_t> sizes;
+  std::vector<bool> reduced;
+};
+ReductionGroups GroupDims(absl::Span<const int64_t> shape,
+                          const std::vector<bool>& mask) {
+  ReductionGroups g;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    if (!g.sizes.empty() && g.reduced.back() == mask[d]) {
+      g.sizes.back() *= shape[d];
+    } else {
+      g.sizes.push_back(shape[d]);
+      g.reduced.push_back(mask[d]);
+    }
+  }
+  return g;
+}
+
+// Elements summed (or multiplied) per block of a whole-tensor reduction:
+// fixed, so the partial sums and their order do not depend on the thread
+// count.
+constexpr int64_t kReduceAllBlock = 64 * 1024;
+
+// y[o] = fold of x over the reduced dims, each output's elements folded in
+// one pass on one thread (results do not depend on the thread count). The
+// common layouts after GroupDims get loops of their own: all reduced, [K, R]
+// (rows; Eigen's vectorised sum), [R, K] (columns, accumulated row by row),
+// [K1, R, K2]; others take the generic strided loop.
+template <typename T>
+void Reduce(const Tensor& x, const std::vector<bool>& mask, bool prod, T* py,
+            int64_t n_out) {
+  using Vec = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+  const T* px = x.data<T>();
+  const T init = prod ? T(1) : T(0);
+  const ReductionGroups g = GroupDims(x.shape(), mask);
+  const int groups = static_cast<int>(g.sizes.size());
+  auto fold = [prod](const T* p, int64_t n) {
+    return prod ? Vec(p, n).prod() : Vec(p, n).sum();
+  };
+  // Columns [begin, end) of an [R, K] block at p: y[k] = fold over r.
+  auto fold_columns = [&](const T* p, int64_t r_count, int64_t k_count,
+                          int64_t begin, int64_t end, T* y) {
+    for (int64_t k = begin; k < end; ++k) y[k] = init;
+    for (int64_t r = 0; r < r_count; ++r) {
+      const T* row = p + r * k_count;
+      if (prod) {
+        for (int64_t k = begin; k < end; ++k) y[k] *= row[k];
+      } else {
+        for (int64_t k = begin; k < end; ++k) y[k] += row[k];
+      }
+    }
+  };
+  if (x.num_elements() == 0 || groups == 0) {
+    // Nothing to fold (an empty input) or nothing reduced: copy or fill.
+    for (int64_t o = 0; o < n_out; ++o) {
+      py[o] = x.num_elements() == 0 ? init : px[o];
+    }
+    return;
+  }
+  if (groups == 1 && g.reduced[0]) {
+    const int64_t n = g.sizes[0];
+    const int64_t blocks = (n + kReduceAllBlock - 1) / kReduceAllBlock;
+    std::vector<T> partial(blocks);
+    ParallelFor(static_cast<int>(blocks), [&](int b) {
+      const int64_t begin = b * kReduceAllBlock;
+      partial[b] = fold(px + begin, std::min(n - begin, kReduceAllBlock));
+    });
+    T acc = init;
+    for (const T& p : partial) acc = prod ? acc * p : acc + p;
+    py[0] = acc;
+    return;
+  }
+  if (groups == 1) {  // nothing reduced that is not of size 1: a copy
+    std::copy(px, px + n_out, py);
+    return;
+  }
+  if (groups == 2 && !g.reduced[0]) {  // [K, R]
+    const int64_t k_count = g.sizes[0], r_count = g.sizes[1];
+    ParallelRange(k_count, std::max<int64_t>(1, kElementwiseGrain / r_count),
+                  [&](int64_t begin, int64_t end) {
+                    for (int64_t k = begin; k < end; ++k) {
+                      py[k] = fold(px + k * r_count, r_count);
+                    }
+                  });
+    return;
+  }
+  if (groups == 2) {  // [R, K]
+    const int64_t r_count = g.sizes[0], k_count = g.sizes[1];
+    ParallelRange(
+        k_count, std::max<int64_t>(64, kElementwiseGrain / r_count),
+        [&](int64_t begin, int64_t end) {
+          fold_columns(px, r_count, k_count, begin, end, py);
+        });
+    return;
+  }
+  if (groups == 3 && !g.reduced[0]) {  // [K1, R, K2]
+    const int64_t k1 = g.sizes[0], r_count = g.sizes[1], k2 = g.sizes[2];
+    ParallelRange(k1, std::max<int64_t>(1, kElementwiseGrain / (r_count * k2)),
+                  [&](int64_t begin, int64_t end) {
+                    for (int64_t i = begin; i < end; ++i) {
+                      fold_columns(px + i * r_count * k2, r_count, k2, 0, k2,
+                                   py + i * k2);
+                    }
+                  });
+    return;
+  }
+  std::fill(py, py + n_out, init);
+  Shape kept;
+  for (int d = 0; d < x.rank(); ++d) kept.push_back(mask[d] ? 1 : x.dim(d));
+  const Shape sy = BroadcastStrides(kept, x.rank());
+  const Shape sx = RowMajorStrides(x.shape());
+  if (prod) {
+    ForEachStrided(x.shape(), sx, sy,
+                   [&](int64_t, int64_t i, int64_t j) { py[j] *= px[i]; });
+  } else {
+    ForEachStrided(x.shape(), sx, sy,
+                   [&](int64_t, int64_t i, int64_t j) { py[j] += px[i]; });
+  }
+}
 
 // Sum, Mean or Prod over the attr "axis" (empty: all axes), for real and
 // complex dtypes (TensorFlow's CPU kernels).
@@ -28,28 +152,21 @@ absl::Status ReduceKernel(KernelContext& ctx, Reduction kind) {
   ASSIGN_OR_RETURN(std::vector<bool> mask,
                    AxesMask(ctx, ctx.attrs().IntList("axis"), x.shape()));
   const bool keep_dims = ctx.attrs().Bool("keep_dims");
-  Shape kept, out_shape;  // kept: reduced dims as 1
+  Shape out_shape;
   int64_t count = 1;
   for (int i = 0; i < x.rank(); ++i) {
-    kept.push_back(mask[i] ? 1 : x.dim(i));
     if (mask[i]) count *= x.dim(i);
-    if (!mask[i] || keep_dims) out_shape.push_back(kept.back());
+    if (!mask[i]) {
+      out_shape.push_back(x.dim(i));
+    } else if (keep_dims) {
+      out_shape.push_back(1);
+    }
   }
-  ASSIGN_OR_RETURN(Tensor y,
-                   AllocateFilled(ctx, x.dtype(), out_shape, prod ? 1.0 : 0.0));
+  ASSIGN_OR_RETURN(Tensor y, AllocateOutput(ctx, x.dtype(), out_shape));
   DispatchArithmetic(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const T* px = x.data<T>();
     T* py = y.mutable_data<T>();
-    Shape sy = BroadcastStrides(kept, x.rank());
-    Shape sx = RowMajorStrides(x.shape());
-    if (prod) {
-      ForEachStrided(x.shape(), sx, sy,
-                     [&](int64_t, int64_t i, int64_t j) { py[j] *= px[i]; });
-    } else {
-      ForEachStrided(x.shape(), sx, sy,
-                     [&](int64_t, int64_t i, int64_t j) { py[j] += px[i]; });
-    }
+    Reduce<T>(x, mask, prod, py, y.num_elements());
     if (kind == Reduction::kMean && count > 0) {
       for (int64_t j = 0; j < y.num_elements(); ++j) {
         py[j] = static_cast<T>(py[j] / static_cast<T>(count));

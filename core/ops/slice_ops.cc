@@ -240,7 +240,7 @@ absl::Status StridedSliceKernel(KernelContext& ctx) {
   ASSIGN_OR_RETURN(
       ResolvedSlice r,
       ResolveStridedSlice(ctx, x.shape(), "input " + x.DebugString()));
-  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, x.dtype(), r.final_shape));
+  ASSIGN_OR_RETURN(Tensor y, AllocateOutput(ctx, x.dtype(), r.final_shape));
   DispatchAny(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = x.data<T>();
@@ -318,7 +318,7 @@ absl::Status SliceKernel(KernelContext& ctx) {
   RETURN_IF_ERROR(ResolveSlice(ctx, &r.begin, &r.processing_shape));
   r.strides.assign(x.rank(), 1);
   r.final_shape = r.processing_shape;
-  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, x.dtype(), r.final_shape));
+  ASSIGN_OR_RETURN(Tensor y, AllocateOutput(ctx, x.dtype(), r.final_shape));
   DispatchAny(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = x.data<T>();

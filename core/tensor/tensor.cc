@@ -10,7 +10,9 @@
 #include <sys/mman.h>
 #endif
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/base/status_macros.h"
@@ -289,41 +291,49 @@ int64_t PeakTensorBytes() { return g_peak_bytes.load(); }
 
 void ResetPeakTensorBytes() { g_peak_bytes.store(g_live_bytes.load()); }
 
-// Every buffer is zero-filled when it is handed out (the allocator's
-// guarantee that no stale heap byte reaches a reply). Large buffers come
-// straight from mmap: the kernel zeroes their pages, so they need no
-// memset, and they are 2 MiB-aligned and asked to use transparent huge
-// pages (numpy does the same), which cuts page faults by 512x against 4 KiB
-// pages. Small ones come from the heap and are cleared with memset.
+// Buffers. Large ones come straight from mmap, 2 MiB-aligned and asked to
+// use transparent huge pages (numpy does the same), which cuts page faults by
+// 512x against 4 KiB pages; small ones from the heap. Buffers of
+// kPoolMinBytes or more are rounded up to a size class and go back to the
+// BufferPool when freed (see SetBufferPoolLimit in tensor.h). Tensor::Empty
+// zero-fills what it hands out (fresh mmap pages are already zero);
+// Tensor::Uninitialized does not.
 namespace {
 
 constexpr size_t kHugePage = size_t{2} << 20;
 constexpr size_t kMmapMinBytes = 4 * kHugePage;
+constexpr size_t kPoolMinBytes = size_t{64} << 10;
 
 struct Allocation {
   void* data = nullptr;
   void* mapping = nullptr;  // non-null: munmap(mapping, mapped) frees it
   size_t mapped = 0;
+  size_t size = 0;  // usable bytes: Footprint of the request
+  bool zeroed = false;
 };
 
 // The bookkeeping of one buffer: Tensor::Buffer and its shared_ptr control
 // block, and the allocator's header.
 constexpr int64_t kBufferOverheadBytes = 128;
 
-// What AllocateZeroed(size) takes from the system.
+// What a buffer for `size` bytes takes from the system: poolable sizes are
+// rounded up to one of four classes per power of two (a multiple of a
+// quarter of the largest power of two not above them; mmap sizes are then
+// whole 2 MiB pages), others to the alignment.
 size_t Footprint(size_t size) {
   if (size == 0) return 0;
-#ifdef __linux__
-  if (size >= kMmapMinBytes) {
-    return (size + kHugePage - 1) / kHugePage * kHugePage;
+  if (size >= kPoolMinBytes) {
+    const int msb = 63 - __builtin_clzll(size);
+    const size_t step = size_t{1} << (msb - 2);
+    return (size + step - 1) / step * step;
   }
-#endif
   return (size + kAlignment - 1) / kAlignment * kAlignment;
 }
 
-// `size` > 0. data == nullptr on failure.
-Allocation AllocateZeroed(size_t size) {
+// `size` is a Footprint > 0. data == nullptr on failure.
+Allocation AllocateFresh(size_t size) {
   Allocation a;
+  a.size = size;
 #ifdef __linux__
   if (size >= kMmapMinBytes) {
     const size_t rounded = (size + kHugePage - 1) / kHugePage * kHugePage;
@@ -338,14 +348,14 @@ Allocation AllocateZeroed(size_t size) {
     a.data = reinterpret_cast<void*>(aligned);
     a.mapping = base;
     a.mapped = mapped;
+    a.zeroed = true;
     madvise(a.data, rounded, MADV_HUGEPAGE);
     return a;
   }
 #endif
-  // aligned_alloc needs a size that is a multiple of the alignment.
-  const size_t rounded = (size + kAlignment - 1) / kAlignment * kAlignment;
-  a.data = std::aligned_alloc(kAlignment, rounded);
-  if (a.data != nullptr) std::memset(a.data, 0, rounded);
+  // aligned_alloc needs a size that is a multiple of the alignment (every
+  // Footprint is).
+  a.data = std::aligned_alloc(kAlignment, size);
   return a;
 }
 
@@ -359,7 +369,105 @@ void Free(const Allocation& a) {
   std::free(a.data);
 }
 
+std::atomic<int> g_uninitialized_fill{-1};
+
+// Freed buffers by size class, newest last (reused first: its lines are
+// the likeliest to be in cache). One mutex: a training step allocates a few
+// thousand buffers a second, far from where a lock would show.
+class BufferPool {
+ public:
+  BufferPool()
+      : account_(std::make_shared<MemoryAccount>(ProcessMemoryAccount(),
+                                                 "buffer pool")) {}
+
+  static BufferPool& Get() {
+    static BufferPool* pool = new BufferPool;  // never destroyed
+    return *pool;
+  }
+
+  const std::shared_ptr<MemoryAccount>& account() const { return account_; }
+
+  // A cached buffer of class `size`, or one with data == nullptr.
+  Allocation Take(size_t size) {
+    Allocation a;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = free_.find(size);
+      if (it == free_.end() || it->second.empty()) {
+        ++misses_;
+        return a;
+      }
+      a = it->second.back();
+      it->second.pop_back();
+      ++hits_;
+    }
+    account_->Add(-static_cast<int64_t>(size));
+    a.zeroed = false;
+    return a;
+  }
+
+  // Caches `a` if the pool's limit and the budget allow, frees it otherwise.
+  void Give(const Allocation& a) {
+    if (a.size >= kPoolMinBytes && account_->limit() > 0 &&
+        account_->TryCharge(static_cast<int64_t>(a.size))) {
+      absl::MutexLock lock(&mu_);
+      free_[a.size].push_back(a);
+      return;
+    }
+    Free(a);
+  }
+
+  // Frees every cached buffer; true if there was one.
+  bool Release() {
+    absl::flat_hash_map<size_t, std::vector<Allocation>> cached;
+    {
+      absl::MutexLock lock(&mu_);
+      cached.swap(free_);
+    }
+    int64_t bytes = 0;
+    for (const auto& [size, list] : cached) {
+      for (const Allocation& a : list) {
+        Free(a);
+        bytes += static_cast<int64_t>(size);
+      }
+    }
+    account_->Add(-bytes);
+    return bytes > 0;
+  }
+
+  BufferPoolStats Stats() {
+    absl::MutexLock lock(&mu_);
+    return {account_->bytes(), hits_, misses_};
+  }
+
+ private:
+  const std::shared_ptr<MemoryAccount> account_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<size_t, std::vector<Allocation>> free_
+      ABSL_GUARDED_BY(mu_);
+  int64_t hits_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t misses_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
 }  // namespace
+
+void SetBufferPoolLimit(int64_t bytes) {
+  BufferPool& pool = BufferPool::Get();
+  pool.account()->set_limit(std::max<int64_t>(bytes, 0));
+  if (bytes <= 0) pool.Release();
+}
+
+const std::shared_ptr<MemoryAccount>& BufferPoolAccount() {
+  return BufferPool::Get().account();
+}
+
+void ReleaseBufferPool() { BufferPool::Get().Release(); }
+
+BufferPoolStats GetBufferPoolStats() { return BufferPool::Get().Stats(); }
+
+void SetUninitializedFillForTesting(int byte) {
+  g_uninitialized_fill.store(byte);
+}
 
 int64_t ChargedBytes(int64_t data_bytes) {
   return static_cast<int64_t>(Footprint(static_cast<size_t>(data_bytes))) +
@@ -379,9 +487,14 @@ struct Tensor::Buffer {
     }
   }
   ~Buffer() {
-    Free(allocation);
+    if (allocation.data != nullptr) {
+      // Refund first, so the pool's charge fits where this one was.
+      if (account) account->Add(-charged);
+      BufferPool::Get().Give(allocation);
+    } else if (account) {
+      account->Add(-charged);
+    }
     g_live_bytes.fetch_sub(bytes, std::memory_order_relaxed);
-    if (account) account->Add(-charged);
   }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
@@ -393,25 +506,40 @@ struct Tensor::Buffer {
   std::shared_ptr<void> resource;  // kResource only
 };
 
-absl::StatusOr<Tensor> Tensor::Empty(DType dtype,
-                                     absl::Span<const int64_t> shape) {
+absl::StatusOr<Tensor> Tensor::Allocate(DType dtype,
+                                        absl::Span<const int64_t> shape,
+                                        bool zero) {
   ASSIGN_OR_RETURN(TensorSize size, CheckedTensorSize(dtype, shape));
   const std::shared_ptr<MemoryAccount>& account =
       t_account != nullptr ? t_account : ProcessMemoryAccount();
   const int64_t charge = ChargedBytes(size.bytes);
-  if (const MemoryAccount* refuser = account->TryChargeOrRefuser(charge)) {
+  const MemoryAccount* refuser = account->TryChargeOrRefuser(charge);
+  // Cached buffers count in the budget: give them back and try once more.
+  if (refuser != nullptr && BufferPool::Get().Release()) {
+    refuser = account->TryChargeOrRefuser(charge);
+  }
+  if (refuser != nullptr) {
     return MemoryRefusal(*refuser,
                          absl::StrCat(DTypeName(dtype), ShapeString(shape)),
                          charge, "release tensors or delete tapes");
   }
   Allocation allocation;
   if (size.bytes > 0) {
-    allocation = AllocateZeroed(static_cast<size_t>(size.bytes));
+    const size_t footprint = Footprint(static_cast<size_t>(size.bytes));
+    if (footprint >= kPoolMinBytes) {
+      allocation = BufferPool::Get().Take(footprint);
+    }
+    if (allocation.data == nullptr) allocation = AllocateFresh(footprint);
     if (allocation.data == nullptr) {
       account->Add(-charge);
       return absl::ResourceExhaustedError(
           absl::StrCat("cannot allocate ", DTypeName(dtype), ShapeString(shape),
                        ": out of memory for ", size.bytes, " bytes"));
+    }
+    if (zero) {
+      if (!allocation.zeroed) std::memset(allocation.data, 0, size.bytes);
+    } else if (const int fill = g_uninitialized_fill.load(); fill >= 0) {
+      std::memset(allocation.data, fill, size.bytes);
     }
   }
   Tensor t;
@@ -420,6 +548,16 @@ absl::StatusOr<Tensor> Tensor::Empty(DType dtype,
   t.num_elements_ = size.elements;
   t.buffer_ = std::make_shared<Buffer>(allocation, size.bytes, charge, account);
   return t;
+}
+
+absl::StatusOr<Tensor> Tensor::Empty(DType dtype,
+                                     absl::Span<const int64_t> shape) {
+  return Allocate(dtype, shape, /*zero=*/true);
+}
+
+absl::StatusOr<Tensor> Tensor::Uninitialized(DType dtype,
+                                             absl::Span<const int64_t> shape) {
+  return Allocate(dtype, shape, /*zero=*/false);
 }
 
 absl::StatusOr<Tensor> Tensor::Filled(DType dtype,

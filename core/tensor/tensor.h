@@ -138,6 +138,37 @@ absl::StatusOr<TensorSize> CheckedTensorSize(DType dtype,
 // so a session's limit bounds its real footprint even in tiny tensors.
 int64_t ChargedBytes(int64_t data_bytes);
 
+class MemoryAccount;
+
+// The pool of freed tensor buffers. A buffer of 64 KiB or more goes back to
+// the pool when its last tensor is gone (sizes are rounded up to one of four
+// classes per power of two, at most 25% more, and ChargedBytes charges the
+// rounded size), and the next tensor of its class takes it instead of fresh
+// pages: no page faults, no munmap, warm cache lines. Cached buffers stay
+// charged to BufferPoolAccount(), a child of ProcessMemoryAccount(), so they
+// count in the server's budget; a buffer is cached only while that account
+// fits its limit (SetBufferPoolLimit) and the budget, and an allocation that
+// the budget refuses empties the pool and tries once more, so the pool never
+// makes a request fail. Thread-safe.
+//
+// 0 (the default in a bare core) disables it and frees what it holds;
+// gradtape-server sets --buffer_pool_mb.
+void SetBufferPoolLimit(int64_t bytes);
+const std::shared_ptr<MemoryAccount>& BufferPoolAccount();
+// Frees every cached buffer.
+void ReleaseBufferPool();
+struct BufferPoolStats {
+  int64_t cached_bytes = 0;  // charged to BufferPoolAccount()
+  int64_t hits = 0;          // allocations served from the pool
+  int64_t misses = 0;        // poolable allocations that were not
+};
+BufferPoolStats GetBufferPoolStats();
+
+// Tests only: every buffer Tensor::Uninitialized hands out is filled with
+// `byte` (0-255), so a test can show that a kernel's result does not depend
+// on what the buffer held; -1 (the default) leaves it as it was.
+void SetUninitializedFillForTesting(int byte);
+
 // Bytes charged to one owner (a session). Thread-safe.
 //
 // An account may have a parent (a tenant's account, shared by all its
@@ -256,6 +287,13 @@ class Tensor {
   // unwritten can carry old heap contents into a reply.
   static absl::StatusOr<Tensor> Empty(DType dtype,
                                       absl::Span<const int64_t> shape);
+  // Empty without the zero fill: the bytes are whatever the buffer held
+  // before (a freed tensor's, possibly another session's). Only for kernels
+  // that write every element before anyone else can see the tensor; the
+  // op-sample poison test (tests/core/ops/poison_test.cc) holds every op to
+  // it.
+  static absl::StatusOr<Tensor> Uninitialized(DType dtype,
+                                              absl::Span<const int64_t> shape);
   static absl::StatusOr<Tensor> Zeros(DType dtype,
                                       absl::Span<const int64_t> shape) {
     return Empty(dtype, shape);
@@ -334,6 +372,9 @@ class Tensor {
 
  private:
   struct Buffer;
+  static absl::StatusOr<Tensor> Allocate(DType dtype,
+                                         absl::Span<const int64_t> shape,
+                                         bool zero);
   void* ResourceObject() const;
   DType dtype_ = DType::kInvalid;
   Shape shape_;

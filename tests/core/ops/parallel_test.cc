@@ -55,5 +55,37 @@ TEST(ParallelForTest, ItemsWriteDisjointResults) {
   }
 }
 
+// ParallelRange: blocks cover [0, n) exactly once, in order within a block,
+// at least `grain` long except for the last, and a range within one grain
+// runs as one call on the caller's thread.
+TEST(ParallelRangeTest, CoversTheRangeOnceInBlocksOfAtLeastTheGrain) {
+  for (int64_t n : {0, 1, 7, 100, 4096, 100000}) {
+    for (int64_t grain : {1, 3, 64, 1000, 1 << 20}) {
+      std::vector<std::atomic<int>> runs(n);
+      std::atomic<int> calls{0}, short_blocks{0};
+      ParallelRange(n, grain, [&](int64_t begin, int64_t end) {
+        calls.fetch_add(1);
+        if (end - begin < grain && end != n) short_blocks.fetch_add(1);
+        for (int64_t i = begin; i < end; ++i) runs[i].fetch_add(1);
+      });
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(runs[i].load(), 1) << "n=" << n << " grain=" << grain;
+      }
+      EXPECT_EQ(short_blocks.load(), 0) << "n=" << n << " grain=" << grain;
+      if (n > 0 && n <= grain) EXPECT_EQ(calls.load(), 1);
+      EXPECT_LE(calls.load(), 4 * ParallelismDegree());
+    }
+  }
+}
+
+TEST(ParallelRangeTest, SmallRangesStayOnTheCaller) {
+  const std::thread::id caller = std::this_thread::get_id();
+  bool on_caller = false;
+  ParallelRange(100, kElementwiseGrain, [&](int64_t, int64_t) {
+    on_caller = std::this_thread::get_id() == caller;
+  });
+  EXPECT_TRUE(on_caller);
+}
+
 }  // namespace
 }  // namespace gradtape

@@ -2,7 +2,9 @@
 // charge must fit both limits, refusals name the account that refused, and
 // refunds reach the parent. The process's account (the server-wide budget)
 // is the root of every session's.
+#include <cstring>
 #include <memory>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "core/ops/ops.h"
@@ -145,6 +147,76 @@ TEST(ProcessMemoryAccountTest, TheBudgetRefusesWhatNoSessionLimitWould) {
   EXPECT_TRUE(absl::StrContains(fill.message(),
                                 "server memory budget exceeded: float32[4096]"))
       << fill;
+}
+
+// The buffer pool (SetBufferPoolLimit): a freed buffer of a poolable size
+// stays charged to the pool's account (a child of the process's), the next
+// tensor of its size class takes it, and the pool gives way to the budget.
+class BufferPoolOn {
+ public:
+  explicit BufferPoolOn(int64_t limit) {
+    ReleaseBufferPool();
+    SetBufferPoolLimit(limit);
+  }
+  ~BufferPoolOn() { SetBufferPoolLimit(0); }
+};
+
+TEST(BufferPoolTest, FreedBuffersAreReusedAndStayCharged) {
+  BufferPoolOn pool(int64_t{64} << 20);
+  const int64_t before = ProcessMemoryAccount()->bytes();
+  const BufferPoolStats start = GetBufferPoolStats();
+  const void* data = nullptr;
+  {
+    Tensor t = Tensor::Empty(DType::kFloat32, {1 << 18}).value();  // 1 MiB
+    data = t.raw_data();
+  }
+  EXPECT_EQ(GetBufferPoolStats().cached_bytes, 1 << 20);
+  EXPECT_EQ(BufferPoolAccount()->bytes(), 1 << 20);
+  EXPECT_EQ(ProcessMemoryAccount()->bytes() - before, 1 << 20);
+  // The same size class (1 MiB rounds to itself; 0.9 MiB rounds up to it).
+  Tensor again = Tensor::Uninitialized(DType::kFloat32, {240000}).value();
+  EXPECT_EQ(again.raw_data(), data);
+  EXPECT_EQ(GetBufferPoolStats().hits, start.hits + 1);
+  EXPECT_EQ(BufferPoolAccount()->bytes(), 0);
+  EXPECT_EQ(ProcessMemoryAccount()->bytes() - before, ChargedBytes(960000));
+  EXPECT_EQ(ChargedBytes(960000), ChargedBytes(1 << 20));
+  // A reused buffer from Empty is zeroed again.
+  std::memset(again.raw_mutable_data(), 0xA5, again.num_bytes());
+  again = Tensor();
+  Tensor zeroed = Tensor::Empty(DType::kFloat32, {1 << 18}).value();
+  EXPECT_EQ(zeroed.raw_data(), data);
+  for (int64_t i = 0; i < zeroed.num_elements(); ++i) {
+    ASSERT_EQ(zeroed.data<float>()[i], 0.0f) << i;
+  }
+}
+
+TEST(BufferPoolTest, TheLimitBoundsWhatIsCached) {
+  BufferPoolOn pool(int64_t{3} << 20);
+  {
+    std::vector<Tensor> tensors;
+    for (int i = 0; i < 5; ++i) {
+      tensors.push_back(Tensor::Empty(DType::kFloat32, {1 << 18}).value());
+    }
+  }
+  EXPECT_EQ(GetBufferPoolStats().cached_bytes, int64_t{3} << 20);
+  SetBufferPoolLimit(0);  // off: everything cached is freed
+  EXPECT_EQ(GetBufferPoolStats().cached_bytes, 0);
+  EXPECT_EQ(BufferPoolAccount()->bytes(), 0);
+}
+
+TEST(BufferPoolTest, TheBudgetEmptiesThePoolBeforeRefusing) {
+  BufferPoolOn pool(int64_t{64} << 20);
+  { Tensor t = Tensor::Empty(DType::kFloat32, {1 << 20}).value(); }  // 4 MiB
+  ASSERT_EQ(GetBufferPoolStats().cached_bytes, 4 << 20);
+  // Room for 3 MiB beyond what is charged now, pool included: a 6 MiB
+  // tensor fits only once the pool has let its 4 MiB go.
+  ProcessBudget budget(int64_t{3} << 20);
+  absl::StatusOr<Tensor> t = Tensor::Empty(DType::kFloat32, {3 << 19});
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(GetBufferPoolStats().cached_bytes, 0);
+  // Within the budget the pool caches nothing it cannot fit.
+  t = Tensor();
+  EXPECT_LE(ProcessMemoryAccount()->bytes(), ProcessMemoryAccount()->limit());
 }
 
 }  // namespace
