@@ -149,9 +149,9 @@ absl::Status BroadcastToKernel(KernelContext& ctx) {
     using T = decltype(zero);
     const T* px = x.data<T>();
     T* py = y.mutable_data<T>();
-    Shape sx = BroadcastStrides(x.shape(), static_cast<int>(shape.size()));
-    ForEachStrided(shape, sx, sx,
-                   [&](int64_t o, int64_t i, int64_t) { py[o] = px[i]; });
+    StridedCopy<T>(shape,
+                   BroadcastStrides(x.shape(), static_cast<int>(shape.size())),
+                   px, py);
   });
   ctx.set_output(0, std::move(y));
   return absl::OkStatus();

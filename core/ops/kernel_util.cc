@@ -59,8 +59,7 @@ absl::StatusOr<Tensor> Transposed(const KernelContext& ctx, const Tensor& x,
     using T = decltype(zero);
     const T* px = x.data<T>();
     T* py = y.mutable_data<T>();
-    ForEachStrided(out_shape, strides, strides,
-                   [&](int64_t o, int64_t i, int64_t) { py[o] = px[i]; });
+    StridedCopy(out_shape, strides, px, py);
   });
   return y;
 }
@@ -72,6 +71,11 @@ int64_t BroadcastLayout::rows() const {
 }
 
 void BroadcastLayout::RowOffsets(int64_t row, int64_t* a, int64_t* b) const {
+  if (shape.size() == 2) {
+    *a = row * sa[0];
+    *b = row * sb[0];
+    return;
+  }
   int64_t oa = 0, ob = 0;
   for (int d = static_cast<int>(shape.size()) - 2; d >= 0 && row > 0; --d) {
     const int64_t i = row % shape[d];
@@ -87,7 +91,14 @@ BroadcastLayout CollapseBroadcast(absl::Span<const int64_t> out,
                                   absl::Span<const int64_t> a,
                                   absl::Span<const int64_t> b) {
   const int rank = static_cast<int>(out.size());
-  const Shape sa = BroadcastStrides(a, rank), sb = BroadcastStrides(b, rank);
+  return CollapseStrides(out, BroadcastStrides(a, rank),
+                         BroadcastStrides(b, rank));
+}
+
+BroadcastLayout CollapseStrides(absl::Span<const int64_t> out,
+                                absl::Span<const int64_t> sa,
+                                absl::Span<const int64_t> sb) {
+  const int rank = static_cast<int>(out.size());
   BroadcastLayout l;
   for (int d = 0; d < rank; ++d) {
     if (out[d] == 1) continue;

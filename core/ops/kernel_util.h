@@ -75,6 +75,36 @@ struct BroadcastLayout {
 BroadcastLayout CollapseBroadcast(absl::Span<const int64_t> out,
                                   absl::Span<const int64_t> a,
                                   absl::Span<const int64_t> b);
+// The same from the operands' strides against `out` (0 where they
+// broadcast).
+BroadcastLayout CollapseStrides(absl::Span<const int64_t> out,
+                                absl::Span<const int64_t> sa,
+                                absl::Span<const int64_t> sb);
+
+// y[o] = x[offset(o)] for every element o of `shape` in row-major order,
+// with the offset following `strides` (0 along a broadcast dim): a
+// transpose or a broadcast, in parallel over rows.
+template <typename T>
+void StridedCopy(absl::Span<const int64_t> shape,
+                 absl::Span<const int64_t> strides, const T* x, T* y) {
+  if (NumElements(shape) == 0) return;
+  const BroadcastLayout l = CollapseStrides(shape, strides, strides);
+  const int64_t inner = l.inner(), stride = l.sa.back();
+  ParallelRange(l.rows(), std::max<int64_t>(1, kElementwiseGrain / inner),
+                [&](int64_t begin, int64_t end) {
+                  for (int64_t row = begin; row < end; ++row) {
+                    int64_t from, unused;
+                    l.RowOffsets(row, &from, &unused);
+                    const T* src = x + from;
+                    T* dst = y + row * inner;
+                    if (stride == 1) {
+                      std::copy(src, src + inner, dst);
+                    } else {
+                      for (int64_t k = 0; k < inner; ++k) dst[k] = src[k * stride];
+                    }
+                  }
+                });
+}
 
 // z[i] = f(a[i * sa], b[i * sb]) for i in [0, n), with the unit-stride and
 // broadcast-scalar cases as separate loops the compiler vectorizes.

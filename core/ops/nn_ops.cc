@@ -94,23 +94,31 @@ absl::Status SparseXentKernel(KernelContext& ctx) {
   }
   ASSIGN_OR_RETURN(Tensor loss, Allocate(ctx, logits.dtype(), {batch}));
   ASSIGN_OR_RETURN(Tensor backprop,
-                   Allocate(ctx, logits.dtype(), logits.shape()));
+                   AllocateOutput(ctx, logits.dtype(), logits.shape()));
   DispatchFloat(logits.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    for (int64_t i = 0; i < batch; ++i) {
-      const T* in = logits.data<T>() + i * classes;
-      T* bp = backprop.mutable_data<T>() + i * classes;
-      const int64_t label = static_cast<int64_t>(labels.ElementAsDouble(i));
-      T max = in[0];
-      for (int64_t j = 1; j < classes; ++j) max = std::max(max, in[j]);
-      T sum = 0;
-      for (int64_t j = 0; j < classes; ++j) sum += std::exp(in[j] - max);
-      const T log_sum = std::log(sum);
-      loss.mutable_data<T>()[i] = log_sum - (in[label] - max);
-      for (int64_t j = 0; j < classes; ++j) {
-        bp[j] = std::exp(in[j] - max) / sum - (j == label ? T(1) : T(0));
-      }
-    }
+    // Rows in parallel; within a row one vectorised exp (VecExp) of
+    // x - max into the backprop row, then softmax - onehot in place.
+    ParallelRange(
+        batch, std::max<int64_t>(1, kElementwiseGrain / (4 * classes + 1)),
+        [&](int64_t begin, int64_t end) {
+          std::vector<T> shifted(classes);
+          for (int64_t i = begin; i < end; ++i) {
+            const T* in = logits.data<T>() + i * classes;
+            T* bp = backprop.mutable_data<T>() + i * classes;
+            const int64_t label =
+                static_cast<int64_t>(labels.ElementAsDouble(i));
+            T max = in[0];
+            for (int64_t j = 1; j < classes; ++j) max = std::max(max, in[j]);
+            for (int64_t j = 0; j < classes; ++j) shifted[j] = in[j] - max;
+            VecExp(shifted.data(), bp, classes);
+            T sum = 0;
+            for (int64_t j = 0; j < classes; ++j) sum += bp[j];
+            loss.mutable_data<T>()[i] = std::log(sum) - shifted[label];
+            for (int64_t j = 0; j < classes; ++j) bp[j] /= sum;
+            bp[label] -= T(1);
+          }
+        });
   });
   ctx.set_output(0, std::move(loss));
   ctx.set_output(1, std::move(backprop));

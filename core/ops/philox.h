@@ -46,6 +46,9 @@ class Philox4x32 {
     return c;
   }
 
+  const Block& Counter() const { return counter_; }
+  const Key& key() const { return key_; }
+
   // Moves the 128-bit counter on by n blocks.
   void Skip(uint64_t n) {
     const uint64_t lo = (uint64_t{counter_[1]} << 32 | counter_[0]) + n;
@@ -61,11 +64,12 @@ class Philox4x32 {
   static uint32_t Lo(uint64_t v) { return static_cast<uint32_t>(v); }
   static uint32_t Hi(uint64_t v) { return static_cast<uint32_t>(v >> 32); }
 
- private:
   static constexpr uint32_t kMulA = 0xD2511F53;
   static constexpr uint32_t kMulB = 0xCD9E8D57;
   static constexpr uint32_t kWeylA = 0x9E3779B9;
   static constexpr uint32_t kWeylB = 0xBB67AE85;
+
+ private:
 
   Block counter_;
   Key key_;

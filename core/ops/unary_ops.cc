@@ -92,10 +92,15 @@ template <typename F>
 absl::Status ArrayFloatKernel(KernelContext& ctx, F f) {
   RETURN_IF_ERROR(RequireDTypes(ctx, 0, DTypes::kFloating));
   const Tensor& x = ctx.input(0);
-  ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, x.dtype(), x.shape()));
+  ASSIGN_OR_RETURN(Tensor y, AllocateOutput(ctx, x.dtype(), x.shape()));
   DispatchFloat(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    f(x.data<T>(), y.mutable_data<T>(), x.num_elements());
+    const T* px = x.data<T>();
+    T* py = y.mutable_data<T>();
+    ParallelRange(x.num_elements(), kElementwiseGrain / 4,
+                  [&](int64_t begin, int64_t end) {
+                    f(px + begin, py + begin, end - begin);
+                  });
   });
   ctx.set_output(0, std::move(y));
   return absl::OkStatus();

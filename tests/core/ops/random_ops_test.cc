@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/ops/ops.h"
+#include "core/ops/philox.h"
 #include "gtest/gtest.h"
 #include "tests/core/ops/op_test_util.h"
 
@@ -210,6 +211,27 @@ TEST_F(RandomOpsTest, CounterSelectsTheGroup) {
     Tensor d = V2("StatelessRandomUniformV2", {8 - group}, 99, 0, 5, dt);
     std::vector<double> vc = testing::Values(c), vd = testing::Values(d);
     EXPECT_EQ(std::vector<double>(vc.begin() + group, vc.end()), vd);
+  }
+}
+
+// Float32 uniforms are made 16 Philox blocks at a time, in parallel ranges
+// (random_ops.cc): every size, including partial batches, tails and a
+// counter whose low word carries, gives the numbers of Philox4x32::Next
+// block by block.
+TEST_F(RandomOpsTest, BatchedUniformFloatsMatchBlockByBlock) {
+  for (int64_t c0 : {int64_t{0}, int64_t{-3}}) {  // -3: the low 64 bits carry
+    for (int32_t n : {1, 3, 4, 63, 64, 65, 67, 1000, 200003}) {
+      Tensor t = V2("StatelessRandomUniformV2", {n}, 77, c0, 9,
+                    DType::kFloat32);
+      Philox4x32 gen = Philox4x32::FromWords(77, static_cast<uint64_t>(c0), 9);
+      std::vector<float> want;
+      while (static_cast<int32_t>(want.size()) < n) {
+        for (uint32_t word : gen.Next()) want.push_back(PhiloxUniformFloat(word));
+      }
+      want.resize(n);
+      ASSERT_EQ(std::memcmp(t.data<float>(), want.data(), 4 * n), 0)
+          << "n=" << n << " counter low word " << c0;
+    }
   }
 }
 
