@@ -92,11 +92,16 @@ def verdict(ok: bool) -> str:
 
 
 @contextlib.contextmanager
-def gradtape_server(binary: str) -> Iterator[str]:
-    """Starts gradtape-server on 127.0.0.1 (port 0), yields its address and
-    always stops it (SIGTERM, then SIGKILL after 30 s)."""
+def gradtape_server(binary: str, env: Optional[Dict[str, str]] = None) -> Iterator[str]:
+    """Starts gradtape-server on 127.0.0.1 (port 0), with `env` added to the
+    environment, yields its address and always stops it (SIGTERM, then
+    SIGKILL after 30 s)."""
     proc = subprocess.Popen(
-        [binary, "--address=127.0.0.1:0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [binary, "--address=127.0.0.1:0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **(env or {})},
     )
     lines: "queue.Queue[Optional[str]]" = queue.Queue()
 

@@ -84,8 +84,12 @@ GRADTAPE_BUILD_DIR=$ROOT/$BUILD run ghz bash $L/run_ghz.sh --duration=$GHZ_DURAT
 PYQUICK=(); [ $QUICK = 1 ] && PYQUICK=(--quick)
 run python "$BENCH_VENV/bin/python" bench/python_bench.py --server-bin $BUILD/server/gradtape-server \
   --large-bin $BUILD/bench/large_tensor_bench ${PYQUICK[@]+"${PYQUICK[@]}"} || true
-# The small residual CNN of issue 26 (raw ops, Adam) through the server
-# beside the same model in local PyTorch, 1 thread and default threads.
+# The character transformer of client/python/examples/train_transformer.py
+# and the small residual CNN of issue 26 (raw ops, Adam) through the server
+# beside the same models in local PyTorch, 1 thread and default threads; the
+# transformer also with the server on one intra-op thread (the scaling).
+run transformer "$BENCH_VENV/bin/python" bench/transformer_bench.py \
+  --server-bin $BUILD/server/gradtape-server --reps $REPS --scaling || true
 run cnn "$BENCH_VENV/bin/python" bench/cnn_bench.py --server-bin $BUILD/server/gradtape-server \
   --reps $REPS || true
 

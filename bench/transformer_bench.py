@@ -12,13 +12,19 @@ lr 3e-3 wd 0.01), same batch size and batch order. Medians are printed with
 their ratio to PyTorch 1 thread. The server is the Release gradtape-server
 on 127.0.0.1 (port 0), started and stopped here.
 
+With --scaling, a second server runs with GRADTAPE_INTRA_OP_THREADS=1 and
+"gradtape native, server on 1 thread" joins the rotation; the table's last
+line is the step time with the default thread count over the time with one
+(issue 26's target: at most 0.75x on 2 cores).
+
   python bench/transformer_bench.py [--server-bin build/server/gradtape-server]
-      [--reps 3] [--steps 100] [--warmup 10] [--batch 32]
+      [--reps 3] [--steps 100] [--warmup 10] [--batch 32] [--scaling]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import math
 import os
@@ -36,6 +42,7 @@ EXAMPLE = HERE.parent / "client" / "python" / "examples" / "train_transformer.py
 IMPLS = (("native", "gradtape native"), ("pure", "gradtape pure"),
          ("torch", "PyTorch, 1 thread"), ("torch_default", "PyTorch, default threads"))
 BASELINE = "PyTorch, 1 thread"
+ONE_THREAD = "gradtape native, server on 1 thread"
 
 
 def example() -> Any:
@@ -164,6 +171,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--scaling", action="store_true", help="also the server on one intra-op thread")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--address", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -176,12 +184,19 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     rates: Dict[str, List[float]] = {}
     missing: Dict[str, str] = {}
     print(f"load average at the start: {load_average()}")
-    with gradtape_server(args.server_bin) as address:
+    impls = list(IMPLS) + ([("native", ONE_THREAD)] if args.scaling else [])
+    with contextlib.ExitStack() as stack:
+        address = stack.enter_context(gradtape_server(args.server_bin))
+        one_thread = (
+            stack.enter_context(gradtape_server(args.server_bin, {"GRADTAPE_INTRA_OP_THREADS": "1"}))
+            if args.scaling
+            else None
+        )
         for _ in range(args.reps):
-            for kind, name in IMPLS:
+            for kind, name in impls:
                 if name in missing:
                     continue
-                rate = run_worker(kind, address, args)
+                rate = run_worker(kind, one_thread if name == ONE_THREAD else address, args)
                 if rate is None:
                     missing[name] = "not installed"
                 else:
@@ -193,7 +208,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     base = statistics.median(rates[BASELINE]) if BASELINE in rates else None
     print("| implementation | steps/s | ratio to PyTorch 1 thread | runs |")
     print("|---|---|---|---|")
-    for _, name in IMPLS:
+    for _, name in impls:
         if name in missing:
             print(f"| {name} | {missing[name]} | | |")
             continue
@@ -201,6 +216,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         ratio = f"{med / base:.2f}x" if base else "-"
         runs = ", ".join(f"{r:.1f}" for r in rates[name])
         print(f"| {name} | {med:.1f} | {ratio} | {runs} |")
+    if args.scaling and ONE_THREAD in rates and "gradtape native" in rates:
+        ratio = statistics.median(rates[ONE_THREAD]) / statistics.median(rates["gradtape native"])
+        print(f"\nstep time with the server's default intra-op threads over one thread: {ratio:.2f}x "
+              f"(issue 26 target <= 0.75x: {'met' if ratio <= 0.75 else 'NOT met'})")
 
 
 if __name__ == "__main__":
