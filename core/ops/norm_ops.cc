@@ -500,6 +500,15 @@ void FusedBatchNormGradCompute(const KernelContext& ctx, const FbnLayout& l,
   // sums[c] = sum(dy), sums[depth + c] = sum(dy xc).
   const std::vector<double> sums =
       PerChannelSums(l, outer, 2, [&](int64_t o, double* acc) {
+        if (inner == 1) {  // channels last: vectorisable over channels
+          const T* dyr = dy + o * depth;
+          const T* xr = x + o * depth;
+          for (int64_t c = 0; c < depth; ++c) {
+            acc[c] += dyr[c];
+            acc[depth + c] += dyr[c] * (xr[c] - m[c]);
+          }
+          return;
+        }
         for (int64_t c = 0; c < depth; ++c) {
           const int64_t at = (o * depth + c) * inner;
           double sd = 0, sp = 0;
