@@ -11,6 +11,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
+#include "core/tensor/tensor.h"
 #include "grpc/support/log.h"
 #include "openssl/crypto.h"
 
@@ -318,6 +319,10 @@ void SessionManager::ReaperLoop() {
       if (stopping_) return;
     }
     const int n = ReapIdle();
+    // Buffers the pool kept that nothing took for a period go back too.
+    if (TrimBufferPool() > 0) {
+      freed_since_trim_.store(true, std::memory_order_relaxed);
+    }
     const absl::Duration trim = ReturnFreedMemory();
     if (n > 0) {
       gpr_log(GPR_INFO,

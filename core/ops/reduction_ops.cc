@@ -46,90 +46,49 @@ ReductionGroups GroupDims(absl::Span<const int64_t> shape,
 // count.
 constexpr int64_t kReduceAllBlock = 64 * 1024;
 
-// y[o] = fold of x over the reduced dims, each output's elements folded in
-// one pass on one thread (results do not depend on the thread count). The
-// common layouts after GroupDims get loops of their own: all reduced, [K, R]
-// (rows; Eigen's vectorised sum), [R, K] (columns, accumulated row by row),
-// [K1, R, K2]; others take the generic strided loop.
+// The fold of n contiguous elements (Eigen's vectorised sum or product).
 template <typename T>
-void Reduce(const Tensor& x, const std::vector<bool>& mask, bool prod, T* py,
-            int64_t n_out) {
+T Fold(const T* p, int64_t n, bool prod) {
   using Vec = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+  return prod ? Vec(p, n).prod() : Vec(p, n).sum();
+}
+
+// Columns [begin, end) of an [R, K] block at p: y[k] = fold over r, row by
+// row (vectorised across columns).
+template <typename T>
+void FoldColumns(const T* p, int64_t r_count, int64_t k_count, int64_t begin,
+                 int64_t end, bool prod, T* y) {
+  for (int64_t k = begin; k < end; ++k) y[k] = prod ? T(1) : T(0);
+  for (int64_t r = 0; r < r_count; ++r) {
+    const T* row = p + r * k_count;
+    if (prod) {
+      for (int64_t k = begin; k < end; ++k) y[k] *= row[k];
+    } else {
+      for (int64_t k = begin; k < end; ++k) y[k] += row[k];
+    }
+  }
+}
+
+// All n elements into y[0]: fixed blocks in parallel, partials in order.
+template <typename T>
+void FoldAll(const T* px, int64_t n, bool prod, T* py) {
+  const int64_t blocks = (n + kReduceAllBlock - 1) / kReduceAllBlock;
+  std::vector<T> partial(blocks);
+  ParallelFor(static_cast<int>(blocks), [&](int b) {
+    const int64_t begin = b * kReduceAllBlock;
+    partial[b] = Fold(px + begin, std::min(n - begin, kReduceAllBlock), prod);
+  });
+  T acc = prod ? T(1) : T(0);
+  for (const T& p : partial) acc = prod ? acc * p : acc + p;
+  py[0] = acc;
+}
+
+// Any layout: the strided loop over every element, single-threaded.
+template <typename T>
+void FoldStrided(const Tensor& x, const std::vector<bool>& mask, bool prod,
+                 T* py, int64_t n_out) {
   const T* px = x.data<T>();
-  const T init = prod ? T(1) : T(0);
-  const ReductionGroups g = GroupDims(x.shape(), mask);
-  const int groups = static_cast<int>(g.sizes.size());
-  auto fold = [prod](const T* p, int64_t n) {
-    return prod ? Vec(p, n).prod() : Vec(p, n).sum();
-  };
-  // Columns [begin, end) of an [R, K] block at p: y[k] = fold over r.
-  auto fold_columns = [&](const T* p, int64_t r_count, int64_t k_count,
-                          int64_t begin, int64_t end, T* y) {
-    for (int64_t k = begin; k < end; ++k) y[k] = init;
-    for (int64_t r = 0; r < r_count; ++r) {
-      const T* row = p + r * k_count;
-      if (prod) {
-        for (int64_t k = begin; k < end; ++k) y[k] *= row[k];
-      } else {
-        for (int64_t k = begin; k < end; ++k) y[k] += row[k];
-      }
-    }
-  };
-  if (x.num_elements() == 0 || groups == 0) {
-    // Nothing to fold (an empty input) or nothing reduced: copy or fill.
-    for (int64_t o = 0; o < n_out; ++o) {
-      py[o] = x.num_elements() == 0 ? init : px[o];
-    }
-    return;
-  }
-  if (groups == 1 && g.reduced[0]) {
-    const int64_t n = g.sizes[0];
-    const int64_t blocks = (n + kReduceAllBlock - 1) / kReduceAllBlock;
-    std::vector<T> partial(blocks);
-    ParallelFor(static_cast<int>(blocks), [&](int b) {
-      const int64_t begin = b * kReduceAllBlock;
-      partial[b] = fold(px + begin, std::min(n - begin, kReduceAllBlock));
-    });
-    T acc = init;
-    for (const T& p : partial) acc = prod ? acc * p : acc + p;
-    py[0] = acc;
-    return;
-  }
-  if (groups == 1) {  // nothing reduced that is not of size 1: a copy
-    std::copy(px, px + n_out, py);
-    return;
-  }
-  if (groups == 2 && !g.reduced[0]) {  // [K, R]
-    const int64_t k_count = g.sizes[0], r_count = g.sizes[1];
-    ParallelRange(k_count, std::max<int64_t>(1, kElementwiseGrain / r_count),
-                  [&](int64_t begin, int64_t end) {
-                    for (int64_t k = begin; k < end; ++k) {
-                      py[k] = fold(px + k * r_count, r_count);
-                    }
-                  });
-    return;
-  }
-  if (groups == 2) {  // [R, K]
-    const int64_t r_count = g.sizes[0], k_count = g.sizes[1];
-    ParallelRange(
-        k_count, std::max<int64_t>(64, kElementwiseGrain / r_count),
-        [&](int64_t begin, int64_t end) {
-          fold_columns(px, r_count, k_count, begin, end, py);
-        });
-    return;
-  }
-  if (groups == 3 && !g.reduced[0]) {  // [K1, R, K2]
-    const int64_t k1 = g.sizes[0], r_count = g.sizes[1], k2 = g.sizes[2];
-    ParallelRange(k1, std::max<int64_t>(1, kElementwiseGrain / (r_count * k2)),
-                  [&](int64_t begin, int64_t end) {
-                    for (int64_t i = begin; i < end; ++i) {
-                      fold_columns(px + i * r_count * k2, r_count, k2, 0, k2,
-                                   py + i * k2);
-                    }
-                  });
-    return;
-  }
-  std::fill(py, py + n_out, init);
+  std::fill(py, py + n_out, prod ? T(1) : T(0));
   Shape kept;
   for (int d = 0; d < x.rank(); ++d) kept.push_back(mask[d] ? 1 : x.dim(d));
   const Shape sy = BroadcastStrides(kept, x.rank());
@@ -140,6 +99,53 @@ void Reduce(const Tensor& x, const std::vector<bool>& mask, bool prod, T* py,
   } else {
     ForEachStrided(x.shape(), sx, sy,
                    [&](int64_t, int64_t i, int64_t j) { py[j] += px[i]; });
+  }
+}
+
+// y[o] = fold of x over the reduced dims, each output's elements folded in
+// one pass on one thread (results do not depend on the thread count). The
+// common layouts after GroupDims get loops of their own: all reduced, [K, R]
+// (rows), [R, K] (columns), [K1, R, K2]; others take the strided loop.
+template <typename T>
+void Reduce(const Tensor& x, const std::vector<bool>& mask, bool prod, T* py,
+            int64_t n_out) {
+  const T* px = x.data<T>();
+  const ReductionGroups g = GroupDims(x.shape(), mask);
+  const int groups = static_cast<int>(g.sizes.size());
+  if (x.num_elements() == 0 || groups == 0 || (groups == 1 && !g.reduced[0])) {
+    // Nothing to fold (an empty input: every output is the identity) or
+    // nothing reduced but dims of 1: a copy.
+    for (int64_t o = 0; o < n_out; ++o) {
+      py[o] = x.num_elements() == 0 ? (prod ? T(1) : T(0)) : px[o];
+    }
+  } else if (groups == 1) {
+    FoldAll(px, g.sizes[0], prod, py);
+  } else if (groups == 2 && !g.reduced[0]) {  // [K, R]
+    const int64_t r_count = g.sizes[1];
+    ParallelRange(g.sizes[0], std::max<int64_t>(1, kElementwiseGrain / r_count),
+                  [&](int64_t begin, int64_t end) {
+                    for (int64_t k = begin; k < end; ++k) {
+                      py[k] = Fold(px + k * r_count, r_count, prod);
+                    }
+                  });
+  } else if (groups == 2) {  // [R, K]
+    const int64_t r_count = g.sizes[0], k_count = g.sizes[1];
+    ParallelRange(k_count, std::max<int64_t>(64, kElementwiseGrain / r_count),
+                  [&](int64_t begin, int64_t end) {
+                    FoldColumns(px, r_count, k_count, begin, end, prod, py);
+                  });
+  } else if (groups == 3 && !g.reduced[0]) {  // [K1, R, K2]
+    const int64_t r_count = g.sizes[1], k2 = g.sizes[2];
+    ParallelRange(g.sizes[0],
+                  std::max<int64_t>(1, kElementwiseGrain / (r_count * k2)),
+                  [&](int64_t begin, int64_t end) {
+                    for (int64_t i = begin; i < end; ++i) {
+                      FoldColumns(px + i * r_count * k2, r_count, k2, 0, k2,
+                                  prod, py + i * k2);
+                    }
+                  });
+  } else {
+    FoldStrided(x, mask, prod, py, n_out);
   }
 }
 

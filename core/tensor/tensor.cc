@@ -397,7 +397,7 @@ class BufferPool {
         ++misses_;
         return a;
       }
-      a = it->second.back();
+      a = it->second.back().allocation;
       it->second.pop_back();
       ++hits_;
     }
@@ -411,7 +411,7 @@ class BufferPool {
     if (a.size >= kPoolMinBytes && account_->limit() > 0 &&
         account_->TryCharge(static_cast<int64_t>(a.size))) {
       absl::MutexLock lock(&mu_);
-      free_[a.size].push_back(a);
+      free_[a.size].push_back({a, generation_});
       return;
     }
     Free(a);
@@ -419,20 +419,46 @@ class BufferPool {
 
   // Frees every cached buffer; true if there was one.
   bool Release() {
-    absl::flat_hash_map<size_t, std::vector<Allocation>> cached;
+    absl::flat_hash_map<size_t, std::vector<Cached>> cached;
     {
       absl::MutexLock lock(&mu_);
       cached.swap(free_);
     }
     int64_t bytes = 0;
     for (const auto& [size, list] : cached) {
-      for (const Allocation& a : list) {
-        Free(a);
+      for (const Cached& c : list) {
+        Free(c.allocation);
         bytes += static_cast<int64_t>(size);
       }
     }
     account_->Add(-bytes);
     return bytes > 0;
+  }
+
+  // Frees the buffers cached before the previous Trim and not taken since
+  // (each class's list is oldest first), then starts a new generation.
+  int64_t Trim() {
+    std::vector<Allocation> stale;
+    {
+      absl::MutexLock lock(&mu_);
+      for (auto& [size, list] : free_) {
+        auto fresh = std::find_if(list.begin(), list.end(), [&](const Cached& c) {
+          return c.generation == generation_;
+        });
+        for (auto it = list.begin(); it != fresh; ++it) {
+          stale.push_back(it->allocation);
+        }
+        list.erase(list.begin(), fresh);
+      }
+      ++generation_;
+    }
+    int64_t bytes = 0;
+    for (const Allocation& a : stale) {
+      Free(a);
+      bytes += static_cast<int64_t>(a.size);
+    }
+    account_->Add(-bytes);
+    return bytes;
   }
 
   BufferPoolStats Stats() {
@@ -441,10 +467,14 @@ class BufferPool {
   }
 
  private:
+  struct Cached {
+    Allocation allocation;
+    uint64_t generation;  // of the Trim period it was cached in
+  };
   const std::shared_ptr<MemoryAccount> account_;
   absl::Mutex mu_;
-  absl::flat_hash_map<size_t, std::vector<Allocation>> free_
-      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<size_t, std::vector<Cached>> free_ ABSL_GUARDED_BY(mu_);
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t hits_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t misses_ ABSL_GUARDED_BY(mu_) = 0;
 };
@@ -462,6 +492,8 @@ const std::shared_ptr<MemoryAccount>& BufferPoolAccount() {
 }
 
 void ReleaseBufferPool() { BufferPool::Get().Release(); }
+
+int64_t TrimBufferPool() { return BufferPool::Get().Trim(); }
 
 BufferPoolStats GetBufferPoolStats() { return BufferPool::Get().Stats(); }
 

@@ -157,6 +157,12 @@ void SetBufferPoolLimit(int64_t bytes);
 const std::shared_ptr<MemoryAccount>& BufferPoolAccount();
 // Frees every cached buffer.
 void ReleaseBufferPool();
+// Frees the cached buffers that no allocation has taken since the previous
+// call, and returns their bytes: called periodically (gradtape-server's
+// reaper, every second), it gives idle memory back within two periods while
+// a running training step, which takes its buffers back within
+// milliseconds, keeps what it uses.
+int64_t TrimBufferPool();
 struct BufferPoolStats {
   int64_t cached_bytes = 0;  // charged to BufferPoolAccount()
   int64_t hits = 0;          // allocations served from the pool

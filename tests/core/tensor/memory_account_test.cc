@@ -204,6 +204,23 @@ TEST(BufferPoolTest, TheLimitBoundsWhatIsCached) {
   EXPECT_EQ(BufferPoolAccount()->bytes(), 0);
 }
 
+TEST(BufferPoolTest, TrimFreesWhatNothingTookForAPeriod) {
+  BufferPoolOn pool(int64_t{64} << 20);
+  TrimBufferPool();  // a new period
+  { Tensor a = Tensor::Empty(DType::kFloat32, {1 << 18}).value(); }
+  { Tensor b = Tensor::Empty(DType::kFloat32, {1 << 19}).value(); }
+  ASSERT_EQ(GetBufferPoolStats().cached_bytes, 3 << 20);
+  // Cached in this period: kept by the first trim.
+  EXPECT_EQ(TrimBufferPool(), 0);
+  // The 1 MiB buffer is taken and given back in the next period; the 2 MiB
+  // one is not, and the trim after that frees it alone.
+  { Tensor again = Tensor::Empty(DType::kFloat32, {1 << 18}).value(); }
+  EXPECT_EQ(TrimBufferPool(), 2 << 20);
+  EXPECT_EQ(GetBufferPoolStats().cached_bytes, 1 << 20);
+  EXPECT_EQ(TrimBufferPool(), 1 << 20);
+  EXPECT_EQ(BufferPoolAccount()->bytes(), 0);
+}
+
 TEST(BufferPoolTest, TheBudgetEmptiesThePoolBeforeRefusing) {
   BufferPoolOn pool(int64_t{64} << 20);
   { Tensor t = Tensor::Empty(DType::kFloat32, {1 << 20}).value(); }  // 4 MiB
