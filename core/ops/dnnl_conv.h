@@ -1,0 +1,85 @@
+// float32 2-D convolutions through oneDNN (libdnnl, its C API): the forward
+// (Conv2D), backward-data (Conv2DBackpropInput) and backward-weights
+// (Conv2DBackpropFilter) primitives on channels-last data (NHWC; NCHW ops
+// reach here as NHWC through WithChannelsFirst) with TensorFlow's filter
+// layout [KH, KW, C, O] (oneDNN's hwio). conv_ops.cc calls it first for
+// those ops and runs its own im2col + GEMM path when this declines
+// (float64, Conv3D, depthwise, empty tensors, or a status other than success
+// from oneDNN: a refusal is a fallback, never an error or a crash).
+//
+// Memory. The output is an AllocateOutput tensor (oneDNN writes every
+// element); oneDNN's scratchpad is in user mode and is an int32 tensor
+// (Tensor::Uninitialized), so the session's memory account and the server's
+// budget see it. Data stays in plain layouts (no reorder buffers).
+//
+// Threads. oneDNN here uses OpenMP (Debian's build, libgomp). Before each
+// call the calling thread's OpenMP thread count is set to
+// ParallelismDegree() (GRADTAPE_INTRA_OP_THREADS), once per thread. An
+// OpenMP team belongs to the thread that starts it, so sessions running
+// convolutions at once each get their own team of that many threads: k busy
+// sessions run k * degree threads on the cores (the OS shares them out;
+// gradtape's own pool is not involved). A team's threads spin briefly after
+// a call (libgomp's wait policy) and then sleep.
+//
+// Cancellation. The batch is split into chunks of about kDnnlChunkMacs
+// multiply-adds (one chunk for every convolution of a small model, so no
+// speed is lost) and the current cancellation is polled before each chunk;
+// one chunk is one oneDNN call, which cannot be interrupted (~0.1 s on one
+// core of the development machine). Backprop filter sums its chunks' filter
+// gradients in order.
+//
+// Determinism. For a given input, shape and thread count the result is the
+// same bits run after run (tests/core/ops/dnnl_conv_ops_test.cc); oneDNN may
+// pick different blockings and reduction orders for different thread
+// counts, so results can differ in the last bits between thread counts.
+#ifndef GRADTAPE_CORE_OPS_DNNL_CONV_H_
+#define GRADTAPE_CORE_OPS_DNNL_CONV_H_
+
+#include <array>
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "core/registry/op_registry.h"
+#include "core/tensor/tensor.h"
+
+namespace gradtape {
+
+// Multiply-adds per oneDNN call (a chunk of images, at least one image).
+inline constexpr int64_t kDnnlChunkMacs = int64_t{1} << 31;
+
+// A 2-D convolution's sizes as conv_ops.cc resolves them (spatial dims
+// [H, W]); pad_before is the padding before each dim, the padding after
+// follows from the sizes.
+struct DnnlConvGeometry {
+  int64_t batch = 0, in_channels = 0, out_channels = 0;
+  std::array<int64_t, 2> in{}, k{}, out{}, stride{}, dilation{}, pad_before{};
+};
+
+enum class DnnlConvOp {
+  kForward,         // a = input [N,H,W,C], b = filter -> [N,OH,OW,O]
+  kBackpropInput,   // a = filter, b = out_backprop -> [N,H,W,C]
+  kBackpropFilter,  // a = input, b = out_backprop -> [KH,KW,C,O]
+};
+
+// Runs `op` on float32 a and b (shapes as g says, checked by the caller).
+// An invalid Tensor means oneDNN declined: the caller runs its own path.
+// Errors: the memory account refused the output or the scratchpad, or the
+// work was cancelled between chunks.
+absl::StatusOr<Tensor> DnnlConv2D(const KernelContext& ctx, DnnlConvOp op,
+                                  const DnnlConvGeometry& g, const Tensor& a,
+                                  const Tensor& b);
+
+// Tests only: kOff makes DnnlConv2D decline every call, so a test can run
+// the reference path on the same inputs.
+enum class DnnlConvMode { kAuto, kOff };
+void SetDnnlConvModeForTesting(DnnlConvMode mode);
+DnnlConvMode GetDnnlConvMode();
+// Tests only: how many DnnlConv2D calls oneDNN has run (not declined).
+int64_t DnnlConvCallsForTesting();
+// Tests only: multiply-adds per oneDNN call instead of kDnnlChunkMacs (0
+// restores it), so small tests run several chunks.
+void SetDnnlChunkMacsForTesting(int64_t macs);
+
+}  // namespace gradtape
+
+#endif  // GRADTAPE_CORE_OPS_DNNL_CONV_H_
