@@ -4,10 +4,11 @@
 // decline. See dnnl_conv.h.
 #include "core/ops/dnnl_conv.h"
 
-#include <omp.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -15,7 +16,7 @@
 #include "core/base/status_macros.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/parallel.h"
-#include "dnnl.h"
+#include "dnnl.h"  // declarations only: the library is opened at run time
 
 namespace gradtape {
 namespace {
@@ -24,21 +25,92 @@ std::atomic<DnnlConvMode> mode{DnnlConvMode::kAuto};
 std::atomic<int64_t> calls{0};
 std::atomic<int64_t> chunk_macs{kDnnlChunkMacs};
 
+// oneDNN and libgomp are opened with dlopen on first use, not linked:
+// libgomp reads its environment once, when it is loaded, and its default
+// wait policy has a team's threads spin after every parallel region (a
+// second spinning thread on a busy 2-core machine made a 10 ms convolution
+// take 0.5 s: the spinner and the thread it waits for share the cores with
+// other work). So before main, while the process has one thread,
+// kPassiveOmp sets OMP_WAIT_POLICY=PASSIVE (unless the environment already
+// says otherwise): waiting threads sleep. The same pattern as OpenBLAS in
+// gemm.cc.
+const bool kPassiveOmp =
+    setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0) == 0;
+
+#define GRADTAPE_DNNL_FUNCTIONS(X)                  \
+  X(dilated_convolution_backward_data_desc_init)    \
+  X(dilated_convolution_backward_weights_desc_init) \
+  X(dilated_convolution_forward_desc_init)          \
+  X(engine_create)                                  \
+  X(memory_create)                                  \
+  X(memory_desc_get_size)                           \
+  X(memory_desc_init_by_tag)                        \
+  X(memory_destroy)                                 \
+  X(primitive_attr_create)                          \
+  X(primitive_attr_destroy)                         \
+  X(primitive_attr_set_scratchpad_mode)             \
+  X(primitive_create)                               \
+  X(primitive_desc_create)                          \
+  X(primitive_desc_destroy)                         \
+  X(primitive_desc_query_md)                        \
+  X(primitive_destroy)                              \
+  X(primitive_execute)                              \
+  X(stream_create)                                  \
+  X(stream_destroy)                                 \
+  X(stream_wait)
+
+// The functions used here, from the opened library; ok false if it or one
+// of them is missing (then every call declines).
+struct DnnlApi {
+#define X(name) decltype(&::dnnl_##name) name = nullptr;
+  GRADTAPE_DNNL_FUNCTIONS(X)
+#undef X
+  void (*omp_set_num_threads)(int) = nullptr;
+  bool ok = false;
+};
+
+DnnlApi LoadApi() {
+  DnnlApi api;
+  (void)kPassiveOmp;
+  void* lib = dlopen(GRADTAPE_DNNL_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) return api;
+  bool ok = true;
+#define X(name)                                                              \
+  api.name =                                                                 \
+      reinterpret_cast<decltype(&::dnnl_##name)>(dlsym(lib, "dnnl_" #name)); \
+  ok = ok && api.name != nullptr;
+  GRADTAPE_DNNL_FUNCTIONS(X)
+#undef X
+  // oneDNN's OpenMP runtime, loaded with it.
+  void* gomp = dlopen(GRADTAPE_OMP_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+  if (gomp != nullptr) {
+    api.omp_set_num_threads =
+        reinterpret_cast<void (*)(int)>(dlsym(gomp, "omp_set_num_threads"));
+  }
+  api.ok = ok && api.omp_set_num_threads != nullptr;
+  return api;
+}
+
+const DnnlApi& Api() {
+  static const DnnlApi api = LoadApi();
+  return api;
+}
+
 struct PdDeleter {
   void operator()(dnnl_primitive_desc_t p) const {
-    dnnl_primitive_desc_destroy(p);
+    Api().primitive_desc_destroy(p);
   }
 };
 struct PrimitiveDeleter {
-  void operator()(dnnl_primitive_t p) const { dnnl_primitive_destroy(p); }
+  void operator()(dnnl_primitive_t p) const { Api().primitive_destroy(p); }
 };
 struct AttrDeleter {
   void operator()(dnnl_primitive_attr_t p) const {
-    dnnl_primitive_attr_destroy(p);
+    Api().primitive_attr_destroy(p);
   }
 };
 struct MemoryDeleter {
-  void operator()(dnnl_memory_t p) const { dnnl_memory_destroy(p); }
+  void operator()(dnnl_memory_t p) const { Api().memory_destroy(p); }
 };
 using PdPtr = std::unique_ptr<dnnl_primitive_desc, PdDeleter>;
 using PrimitivePtr = std::unique_ptr<dnnl_primitive, PrimitiveDeleter>;
@@ -49,8 +121,9 @@ using MemoryPtr = std::unique_ptr<dnnl_memory, MemoryDeleter>;
 // destroyed, so no static destruction order matters).
 dnnl_engine_t Engine() {
   static dnnl_engine_t engine = []() -> dnnl_engine_t {
+    if (!Api().ok) return nullptr;
     dnnl_engine_t e = nullptr;
-    if (dnnl_engine_create(&e, dnnl_cpu, 0) != dnnl_success) return nullptr;
+    if (Api().engine_create(&e, dnnl_cpu, 0) != dnnl_success) return nullptr;
     return e;
   }();
   return engine;
@@ -61,13 +134,13 @@ dnnl_stream_t ThreadStream() {
   struct Holder {
     dnnl_stream_t stream = nullptr;
     ~Holder() {
-      if (stream != nullptr) dnnl_stream_destroy(stream);
+      if (stream != nullptr) Api().stream_destroy(stream);
     }
   };
   thread_local Holder holder;
   if (holder.stream == nullptr && Engine() != nullptr) {
-    if (dnnl_stream_create(&holder.stream, Engine(),
-                           dnnl_stream_default_flags) != dnnl_success) {
+    if (Api().stream_create(&holder.stream, Engine(),
+                            dnnl_stream_default_flags) != dnnl_success) {
       holder.stream = nullptr;
     }
   }
@@ -79,7 +152,7 @@ void SetThreads() {
   thread_local int set = 0;
   const int degree = ParallelismDegree();
   if (set != degree) {
-    omp_set_num_threads(degree);
+    Api().omp_set_num_threads(degree);
     set = degree;
   }
 }
@@ -119,18 +192,18 @@ bool InitMemoryDescs(const DnnlConvGeometry& g, Primitive* p) {
   const dnnl_dims_t src{p->images, g.in_channels, g.in[0], g.in[1]};
   const dnnl_dims_t weights{g.out_channels, g.in_channels, g.k[0], g.k[1]};
   const dnnl_dims_t dst{p->images, g.out_channels, g.out[0], g.out[1]};
-  return dnnl_memory_desc_init_by_tag(&p->src, 4, src, dnnl_f32, dnnl_nhwc) ==
+  return Api().memory_desc_init_by_tag(&p->src, 4, src, dnnl_f32, dnnl_nhwc) ==
              dnnl_success &&
-         dnnl_memory_desc_init_by_tag(&p->weights, 4, weights, dnnl_f32,
-                                      dnnl_hwio) == dnnl_success &&
-         dnnl_memory_desc_init_by_tag(&p->dst, 4, dst, dnnl_f32, dnnl_nhwc) ==
+         Api().memory_desc_init_by_tag(&p->weights, 4, weights, dnnl_f32,
+                                       dnnl_hwio) == dnnl_success &&
+         Api().memory_desc_init_by_tag(&p->dst, 4, dst, dnnl_f32, dnnl_nhwc) ==
              dnnl_success;
 }
 
 // The forward descriptor (also the hint the backward ones need).
 bool InitForwardDesc(const Window& w, const Primitive& p,
                      dnnl_convolution_desc_t* desc) {
-  return dnnl_dilated_convolution_forward_desc_init(
+  return Api().dilated_convolution_forward_desc_init(
              desc, dnnl_forward_training, dnnl_convolution_direct, &p.src,
              &p.weights, nullptr, &p.dst, w.strides, w.dilates, w.pad_l,
              w.pad_r) == dnnl_success;
@@ -139,11 +212,11 @@ bool InitForwardDesc(const Window& w, const Primitive& p,
 bool InitBackwardDesc(DnnlConvOp op, const Window& w, const Primitive& p,
                       dnnl_convolution_desc_t* desc) {
   if (op == DnnlConvOp::kBackpropInput) {
-    return dnnl_dilated_convolution_backward_data_desc_init(
+    return Api().dilated_convolution_backward_data_desc_init(
                desc, dnnl_convolution_direct, &p.src, &p.weights, &p.dst,
                w.strides, w.dilates, w.pad_l, w.pad_r) == dnnl_success;
   }
-  return dnnl_dilated_convolution_backward_weights_desc_init(
+  return Api().dilated_convolution_backward_weights_desc_init(
              desc, dnnl_convolution_direct, &p.src, &p.weights, nullptr, &p.dst,
              w.strides, w.dilates, w.pad_l, w.pad_r) == dnnl_success;
 }
@@ -152,9 +225,9 @@ bool InitBackwardDesc(DnnlConvOp op, const Window& w, const Primitive& p,
 // oneDNN declines.
 bool CreatePd(DnnlConvOp op, const Window& w, Primitive* p) {
   dnnl_primitive_attr_t raw_attr = nullptr;
-  if (dnnl_primitive_attr_create(&raw_attr) != dnnl_success) return false;
+  if (Api().primitive_attr_create(&raw_attr) != dnnl_success) return false;
   AttrPtr attr(raw_attr);
-  if (dnnl_primitive_attr_set_scratchpad_mode(
+  if (Api().primitive_attr_set_scratchpad_mode(
           attr.get(), dnnl_scratchpad_mode_user) != dnnl_success) {
     return false;
   }
@@ -163,22 +236,22 @@ bool CreatePd(DnnlConvOp op, const Window& w, Primitive* p) {
   PdPtr hint;
   dnnl_primitive_desc_t raw = nullptr;
   if (op == DnnlConvOp::kForward) {
-    if (dnnl_primitive_desc_create(&raw, &forward, attr.get(), Engine(),
-                                   nullptr) != dnnl_success) {
+    if (Api().primitive_desc_create(&raw, &forward, attr.get(), Engine(),
+                                    nullptr) != dnnl_success) {
       return false;
     }
     p->pd.reset(raw);
     return true;
   }
-  if (dnnl_primitive_desc_create(&raw, &forward, nullptr, Engine(), nullptr) !=
+  if (Api().primitive_desc_create(&raw, &forward, nullptr, Engine(), nullptr) !=
       dnnl_success) {
     return false;
   }
   hint.reset(raw);
   dnnl_convolution_desc_t backward;
   if (!InitBackwardDesc(op, w, *p, &backward) ||
-      dnnl_primitive_desc_create(&raw, &backward, attr.get(), Engine(),
-                                 hint.get()) != dnnl_success) {
+      Api().primitive_desc_create(&raw, &backward, attr.get(), Engine(),
+                                  hint.get()) != dnnl_success) {
     return false;
   }
   p->pd.reset(raw);
@@ -192,18 +265,18 @@ bool MakePrimitive(DnnlConvOp op, const DnnlConvGeometry& g, int64_t images,
   p->images = images;
   if (!InitMemoryDescs(g, p) || !CreatePd(op, Window(g), p)) return false;
   dnnl_primitive_t raw = nullptr;
-  if (dnnl_primitive_create(&raw, p->pd.get()) != dnnl_success) return false;
+  if (Api().primitive_create(&raw, p->pd.get()) != dnnl_success) return false;
   p->primitive.reset(raw);
   const dnnl_memory_desc_t* scratch =
-      dnnl_primitive_desc_query_md(p->pd.get(), dnnl_query_scratchpad_md, 0);
+      Api().primitive_desc_query_md(p->pd.get(), dnnl_query_scratchpad_md, 0);
   p->scratchpad_bytes =
-      scratch == nullptr ? 0 : dnnl_memory_desc_get_size(scratch);
+      scratch == nullptr ? 0 : Api().memory_desc_get_size(scratch);
   return true;
 }
 
 MemoryPtr WrapMemory(const dnnl_memory_desc_t& md, const void* data) {
   dnnl_memory_t m = nullptr;
-  if (dnnl_memory_create(&m, &md, Engine(), const_cast<void*>(data)) !=
+  if (Api().memory_create(&m, &md, Engine(), const_cast<void*>(data)) !=
       dnnl_success) {
     return nullptr;
   }
@@ -225,7 +298,7 @@ bool Execute(DnnlConvOp op, const Primitive& p, const ChunkData& d,
   MemoryPtr weights = WrapMemory(p.weights, d.weights);
   MemoryPtr dst = WrapMemory(p.dst, d.dst);
   const dnnl_memory_desc_t* scratch_md =
-      dnnl_primitive_desc_query_md(p.pd.get(), dnnl_query_scratchpad_md, 0);
+      Api().primitive_desc_query_md(p.pd.get(), dnnl_query_scratchpad_md, 0);
   MemoryPtr scratch =
       p.scratchpad_bytes == 0 ? nullptr : WrapMemory(*scratch_md, scratchpad);
   if (src == nullptr || weights == nullptr || dst == nullptr ||
@@ -244,10 +317,10 @@ bool Execute(DnnlConvOp op, const Primitive& p, const ChunkData& d,
   if (scratch != nullptr) args.push_back({DNNL_ARG_SCRATCHPAD, scratch.get()});
   dnnl_stream_t stream = ThreadStream();
   return stream != nullptr &&
-         dnnl_primitive_execute(p.primitive.get(), stream,
-                                static_cast<int>(args.size()),
-                                args.data()) == dnnl_success &&
-         dnnl_stream_wait(stream) == dnnl_success;
+         Api().primitive_execute(p.primitive.get(), stream,
+                                 static_cast<int>(args.size()),
+                                 args.data()) == dnnl_success &&
+         Api().stream_wait(stream) == dnnl_success;
 }
 
 Shape OutputShape(DnnlConvOp op, const DnnlConvGeometry& g) {
@@ -262,10 +335,16 @@ Shape OutputShape(DnnlConvOp op, const DnnlConvGeometry& g) {
   return {};
 }
 
+// Multiply-adds of one image (double: no overflow).
+double ImageMacs(const DnnlConvGeometry& g) {
+  return static_cast<double>(g.out[0]) * g.out[1] * g.out_channels * g.k[0] *
+         g.k[1] * g.in_channels;
+}
+double Macs(const DnnlConvGeometry& g) { return ImageMacs(g) * g.batch; }
+
 // Images per oneDNN call: about kDnnlChunkMacs multiply-adds, at least one.
 int64_t ImagesPerCall(const DnnlConvGeometry& g) {
-  const double per_image = static_cast<double>(g.out[0]) * g.out[1] *
-                           g.out_channels * g.k[0] * g.k[1] * g.in_channels;
+  const double per_image = ImageMacs(g);
   const double images =
       static_cast<double>(chunk_macs.load(std::memory_order_relaxed)) /
       per_image;
@@ -332,10 +411,12 @@ absl::Status RunChunks(DnnlConvOp op, const DnnlConvGeometry& g,
 absl::StatusOr<Tensor> DnnlConv2D(const KernelContext& ctx, DnnlConvOp op,
                                   const DnnlConvGeometry& g, const Tensor& a,
                                   const Tensor& b) {
-  if (mode.load(std::memory_order_relaxed) == DnnlConvMode::kOff ||
-      a.dtype() != DType::kFloat32 || b.dtype() != DType::kFloat32 ||
-      Engine() == nullptr || g.batch <= 0 || g.in_channels <= 0 ||
-      g.out_channels <= 0) {
+  const DnnlConvMode m = mode.load(std::memory_order_relaxed);
+  if (m == DnnlConvMode::kOff || a.dtype() != DType::kFloat32 ||
+      b.dtype() != DType::kFloat32 || g.batch <= 0 || g.in_channels <= 0 ||
+      g.out_channels <= 0 ||
+      (m == DnnlConvMode::kAuto && Macs(g) < kDnnlMinMacs) ||
+      Engine() == nullptr) {
     return Tensor();
   }
   SetThreads();

@@ -46,6 +46,11 @@ namespace gradtape {
 
 // Multiply-adds per oneDNN call (a chunk of images, at least one image).
 inline constexpr int64_t kDnnlChunkMacs = int64_t{1} << 31;
+// Convolutions of fewer multiply-adds stay on the im2col + GEMM path:
+// oneDNN's per-call cost (primitive descriptors, cache lookup, waking the
+// OpenMP team: 7-30 us on one thread, 30-70 us on two, bench/conv_bench.cc's
+// tiny case) exceeds what it saves there.
+inline constexpr int64_t kDnnlMinMacs = int64_t{1} << 20;
 
 // A 2-D convolution's sizes as conv_ops.cc resolves them (spatial dims
 // [H, W]); pad_before is the padding before each dim, the padding after
@@ -70,8 +75,8 @@ absl::StatusOr<Tensor> DnnlConv2D(const KernelContext& ctx, DnnlConvOp op,
                                   const Tensor& b);
 
 // Tests only: kOff makes DnnlConv2D decline every call, so a test can run
-// the reference path on the same inputs.
-enum class DnnlConvMode { kAuto, kOff };
+// the reference path on the same inputs; kAlways ignores kDnnlMinMacs.
+enum class DnnlConvMode { kAuto, kAlways, kOff };
 void SetDnnlConvModeForTesting(DnnlConvMode mode);
 DnnlConvMode GetDnnlConvMode();
 // Tests only: how many DnnlConv2D calls oneDNN has run (not declined).

@@ -94,7 +94,7 @@ class DnnlConvTest : public testing::OpTest {
   // path; their relative difference.
   double Compare(const std::string& op, std::vector<Tensor> in,
                  const AttrMap& attrs) {
-    SetDnnlConvModeForTesting(DnnlConvMode::kAuto);
+    SetDnnlConvModeForTesting(DnnlConvMode::kAlways);
     const int64_t before = DnnlConvCallsForTesting();
     Tensor fast = MustRun(op, in, attrs);
     EXPECT_GT(DnnlConvCallsForTesting(), before) << op << " declined";
@@ -181,14 +181,17 @@ TEST_F(DnnlConvTest, RunsAreBitwiseDeterministic) {
                        Run{"Conv2DBackpropInput", {f, dy}, in_attrs},
                        Run{"Conv2DBackpropFilter", {x, dy}, f_attrs}}) {
     SCOPED_TRACE(r.op);
+    const int64_t before = DnnlConvCallsForTesting();
     Tensor a = MustRun(r.op, r.in, r.attrs);
     Tensor b = MustRun(r.op, r.in, r.attrs);
+    EXPECT_EQ(DnnlConvCallsForTesting(), before + 2);
     ASSERT_TRUE(a.valid() && b.valid());
     EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.num_bytes()), 0);
   }
 }
 
 TEST_F(DnnlConvTest, CancelledBeforeAChunkStops) {
+  SetDnnlConvModeForTesting(DnnlConvMode::kAlways);
   Tensor x = Random32({2, 8, 8, 4}, 11);
   Tensor f = Random32({3, 3, 4, 4}, 12);
   Cancellation cancel;
@@ -200,8 +203,17 @@ TEST_F(DnnlConvTest, CancelledBeforeAChunkStops) {
   EXPECT_EQ(y.status().code(), absl::StatusCode::kCancelled) << y.status();
 }
 
+// Small convolutions stay on the reference path unless forced.
+TEST_F(DnnlConvTest, SmallConvolutionsAreNotRouted) {
+  const int64_t before = DnnlConvCallsForTesting();
+  MustRun("Conv2D", {Random32({1, 5, 5, 2}, 15), Random32({3, 3, 2, 2}, 16)},
+          {{"strides", IntList{1, 1, 1, 1}}, {"padding", "SAME"}});
+  EXPECT_EQ(DnnlConvCallsForTesting(), before);
+}
+
 // float64 stays on the reference path.
 TEST_F(DnnlConvTest, Float64IsNotRouted) {
+  SetDnnlConvModeForTesting(DnnlConvMode::kAlways);
   const int64_t before = DnnlConvCallsForTesting();
   Tensor x = testing::RandomTensor({1, 5, 5, 2}, -1, 1, 13);
   Tensor f = testing::RandomTensor({3, 3, 2, 2}, -1, 1, 14);
