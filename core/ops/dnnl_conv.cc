@@ -43,6 +43,7 @@ const bool kPassiveOmp =
   X(dilated_convolution_forward_desc_init)          \
   X(engine_create)                                  \
   X(memory_create)                                  \
+  X(memory_desc_equal)                              \
   X(memory_desc_get_size)                           \
   X(memory_desc_init_by_tag)                        \
   X(memory_destroy)                                 \
@@ -55,6 +56,7 @@ const bool kPassiveOmp =
   X(primitive_desc_query_md)                        \
   X(primitive_destroy)                              \
   X(primitive_execute)                              \
+  X(reorder_primitive_desc_create)                  \
   X(stream_create)                                  \
   X(stream_destroy)                                 \
   X(stream_wait)
@@ -164,12 +166,21 @@ absl::Status PollCancelled() {
 }
 
 // One primitive for chunks of `images` images.
+// The filter (or its gradient) goes in the layout oneDNN picks for the
+// convolution (format_tag any: blocked for its direct JIT kernels), through
+// a reorder from / to TensorFlow's hwio when that differs.
 struct Primitive {
   int64_t images = 0;
-  dnnl_memory_desc_t src, weights, dst;  // plain nhwc / hwio / nhwc
+  dnnl_memory_desc_t src, dst;  // plain nhwc
+  dnnl_memory_desc_t weights;   // any; then as the primitive descriptor says
+  dnnl_memory_desc_t plain_weights;  // hwio
   PdPtr pd;
   PrimitivePtr primitive;
   size_t scratchpad_bytes = 0;
+  // Between plain_weights and weights (null when they are equal).
+  PdPtr reorder_pd;
+  PrimitivePtr reorder;
+  size_t weights_bytes = 0;  // of weights, when reordered
 };
 
 // The descriptor parameters of g: strides, dilations (oneDNN counts the
@@ -195,6 +206,8 @@ bool InitMemoryDescs(const DnnlConvGeometry& g, Primitive* p) {
   return Api().memory_desc_init_by_tag(&p->src, 4, src, dnnl_f32, dnnl_nhwc) ==
              dnnl_success &&
          Api().memory_desc_init_by_tag(&p->weights, 4, weights, dnnl_f32,
+                                       dnnl_format_tag_any) == dnnl_success &&
+         Api().memory_desc_init_by_tag(&p->plain_weights, 4, weights, dnnl_f32,
                                        dnnl_hwio) == dnnl_success &&
          Api().memory_desc_init_by_tag(&p->dst, 4, dst, dnnl_f32, dnnl_nhwc) ==
              dnnl_success;
@@ -258,6 +271,39 @@ bool CreatePd(DnnlConvOp op, const Window& w, Primitive* p) {
   return true;
 }
 
+// The reorder between p's plain and chosen weights layouts, in the direction
+// `op` needs (filter in, or filter gradient out), if they differ; false if
+// oneDNN declines (or the reorder would need a scratchpad).
+bool MakeReorder(DnnlConvOp op, Primitive* p) {
+  const dnnl_memory_desc_t* chosen = Api().primitive_desc_query_md(
+      p->pd.get(),
+      op == DnnlConvOp::kBackpropFilter ? dnnl_query_diff_weights_md
+                                        : dnnl_query_weights_md,
+      0);
+  if (chosen == nullptr) return false;
+  p->weights = *chosen;
+  if (Api().memory_desc_equal(&p->weights, &p->plain_weights)) return true;
+  const bool in = op != DnnlConvOp::kBackpropFilter;
+  dnnl_primitive_desc_t raw = nullptr;
+  if (Api().reorder_primitive_desc_create(
+          &raw, in ? &p->plain_weights : &p->weights, Engine(),
+          in ? &p->weights : &p->plain_weights, Engine(),
+          nullptr) != dnnl_success) {
+    return false;
+  }
+  p->reorder_pd.reset(raw);
+  const dnnl_memory_desc_t* scratch = Api().primitive_desc_query_md(
+      p->reorder_pd.get(), dnnl_query_scratchpad_md, 0);
+  dnnl_primitive_t prim = nullptr;
+  if ((scratch != nullptr && Api().memory_desc_get_size(scratch) != 0) ||
+      Api().primitive_create(&prim, p->reorder_pd.get()) != dnnl_success) {
+    return false;
+  }
+  p->reorder.reset(prim);
+  p->weights_bytes = Api().memory_desc_get_size(&p->weights);
+  return true;
+}
+
 // The primitive for chunks of `images` images (oneDNN's primitive cache
 // makes a repeated shape cheap); false if oneDNN declines.
 bool MakePrimitive(DnnlConvOp op, const DnnlConvGeometry& g, int64_t images,
@@ -271,7 +317,7 @@ bool MakePrimitive(DnnlConvOp op, const DnnlConvGeometry& g, int64_t images,
       Api().primitive_desc_query_md(p->pd.get(), dnnl_query_scratchpad_md, 0);
   p->scratchpad_bytes =
       scratch == nullptr ? 0 : Api().memory_desc_get_size(scratch);
-  return true;
+  return MakeReorder(op, p);
 }
 
 MemoryPtr WrapMemory(const dnnl_memory_desc_t& md, const void* data) {
@@ -321,6 +367,36 @@ bool Execute(DnnlConvOp op, const Primitive& p, const ChunkData& d,
                                  static_cast<int>(args.size()),
                                  args.data()) == dnnl_success &&
          Api().stream_wait(stream) == dnnl_success;
+}
+
+// Reorders the filter between from and to (p.reorder's direction).
+bool Reorder(DnnlConvOp op, const Primitive& p, const void* from,
+             const void* to) {
+  const bool in = op != DnnlConvOp::kBackpropFilter;
+  MemoryPtr src = WrapMemory(in ? p.plain_weights : p.weights, from);
+  MemoryPtr dst = WrapMemory(in ? p.weights : p.plain_weights, to);
+  if (src == nullptr || dst == nullptr) return false;
+  const dnnl_exec_arg_t args[] = {{DNNL_ARG_FROM, src.get()},
+                                  {DNNL_ARG_TO, dst.get()}};
+  dnnl_stream_t stream = ThreadStream();
+  return stream != nullptr &&
+         Api().primitive_execute(p.reorder.get(), stream, 2, args) ==
+             dnnl_success &&
+         Api().stream_wait(stream) == dnnl_success;
+}
+
+// Runs p on one chunk whose data d has the filter in hwio, through the
+// buffer `blocked` when p reorders it; false if oneDNN fails.
+bool RunChunk(DnnlConvOp op, const Primitive& p, ChunkData d, void* scratch,
+              void* blocked) {
+  if (p.reorder == nullptr) return Execute(op, p, d, scratch);
+  const void* plain = d.weights;
+  d.weights = blocked;
+  if (op != DnnlConvOp::kBackpropFilter && !Reorder(op, p, plain, blocked)) {
+    return false;
+  }
+  if (!Execute(op, p, d, scratch)) return false;
+  return op != DnnlConvOp::kBackpropFilter || Reorder(op, p, blocked, plain);
 }
 
 Shape OutputShape(DnnlConvOp op, const DnnlConvGeometry& g) {
@@ -387,7 +463,7 @@ bool MakePrimitives(DnnlConvOp op, const DnnlConvGeometry& g,
 absl::Status RunChunks(DnnlConvOp op, const DnnlConvGeometry& g,
                        const std::vector<Primitive>& ps, const float* a,
                        const float* b, float* out, void* scratch,
-                       float* partial, bool* ran) {
+                       float* partial, void* blocked, bool* ran) {
   *ran = false;
   const int64_t chunk = ps[0].images;
   const int64_t filter_size = g.k[0] * g.k[1] * g.in_channels * g.out_channels;
@@ -395,7 +471,8 @@ absl::Status RunChunks(DnnlConvOp op, const DnnlConvGeometry& g,
     RETURN_IF_ERROR(PollCancelled());
     const Primitive& p = g.batch - start < chunk ? ps[1] : ps[0];
     float* df = start == 0 ? out : partial;
-    if (!Execute(op, p, ChunkPointers(op, g, start, a, b, out, df), scratch)) {
+    if (!RunChunk(op, p, ChunkPointers(op, g, start, a, b, out, df), scratch,
+                  blocked)) {
       return absl::OkStatus();
     }
     if (op == DnnlConvOp::kBackpropFilter && start != 0) {
@@ -422,9 +499,10 @@ absl::StatusOr<Tensor> DnnlConv2D(const KernelContext& ctx, DnnlConvOp op,
   SetThreads();
   std::vector<Primitive> ps;
   if (!MakePrimitives(op, g, &ps)) return Tensor();
-  size_t scratch_bytes = 0;
+  size_t scratch_bytes = 0, blocked_bytes = 0;
   for (const Primitive& p : ps) {
     scratch_bytes = std::max(scratch_bytes, p.scratchpad_bytes);
+    blocked_bytes = std::max(blocked_bytes, p.weights_bytes);
   }
   ASSIGN_OR_RETURN(Tensor out,
                    AllocateOutput(ctx, DType::kFloat32, OutputShape(op, g)));
@@ -432,16 +510,22 @@ absl::StatusOr<Tensor> DnnlConv2D(const KernelContext& ctx, DnnlConvOp op,
       Tensor scratch,
       AllocateOutput(ctx, DType::kInt32,
                      {static_cast<int64_t>((scratch_bytes + 3) / 4)}));
+  // The filter in oneDNN's layout (empty when no primitive reorders it).
+  ASSIGN_OR_RETURN(
+      Tensor blocked,
+      AllocateOutput(ctx, DType::kInt32,
+                     {static_cast<int64_t>((blocked_bytes + 3) / 4)}));
   Tensor partial;
   if (op == DnnlConvOp::kBackpropFilter && ps[0].images < g.batch) {
     ASSIGN_OR_RETURN(partial,
                      AllocateOutput(ctx, DType::kFloat32, out.shape()));
   }
   bool ran = false;
-  RETURN_IF_ERROR(RunChunks(
-      op, g, ps, a.data<float>(), b.data<float>(), out.mutable_data<float>(),
-      scratch.raw_mutable_data(),
-      partial.valid() ? partial.mutable_data<float>() : nullptr, &ran));
+  RETURN_IF_ERROR(
+      RunChunks(op, g, ps, a.data<float>(), b.data<float>(),
+                out.mutable_data<float>(), scratch.raw_mutable_data(),
+                partial.valid() ? partial.mutable_data<float>() : nullptr,
+                blocked.raw_mutable_data(), &ran));
   if (!ran) return Tensor();
   calls.fetch_add(1, std::memory_order_relaxed);
   return out;
