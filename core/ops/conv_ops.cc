@@ -19,6 +19,11 @@
 //    output gradient to the first maximizing tap, as TensorFlow does (see
 //    ForEachDilationMax for windows without a maximum).
 //
+// float32 Conv2D and its backprops run on oneDNN instead (dnnl_conv.h,
+// TryDnnl below) when it takes them; this file's path is the fallback and
+// serves float64, Conv3D, depthwise convolution, small convolutions and
+// what oneDNN declines.
+//
 // Where TensorFlow passes input_sizes / filter_sizes as a host int tensor
 // (an input of the backprop ops), gradtape takes an attr of that name; the
 // other inputs keep TensorFlow's order.

@@ -7,13 +7,21 @@
 // (float64, Conv3D, depthwise, empty tensors, or a status other than success
 // from oneDNN: a refusal is a fallback, never an error or a crash).
 //
-// Memory. The output is an AllocateOutput tensor (oneDNN writes every
-// element); oneDNN's scratchpad is in user mode and is an int32 tensor
-// (Tensor::Uninitialized), so the session's memory account and the server's
-// budget see it. Data stays in plain layouts (no reorder buffers).
+// Layouts. Activations stay in plain nhwc. The filter goes in the layout
+// oneDNN picks (format_tag any: blocked, for its brgconv / jit:avx512_core
+// kernels) through a reorder per call; with plain hwio it fell back to its
+// im2col + GEMM kernel (gemm:jit), 2-2.5x slower on bench/cnn_bench.py's
+// layers (bench/conv_bench.cc).
 //
-// Threads. oneDNN here uses OpenMP (Debian's build, libgomp). Before each
-// call the calling thread's OpenMP thread count is set to
+// Memory. The output is an AllocateOutput tensor (oneDNN writes every
+// element); oneDNN's scratchpad is in user mode, and it and the reordered
+// filter are int32 tensors (Tensor::Uninitialized), so the session's memory
+// account and the server's budget see them (tens of KiB for the CNN's
+// layers). A reorder that would want a scratchpad of its own declines.
+//
+// Threads. oneDNN here uses OpenMP (Debian's build, libgomp), opened with
+// dlopen on first use after OMP_WAIT_POLICY=PASSIVE was set (dnnl_conv.cc
+// says why). The calling thread's OpenMP thread count is set to
 // ParallelismDegree() (GRADTAPE_INTRA_OP_THREADS), once per thread. An
 // OpenMP team belongs to the thread that starts it, so sessions running
 // convolutions at once each get their own team of that many threads: k busy
@@ -24,14 +32,18 @@
 // Cancellation. The batch is split into chunks of about kDnnlChunkMacs
 // multiply-adds (one chunk for every convolution of a small model, so no
 // speed is lost) and the current cancellation is polled before each chunk;
-// one chunk is one oneDNN call, which cannot be interrupted (~0.1 s on one
-// core of the development machine). Backprop filter sums its chunks' filter
-// gradients in order.
+// one chunk is one oneDNN call, which cannot be interrupted (2^31
+// multiply-adds: ~50 ms on one core of the development machine at the
+// CNN layers' 45 GMAC/s, a few times that for shapes oneDNN runs slowly).
+// Backprop filter sums its chunks' filter gradients in order.
 //
 // Determinism. For a given input, shape and thread count the result is the
-// same bits run after run (tests/core/ops/dnnl_conv_ops_test.cc); oneDNN may
-// pick different blockings and reduction orders for different thread
-// counts, so results can differ in the last bits between thread counts.
+// same bits run after run and process after process
+// (tests/core/ops/dnnl_conv_ops_test.cc). Across thread counts: forward and
+// backprop input gave the same bits with 1-4 threads on that test's shape,
+// backprop filter did not (oneDNN splits its reduction over the batch and
+// positions by thread), so a model's results can differ in the last bits
+// between GRADTAPE_INTRA_OP_THREADS settings.
 #ifndef GRADTAPE_CORE_OPS_DNNL_CONV_H_
 #define GRADTAPE_CORE_OPS_DNNL_CONV_H_
 
