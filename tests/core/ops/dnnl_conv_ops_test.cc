@@ -7,6 +7,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -209,6 +210,68 @@ TEST_F(DnnlConvTest, CancelledBeforeAChunkStops) {
       Run1("Conv2D", {x, f},
            {{"strides", IntList{1, 1, 1, 1}}, {"padding", "SAME"}});
   EXPECT_EQ(y.status().code(), absl::StatusCode::kCancelled) << y.status();
+}
+
+// Sessions run convolutions at once on their own threads (each with its
+// own OpenMP team): each gets the result it gets alone.
+TEST_F(DnnlConvTest, ConcurrentCallsMatchASingleCall) {
+  const AttrMap attrs{{"strides", IntList{1, 1, 1, 1}}, {"padding", "SAME"}};
+  Tensor x = Random32({4, 16, 16, 16}, 21);
+  Tensor f = Random32({3, 3, 16, 16}, 22);
+  Tensor alone = MustRun("Conv2D", {x, f}, attrs);
+  ASSERT_TRUE(alone.valid());
+  const int64_t before = DnnlConvCallsForTesting();
+  constexpr int kThreads = 3, kCalls = 20;
+  std::vector<int> mismatches(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      OpExecutor ctx(DefaultRegistry());
+      for (int i = 0; i < kCalls; ++i) {
+        Tensors out;
+        if (!ctx.Execute("Conv2D", {x, f}, attrs, &out).ok() ||
+            std::memcmp(out[0].raw_data(), alone.raw_data(),
+                        alone.num_bytes()) != 0) {
+          ++mismatches[t];
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(mismatches[t], 0) << t;
+  EXPECT_EQ(DnnlConvCallsForTesting(), before + kThreads * kCalls);
+}
+
+// The output, the scratchpad and the reordered filter are charged: a limit
+// that cannot hold them refuses the op, naming it.
+TEST_F(DnnlConvTest, MemoryLimitRefusesTheOp) {
+  Tensor x = Random32({4, 16, 16, 16}, 23);
+  Tensor f = Random32({3, 3, 16, 16}, 24);
+  auto account = std::make_shared<MemoryAccount>();
+  account->set_limit(4096);
+  ScopedMemoryAccount scope(account);
+  absl::StatusOr<Tensor> y =
+      Run1("Conv2D", {x, f},
+           {{"strides", IntList{1, 1, 1, 1}}, {"padding", "SAME"}});
+  EXPECT_EQ(y.status().code(), absl::StatusCode::kResourceExhausted)
+      << y.status();
+  EXPECT_NE(y.status().message().find("Conv2D"), absl::string_view::npos)
+      << y.status();
+}
+
+// The reordered filter (and scratchpad) are tensors: the peak of live
+// tensor bytes during the op holds the output and the blocked filter.
+TEST_F(DnnlConvTest, FilterBufferIsATensor) {
+  Tensor x = Random32({4, 16, 16, 16}, 25);
+  Tensor f = Random32({3, 3, 16, 16}, 26);
+  const int64_t live = LiveTensorBytes();
+  ResetPeakTensorBytes();
+  const int64_t before = DnnlConvCallsForTesting();
+  Tensor y = MustRun("Conv2D", {x, f},
+                     {{"strides", IntList{1, 1, 1, 1}}, {"padding", "SAME"}});
+  EXPECT_EQ(DnnlConvCallsForTesting(), before + 1);
+  EXPECT_GE(PeakTensorBytes() - live,
+            static_cast<int64_t>(y.num_bytes() + f.num_bytes()));
 }
 
 // Small convolutions stay on the reference path unless forced.
