@@ -11,7 +11,11 @@
 // oneDNN picks (format_tag any: blocked, for its brgconv / jit:avx512_core
 // kernels) through a reorder per call; with plain hwio it fell back to its
 // im2col + GEMM kernel (gemm:jit), 2-2.5x slower on bench/cnn_bench.py's
-// layers (bench/conv_bench.cc).
+// layers (bench/conv_bench.cc). NCHW ops arrive as NHWC through
+// WithChannelsFirst's transposed copies: running oneDNN on the nchw data as
+// it is was tried and lost (it picks gemm:jit for plain nchw; kernel_bench's
+// NCHW 16x64x28x28 layer on one thread 16.5-20.7 ms against 13.4-17.0 ms
+// with the copies).
 //
 // Memory. The output is an AllocateOutput tensor (oneDNN writes every
 // element); oneDNN's scratchpad is in user mode, and it and the reordered
