@@ -8,7 +8,7 @@ cd "$ROOT"
 
 PACKAGES=(g++ cmake ninja-build pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libeigen3-dev libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libabsl-dev libeigen3-dev libopenblas-dev libdnnl-dev libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev libssl-dev  # checkpoint CRC-32 (core), token comparison (server)
   openssl  # the CLI: throwaway test certificates (tests/make_test_certs.sh)
   prometheus-cpp-dev nlohmann-json3-dev libcurl4-openssl-dev  # metrics, access log, metrics_test

@@ -19,6 +19,11 @@
 //    output gradient to the first maximizing tap, as TensorFlow does (see
 //    ForEachDilationMax for windows without a maximum).
 //
+// float32 Conv2D and its backprops run on oneDNN instead (dnnl_conv.h,
+// TryDnnl below) when it takes them; this file's path is the fallback and
+// serves float64, Conv3D, depthwise convolution, small convolutions and
+// what oneDNN declines.
+//
 // Where TensorFlow passes input_sizes / filter_sizes as a host int tensor
 // (an input of the backprop ops), gradtape takes an attr of that name; the
 // other inputs keep TensorFlow's order.
@@ -43,6 +48,7 @@
 #include "core/base/cancellation.h"
 #include "core/base/status_macros.h"
 #include "core/ops/channels_first.h"
+#include "core/ops/dnnl_conv.h"
 #include "core/ops/gemm.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
@@ -596,6 +602,30 @@ absl::Status ConvBackpropFilter(const WindowGeometry& g, const T* x,
   });
 }
 
+// Conv2D and its backprops on float32 through oneDNN (dnnl_conv.h): the
+// output, or an invalid Tensor when the op is not one of those or oneDNN
+// declines (then the im2col + GEMM path below runs).
+absl::StatusOr<Tensor> TryDnnl(const KernelContext& ctx,
+                               const WindowGeometry& g, DnnlConvOp op,
+                               const Tensor& a, const Tensor& b) {
+  if (g.kind->spatial != 2 || g.kind->layout != FilterLayout::kConv) {
+    return Tensor();
+  }
+  DnnlConvGeometry d;
+  d.batch = g.batch;
+  d.in_channels = g.in_channels;
+  d.out_channels = g.out_channels;
+  for (int i = 0; i < 2; ++i) {
+    d.in[i] = g.in[i + 1];
+    d.k[i] = g.k[i + 1];
+    d.out[i] = g.out[i + 1];
+    d.stride[i] = g.stride[i + 1];
+    d.dilation[i] = g.dilation[i + 1];
+    d.pad_before[i] = g.pad[i + 1];
+  }
+  return DnnlConv2D(ctx, op, d, a, b);
+}
+
 // Conv2D, Conv3D, DepthwiseConv2dNative: (input, filter) -> output.
 absl::Status ConvKernel(KernelContext& ctx, const WindowKind& kind) {
   RETURN_IF_ERROR(CheckFloatInputs(ctx));
@@ -603,6 +633,11 @@ absl::Status ConvKernel(KernelContext& ctx, const WindowKind& kind) {
   const Tensor& f = ctx.input(1);
   ASSIGN_OR_RETURN(WindowGeometry g, MakeGeometry(ctx, kind, x.shape(), "input",
                                                   f.shape(), "filter"));
+  ASSIGN_OR_RETURN(Tensor fast, TryDnnl(ctx, g, DnnlConvOp::kForward, x, f));
+  if (fast.valid()) {
+    ctx.set_output(0, std::move(fast));
+    return absl::OkStatus();
+  }
   ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, x.dtype(), g.OutputShape()));
   ASSIGN_OR_RETURN(Tensor scratch, AllocatePatches(ctx, g, x.dtype()));
   absl::Status status;
@@ -628,6 +663,12 @@ absl::Status BackpropInputKernel(KernelContext& ctx, const WindowKind& kind) {
       WindowGeometry g,
       MakeGeometry(ctx, kind, sizes, "input_sizes", f.shape(), "filter"));
   RETURN_IF_ERROR(CheckOutBackprop(ctx, 1, g, sizes, f.shape()));
+  ASSIGN_OR_RETURN(Tensor fast,
+                   TryDnnl(ctx, g, DnnlConvOp::kBackpropInput, f, dy));
+  if (fast.valid()) {
+    ctx.set_output(0, std::move(fast));
+    return absl::OkStatus();
+  }
   ASSIGN_OR_RETURN(Tensor dx, Allocate(ctx, f.dtype(), sizes));
   ASSIGN_OR_RETURN(Tensor scratch, AllocatePatches(ctx, g, f.dtype()));
   absl::Status status;
@@ -652,6 +693,12 @@ absl::Status BackpropFilterKernel(KernelContext& ctx, const WindowKind& kind) {
   ASSIGN_OR_RETURN(WindowGeometry g, MakeGeometry(ctx, kind, x.shape(), "input",
                                                   sizes, "filter_sizes"));
   RETURN_IF_ERROR(CheckOutBackprop(ctx, 1, g, x.shape(), sizes));
+  ASSIGN_OR_RETURN(Tensor fast,
+                   TryDnnl(ctx, g, DnnlConvOp::kBackpropFilter, x, dy));
+  if (fast.valid()) {
+    ctx.set_output(0, std::move(fast));
+    return absl::OkStatus();
+  }
   ASSIGN_OR_RETURN(Tensor df, Allocate(ctx, x.dtype(), sizes));
   ASSIGN_OR_RETURN(Tensor scratch, AllocatePatches(ctx, g, x.dtype()));
   absl::Status status;
