@@ -95,6 +95,9 @@ absl::StatusOr<Tensor> DnnlConv2D(const KernelContext& ctx, DnnlConvOp op,
 enum class DnnlConvMode { kAuto, kAlways, kOff };
 void SetDnnlConvModeForTesting(DnnlConvMode mode);
 DnnlConvMode GetDnnlConvMode();
+// Whether oneDNN could be opened (libdnnl and libgomp found, an engine
+// made); false in sanitizer builds, where every call declines.
+bool DnnlConvAvailable();
 // Tests only: how many DnnlConv2D calls oneDNN has run (not declined).
 int64_t DnnlConvCallsForTesting();
 // Tests only: multiply-adds per oneDNN call instead of kDnnlChunkMacs (0

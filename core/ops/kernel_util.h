@@ -100,7 +100,8 @@ void StridedCopy(absl::Span<const int64_t> shape,
                     if (stride == 1) {
                       std::copy(src, src + inner, dst);
                     } else {
-                      for (int64_t k = 0; k < inner; ++k) dst[k] = src[k * stride];
+                      for (int64_t k = 0; k < inner; ++k)
+                        dst[k] = src[k * stride];
                     }
                   }
                 });
@@ -109,8 +110,8 @@ void StridedCopy(absl::Span<const int64_t> shape,
 // z[i] = f(a[i * sa], b[i * sb]) for i in [0, n), with the unit-stride and
 // broadcast-scalar cases as separate loops the compiler vectorizes.
 template <typename T, typename F>
-void BinaryRow(int64_t n, const T* a, int64_t sa, const T* b, int64_t sb,
-               T* z, F f) {
+void BinaryRow(int64_t n, const T* a, int64_t sa, const T* b, int64_t sb, T* z,
+               F f) {
   if (sa == 1 && sb == 1) {
     for (int64_t i = 0; i < n; ++i) z[i] = f(a[i], b[i]);
   } else if (sa == 1 && sb == 0) {
@@ -214,11 +215,10 @@ absl::Status UnaryKernel(KernelContext& ctx, F f) {
     using T = decltype(zero);
     auto in = x.flat<T>();
     auto out = y.flat<T>();
-    ParallelRange(x.num_elements(), kElementwiseGrain,
-                  [&](int64_t begin, int64_t end) {
-                    out.segment(begin, end - begin) =
-                        f(in.segment(begin, end - begin));
-                  });
+    ParallelRange(
+        x.num_elements(), kElementwiseGrain, [&](int64_t begin, int64_t end) {
+          out.segment(begin, end - begin) = f(in.segment(begin, end - begin));
+        });
   });
   ctx.set_output(0, std::move(y));
   return absl::OkStatus();

@@ -44,29 +44,31 @@ absl::Status SoftmaxKernel(KernelContext& ctx, bool log) {
     T* py = y.mutable_data<T>();
     // Rows in parallel; within a row, x - max then one vectorised exp
     // (VecExp) into the output, summed in order.
-    ParallelRange(
-        r.rows, std::max<int64_t>(1, kElementwiseGrain / (4 * r.cols + 1)),
-        [&](int64_t begin, int64_t end) {
-          std::vector<T> shifted(r.cols);
-          for (int64_t i = begin; i < end; ++i) {
-            const T* in = px + i * r.cols;
-            T* out = py + i * r.cols;
-            T max = in[0];
-            for (int64_t j = 1; j < r.cols; ++j) max = std::max(max, in[j]);
-            for (int64_t j = 0; j < r.cols; ++j) shifted[j] = in[j] - max;
-            VecExp(shifted.data(), out, r.cols);
-            T sum = 0;
-            for (int64_t j = 0; j < r.cols; ++j) sum += out[j];
-            if (log) {
-              const T log_sum = std::log(sum);
-              for (int64_t j = 0; j < r.cols; ++j) {
-                out[j] = shifted[j] - log_sum;
-              }
-            } else {
-              for (int64_t j = 0; j < r.cols; ++j) out[j] /= sum;
-            }
-          }
-        });
+    ParallelRange(r.rows,
+                  std::max<int64_t>(1, kElementwiseGrain / (4 * r.cols + 1)),
+                  [&](int64_t begin, int64_t end) {
+                    std::vector<T> shifted(r.cols);
+                    for (int64_t i = begin; i < end; ++i) {
+                      const T* in = px + i * r.cols;
+                      T* out = py + i * r.cols;
+                      T max = in[0];
+                      for (int64_t j = 1; j < r.cols; ++j)
+                        max = std::max(max, in[j]);
+                      for (int64_t j = 0; j < r.cols; ++j)
+                        shifted[j] = in[j] - max;
+                      VecExp(shifted.data(), out, r.cols);
+                      T sum = 0;
+                      for (int64_t j = 0; j < r.cols; ++j) sum += out[j];
+                      if (log) {
+                        const T log_sum = std::log(sum);
+                        for (int64_t j = 0; j < r.cols; ++j) {
+                          out[j] = shifted[j] - log_sum;
+                        }
+                      } else {
+                        for (int64_t j = 0; j < r.cols; ++j) out[j] /= sum;
+                      }
+                    }
+                  });
   });
   ctx.set_output(0, std::move(y));
   return absl::OkStatus();

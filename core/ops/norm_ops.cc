@@ -307,12 +307,11 @@ constexpr int64_t kFbnBlockElements = 16 * 1024;
 // acc[t * depth + c]. Blocks of rows run in parallel into partial sums (in
 // double) that are then added in block order.
 template <typename RowFn>
-std::vector<double> PerChannelSums(const FbnLayout& l, int64_t outer,
-                                   int terms, const RowFn& row) {
+std::vector<double> PerChannelSums(const FbnLayout& l, int64_t outer, int terms,
+                                   const RowFn& row) {
   const int64_t width = terms * l.depth;
-  const int64_t rows_per_block =
-      std::max<int64_t>(1, kFbnBlockElements / std::max<int64_t>(
-                                                   1, l.depth * l.inner));
+  const int64_t rows_per_block = std::max<int64_t>(
+      1, kFbnBlockElements / std::max<int64_t>(1, l.depth * l.inner));
   const int64_t blocks = (outer + rows_per_block - 1) / rows_per_block;
   std::vector<double> partial(blocks * width, 0.0);
   ParallelFor(static_cast<int>(blocks), [&](int b) {
@@ -333,8 +332,8 @@ template <typename Fn>
 void ForFbnRows(const FbnLayout& l, int64_t outer, const Fn& fn) {
   ParallelRange(
       outer,
-      std::max<int64_t>(1, kElementwiseGrain /
-                               std::max<int64_t>(1, l.depth * l.inner)),
+      std::max<int64_t>(
+          1, kElementwiseGrain / std::max<int64_t>(1, l.depth * l.inner)),
       fn);
 }
 
@@ -537,16 +536,15 @@ void FusedBatchNormGradCompute(const KernelContext& ctx, const FbnLayout& l,
         const T* xr = x + row * depth;
         T* dxr = dx + row * depth;
         for (int64_t c = 0; c < depth; ++c) {
-          dxr[c] = static_cast<T>(k1[c] * dyr[c] + k2[c] * (xr[c] - m[c]) +
-                                  k0[c]);
+          dxr[c] =
+              static_cast<T>(k1[c] * dyr[c] + k2[c] * (xr[c] - m[c]) + k0[c]);
         }
         continue;
       }
       for (int64_t c = 0; c < depth; ++c) {
         const int64_t at = (row * depth + c) * inner;
         for (int64_t k = at; k < at + inner; ++k) {
-          dx[k] = static_cast<T>(k1[c] * dy[k] + k2[c] * (x[k] - m[c]) +
-                                 k0[c]);
+          dx[k] = static_cast<T>(k1[c] * dy[k] + k2[c] * (x[k] - m[c]) + k0[c]);
         }
       }
     }

@@ -70,7 +70,6 @@ class Philox4x32 {
   static constexpr uint32_t kWeylB = 0xBB67AE85;
 
  private:
-
   Block counter_;
   Key key_;
 };

@@ -224,8 +224,9 @@ __attribute__((target("avx512f"))) inline void MulHiLo(__m512i a, __m512i m,
   *hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
 }
 
-__attribute__((target("avx512f"))) void UniformFloatBlocksAvx512(
-    Philox4x32 gen, int64_t blocks, float* out) {
+__attribute__((target("avx512f"))) void UniformFloatBlocksAvx512(Philox4x32 gen,
+                                                                 int64_t blocks,
+                                                                 float* out) {
   constexpr int kLanes = 16;
   const __m512i mul_a = _mm512_set1_epi32(static_cast<int>(Philox4x32::kMulA));
   const __m512i mul_b = _mm512_set1_epi32(static_cast<int>(Philox4x32::kMulB));
@@ -297,37 +298,38 @@ bool Fill(Dist dist, Philox4x32 gen, T* out, int64_t n) {
   constexpr uint64_t kTruncatedSkip = kG * 256 / 4;
   const int64_t groups = (n + kG - 1) / kG;
   std::atomic<bool> ok{true};
-  ParallelRange(groups, kElementwiseGrain / (4 * kG), [&](int64_t first,
-                                                          int64_t last) {
-    Philox4x32 next = gen;
-    next.Skip(static_cast<uint64_t>(first));
-    if constexpr (std::is_same_v<T, float>) {
-      if (dist == Dist::kUniform) {  // every group whole but the last
-        const int64_t whole = std::min(last, n / kG) - first;
-        if (whole > 0) UniformFloatBlocks(next, whole, out + first * kG);
-        next.Skip(static_cast<uint64_t>(std::max<int64_t>(whole, 0)));
-        first += std::max<int64_t>(whole, 0);
-      }
-    }
-    T group[kG];
-    for (int64_t g = first; g < last; ++g) {
-      if (dist == Dist::kTruncatedNormal) {
-        Philox4x32 at = gen;
-        at.Skip(static_cast<uint64_t>(g) * kTruncatedSkip);
-        Words words(at);
-        if (!TruncatedNormalGroup(words, group)) {
-          ok = false;
-          return;
+  ParallelRange(
+      groups, kElementwiseGrain / (4 * kG), [&](int64_t first, int64_t last) {
+        Philox4x32 next = gen;
+        next.Skip(static_cast<uint64_t>(first));
+        if constexpr (std::is_same_v<T, float>) {
+          if (dist == Dist::kUniform) {  // every group whole but the last
+            const int64_t whole = std::min(last, n / kG) - first;
+            if (whole > 0) UniformFloatBlocks(next, whole, out + first * kG);
+            next.Skip(static_cast<uint64_t>(std::max<int64_t>(whole, 0)));
+            first += std::max<int64_t>(whole, 0);
+          }
         }
-      } else if (dist == Dist::kUniform) {
-        UniformGroup(next.Next(), group);
-      } else {
-        NormalGroup(next.Next(), group);
-      }
-      const int64_t start = g * kG;
-      std::copy(group, group + std::min<int64_t>(kG, n - start), out + start);
-    }
-  });
+        T group[kG];
+        for (int64_t g = first; g < last; ++g) {
+          if (dist == Dist::kTruncatedNormal) {
+            Philox4x32 at = gen;
+            at.Skip(static_cast<uint64_t>(g) * kTruncatedSkip);
+            Words words(at);
+            if (!TruncatedNormalGroup(words, group)) {
+              ok = false;
+              return;
+            }
+          } else if (dist == Dist::kUniform) {
+            UniformGroup(next.Next(), group);
+          } else {
+            NormalGroup(next.Next(), group);
+          }
+          const int64_t start = g * kG;
+          std::copy(group, group + std::min<int64_t>(kG, n - start),
+                    out + start);
+        }
+      });
   return ok;
 }
 

@@ -12,13 +12,13 @@
 #include <type_traits>
 
 #include "Eigen/Core"
-#include "unsupported/Eigen/SpecialFunctions"
 #include "core/autodiff/forward_mode.h"
 #include "core/autodiff/grad_context.h"
 #include "core/base/status_macros.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
 #include "core/ops/vector_math.h"
+#include "unsupported/Eigen/SpecialFunctions"
 
 namespace gradtape {
 namespace {

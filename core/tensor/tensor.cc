@@ -12,9 +12,9 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "core/base/status_macros.h"
 
 namespace gradtape {
@@ -442,9 +442,9 @@ class BufferPool {
     {
       absl::MutexLock lock(&mu_);
       for (auto& [size, list] : free_) {
-        auto fresh = std::find_if(list.begin(), list.end(), [&](const Cached& c) {
-          return c.generation == generation_;
-        });
+        auto fresh = std::find_if(
+            list.begin(), list.end(),
+            [&](const Cached& c) { return c.generation == generation_; });
         for (auto it = list.begin(); it != fresh; ++it) {
           stale.push_back(it->allocation);
         }

@@ -86,6 +86,12 @@ double RelativeError(const Tensor& a, const Tensor& b) {
 
 class DnnlConvTest : public testing::OpTest {
  protected:
+  void SetUp() override {
+    if (!DnnlConvAvailable()) {
+      GTEST_SKIP() << "oneDNN is not available (a sanitizer build, or "
+                      "libdnnl could not be opened): convolutions use im2col";
+    }
+  }
   ~DnnlConvTest() override {
     SetDnnlConvModeForTesting(DnnlConvMode::kAuto);
     SetDnnlChunkMacsForTesting(0);

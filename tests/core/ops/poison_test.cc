@@ -39,8 +39,8 @@ std::vector<Tensor> RunSample(const OpSample& s, int fill) {
       sources.push_back(inputs[i]);
     }
   }
-  const bool gradient = op->differentiable() && op->backward_supported() &&
-                        !sources.empty();
+  const bool gradient =
+      op->differentiable() && op->backward_supported() && !sources.empty();
   if (gradient) {
     EXPECT_TRUE(ctx.tapes().Push(1, /*persistent=*/false, false).ok());
     for (const Tensor& t : sources) (*ctx.tapes().Find(1))->Watch(t);
@@ -79,8 +79,8 @@ bool SameBits(const std::vector<Tensor>& a, const std::vector<Tensor>& b,
   }
   for (size_t i = 0; i < a.size(); ++i) {
     if (a[i].dtype() != b[i].dtype() || a[i].shape() != b[i].shape() ||
-        std::memcmp(a[i].raw_data(), b[i].raw_data(), a[i].num_bytes()) !=
-            0) {
+        (a[i].num_bytes() > 0 && std::memcmp(a[i].raw_data(), b[i].raw_data(),
+                                             a[i].num_bytes()) != 0)) {
       *diff = "result " + std::to_string(i) + " (" + a[i].DebugString() + ")";
       return false;
     }

@@ -221,12 +221,13 @@ TEST_F(RandomOpsTest, CounterSelectsTheGroup) {
 TEST_F(RandomOpsTest, BatchedUniformFloatsMatchBlockByBlock) {
   for (int64_t c0 : {int64_t{0}, int64_t{-3}}) {  // -3: the low 64 bits carry
     for (int32_t n : {1, 3, 4, 63, 64, 65, 67, 1000, 200003}) {
-      Tensor t = V2("StatelessRandomUniformV2", {n}, 77, c0, 9,
-                    DType::kFloat32);
+      Tensor t =
+          V2("StatelessRandomUniformV2", {n}, 77, c0, 9, DType::kFloat32);
       Philox4x32 gen = Philox4x32::FromWords(77, static_cast<uint64_t>(c0), 9);
       std::vector<float> want;
       while (static_cast<int32_t>(want.size()) < n) {
-        for (uint32_t word : gen.Next()) want.push_back(PhiloxUniformFloat(word));
+        for (uint32_t word : gen.Next())
+          want.push_back(PhiloxUniformFloat(word));
       }
       want.resize(n);
       ASSERT_EQ(std::memcmp(t.data<float>(), want.data(), 4 * n), 0)
