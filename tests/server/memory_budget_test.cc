@@ -54,6 +54,16 @@ class FakeRoot {
 constexpr char kMeminfo[] =
     "MemTotal:       24576000 kB\nMemFree:        1000 kB\n";
 
+// The buffer pool's share: an eighth of the budget, at most 1 GiB, and
+// 1 GiB when there is no budget.
+TEST(BufferPoolLimitTest, AnEighthOfTheBudgetAtMostOneGiB) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  EXPECT_EQ(BufferPoolLimitFor(1024 * kMiB), 128 * kMiB);
+  EXPECT_EQ(BufferPoolLimitFor(64 * kMiB), 8 * kMiB);
+  EXPECT_EQ(BufferPoolLimitFor(int64_t{64} << 30), kMaxBufferPoolBytes);
+  EXPECT_EQ(BufferPoolLimitFor(0), kMaxBufferPoolBytes);
+}
+
 TEST(DetectMemoryLimitTest, MemTotalWithoutACgroupLimit) {
   FakeRoot fake;
   fake.Write("proc/meminfo", kMeminfo);
