@@ -88,31 +88,27 @@ bool SameBits(const std::vector<Tensor>& a, const std::vector<Tensor>& b,
   return true;
 }
 
-class Poison : public ::testing::TestWithParam<OpSample> {};
-
-TEST_P(Poison, ResultsDoNotDependOnWhatBuffersHeld) {
-  const OpSample& s = GetParam();
-  ASSERT_NE(testing::SampleOpDef(s), nullptr);
-  const std::vector<Tensor> zeroed = RunSample(s, 0x00);
-  std::string diff;
-  if (!SameBits(zeroed, RunSample(s, 0x00), &diff)) {
-    GTEST_SKIP() << s.op << " is not deterministic (" << diff << ")";
+// One test over every sample (not one ctest process per sample: the suite
+// runs each discovered test as a process of its own, and 600 start-ups cost
+// more than the runs).
+TEST(Poison, ResultsDoNotDependOnWhatBuffersHeld) {
+  int checked = 0;
+  for (const OpSample& s : AllOpSamples()) {
+    SCOPED_TRACE(::testing::PrintToString(s));
+    ASSERT_NE(testing::SampleOpDef(s), nullptr);
+    const std::vector<Tensor> zeroed = RunSample(s, 0x00);
+    std::string diff;
+    if (!SameBits(zeroed, RunSample(s, 0x00), &diff)) {
+      continue;  // not deterministic (a fresh resource handle per run)
+    }
+    EXPECT_TRUE(SameBits(zeroed, RunSample(s, 0xA5), &diff))
+        << s.op << " (" << s.label << "): " << diff
+        << " depends on the old contents of an uninitialized buffer";
+    ++checked;
   }
-  EXPECT_TRUE(SameBits(zeroed, RunSample(s, 0xA5), &diff))
-      << s.op << " (" << s.label << "): " << diff
-      << " depends on the old contents of an uninitialized buffer";
+  // Every sample but the few nondeterministic ones (VarHandleOp's handle).
+  EXPECT_GT(checked, static_cast<int>(AllOpSamples().size()) - 5);
 }
-
-std::string SampleName(const ::testing::TestParamInfo<OpSample>& info) {
-  std::string name = info.param.op + "_" + std::to_string(info.index);
-  for (char& c : name) {
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  }
-  return name;
-}
-
-INSTANTIATE_TEST_SUITE_P(AllOps, Poison, ::testing::ValuesIn(AllOpSamples()),
-                         SampleName);
 
 // The fill really reaches kernels' outputs: a kernel that writes nothing
 // (here, a tensor taken uninitialized and read back) shows it.
