@@ -303,6 +303,26 @@ def python_client(folder, out):
     out.append("")
 
 
+def models(folder, out):
+    """bench/transformer_bench.py and bench/cnn_bench.py print a heading, a
+    markdown table and result lines: copied as they are."""
+    out.append("### 8. Training real models vs local PyTorch (same run; issue 26)\n")
+    for name in ("transformer", "cnn"):
+        text = read(folder, name)
+        out.append(f"`{cmd(folder, name)}`\n")
+        if not text:
+            out.append("(not run)\n")
+            continue
+        for line in text.splitlines():
+            if line.startswith("### "):
+                out.append("**" + line[4:] + "**\n")
+            elif line.startswith("|"):
+                out.append(line)
+            elif line.startswith(("step time ", "gradtape commands per step", "load average")):
+                out.append("\n" + line.replace("NOT met", "**NOT met**"))
+        out.append("")
+
+
 def main():
     folder, doc = sys.argv[1], sys.argv[2]
     out = [RESULTS_BEGIN, "## Results\n", machine()]
@@ -313,6 +333,7 @@ def main():
     kernels(folder, out)
     memory(folder, out)
     python_client(folder, out)
+    models(folder, out)
     out.append(RESULTS_END)
     section = "\n".join(out)
     text = open(doc).read() if os.path.exists(doc) else \
