@@ -1035,6 +1035,7 @@ void RegisterConvOps(OpRegistry& r) {
               }
             })
             .SavesInputs({0, 1})
+            .NonDifferentiableInputs({0, 1})  // zero a.e.
             .Summary("the gradient of Dilation2D wrt its input: "
                      "out_backprop routed to the maximizing input elements"));
   r.Add(DilationOp(Op("Dilation2DBackpropFilter"),
@@ -1050,6 +1051,7 @@ void RegisterConvOps(OpRegistry& r) {
               }
             })
             .SavesInputs({0, 1})
+            .NonDifferentiableInputs({0, 1})  // zero a.e.
             .Summary("the gradient of Dilation2D wrt its filter: "
                      "out_backprop summed into the maximizing taps"));
   r.Add(DilationOp(Op("Dilation2DBackpropInputGrad"),
@@ -1066,6 +1068,7 @@ void RegisterConvOps(OpRegistry& r) {
               }
             })
             .SavesInputs({0, 1})
+            .NonDifferentiableInputs({0, 1})  // zero a.e.
             .Summary("gradtape-only (like MaxPoolGradGrad): grad [N,H,W,C] "
                      "read at each output's maximizing input element; the "
                      "gradient of Dilation2DBackpropInput wrt out_backprop"));
@@ -1083,6 +1086,7 @@ void RegisterConvOps(OpRegistry& r) {
               }
             })
             .SavesInputs({0, 1})
+            .NonDifferentiableInputs({0, 1})  // zero a.e.
             .Summary("gradtape-only (like MaxPoolGradGrad): grad [KH,KW,C] "
                      "read at each output's maximizing tap; the gradient of "
                      "Dilation2DBackpropFilter wrt out_backprop"));

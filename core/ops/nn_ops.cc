@@ -544,6 +544,9 @@ void RegisterActivations(OpRegistry& r) {
               }
             })
             .SavesInputs({1})
+            // zero a.e. in features: no gradient (the tape records no
+            // ReluGrad for features alone)
+            .NonDifferentiableInputs({1})
             .Summary("gradients * (features > 0) (the gradient of Relu)"));
   r.Add(Activation(Op("Relu6"))
             .Forward([](KernelContext& ctx) {

@@ -202,7 +202,10 @@ void BatchNormGradGrad(GradContext& g) {
     g.SetGrad(2, g.Add(g.Mul(c(-0.5), g.Mul(r3, inner)),
                        g.Mul(c(0.75), g.Mul(r5s, g.Mul(p, gv)))));
   }
-  if (g.NeedsGrad(3) && scale) {
+  if (g.NeedsGrad(3) && !scale) {
+    // Without scale_after_normalization no output depends on gamma.
+    g.SetGrad(3, g.Op("ZerosLike", {g.Input(3)}));
+  } else if (g.NeedsGrad(3)) {
     g.SetGrad(3, g.Sub(g.Mul(r, q), g.Mul(c(0.5), g.Mul(r3, g.Mul(p, gv)))));
   }
   if (g.NeedsGrad(4)) {

@@ -189,13 +189,11 @@ _UNARY = (
     "Neg Square Sqrt Exp Log Tanh Sigmoid Abs Sign Expm1 Log1p Sin Cos Tan Reciprocal Inv "
     "Identity Cast StopGradient PreventGradient ZerosLike OnesLike Cumsum Cumprod "
     "Relu Relu6 Elu Selu Softplus Softsign Softmax LogSoftmax Conj Real Imag Angle "
-    "Rsqrt Floor Ceil Round Erf LeakyRelu Gelu Mish Swish Acos Asin Atan Sinh Cosh Asinh Acosh Atanh "
-    "Lgamma Digamma Rint Erfc Square SquaredNorm BiasAdd BiasAddV1 LogicalNot ComplexAbs"
+    "Rsqrt Floor Ceil Round Erf Erfc LeakyRelu BiasAdd BiasAddV1"
 ).split()
 _BINARY = (
-    "AddV2 Add Sub Mul RealDiv Div DivNoNan Maximum Minimum SquaredDifference Pow Complex "
-    "Equal NotEqual Greater GreaterEqual Less LessEqual FloorDiv FloorMod Mod Atan2 "
-    "LogicalAnd LogicalOr Xdivy Xlogy MulNoNan TruncateDiv"
+    "AddV2 Add Sub Mul RealDiv Div Maximum Minimum SquaredDifference Pow Complex "
+    "Equal NotEqual Greater GreaterEqual Less LessEqual Atan2"
 ).split()
 # Gradient helpers whose output has their first input's shape.
 _SAME0 = (
@@ -218,8 +216,6 @@ _RULES.update(
         "Sum": _reduce,
         "Mean": _reduce,
         "Prod": _reduce,
-        "Max": _reduce,
-        "Min": _reduce,
         "L2Loss": _scalar,
         "VarHandleOp": _scalar,
         "Reshape": _reshape,
