@@ -1,5 +1,6 @@
 #include "gradtape/client/host_tensor.h"
 
+#include <complex>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -14,7 +15,11 @@ size_t DTypeSize(DType dtype) {
       return 4;
     case DType::kFloat64:
     case DType::kInt64:
+    case DType::kComplex64:
+    case DType::kResource:
       return 8;
+    case DType::kComplex128:
+      return 16;
     case DType::kBool:
       return 1;
     default:
@@ -34,6 +39,12 @@ absl::string_view DTypeName(DType dtype) {
       return "int64";
     case DType::kBool:
       return "bool";
+    case DType::kComplex64:
+      return "complex64";
+    case DType::kComplex128:
+      return "complex128";
+    case DType::kResource:
+      return "resource";
     default:
       return "invalid";
   }
@@ -79,6 +90,12 @@ HostTensor HostTensor::Filled(DType dtype, std::vector<int64_t> shape,
         break;
       case DType::kBool:
         Store(t.bytes, i, static_cast<uint8_t>(value != 0.0));
+        break;
+      case DType::kComplex64:
+        Store(t.bytes, i, std::complex<float>(static_cast<float>(value)));
+        break;
+      case DType::kComplex128:
+        Store(t.bytes, i, std::complex<double>(value));
         break;
       default:
         break;
@@ -126,6 +143,12 @@ double HostTensor::at(int64_t i) const {
       return static_cast<double>(Load<int64_t>(bytes, i));
     case DType::kBool:
       return Load<uint8_t>(bytes, i) != 0 ? 1.0 : 0.0;
+    case DType::kComplex64:
+      return Load<std::complex<float>>(bytes, i).real();
+    case DType::kComplex128:
+      return Load<std::complex<double>>(bytes, i).real();
+    case DType::kResource:
+      return static_cast<double>(Load<int64_t>(bytes, i));
     default:
       return 0.0;
   }

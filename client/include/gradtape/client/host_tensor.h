@@ -10,6 +10,7 @@
 #ifndef GRADTAPE_CLIENT_HOST_TENSOR_H_
 #define GRADTAPE_CLIENT_HOST_TENSOR_H_
 
+#include <complex>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -28,11 +29,17 @@ enum class DType : int8_t {
   kInt32 = 3,
   kInt64 = 4,
   kBool = 5,
+  kComplex64 = 6,   // two float32: real, imaginary
+  kComplex128 = 7,  // two float64: real, imaginary
+  // A variable's handle (VarHandleOp's output): fetched as its 8-byte id;
+  // it can't be put.
+  kResource = 8,
 };
 
 // Bytes per element (0 for kInvalid).
 size_t DTypeSize(DType dtype);
-// "float32", "float64", "int32", "int64", "bool", "invalid".
+// "float32", "float64", "int32", "int64", "bool", "complex64", "complex128",
+// "resource", "invalid".
 absl::string_view DTypeName(DType dtype);
 
 template <typename T>
@@ -52,6 +59,14 @@ struct DTypeOf<int32_t> {
 template <>
 struct DTypeOf<int64_t> {
   static constexpr DType value = DType::kInt64;
+};
+template <>
+struct DTypeOf<std::complex<float>> {
+  static constexpr DType value = DType::kComplex64;
+};
+template <>
+struct DTypeOf<std::complex<double>> {
+  static constexpr DType value = DType::kComplex128;
 };
 
 struct HostTensor {
@@ -77,7 +92,9 @@ struct HostTensor {
   static HostTensor Scalar(T value) {
     return FromVector<T>({}, std::vector<T>{value});
   }
-  // A tensor of `dtype` with every element equal to `value` (converted).
+  // A tensor of `dtype` with every element equal to `value` (converted;
+  // complex: real part `value`; resource: zero bytes, which no server
+  // takes, as no client may put a handle).
   static HostTensor Filled(DType dtype, std::vector<int64_t> shape,
                            double value);
 
@@ -85,9 +102,10 @@ struct HostTensor {
   int64_t num_elements() const;
   // OK if the dtype is valid and bytes.size() matches dtype and shape.
   absl::Status Validate() const;
-  // Every element converted to double (bool: 0 or 1). Empty if invalid.
+  // Every element converted to double (bool: 0 or 1; complex: the real
+  // part; resource: the handle's id). Empty if invalid.
   std::vector<double> ToDoubles() const;
-  // Element i converted to double; i must be in range.
+  // Element i converted to double as ToDoubles does; i must be in range.
   double at(int64_t i) const;
   // "float64[2,3]".
   std::string DebugString() const;
