@@ -58,18 +58,7 @@ import (
 	pb "gradtape/client/go/gen/gradtapev1"
 )
 
-// ServerStatusTrailer is the trailing metadata on every non-OK status the
-// gradtape server itself sends.
-const ServerStatusTrailer = "gradtape-server-status"
-
-// The proxy's verdict on a session's replica (deploy/k8s/nginx/proxy.conf;
-// README "A replica lost behind the proxy"): a status the proxy answers
-// because it cannot reach the replica the session id routes to carries
-// ProxyVerdictTrailer: ReplicaUnreachableVerdict. It is still a transport
-// failure.
 const (
-	ProxyVerdictTrailer       = "gradtape-proxy-verdict"
-	ReplicaUnreachableVerdict = "replica-unreachable"
 	// ReplicaUnreachableGrace is how long reconnect probes in a row must
 	// carry the verdict before the session is lost. Waiting longer does not
 	// help: a replica that restarts comes back without the session
@@ -351,7 +340,7 @@ func createSession(ctx context.Context, client pb.TapeServiceClient, address str
 		if err != nil {
 			return nil, err
 		}
-		cctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx, "gradtape-session-id", id), 10*time.Second)
+		cctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx, SessionIDHeader, id), 10*time.Second)
 		var trailer metadata.MD
 		resp, err := client.CreateSession(cctx, &pb.CreateSessionRequest{SessionId: id},
 			grpc.WaitForReady(true), grpc.Trailer(&trailer))

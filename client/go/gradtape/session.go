@@ -69,7 +69,7 @@ type Session struct {
 func Connect(ctx context.Context, address string, opts ...Option) (*Session, error) {
 	cfg := newConnectConfig(opts)
 	if cfg.apiKey != "" { // every call's context derives from ctx
-		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+cfg.apiKey)
+		ctx = metadata.AppendToOutgoingContext(ctx, AuthorizationHeader, "Bearer "+cfg.apiKey)
 	}
 	conn, err := grpc.NewClient(address, cfg.dialOptions()...)
 	if err != nil {
@@ -89,7 +89,7 @@ func Connect(ctx context.Context, address string, opts ...Option) (*Session, err
 		return nil, err
 	}
 	sctx, scancel := context.WithCancel(metadata.AppendToOutgoingContext(ctx,
-		"gradtape-session-id", resp.SessionId, "gradtape-session-token", resp.Token))
+		SessionIDHeader, resp.SessionId, SessionTokenHeader, resp.Token))
 	stream, err := client.Stream(sctx)
 	if err != nil {
 		scancel()

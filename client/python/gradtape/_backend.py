@@ -117,16 +117,6 @@ class Backend(Protocol):
     def transport_stats(self) -> Dict[str, int]: ...
 
 
-def check_options(batch_size: int, reconnect_timeout: float, chunk_bytes: int) -> None:
-    """connect()'s argument checks, the same for both implementations."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    if not reconnect_timeout >= 0:
-        raise ValueError(f"reconnect_timeout must be >= 0 (0: off), got {reconnect_timeout}")
-    if chunk_bytes < 1:
-        raise ValueError(f"chunk_bytes must be at least 1, got {chunk_bytes}")
-
-
 def to_pb_attr(out: pb.AttrValue, kind: int, value: Any) -> None:
     """Fills `out` from one encoded attr (the pure backend's encoder)."""
     if kind == ATTR_BOOL:

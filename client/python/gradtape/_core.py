@@ -52,6 +52,8 @@ import grpc
 import numpy as np
 
 from gradtape import _backend, _chunks, _resume
+from gradtape._metadata import SESSION_ID_HEADER, SESSION_TOKEN_HEADER
+from gradtape._transport import ConnectOptions
 from gradtape.errors import (
     GradtapeError,
     SessionLostError,
@@ -63,8 +65,6 @@ from gradtape.errors import (
 from gradtape.v1 import tape_service_pb2 as pb
 from gradtape.v1 import tape_service_pb2_grpc as pb_grpc
 
-SESSION_ID_HEADER = "gradtape-session-id"
-SESSION_TOKEN_HEADER = "gradtape-session-token"
 _END = None  # in an outbox: ends the request iterator
 _ABORTED = grpc.StatusCode.ABORTED.value[0]
 # The counters of transport_stats(), in the order they are shown.
@@ -125,55 +125,40 @@ def _requests(outbox: "queue.Queue[Optional[pb.CommandBatch]]") -> Iterator[pb.C
 class StreamCore:
     """One session's connection: ids, buffer, stream, reader thread."""
 
-    def __init__(
-        self,
-        address: str,
-        *,
-        session_id: Optional[str] = None,
-        keep_alive_seconds: int = 0,
-        batch_size: int = 512,
-        max_batch_bytes: int = 16 << 20,
-        chunk_bytes: int = 64 << 20,
-        timeout: float = 10.0,
-        credentials: Optional[grpc.ChannelCredentials] = None,
-        channel_options: Sequence[Tuple[str, object]] = (),
-        api_key: Optional[str] = None,
-        reconnect_timeout: float = 30.0,
-        max_unacked_bytes: int = 256 << 20,
-    ) -> None:
-        _backend.check_options(batch_size, reconnect_timeout, chunk_bytes)
-        self.chunk_bytes = chunk_bytes  # tensors larger move in chunks (_chunks.py)
+    def __init__(self, address: str, options: ConnectOptions) -> None:
+        self.chunk_bytes = options.chunk_bytes  # tensors larger move in chunks (_chunks.py)
         self.address = address
-        self.batch_size = batch_size
-        self.max_batch_bytes = max_batch_bytes
-        self.timeout = timeout
-        self.reconnect_timeout = float(reconnect_timeout)
-        self.max_unacked_bytes = max_unacked_bytes
-        options: List[Tuple[str, Any]] = [
+        self.batch_size = options.batch_size
+        self.max_batch_bytes = options.max_batch_bytes
+        self.timeout = options.timeout
+        self.reconnect_timeout = float(options.reconnect_timeout)
+        self.max_unacked_bytes = options.max_unacked_bytes
+        channel_args: List[Tuple[str, Any]] = [
             ("grpc.max_send_message_length", -1),
             ("grpc.max_receive_message_length", -1),
         ]
-        given = {name for name, _ in channel_options}
-        options += [o for o in _resume.CHANNEL_BACKOFF_OPTIONS if o[0] not in given]
-        options += list(channel_options)  # TLS name override, keepalive (_transport.py)
-        if credentials is None:
-            self.channel = grpc.insecure_channel(address, options=options)
+        given = {name for name, _ in options.channel_options}
+        channel_args += [o for o in _resume.CHANNEL_BACKOFF_OPTIONS if o[0] not in given]
+        channel_args += list(options.channel_options)  # TLS name override, keepalive
+        if options.tls is None:
+            self.channel = grpc.insecure_channel(address, options=channel_args)
         else:
-            self.channel = grpc.secure_channel(address, credentials, options=options)
+            self.channel = grpc.secure_channel(address, options.tls, options=channel_args)
         self.stub = pb_grpc.TapeServiceStub(self.channel)
 
-        # API keys (--api_keys_file): `authorization: Bearer <key>` on every call.
-        key_metadata: _backend.Metadata = ()
-        if api_key:
-            key_metadata = (("authorization", f"Bearer {api_key}"),)
-        response = self._create_session(session_id, keep_alive_seconds, key_metadata)
+        key_metadata = options.key_metadata()
+        response = self._create_session(options.session_id, options.keep_alive_seconds, key_metadata)
         self.session_id: str = response.session_id
         self.keep_alive_seconds: int = response.keep_alive_seconds
         self.metadata: _backend.Metadata = (
             (SESSION_ID_HEADER, response.session_id),
             (SESSION_TOKEN_HEADER, response.token),
         ) + key_metadata
+        self._init_state()
 
+    def _init_state(self) -> None:
+        """The ids, buffers and stream state of a new session, then the
+        stream and its reader thread."""
         self._ids = itertools.count(1)  # tensor ids, taken under _id_lock
         self._id_lock = threading.Lock()  # for blocks of consecutive ids
         self._tape_ids = itertools.count(1)

@@ -23,7 +23,18 @@ import grpc
 import numpy as np
 
 from gradtape import _backend, _dtypes, _transport
-from gradtape._core import SESSION_ID_HEADER, SESSION_TOKEN_HEADER, TRANSPORT_COUNTERS
+from gradtape._core import TRANSPORT_COUNTERS
+from gradtape._transport import ConnectOptions, pem
+from gradtape._metadata import (
+    COMMAND_OP_PAYLOAD,
+    COMMAND_SEQ_PAYLOAD,
+    LAST_APPLIED_SEQ_TRAILER,
+    LOST_ATTEMPTS_PAYLOAD,
+    LOST_REASON_PAYLOAD,
+    LOST_SECONDS_PAYLOAD,
+    SESSION_ID_HEADER,
+    SESSION_TOKEN_HEADER,
+)
 
 
 def _load_extension() -> None:
@@ -49,13 +60,6 @@ from gradtape.errors import GradtapeError, SessionLostError, status_code
 from gradtape.v1 import tape_service_pb2 as pb
 from gradtape.v1 import tape_service_pb2_grpc as pb_grpc
 
-# SessionCore's status payloads (client/src/session_core.h, resume.h).
-_SEQ = "gradtape-command-seq"
-_OP = "gradtape-command-op"
-_REASON = "gradtape-lost-reason"
-_ATTEMPTS = "gradtape-lost-attempts"
-_SECONDS = "gradtape-lost-seconds"
-_LAST_APPLIED = "gradtape-last-applied-seq"
 
 
 def _int_or_none(value: Optional[str]) -> Optional[int]:
@@ -71,8 +75,8 @@ def make_error(
     """The exception for a failed absl::Status of the extension (it raises
     what this returns): SessionLostError for a lost session, else a
     GradtapeError with the command's seq and op when it names one."""
-    last_applied = _int_or_none(payloads.get(_LAST_APPLIED))
-    reason = payloads.get(_REASON)
+    last_applied = _int_or_none(payloads.get(LAST_APPLIED_SEQ_TRAILER))
+    reason = payloads.get(LOST_REASON_PAYLOAD)
     if reason is not None:
         return SessionLostError(
             status_code(code),
@@ -80,15 +84,15 @@ def make_error(
             session_id=session_id,
             address=address,
             reason=reason,
-            attempts=_int_or_none(payloads.get(_ATTEMPTS)) or 0,
-            seconds=float(payloads.get(_SECONDS) or 0.0),
+            attempts=_int_or_none(payloads.get(LOST_ATTEMPTS_PAYLOAD)) or 0,
+            seconds=float(payloads.get(LOST_SECONDS_PAYLOAD) or 0.0),
             last_applied_seq=last_applied,
         )
     return GradtapeError(
         status_code(code),
         message,
-        seq=_int_or_none(payloads.get(_SEQ)),
-        op=payloads.get(_OP) or None,
+        seq=_int_or_none(payloads.get(COMMAND_SEQ_PAYLOAD)),
+        op=payloads.get(COMMAND_OP_PAYLOAD) or None,
         last_applied_seq=last_applied,
     )
 
@@ -98,70 +102,40 @@ class NativeCore(Core):
 
     metadata: List[Tuple[str, str]]
 
-    def __init__(
-        self,
-        address: str,
-        *,
-        session_id: Optional[str] = None,
-        keep_alive_seconds: int = 0,
-        batch_size: int = 512,
-        max_batch_bytes: int = 16 << 20,
-        chunk_bytes: int = 64 << 20,
-        timeout: float = 10.0,
-        root_certificates: Optional[bytes] = None,
-        private_key: Optional[bytes] = None,
-        certificate_chain: Optional[bytes] = None,
-        server_name_override: Optional[str] = None,
-        keepalive_time: Optional[float] = None,
-        keepalive_timeout: float = 20.0,
-        keepalive_permit_without_calls: bool = False,
-        api_key: Optional[str] = None,
-        reconnect_timeout: float = 30.0,
-        max_unacked_bytes: int = 256 << 20,
-    ) -> None:
-        # The same checks and messages as the pure client (_backend.py, _transport.py).
-        _backend.check_options(batch_size, reconnect_timeout, chunk_bytes)
-        tls = _transport.make_credentials(None, root_certificates, private_key, certificate_chain)
-        _transport.channel_options(
-            server_name_override=server_name_override,
-            keepalive_time=keepalive_time,
-            keepalive_timeout=keepalive_timeout,
-            keepalive_permit_without_calls=keepalive_permit_without_calls,
-        )
-        options: Dict[str, object] = {
-            "session_id": session_id,
-            "keep_alive_seconds": keep_alive_seconds,
-            "batch_size": batch_size,
-            "max_batch_bytes": max_batch_bytes,
-            "chunk_bytes": chunk_bytes,
-            "max_unacked_bytes": max_unacked_bytes,
-            "timeout": timeout,
-            "reconnect_timeout": reconnect_timeout,
-            "api_key": api_key or None,
-            "keepalive_time": keepalive_time or None,
-            "keepalive_timeout": keepalive_timeout,
-            "keepalive_permit_without_calls": keepalive_permit_without_calls,
+    def __init__(self, address: str, options: ConnectOptions) -> None:
+        settings: Dict[str, object] = {
+            "session_id": options.session_id,
+            "keep_alive_seconds": options.keep_alive_seconds,
+            "batch_size": options.batch_size,
+            "max_batch_bytes": options.max_batch_bytes,
+            "chunk_bytes": options.chunk_bytes,
+            "max_unacked_bytes": options.max_unacked_bytes,
+            "timeout": options.timeout,
+            "reconnect_timeout": options.reconnect_timeout,
+            "api_key": options.api_key or None,
+            "keepalive_time": options.keepalive_time or None,
+            "keepalive_timeout": options.keepalive_timeout,
+            "keepalive_permit_without_calls": options.keepalive_permit_without_calls,
         }
-        if tls is not None or server_name_override:
-            options.update(
+        if options.tls is not None or options.server_name_override:
+            settings.update(
                 tls=True,
-                root_certificates=_pem(root_certificates),
-                private_key=_pem(private_key),
-                certificate_chain=_pem(certificate_chain),
-                server_name_override=server_name_override,
+                root_certificates=_ascii(pem("root_certificates", options.root_certificates)),
+                private_key=_ascii(pem("private_key", options.private_key)),
+                certificate_chain=_ascii(pem("certificate_chain", options.certificate_chain)),
+                server_name_override=options.server_name_override,
             )
-        super().__init__(address, options, make_error)
+        super().__init__(address, settings, make_error)
         self._stub: Optional[pb_grpc.TapeServiceStub] = None
         self._channel: Optional[grpc.Channel] = None
-        self._channel_args = (tls, server_name_override)
-        self.timeout = timeout
-        self.reconnect_timeout = float(reconnect_timeout)
+        self._channel_args = (options.tls, options.server_name_override)
+        self.timeout = options.timeout
+        self.reconnect_timeout = float(options.reconnect_timeout)
         self.metadata = [
             (SESSION_ID_HEADER, self.session_id),
             (SESSION_TOKEN_HEADER, self._token),
+            *options.key_metadata(),
         ]
-        if api_key:
-            self.metadata.append(("authorization", f"Bearer {api_key}"))
 
     @property
     def stub(self) -> pb_grpc.TapeServiceStub:
@@ -211,7 +185,5 @@ class NativeCore(Core):
         return {name: int(counters[name]) for name in TRANSPORT_COUNTERS}
 
 
-def _pem(value: Optional[bytes]) -> Optional[str]:
-    if value is None:
-        return None
-    return bytes(value).decode("ascii")
+def _ascii(value: Optional[bytes]) -> Optional[str]:
+    return None if value is None else value.decode("ascii")

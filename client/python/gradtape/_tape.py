@@ -716,24 +716,9 @@ class GradientTape:
         target_ids = [s._input_id(t, f"target[{i}]") for i, t in enumerate(target_tensors)]
         source_ids = [s._source_id(x, f"source[{i}]") for i, x in enumerate(flat_sources)]
         self._start_computing()
-        results: List[Optional[Tensor]] = []
-        sent_sources: List[int] = []
-        sent_results: List[Tensor] = []
-        maybe: List[int] = []
-        tapes = s._tapes
-        for i, x in enumerate(flat_sources):
-            conn = tapes.connection(rec, target_tensors, x)
-            if conn == NOT_CONNECTED:
-                results.append(self._zeros_like(x) if unconnected == pb.UNCONNECTED_ZERO else None)
-                continue
-            dtype = x.dtype if isinstance(x, Variable) else x._dtype
-            shape = x.shape if isinstance(x, Variable) else x._shape
-            r = Tensor(s, s._core.new_id(), dtype, shape)
-            if conn == MAYBE:
-                maybe.append(i)
-            results.append(r)
-            sent_sources.append(source_ids[i])
-            sent_results.append(r)
+        results, sent, maybe = self._results_for(rec, target_tensors, flat_sources, unconnected)
+        sent_sources = [source_ids[i] for i in sent]
+        sent_results = [r for r in (results[i] for i in sent) if r is not None]
         if not self._persistent:
             self._used = True
         if not sent_results:
@@ -750,6 +735,30 @@ class GradientTape:
         )
         keep.extend(x.handle if isinstance(x, Variable) else x for x in flat_sources)
         return command, results, keep, maybe
+
+    def _results_for(
+        self, rec: Recorder, targets: Sequence[Tensor], sources: Sequence[Any], unconnected: int
+    ) -> Tuple[List[Optional[Tensor]], List[int], List[int]]:
+        """One result per source: None (or zeros) where the client knows
+        the targets do not reach it (TapeSet), else a handle the Gradient
+        command fills; the indices of those, and of the ones only the
+        server can tell None (maybe bits)."""
+        s = self._session
+        results: List[Optional[Tensor]] = []
+        sent: List[int] = []
+        maybe: List[int] = []
+        for i, x in enumerate(sources):
+            conn = s._tapes.connection(rec, targets, x)
+            if conn == NOT_CONNECTED:
+                results.append(self._zeros_like(x) if unconnected == pb.UNCONNECTED_ZERO else None)
+                continue
+            dtype = x.dtype if isinstance(x, Variable) else x._dtype
+            shape = x.shape if isinstance(x, Variable) else x._shape
+            results.append(Tensor(s, s._core.new_id(), dtype, shape))
+            sent.append(i)
+            if conn == MAYBE:
+                maybe.append(i)
+        return results, sent, maybe
 
     def _zeros_like(self, x: Union[Tensor, Variable]) -> Tensor:
         s = self._session

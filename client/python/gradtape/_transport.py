@@ -1,16 +1,72 @@
-"""Transport settings of a gradtape channel: TLS / mTLS credentials and HTTP/2
-keepalive channel options (README "Transport security (TLS and mTLS)")."""
+"""connect()'s options, checked once for both implementations, and the
+transport settings they make: TLS / mTLS credentials and HTTP/2 keepalive
+channel options (docs/OPERATING.md, TLS)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import List, Optional, Tuple, Union
-
-Pem = Union[str, bytes, bytearray, None]
 
 import grpc
 
+from gradtape._metadata import AUTHORIZATION_HEADER
 
-def _pem(name: str, value: object) -> Optional[bytes]:
+Pem = Union[str, bytes, bytearray, None]
+
+
+@dataclasses.dataclass(frozen=True)
+class ConnectOptions:
+    """Everything connect() takes besides the address and `native`
+    (documented there), checked when made: ValueError / TypeError with
+    connect()'s messages. Both StreamCore and NativeCore take one."""
+
+    session_id: Optional[str] = None
+    keep_alive_seconds: int = 0
+    batch_size: int = 512
+    max_batch_bytes: int = 16 << 20
+    chunk_bytes: int = 64 << 20
+    timeout: float = 10.0
+    credentials: Optional[grpc.ChannelCredentials] = None
+    root_certificates: Pem = None
+    private_key: Pem = None
+    certificate_chain: Pem = None
+    server_name_override: Optional[str] = None
+    keepalive_time: Optional[float] = None
+    keepalive_timeout: float = 20.0
+    keepalive_permit_without_calls: bool = False
+    api_key: Optional[str] = None
+    reconnect_timeout: float = 30.0
+    # Not a connect() argument: sent, unacknowledged bytes kept for resume.
+    max_unacked_bytes: int = 256 << 20
+    # Derived, for the cores: the channel's credentials (None: plaintext)
+    # and channel options (name override, keepalive).
+    tls: Optional[grpc.ChannelCredentials] = dataclasses.field(init=False, default=None)
+    channel_options: Tuple[Tuple[str, object], ...] = dataclasses.field(init=False, default=())
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {self.batch_size}")
+        if not self.reconnect_timeout >= 0:
+            raise ValueError(f"reconnect_timeout must be >= 0 (0: off), got {self.reconnect_timeout}")
+        if self.chunk_bytes < 1:
+            raise ValueError(f"chunk_bytes must be at least 1, got {self.chunk_bytes}")
+        tls = make_credentials(self.credentials, self.root_certificates, self.private_key, self.certificate_chain)
+        options = channel_options(
+            server_name_override=self.server_name_override,
+            keepalive_time=self.keepalive_time,
+            keepalive_timeout=self.keepalive_timeout,
+            keepalive_permit_without_calls=self.keepalive_permit_without_calls,
+        )
+        object.__setattr__(self, "tls", tls)
+        object.__setattr__(self, "channel_options", tuple(options))
+
+    def key_metadata(self) -> Tuple[Tuple[str, str], ...]:
+        """`authorization: Bearer <key>` for a server with --api_keys_file;
+        nothing without a key."""
+        return ((AUTHORIZATION_HEADER, f"Bearer {self.api_key}"),) if self.api_key else ()
+
+
+def pem(name: str, value: object) -> Optional[bytes]:
     if value is None:
         return None
     if isinstance(value, str):
@@ -28,9 +84,9 @@ def make_credentials(
 ) -> Optional[grpc.ChannelCredentials]:
     """The channel's credentials: None (plaintext), the caller's, or TLS from
     PEM. The PEM arguments and `credentials` are exclusive."""
-    roots = _pem("root_certificates", root_certificates)
-    key = _pem("private_key", private_key)
-    chain = _pem("certificate_chain", certificate_chain)
+    roots = pem("root_certificates", root_certificates)
+    key = pem("private_key", private_key)
+    chain = pem("certificate_chain", certificate_chain)
     if credentials is not None and not isinstance(credentials, grpc.ChannelCredentials):
         raise TypeError(
             f"credentials must be a grpc.ChannelCredentials, got {type(credentials).__name__}"

@@ -9,6 +9,13 @@ from typing import Optional, Sequence, Tuple
 
 import grpc
 
+from gradtape._metadata import (  # noqa: F401 (re-exported: public names)
+    LAST_APPLIED_SEQ_TRAILER,
+    PROXY_VERDICT_TRAILER,
+    REPLICA_UNREACHABLE_VERDICT,
+    SERVER_STATUS_TRAILER,
+)
+
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 _OP_RE = re.compile(r"^([A-Za-z][A-Za-z0-9_]*) \(command \d+")
 
@@ -112,8 +119,6 @@ class SessionLostError(GradtapeError):
         self.seconds = seconds
 
 
-LAST_APPLIED_SEQ_TRAILER = "gradtape-last-applied-seq"
-SERVER_STATUS_TRAILER = "gradtape-server-status"
 # A call that ends with one of these and without the server-status trailer
 # failed in transport (proto: "Which statuses are the server's").
 TRANSPORT_CODES = frozenset(
@@ -135,13 +140,6 @@ def is_server_status(error: grpc.RpcError) -> bool:
     """Whether the gradtape server itself sent this status (its trailer
     ``gradtape-server-status: 1``)."""
     return any(key == SERVER_STATUS_TRAILER for key, _ in _trailers(error))
-
-
-# The proxy's verdict (deploy/k8s/nginx/proxy.conf; README "A replica lost
-# behind the proxy"): a status the proxy answers because it cannot reach the
-# replica the session id routes to carries this trailer with this value.
-PROXY_VERDICT_TRAILER = "gradtape-proxy-verdict"
-REPLICA_UNREACHABLE_VERDICT = "replica-unreachable"
 
 
 def is_replica_unreachable(error: grpc.RpcError) -> bool:

@@ -619,48 +619,32 @@ def connect(
     Returns:
       A Session (a context manager that closes it).
     """
-    if _backend.use_native(native, credentials is not None):
+    use_native = _backend.use_native(native, credentials is not None)
+    options = _transport.ConnectOptions(
+        session_id=session_id,
+        keep_alive_seconds=keep_alive_seconds,
+        batch_size=batch_size,
+        max_batch_bytes=max_batch_bytes,
+        chunk_bytes=chunk_bytes,
+        timeout=timeout,
+        credentials=credentials,
+        root_certificates=root_certificates,
+        private_key=private_key,
+        certificate_chain=certificate_chain,
+        server_name_override=server_name_override,
+        keepalive_time=keepalive_time,
+        keepalive_timeout=keepalive_timeout,
+        keepalive_permit_without_calls=keepalive_permit_without_calls,
+        api_key=api_key,
+        reconnect_timeout=reconnect_timeout,
+    )
+    core: _backend.Backend
+    if use_native:
         from gradtape._native_core import NativeCore
 
-        core: _backend.Backend = NativeCore(
-            address,
-            session_id=session_id,
-            keep_alive_seconds=keep_alive_seconds,
-            batch_size=batch_size,
-            max_batch_bytes=max_batch_bytes,
-            chunk_bytes=chunk_bytes,
-            timeout=timeout,
-            root_certificates=root_certificates,
-            private_key=private_key,
-            certificate_chain=certificate_chain,
-            server_name_override=server_name_override,
-            keepalive_time=keepalive_time,
-            keepalive_timeout=keepalive_timeout,
-            keepalive_permit_without_calls=keepalive_permit_without_calls,
-            api_key=api_key,
-            reconnect_timeout=reconnect_timeout,
-        )
+        core = NativeCore(address, options)
     else:
-        core = StreamCore(
-            address,
-            session_id=session_id,
-            keep_alive_seconds=keep_alive_seconds,
-            batch_size=batch_size,
-            max_batch_bytes=max_batch_bytes,
-            chunk_bytes=chunk_bytes,
-            timeout=timeout,
-            credentials=_transport.make_credentials(
-                credentials, root_certificates, private_key, certificate_chain
-            ),
-            channel_options=_transport.channel_options(
-                server_name_override=server_name_override,
-                keepalive_time=keepalive_time,
-                keepalive_timeout=keepalive_timeout,
-                keepalive_permit_without_calls=keepalive_permit_without_calls,
-            ),
-            api_key=api_key,
-            reconnect_timeout=reconnect_timeout,
-        )
+        core = StreamCore(address, options)
     try:
         return Session(core)
     except BaseException:
