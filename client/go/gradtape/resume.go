@@ -1,6 +1,6 @@
 package gradtape
 
-// Resuming after a transport failure (README "Resuming clients"; the
+// Resuming after a transport failure (docs/RELIABILITY.md "Resuming clients"; the
 // contract is "Exactly-once application" and "Which statuses are the
 // server's" at the top of proto/gradtape/v1/tape_service.proto).
 //
@@ -63,7 +63,7 @@ import (
 const ServerStatusTrailer = "gradtape-server-status"
 
 // The proxy's verdict on a session's replica (deploy/k8s/nginx/proxy.conf;
-// README "A replica lost behind the proxy"): a status the proxy answers
+// docs/RELIABILITY.md "A replica lost behind the proxy"): a status the proxy answers
 // because it cannot reach the replica the session id routes to carries
 // ProxyVerdictTrailer: ReplicaUnreachableVerdict. It is still a transport
 // failure.

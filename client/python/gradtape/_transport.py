@@ -1,5 +1,5 @@
 """Transport settings of a gradtape channel: TLS / mTLS credentials and HTTP/2
-keepalive channel options (README "Transport security (TLS and mTLS)")."""
+keepalive channel options (docs/OPERATING.md "Transport security (TLS and mTLS)")."""
 
 from __future__ import annotations
 

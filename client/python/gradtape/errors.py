@@ -137,7 +137,7 @@ def is_server_status(error: grpc.RpcError) -> bool:
     return any(key == SERVER_STATUS_TRAILER for key, _ in _trailers(error))
 
 
-# The proxy's verdict (deploy/k8s/nginx/proxy.conf; README "A replica lost
+# The proxy's verdict (deploy/k8s/nginx/proxy.conf; docs/RELIABILITY.md "A replica lost
 # behind the proxy"): a status the proxy answers because it cannot reach the
 # replica the session id routes to carries this trailer with this value.
 PROXY_VERDICT_TRAILER = "gradtape-proxy-verdict"
