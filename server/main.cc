@@ -49,7 +49,8 @@ ABSL_FLAG(int64_t, max_tensor_mb, -1,
           "largest tensor any command may create, in MiB (puts, op outputs, "
           "gradients, checkpoints); larger ones are refused before memory is "
           "touched; -1 = a quarter of the budget, at most 16384");
-// API keys and tenants (server/api_keys.h, README "API keys and tenants").
+// API keys and tenants (server/api_keys.h; docs/OPERATING.md "API keys and
+// tenants").
 ABSL_FLAG(std::string, api_keys_file, "",
           "file of API keys, one '<key or sha256:HEX> <tenant> "
           "[max_sessions=N] [memory_mib=M] [max_put_mib=P]' per line; when "

@@ -10,7 +10,8 @@ namespace gradtape::server {
 int WorkerPool::DefaultThreads() {
   // Workers mostly wait on their session's kernels or sleep; a long op holds
   // one. Four per core (at least 8) keep small sessions served while up to
-  // that many sessions run long ops at once (README "Scheduling").
+  // that many sessions run long ops at once (docs/OPERATING.md "Deadlines,
+  // scheduling and admission").
   return static_cast<int>(
       std::max(8u, 4 * std::thread::hardware_concurrency()));
 }

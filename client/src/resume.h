@@ -47,9 +47,9 @@ inline constexpr char kLostAttemptsPayload[] = "gradtape-lost-attempts";
 inline constexpr char kLostSecondsPayload[] = "gradtape-lost-seconds";
 
 // The proxy's verdict on a session's replica (deploy/k8s/nginx/proxy.conf;
-// README "A replica lost behind the proxy"): a status the proxy answers
-// because it cannot reach the replica the session id routes to carries the
-// trailer `gradtape-proxy-verdict: replica-unreachable`. Like any status
+// docs/RELIABILITY.md "A replica lost behind the proxy"): a status the proxy
+// answers because it cannot reach the replica the session id routes to carries
+// the trailer `gradtape-proxy-verdict: replica-unreachable`. Like any status
 // without the server's trailer it is a transport failure.
 inline constexpr char kProxyVerdictTrailer[] = "gradtape-proxy-verdict";
 inline constexpr char kReplicaUnreachableVerdict[] = "replica-unreachable";

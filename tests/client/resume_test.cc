@@ -115,8 +115,8 @@ absl::StatusOr<TrainingRun> Train(int port, int steps) {
   return run;
 }
 
-// The fault test (README "Resuming clients"): connections cut at random
-// byte offsets, both directions, many in the middle of a message, while
+// The fault test (docs/RELIABILITY.md "Resuming clients"): connections cut at
+// random byte offsets, both directions, many in the middle of a message, while
 // Adam trains; every fetched loss and every final variable equal the
 // fault-free run's bit for bit, and the server applied exactly as many
 // commands (none twice).

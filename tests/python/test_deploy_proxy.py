@@ -9,7 +9,7 @@ limit), that each session lives on exactly one replica and that both
 replicas get sessions; that a CreateSession without the routing header is
 refused; and, with three replicas, what a replica lost mid-training
 (killed and restarted, or drained) does to the sessions on it and on the
-others (README "A replica lost behind the proxy").
+others (docs/RELIABILITY.md "A replica lost behind the proxy").
 """
 
 import contextlib
@@ -181,7 +181,7 @@ def test_long_stream_and_large_tensor_through_the_proxy(proxy):
         assert s.counters["batches_sent"] >= 40
 
 
-# -- three replicas, one lost: README "A replica lost behind the proxy" ------
+# -- three replicas, one lost: docs/RELIABILITY.md "A replica lost behind the proxy" ------
 #
 # Training sessions spread over three replicas behind the same nginx config;
 # one replica is killed (SIGKILL) mid-training and later restarted on its

@@ -71,7 +71,7 @@ def test_tls_through_the_proxy_with_mtls_to_the_replicas(tls_proxy, pb):
         for s in sessions:
             s.close()
     # The routing rules of ../nginx/proxy.conf hold here too: no
-    # CreateSession without the routing header (README "A replica lost
+    # CreateSession without the routing header (docs/RELIABILITY.md "A replica lost
     # behind the proxy").
     tls = grpc.ssl_channel_credentials(root_certificates=ca)
     with grpc.secure_channel(address, tls) as channel:

@@ -1,5 +1,5 @@
 """The Python client resumes after transport failures and never reports a
-false OK (README "Resuming clients").
+false OK (docs/RELIABILITY.md "Resuming clients").
 
 The fault test trains a small MLP with Adam through FaultProxy
 (fault_proxy.py), which cuts the connection at seeded byte offsets in both

@@ -102,7 +102,7 @@ def _tf_losses(tf: Any, tt: Any, cfg: Any, weights: Dict[str, np.ndarray], token
         # tf.gather's gradient to the embedding is IndexedSlices, which Keras
         # applies sparsely: its v sums each occurrence's squared slice
         # (duplicate characters in a batch), not the square of their sum.
-        # gradtape's ResourceGather gradient is dense (README, Ops), which
+        # gradtape's ResourceGather gradient is dense (docs/OP_FAMILIES.md, variable), which
         # is dense Adam: densify TF's so both run the same algorithm.
         grads = [tf.convert_to_tensor(g) for g in tape.gradient(loss, decayed + rest)]
         opts[0][0].apply_gradients(zip(grads[: len(decayed)], decayed))

@@ -15,7 +15,8 @@ const (
 	// the gradtape server itself sends.
 	ServerStatusTrailer = "gradtape-server-status"
 	// The proxy's verdict on a session's replica
-	// (deploy/k8s/nginx/proxy.conf): a status the proxy answers because it
+	// (deploy/k8s/nginx/proxy.conf; docs/RELIABILITY.md "A replica lost behind the
+	// proxy"): a status the proxy answers because it
 	// cannot reach the replica the session id routes to carries
 	// ProxyVerdictTrailer: ReplicaUnreachableVerdict. It is still a
 	// transport failure.

@@ -1,6 +1,6 @@
 """connect()'s options, checked once for both implementations, and the
 transport settings they make: TLS / mTLS credentials and HTTP/2 keepalive
-channel options (docs/OPERATING.md, TLS)."""
+channel options (docs/OPERATING.md "Transport security (TLS and mTLS)")."""
 
 from __future__ import annotations
 

@@ -607,7 +607,7 @@ def connect(
         (the server applies each seq once). Past it, every wait point raises
         a SessionLostError (UNAVAILABLE "... unreachable for T s ..."),
         and sooner when probes in a row carry the proxy's replica-unreachable
-        verdict for 2 s (README "A replica lost behind the proxy"). 0: off, the first transport failure loses the session. Also bounds
+        verdict for 2 s (docs/RELIABILITY.md "A replica lost behind the proxy"). 0: off, the first transport failure loses the session. Also bounds
         retries of a CreateSession that fails in transport (each with a new
         random id, unless `session_id` is given).
       native: which client implementation carries the session: None (the

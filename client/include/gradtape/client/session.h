@@ -121,8 +121,9 @@ class AttrValue {
 };
 using Attrs = std::vector<std::pair<std::string, AttrValue>>;
 
-// Transport security and HTTP/2 keepalive of a client's channel (README
-// "Transport security (TLS and mTLS)"; client/src/channel.cc).
+// Transport security and HTTP/2 keepalive of a client's channel
+// (docs/OPERATING.md "Transport security (TLS and mTLS)";
+// client/src/channel.cc).
 //
 // TLS: the server's certificate is checked against root_certificates and
 // the host of the address (or server_name_override). mTLS: private_key and
@@ -189,19 +190,20 @@ struct SessionOptions {
   // except on loopback.
   std::string api_key;
 
-  // Resume after a transport failure (README "Resuming clients";
-  // client/src/resume.h). When the stream ends in transport (UNAVAILABLE,
-  // INTERNAL or UNKNOWN without the server's gradtape-server-status
-  // trailer), the session reconnects on its own: KeepAlive probes with
-  // exponential backoff (initial_backoff doubling to max_backoff, with
-  // jitter) for at most reconnect_timeout since the failure, then a new
-  // Stream on the same session that resends every command not yet
+  // Resume after a transport failure (docs/RELIABILITY.md "Resuming
+  // clients"; client/src/resume.h). When the stream ends in transport
+  // (UNAVAILABLE, INTERNAL or UNKNOWN without the server's
+  // gradtape-server-status trailer), the session reconnects on its own:
+  // KeepAlive probes with exponential backoff (initial_backoff doubling to
+  // max_backoff, with jitter) for at most reconnect_timeout since the failure,
+  // then a new Stream on the same session that resends every command not yet
   // acknowledged, with its seq (the server applies each seq once). Callers
   // see a delay; past reconnect_timeout every wait returns UNAVAILABLE
   // "session <id>: server <addr> unreachable for <T> s (<N> reconnect
   // attempts): ...", and so it does sooner once the probes have carried a
-  // proxy's replica-unreachable verdict for 2 s in a row (README "A replica
-  // lost behind the proxy"; client/src/resume.h). 0 turns resuming off. A
+  // proxy's replica-unreachable verdict for 2 s in a row
+  // (docs/RELIABILITY.md "A replica lost behind the proxy";
+  // client/src/resume.h). 0 turns resuming off. A
   // CreateSession that fails in transport is retried within the same bound,
   // with a new random session id (a caller's own session_id is tried once). A
   // wait waits for a reconnect in progress (at most this long), Close at most
