@@ -45,19 +45,21 @@ absl::Status BadChunk(int64_t id, const v1::CommandResult& result,
 
 }  // namespace
 
-void SessionCore::PutInChunks(int64_t id, const HostTensor& value) {
+void SessionCore::PutInChunks(int64_t id, DType dtype,
+                              absl::Span<const int64_t> shape,
+                              absl::string_view bytes) {
   Enqueue([&](v1::Command& command) {
     v1::PutTensorBegin* begin = command.mutable_put_begin();
     begin->set_id(id);
-    begin->set_dtype(static_cast<v1::DType>(value.dtype));
-    for (int64_t d : value.shape) begin->add_shape(d);
+    begin->set_dtype(static_cast<v1::DType>(dtype));
+    begin->mutable_shape()->Add(shape.begin(), shape.end());
   });
-  const int64_t total = static_cast<int64_t>(value.bytes.size());
+  const int64_t total = static_cast<int64_t>(bytes.size());
   for (int64_t offset = 0; offset < total; offset += options_.chunk_bytes) {
     Flush();  // the chunk goes alone
     // The copy is made outside the session lock and moved into the buffer.
-    std::string data = value.bytes.substr(
-        static_cast<size_t>(offset), static_cast<size_t>(options_.chunk_bytes));
+    std::string data(bytes.substr(static_cast<size_t>(offset),
+                                  static_cast<size_t>(options_.chunk_bytes)));
     Enqueue([&](v1::Command& command) {
       v1::PutTensorChunk* chunk = command.mutable_put_chunk();
       chunk->set_id(id);

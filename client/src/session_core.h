@@ -32,8 +32,10 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "google/protobuf/arena.h"
 #include "gradtape/client/session.h"
 #include "gradtape/v1/tape_service.grpc.pb.h"
@@ -174,9 +176,15 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
   absl::Status Close();
 
   // Tensors larger than one chunk (client/src/chunks.cc).
-  // Buffers PutTensorBegin at `id`, then sends each chunk of `value` in a
-  // batch of its own (errors surface at the next wait point).
-  void PutInChunks(int64_t id, const HostTensor& value);
+  // Buffers PutTensorBegin at `id`, then sends each chunk of `bytes` in a
+  // batch of its own (errors surface at the next wait point). `bytes` is
+  // read while this runs, not kept: each chunk is copied once, outside the
+  // session lock (the Python extension passes its array's buffer).
+  void PutInChunks(int64_t id, DType dtype, absl::Span<const int64_t> shape,
+                   absl::string_view bytes);
+  void PutInChunks(int64_t id, const HostTensor& value) {
+    PutInChunks(id, value.dtype, value.shape, value.bytes);
+  }
   // Wait point: the tensor at `id`, fetched in chunks of at most
   // options.chunk_bytes (one round trip when it fits in one).
   absl::StatusOr<HostTensor> FetchInChunks(int64_t id);

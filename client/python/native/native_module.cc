@@ -544,32 +544,16 @@ class Core {
     throw nb::python_error();
   }
 
+  // The C++ client's chunked put (client/src/chunks.cc) on the array's own
+  // buffer, without the GIL: each chunk is copied once.
   void PutInChunks(int64_t id, int dtype,
                    const absl::InlinedVector<int64_t, 4>& shape,
                    const Buffer& buffer) {
-    After(core_->EnqueueNoFlush([&](v1::Command& command) {
-      v1::PutTensorBegin* begin = command.mutable_put_begin();
-      begin->set_id(id);
-      begin->set_dtype(static_cast<v1::DType>(dtype));
-      begin->mutable_shape()->Add(shape.begin(), shape.end());
-    }));
-    const int64_t chunk = core_->chunk_bytes();
-    const int64_t total = buffer.size();
     {
       nb::gil_scoped_release release;
-      for (int64_t offset = 0; offset < total; offset += chunk) {
-        core_->Flush();  // the chunk goes alone
-        // The one copy, outside the session lock, moved into the buffer.
-        std::string data(buffer.data() + offset,
-                         static_cast<size_t>(std::min(chunk, total - offset)));
-        core_->EnqueueNoFlush([&](v1::Command& command) {
-          v1::PutTensorChunk* part = command.mutable_put_chunk();
-          part->set_id(id);
-          part->set_offset(offset);
-          part->set_data(std::move(data));
-        });
-      }
-      core_->Flush();
+      core_->PutInChunks(
+          id, static_cast<DType>(dtype), absl::MakeConstSpan(shape),
+          absl::string_view(buffer.data(), static_cast<size_t>(buffer.size())));
     }
     RaiseIfLost();
   }
