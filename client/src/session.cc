@@ -79,6 +79,18 @@ bool HasReplicaUnreachableVerdict(const grpc::ClientContext& context) {
   return false;
 }
 
+// DType is the proto's enum under C++ names (tape_service.proto is the one
+// table): the same numbers, and every proto dtype has a name here.
+static_assert(static_cast<int>(DType::kFloat32) == v1::DTYPE_FLOAT32 &&
+              static_cast<int>(DType::kFloat64) == v1::DTYPE_FLOAT64 &&
+              static_cast<int>(DType::kInt32) == v1::DTYPE_INT32 &&
+              static_cast<int>(DType::kInt64) == v1::DTYPE_INT64 &&
+              static_cast<int>(DType::kBool) == v1::DTYPE_BOOL &&
+              static_cast<int>(DType::kComplex64) == v1::DTYPE_COMPLEX64 &&
+              static_cast<int>(DType::kComplex128) == v1::DTYPE_COMPLEX128 &&
+              static_cast<int>(DType::kResource) == v1::DTYPE_RESOURCE &&
+              v1::DType_MAX == v1::DTYPE_RESOURCE);
+
 void ToProto(const HostTensor& t, std::string bytes, v1::TensorValue* out) {
   out->set_dtype(static_cast<v1::DType>(t.dtype));
   for (int64_t d : t.shape) out->add_shape(d);
