@@ -108,7 +108,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
     server->access_log_ = *std::move(log);
   }
   // Always: its interceptor also marks the server's own non-OK statuses
-  // (kServerStatusTrailer).
+  // (v1::kServerStatusTrailer).
   server->observer_ = std::make_unique<RpcObserver>(server->metrics_.get(),
                                                     server->access_log_.get());
   // One budget per process: the last server started sets it.
