@@ -26,6 +26,7 @@
 
 namespace grpc {
 class Server;
+class ServerCredentials;
 }  // namespace grpc
 
 namespace gradtape::server {
@@ -91,6 +92,17 @@ class Server {
 
  private:
   Server() = default;
+  // The steps of Start, in order. Metrics, the access log and the
+  // RpcObserver (options.metrics_address, options.access_log).
+  absl::Status StartReporting(const ServerOptions& options);
+  // The memory budget, sessions, worker pool and TapeService.
+  void CreateService(const ServerOptions& options);
+  // Builds and starts the gRPC server (and the health listener) on
+  // options' addresses; sets port_ and address_. FailStart's UNAVAILABLE
+  // when an address cannot be bound.
+  absl::Status Listen(
+      const ServerOptions& options,
+      const std::shared_ptr<grpc::ServerCredentials>& credentials);
   // A failed Start after a gRPC server was built: stops and drops the gRPC
   // servers (the destructor's Drain then frees the rest); returns
   // UNAVAILABLE `message`.
