@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "gradtape/v1/metadata.h"
 #include "openssl/crypto.h"
 #include "openssl/sha.h"
 
@@ -27,11 +28,13 @@ constexpr int64_t kMaxMib = int64_t{1} << 30;  // 1 PiB: bytes fit int64
 // Refused keys files bigger than this (a key file is lines of ~100 bytes).
 constexpr int64_t kMaxFileBytes = 16 << 20;
 
-// The one message for every refused key: it says neither whether a key was
+// The one error for every refused key: it says neither whether a key was
 // sent nor how it was wrong.
-constexpr absl::string_view kUnauthenticated =
-    "missing or invalid API key: send metadata 'authorization: Bearer <key>' "
-    "with a key of the server's --api_keys_file";
+absl::Status Unauthenticated() {
+  return absl::UnauthenticatedError(absl::StrCat(
+      "missing or invalid API key: send metadata '", v1::kAuthorizationHeader,
+      ": ", kBearer, "<key>' with a key of the server's --api_keys_file"));
+}
 
 bool IsKeyChar(char c) { return c > ' ' && c < 0x7f; }
 
@@ -293,7 +296,7 @@ absl::Status ApiKeys::Reload() {
 absl::StatusOr<std::shared_ptr<Tenant>> ApiKeys::Authenticate(
     absl::string_view authorization) const {
   if (!absl::StartsWith(authorization, kBearer)) {
-    return absl::UnauthenticatedError(kUnauthenticated);
+    return Unauthenticated();
   }
   const KeyDigest digest = DigestKey(authorization.substr(kBearer.size()));
   std::shared_ptr<const Table> table;
@@ -311,7 +314,7 @@ absl::StatusOr<std::shared_ptr<Tenant>> ApiKeys::Authenticate(
   auto it = table->by_digest.find(key);
   if (it == table->by_digest.end() ||
       CRYPTO_memcmp(it->first.data(), key.data(), key.size()) != 0) {
-    return absl::UnauthenticatedError(kUnauthenticated);
+    return Unauthenticated();
   }
   return it->second;
 }

@@ -1,5 +1,7 @@
 // Applies a CommandBatch to a core Session: the command semantics of the wire
-// protocol, shared by Stream and Run.
+// protocol, shared by Stream and Run. The batch loop is here; one command's
+// dispatch is server/commands.h, the reply's room server/reply_budget.h and
+// server/prediction.h, exactly-once server/exactly_once.h.
 #ifndef GRADTAPE_SERVER_BATCH_H_
 #define GRADTAPE_SERVER_BATCH_H_
 
@@ -10,7 +12,9 @@
 #include "core/base/cancellation.h"
 #include "core/session/session.h"
 #include "gradtape/v1/tape_service.pb.h"
+#include "server/commands.h"
 #include "server/metrics.h"
+#include "server/reply_budget.h"
 #include "server/result_cache.h"
 
 namespace gradtape::server {
@@ -24,8 +28,9 @@ namespace gradtape::server {
 // The reply's results take at most `max_reply_bytes` (encoded; at least
 // 4096 is used): the caller passes its max message size less a margin for
 // batch_id and last_seq. A command that returns data (FetchTensor; Gradient,
-// Jacobian, FetchJvp with return values) is checked before it is applied:
-// if its values would not fit in what remains, it fails alone with
+// Jacobian, FetchJvp with return values) is checked before it is applied
+// (a Gradient once its checks passed, on the sources it resolved): if its
+// values would not fit in what remains, it fails alone with
 // RESOURCE_EXHAUSTED (naming seq, ids, dtypes/shapes, bytes, the limit, and
 // how to fetch them instead), changes nothing but last_seq and the poisoned
 // result ids, and the batch goes on. A result that is larger than predicted
@@ -38,53 +43,11 @@ namespace gradtape::server {
 // A chunked FetchTensor (max_bytes > 0) is measured the same way: the
 // chunk's exact encoded size against what remains.
 //
-// Tenants: a PutTensor whose data exceeds `put_limit.max_bytes` (> 0) fails
-// alone with RESOURCE_EXHAUSTED naming the tenant, the put's seq and id, its
-// bytes and the limit, before its tensor is built (its id is poisoned). For
-// a PutTensorBegin the limit applies to the whole tensor's bytes.
-struct PutLimit {
-  absl::string_view tenant;
-  int64_t max_bytes = 0;  // 0: none
-};
-
-// Memory: a reply's results are charged to the process's account (the
-// server-wide budget, ProcessMemoryAccount) from before their data is
-// copied until the reply is written, at twice their encoded bytes (the
-// reply message and its serialised copy). A command that returns data
-// (FetchTensor, chunk or whole; Gradient, Jacobian, FetchJvp with return
-// values) reserves them first and, if the budget cannot fit them, fails
-// alone with RESOURCE_EXHAUSTED "server memory budget exceeded" (nothing
-// applied; its result ids poisoned). The caller holds the ReplyMemory with
-// the serialised reply and lets it go once the reply is written.
-class ReplyMemory {
- public:
-  ReplyMemory() = default;
-  ~ReplyMemory() { ShrinkTo(0); }
-  ReplyMemory(ReplyMemory&& other) noexcept : bytes_(other.bytes_) {
-    other.bytes_ = 0;
-  }
-  ReplyMemory& operator=(ReplyMemory&& other) noexcept;
-  ReplyMemory(const ReplyMemory&) = delete;
-  ReplyMemory& operator=(const ReplyMemory&) = delete;
-
-  // Charges `bytes` unless the budget cannot fit them: then the account
-  // that refused (nothing charged).
-  const MemoryAccount* TryReserve(int64_t bytes);
-  // Charges `bytes` without a check (data already in memory).
-  void Add(int64_t bytes);
-  // Refunds all but `bytes` (the message is gone, the serialised copy
-  // stays).
-  void ShrinkTo(int64_t bytes);
-  int64_t bytes() const { return bytes_; }
-  // Over every ReplyMemory in the process (metrics).
-  static int64_t TotalBytes();
-
- private:
-  void Charge(int64_t delta);
-
-  int64_t bytes_ = 0;
-};
-
+// Tenants: `put_limit` (server/commands.h) refuses a put larger than the
+// tenant's max_put_mib alone. Memory: the reply's results are charged to
+// `reply_memory` (server/reply_budget.h), which the caller holds until the
+// reply is written.
+//
 // Deadlines and cancellation: `cancel` (may be null) is polled before each
 // command and made current while the commands run, so long kernels check it
 // at block boundaries (core/base/cancellation.h). Once it is requested the

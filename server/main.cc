@@ -12,12 +12,15 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -117,46 +120,26 @@ ABSL_FLAG(std::string, access_log, "",
           "file that gets one JSON line per RPC (appended; - = stdout); "
           "empty = no access log");
 
-int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "gradtape-server: a gradient-tape gRPC service for remote eager "
-      "clients.\nUsage: gradtape-server [--address=127.0.0.1:50051] ...");
-  absl::ParseCommandLine(argc, argv);
-  // Debian's Abseil is built without NDEBUG, so absl::Mutex records every
-  // lock order for deadlock detection (GraphCycles took ~4% of the server's
-  // CPU under unary load: docs/PERFORMANCE.md). Our lock order is fixed by
-  // design (manager, then one session); tests and sanitizer runs keep the
-  // detector on.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+namespace {
 
-  // Block the stop signals in every thread (gRPC's threads inherit the mask)
-  // and take them synchronously below with sigwait.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGHUP);  // reload the API keys (below)
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+using gradtape::server::MemorySettings;
+using gradtape::server::ServerOptions;
 
-  gradtape::server::ServerOptions options;
-  options.address = absl::GetFlag(FLAGS_address);
-  options.max_sessions = absl::GetFlag(FLAGS_max_sessions);
-  absl::StatusOr<gradtape::server::MemorySettings> memory =
-      gradtape::server::ResolveMemorySettings(
-          absl::GetFlag(FLAGS_memory_budget_mb),
-          absl::GetFlag(FLAGS_session_memory_limit_mb),
-          absl::GetFlag(FLAGS_max_tensor_mb),
-          gradtape::server::DetectMemoryLimit());
-  if (!memory.ok()) {
-    std::fprintf(stderr, "gradtape-server: %s\n",
-                 std::string(memory.status().message()).c_str());
-    return 1;
-  }
-  options.memory_budget_bytes = memory->budget_bytes;
-  options.session_memory_limit_bytes = memory->session_limit_bytes;
-  options.keep_alive_seconds = absl::GetFlag(FLAGS_keep_alive_seconds);
-  options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
-  // Transport security and HTTP/2 keepalive (server/tls.h).
+// Blocks the stop signals (and SIGHUP: reload the API keys) in every thread
+// (gRPC's threads inherit the mask); they are taken synchronously with
+// sigwait.
+sigset_t BlockSignals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
+
+// Transport security and HTTP/2 keepalive (server/tls.h).
+void TransportFromFlags(ServerOptions& options) {
   options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
   options.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);
   options.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);
@@ -170,49 +153,132 @@ int main(int argc, char** argv) {
   options.keepalive_permit_without_calls =
       absl::GetFlag(FLAGS_keepalive_permit_without_calls);
   options.max_ping_strikes = absl::GetFlag(FLAGS_max_ping_strikes);
-  options.api_keys_file = absl::GetFlag(FLAGS_api_keys_file);
-  options.worker_threads = absl::GetFlag(FLAGS_worker_threads);
-  options.max_inflight_batches = absl::GetFlag(FLAGS_max_inflight_batches);
-  options.metrics_address = absl::GetFlag(FLAGS_metrics_address);
-  options.access_log = absl::GetFlag(FLAGS_access_log);
+}
+
+// The flags checked here rather than by Server::Start (their units are
+// MiB and seconds): the first one out of range, as INVALID_ARGUMENT.
+absl::Status CheckedFlagsToOptions(ServerOptions& options) {
   const int64_t result_cache_mb = absl::GetFlag(FLAGS_result_cache_mb);
   if (result_cache_mb < 0 || result_cache_mb > (int64_t{1} << 30)) {
-    std::fprintf(stderr,
-                 "gradtape-server: --result_cache_mb must be 0 to 2^30, got "
-                 "%lld\n",
-                 static_cast<long long>(result_cache_mb));
-    return 1;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--result_cache_mb must be 0 to 2^30, got ", result_cache_mb));
   }
   options.result_cache_bytes = result_cache_mb << 20;
   const int max_message_mb = absl::GetFlag(FLAGS_max_message_mb);
   if (max_message_mb <= 0 || max_message_mb > 2047) {
-    std::fprintf(stderr,
-                 "gradtape-server: --max_message_mb must be 1 to 2047, got "
-                 "%d\n",
-                 max_message_mb);
-    return 1;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_message_mb must be 1 to 2047, got ", max_message_mb));
   }
   options.max_message_bytes = max_message_mb << 20;
   // Graceful drain.
   const int shutdown_grace_seconds =
       absl::GetFlag(FLAGS_shutdown_grace_seconds);
   if (shutdown_grace_seconds < 0) {
-    std::fprintf(stderr,
-                 "gradtape-server: --shutdown_grace_seconds must be >= 0, got "
-                 "%d\n",
-                 shutdown_grace_seconds);
-    return 1;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--shutdown_grace_seconds must be >= 0, got ", shutdown_grace_seconds));
   }
   options.shutdown_grace = absl::Seconds(shutdown_grace_seconds);
+  return absl::OkStatus();
+}
+
+// The server's options from the flags, with `memory` (the resolved
+// memory flags); an error says which flag is out of range.
+absl::StatusOr<ServerOptions> OptionsFromFlags(const MemorySettings& memory) {
+  ServerOptions options;
+  options.address = absl::GetFlag(FLAGS_address);
+  options.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  options.memory_budget_bytes = memory.budget_bytes;
+  options.session_memory_limit_bytes = memory.session_limit_bytes;
+  options.keep_alive_seconds = absl::GetFlag(FLAGS_keep_alive_seconds);
+  options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  TransportFromFlags(options);
+  options.api_keys_file = absl::GetFlag(FLAGS_api_keys_file);
+  options.worker_threads = absl::GetFlag(FLAGS_worker_threads);
+  options.max_inflight_batches = absl::GetFlag(FLAGS_max_inflight_batches);
+  options.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  options.access_log = absl::GetFlag(FLAGS_access_log);
+  if (absl::Status s = CheckedFlagsToOptions(options); !s.ok()) return s;
   options.checkpoint_on_drain = absl::GetFlag(FLAGS_checkpoint_on_drain);
   options.health_address = absl::GetFlag(FLAGS_health_address);
+  return options;
+}
+
+// Serves until SIGINT or SIGTERM (returned); SIGHUP re-reads the API keys.
+int ServeUntilStopSignal(gradtape::server::Server& server,
+                         const sigset_t& signals) {
+  int signal_number = 0;
+  while (sigwait(&signals, &signal_number) == 0 && signal_number == SIGHUP) {
+    // The message names the file and line of an error, never a key.
+    absl::Status reloaded = server.ReloadApiKeys();
+    std::fprintf(stderr, "gradtape-server: SIGHUP: %s\n",
+                 reloaded.ok()
+                     ? "API keys reloaded"
+                     : absl::StrCat("reload failed, the old keys stay "
+                                    "in force: ",
+                                    reloaded.ToString())
+                           .c_str());
+  }
+  return signal_number;
+}
+
+// The graceful drain after stop signal `signal_number`. A second stop
+// signal ends the process at once (no checkpoints); SIGHUP is ignored
+// during the drain.
+void Drain(gradtape::server::Server& server, const sigset_t& signals,
+           int signal_number, absl::Duration grace) {
+  std::fprintf(stderr, "gradtape-server: signal %d, draining (grace %d s)\n",
+               signal_number, static_cast<int>(absl::ToInt64Seconds(grace)));
+  std::thread([signals] {
+    int second = 0;
+    while (sigwait(&signals, &second) == 0 && second == SIGHUP) {
+    }
+    std::fprintf(stderr, "gradtape-server: signal %d again, exiting now\n",
+                 second);
+    std::_Exit(1);
+  }).detach();
+  const absl::Time start = absl::Now();
+  server.Shutdown();  // Drain(options.shutdown_grace)
+  std::fprintf(stderr, "gradtape-server: drained in %.2f s, exiting\n",
+               absl::ToDoubleSeconds(absl::Now() - start));
+}
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "gradtape-server: %s\n",
+               std::string(status.message()).c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "gradtape-server: a gradient-tape gRPC service for remote eager "
+      "clients.\nUsage: gradtape-server [--address=127.0.0.1:50051] ...");
+  absl::ParseCommandLine(argc, argv);
+  // Debian's Abseil is built without NDEBUG, so absl::Mutex records every
+  // lock order for deadlock detection (GraphCycles took ~4% of the server's
+  // CPU under unary load: docs/PERFORMANCE.md). Our lock order is fixed by
+  // design (manager, then one session); tests and sanitizer runs keep the
+  // detector on.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  const sigset_t signals = BlockSignals();
+
+  absl::StatusOr<MemorySettings> memory =
+      gradtape::server::ResolveMemorySettings(
+          absl::GetFlag(FLAGS_memory_budget_mb),
+          absl::GetFlag(FLAGS_session_memory_limit_mb),
+          absl::GetFlag(FLAGS_max_tensor_mb),
+          gradtape::server::DetectMemoryLimit());
+  if (!memory.ok()) return Fail(memory.status());
+  absl::StatusOr<ServerOptions> options = OptionsFromFlags(*memory);
+  if (!options.ok()) return Fail(options.status());
   gradtape::TensorLimits limits;
   limits.max_bytes = memory->max_tensor_bytes;
   gradtape::SetTensorLimits(limits);
   std::fprintf(stderr, "gradtape-server: %s\n",
                gradtape::server::DescribeMemorySettings(*memory).c_str());
   absl::StatusOr<std::unique_ptr<gradtape::server::Server>> server =
-      gradtape::server::Server::Start(options);
+      gradtape::server::Server::Start(*options);
   if (!server.ok()) {
     std::fprintf(stderr, "gradtape-server: %s\n",
                  server.status().ToString().c_str());
@@ -225,35 +291,7 @@ int main(int argc, char** argv) {
   std::printf("gradtape-server listening on %s\n",
               (*server)->address().c_str());
   std::fflush(stdout);
-
-  int signal_number = 0;
-  while (sigwait(&stop_signals, &signal_number) == 0 &&
-         signal_number == SIGHUP) {
-    // The message names the file and line of an error, never a key.
-    absl::Status reloaded = (*server)->ReloadApiKeys();
-    std::fprintf(stderr, "gradtape-server: SIGHUP: %s\n",
-                 reloaded.ok()
-                     ? "API keys reloaded"
-                     : absl::StrCat("reload failed, the old keys stay "
-                                    "in force: ",
-                                    reloaded.ToString())
-                           .c_str());
-  }
-  std::fprintf(stderr, "gradtape-server: signal %d, draining (grace %d s)\n",
-               signal_number, shutdown_grace_seconds);
-  // A second stop signal ends the process at once (no checkpoints); SIGHUP
-  // is ignored during the drain.
-  std::thread([stop_signals] {
-    int second = 0;
-    while (sigwait(&stop_signals, &second) == 0 && second == SIGHUP) {
-    }
-    std::fprintf(stderr, "gradtape-server: signal %d again, exiting now\n",
-                 second);
-    std::_Exit(1);
-  }).detach();
-  const absl::Time start = absl::Now();
-  (*server)->Shutdown();  // Drain(options.shutdown_grace)
-  std::fprintf(stderr, "gradtape-server: drained in %.2f s, exiting\n",
-               absl::ToDoubleSeconds(absl::Now() - start));
+  const int signal_number = ServeUntilStopSignal(**server, signals);
+  Drain(**server, signals, signal_number, options->shutdown_grace);
   return 0;
 }

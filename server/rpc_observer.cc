@@ -8,10 +8,10 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "gradtape/v1/metadata.h"
 #include "gradtape/v1/tape_service.pb.h"
 #include "grpcpp/server_context.h"
 #include "grpcpp/support/byte_buffer.h"
-#include "server/tape_service.h"
 
 namespace gradtape::server {
 namespace {
@@ -105,7 +105,8 @@ class RpcObserver::Interceptor final : public grpc::experimental::Interceptor {
       const grpc::Status status = methods->GetSendStatus();
       if (!status.ok()) {
         // The one place that marks the server's own statuses.
-        methods->GetSendTrailingMetadata()->emplace(kServerStatusTrailer, "1");
+        methods->GetSendTrailingMetadata()->emplace(v1::kServerStatusTrailer,
+                                                    "1");
       }
       Report(static_cast<int>(status.error_code()), /*ended=*/false);
     }
@@ -115,7 +116,7 @@ class RpcObserver::Interceptor final : public grpc::experimental::Interceptor {
  private:
   void ReadSessionId(
       const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) {
-    auto it = metadata.find(kSessionIdHeader);
+    auto it = metadata.find(v1::kSessionIdHeader);
     if (it == metadata.end()) return;
     session_.assign(it->second.data(),
                     std::min(it->second.size(), kMaxLoggedSessionId));

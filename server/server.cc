@@ -1,5 +1,7 @@
 #include "server/server.h"
 
+#include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -13,10 +15,10 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "server/access_log.h"
 #include "server/api_keys.h"
-#include "server/batch.h"
 #include "server/drain.h"
 #include "server/memory_budget.h"
 #include "server/metrics.h"
+#include "server/reply_budget.h"
 #include "server/result_cache.h"
 #include "server/rpc_observer.h"
 #include "server/session_manager.h"
@@ -26,8 +28,11 @@
 
 namespace gradtape::server {
 
-absl::StatusOr<std::unique_ptr<Server>> Server::Start(
-    const ServerOptions& options) {
+namespace {
+
+// INVALID_ARGUMENT naming the first option out of range (the transport's
+// are checked by server/tls.h).
+absl::Status CheckOptions(const ServerOptions& options) {
   if (options.max_sessions <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_sessions must be positive, got ", options.max_sessions));
@@ -68,12 +73,25 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
         "max_inflight_batches >= 0, got ",
         options.worker_threads, " and ", options.max_inflight_batches));
   }
-  auto colon = options.address.rfind(':');
-  if (colon == std::string::npos) {
+  if (options.address.rfind(':') == std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat(
         "address '", options.address, "' has no port (host:port)"));
   }
+  return absl::OkStatus();
+}
 
+// The keys of options.api_keys_file, or null without one.
+absl::StatusOr<std::unique_ptr<ApiKeys>> LoadApiKeys(
+    const ServerOptions& options) {
+  if (options.api_keys_file.empty()) return nullptr;
+  return ApiKeys::Load(options.api_keys_file);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(
+    const ServerOptions& options) {
+  if (absl::Status s = CheckOptions(options); !s.ok()) return s;
   // Transport: TLS credentials and keepalive (server/tls.h).
   if (absl::Status s = CheckKeepaliveOptions(options); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
@@ -85,32 +103,44 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
   // Before the Server exists: its destructor expects a started server.
-  std::unique_ptr<ApiKeys> api_keys;
-  if (!options.api_keys_file.empty()) {
-    absl::StatusOr<std::unique_ptr<ApiKeys>> keys =
-        ApiKeys::Load(options.api_keys_file);
-    if (!keys.ok()) return keys.status();
-    api_keys = *std::move(keys);
-  }
+  absl::StatusOr<std::unique_ptr<ApiKeys>> api_keys = LoadApiKeys(options);
+  if (!api_keys.ok()) return api_keys.status();
   std::unique_ptr<Server> server(new Server());
-  server->api_keys_ = std::move(api_keys);
+  server->api_keys_ = *std::move(api_keys);
+  if (absl::Status s = server->StartReporting(options); !s.ok()) return s;
+  server->CreateService(options);
+  if (absl::Status s = server->Listen(options, *credentials); !s.ok()) {
+    return s;
+  }
+  server->shutdown_grace_ = options.shutdown_grace;
+  server->checkpoint_on_drain_ = options.checkpoint_on_drain;
+  server->checkpoint_dir_ = options.checkpoint_dir;
+  // The service's own health name serves beside "" (which gRPC sets).
+  server->SetHealth(true);
+  return server;
+}
+
+absl::Status Server::StartReporting(const ServerOptions& options) {
   // Metrics and access log, before anything reports to them.
   if (!options.metrics_address.empty()) {
     absl::StatusOr<std::unique_ptr<Metrics>> metrics =
         Metrics::Start(options.metrics_address, DefaultRegistry());
     if (!metrics.ok()) return metrics.status();
-    server->metrics_ = *std::move(metrics);
+    metrics_ = *std::move(metrics);
   }
   if (!options.access_log.empty()) {
     absl::StatusOr<std::unique_ptr<AccessLog>> log =
         AccessLog::Open(options.access_log);
     if (!log.ok()) return log.status();
-    server->access_log_ = *std::move(log);
+    access_log_ = *std::move(log);
   }
   // Always: its interceptor also marks the server's own non-OK statuses
-  // (kServerStatusTrailer).
-  server->observer_ = std::make_unique<RpcObserver>(server->metrics_.get(),
-                                                    server->access_log_.get());
+  // (v1::kServerStatusTrailer).
+  observer_ = std::make_unique<RpcObserver>(metrics_.get(), access_log_.get());
+  return absl::OkStatus();
+}
+
+void Server::CreateService(const ServerOptions& options) {
   // One budget per process: the last server started sets it.
   ProcessMemoryAccount()->set_limit(options.memory_budget_bytes);
   SetKeptResultsLimit(options.memory_budget_bytes);
@@ -122,66 +152,61 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   session_options.checkpoint_dir = options.checkpoint_dir;
   session_options.default_lease = absl::Seconds(options.keep_alive_seconds);
   session_options.result_cache_bytes = options.result_cache_bytes;
-  session_options.metrics = server->metrics_.get();
-  server->sessions_ =
+  session_options.metrics = metrics_.get();
+  sessions_ =
       std::make_unique<SessionManager>(DefaultRegistry(), session_options);
-  server->pool_ = std::make_unique<WorkerPool>(
-      options.worker_threads < 0 ? WorkerPool::DefaultThreads()
-                                 : options.worker_threads,
-      options.max_inflight_batches);
-  server->service_ = std::make_unique<TapeServiceImpl>(
-      DefaultRegistry(), *server->sessions_,
+  pool_ = std::make_unique<WorkerPool>(options.worker_threads < 0
+                                           ? WorkerPool::DefaultThreads()
+                                           : options.worker_threads,
+                                       options.max_inflight_batches);
+  service_ = std::make_unique<TapeServiceImpl>(
+      DefaultRegistry(), *sessions_,
       options.max_message_bytes - ServerOptions::kReplyMarginBytes,
-      server->api_keys_.get(), *server->pool_, server->observer_.get());
-  if (server->metrics_ != nullptr) {
-    server->metrics_->SetMemorySource([sessions = server->sessions_.get()] {
-      MemoryTotals totals = sessions->MemoryForMetrics();
-      totals.budget_bytes = ProcessMemoryAccount()->limit();
-      totals.in_use_bytes = ProcessMemoryAccount()->bytes();
-      totals.reply_bytes = ReplyMemory::TotalBytes();
-      totals.result_cache_bytes = KeptResultsAccount()->bytes();  // exact
-      totals.buffer_pool_bytes = BufferPoolAccount()->bytes();
-      return totals;
-    });
-  }
+      api_keys_.get(), *pool_, observer_.get());
+  if (metrics_ == nullptr) return;
+  metrics_->SetMemorySource([sessions = sessions_.get()] {
+    MemoryTotals totals = sessions->MemoryForMetrics();
+    totals.budget_bytes = ProcessMemoryAccount()->limit();
+    totals.in_use_bytes = ProcessMemoryAccount()->bytes();
+    totals.reply_bytes = ReplyMemory::TotalBytes();
+    totals.result_cache_bytes = KeptResultsAccount()->bytes();  // exact
+    totals.buffer_pool_bytes = BufferPoolAccount()->bytes();
+    return totals;
+  });
+}
 
+absl::Status Server::Listen(
+    const ServerOptions& options,
+    const std::shared_ptr<grpc::ServerCredentials>& credentials) {
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.address, *credentials, &server->port_);
+  builder.AddListeningPort(options.address, credentials, &port_);
   ApplyKeepaliveOptions(options, builder);
-  builder.RegisterService(server->service_.get());
+  builder.RegisterService(service_.get());
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
-  {
-    std::vector<
-        std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
-        interceptors;
-    interceptors.push_back(server->observer_->NewInterceptorFactory());
-    builder.experimental().SetInterceptorCreators(std::move(interceptors));
-  }
-  server->grpc_server_ = builder.BuildAndStart();
-  if (server->grpc_server_ == nullptr || server->port_ == 0) {
-    return server->FailStart(
-        absl::StrCat("cannot listen on ", options.address));
+  std::vector<
+      std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(observer_->NewInterceptorFactory());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  grpc_server_ = builder.BuildAndStart();
+  if (grpc_server_ == nullptr || port_ == 0) {
+    return FailStart(absl::StrCat("cannot listen on ", options.address));
   }
   if (!options.health_address.empty()) {
     grpc::ServerBuilder health_builder;  // the default health service only
     health_builder.AddListeningPort(options.health_address,
                                     grpc::InsecureServerCredentials(),
-                                    &server->health_port_);
-    server->health_server_ = health_builder.BuildAndStart();
-    if (server->health_server_ == nullptr || server->health_port_ == 0) {
-      return server->FailStart(absl::StrCat("cannot listen on health_address ",
-                                            options.health_address));
+                                    &health_port_);
+    health_server_ = health_builder.BuildAndStart();
+    if (health_server_ == nullptr || health_port_ == 0) {
+      return FailStart(absl::StrCat("cannot listen on health_address ",
+                                    options.health_address));
     }
   }
-  server->address_ =
-      absl::StrCat(options.address.substr(0, colon), ":", server->port_);
-  server->shutdown_grace_ = options.shutdown_grace;
-  server->checkpoint_on_drain_ = options.checkpoint_on_drain;
-  server->checkpoint_dir_ = options.checkpoint_dir;
-  // The service's own health name serves beside "" (which gRPC sets).
-  server->SetHealth(true);
-  return server;
+  const std::string& address = options.address;
+  address_ = absl::StrCat(address.substr(0, address.rfind(':')), ":", port_);
+  return absl::OkStatus();
 }
 
 absl::Status Server::FailStart(std::string message) {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
 #include "core/tensor/tensor.h"
+#include "gradtape/v1/metadata.h"
 #include "grpc/support/log.h"
 #include "openssl/crypto.h"
 
@@ -216,8 +217,9 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionManager::Authenticate(
     absl::string_view id, absl::string_view token, const Tenant* tenant) {
   if (id.empty() || token.empty()) {
     return absl::UnauthenticatedError(
-        "missing metadata gradtape-session-id / gradtape-session-token; send "
-        "the values returned by CreateSession");
+        absl::StrCat("missing metadata ", v1::kSessionIdHeader, " / ",
+                     v1::kSessionTokenHeader,
+                     "; send the values returned by CreateSession"));
   }
   std::shared_ptr<SessionEntry> entry;
   {

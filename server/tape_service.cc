@@ -119,7 +119,7 @@ void StopOnCancel(Cancellation& cancel) {
 
 // A batch stopped by its call's deadline or cancellation: the status names
 // `what` and the last applied seq, which also goes out as trailing metadata
-// (kLastAppliedSeqTrailer) so that clients read it without parsing text.
+// (v1::kLastAppliedSeqTrailer) so that clients read it without parsing text.
 bool IsStop(const absl::Status& status) {
   return status.code() == absl::StatusCode::kDeadlineExceeded ||
          status.code() == absl::StatusCode::kCancelled;
@@ -127,7 +127,8 @@ bool IsStop(const absl::Status& status) {
 absl::Status Stopped(grpc::CallbackServerContext* context,
                      absl::string_view what, const absl::Status& status,
                      int64_t last_seq) {
-  context->AddTrailingMetadata(kLastAppliedSeqTrailer, absl::StrCat(last_seq));
+  context->AddTrailingMetadata(v1::kLastAppliedSeqTrailer,
+                               absl::StrCat(last_seq));
   return absl::Status(status.code(),
                       absl::StrCat(what, ": ", status.message()));
 }
@@ -465,7 +466,7 @@ class StreamReactor final
     const uint64_t generation = keys_->generation();
     if (generation == keys_generation_) return absl::OkStatus();
     absl::StatusOr<std::shared_ptr<Tenant>> tenant =
-        keys_->Authenticate(Metadata(*context_, kAuthorizationHeader));
+        keys_->Authenticate(Metadata(*context_, v1::kAuthorizationHeader));
     if (!tenant.ok()) return tenant.status();
     if (*tenant != entry_->tenant()) {
       return absl::NotFoundError(
@@ -606,7 +607,7 @@ absl::StatusOr<std::shared_ptr<Tenant>> TapeServiceImpl::AuthenticateKey(
     const grpc::CallbackServerContext& context) const {
   if (api_keys_ == nullptr) return std::shared_ptr<Tenant>();
   absl::StatusOr<std::shared_ptr<Tenant>> tenant =
-      api_keys_->Authenticate(Metadata(context, kAuthorizationHeader));
+      api_keys_->Authenticate(Metadata(context, v1::kAuthorizationHeader));
   // The access log names the tenant of an authenticated call.
   if (tenant.ok() && observer_ != nullptr) {
     observer_->SetTenant(&context, (*tenant)->name());
@@ -621,8 +622,8 @@ absl::StatusOr<std::shared_ptr<Tenant>> TapeServiceImpl::AuthenticateKey(
 absl::StatusOr<std::shared_ptr<SessionEntry>> TapeServiceImpl::Authenticate(
     const grpc::CallbackServerContext& context) {
   ASSIGN_OR_RETURN(std::shared_ptr<Tenant> tenant, AuthenticateKey(context));
-  return sessions_.Authenticate(Metadata(context, kSessionIdHeader),
-                                Metadata(context, kSessionTokenHeader),
+  return sessions_.Authenticate(Metadata(context, v1::kSessionIdHeader),
+                                Metadata(context, v1::kSessionTokenHeader),
                                 tenant.get());
 }
 
@@ -642,13 +643,13 @@ grpc::ServerUnaryReactor* TapeServiceImpl::CreateSession(
     return reactor;
   }
   // The routing header and the body must agree; either may name the id.
-  absl::string_view routed_id = Metadata(*context, kSessionIdHeader);
+  absl::string_view routed_id = Metadata(*context, v1::kSessionIdHeader);
   absl::string_view id = request->session_id();
   if (id.empty()) {
     id = routed_id;
   } else if (!routed_id.empty() && routed_id != id) {
     reactor->Finish(ToGrpcStatus(absl::InvalidArgumentError(
-        absl::StrCat("metadata ", kSessionIdHeader, " '", routed_id,
+        absl::StrCat("metadata ", v1::kSessionIdHeader, " '", routed_id,
                      "' differs from the requested session_id '", id, "'"))));
     return reactor;
   }

@@ -24,13 +24,14 @@
 // (CreateSessionRequest.unsequenced) skips commands whose seq it already
 // applied and answers them from its kept results; KeepAlive answers the
 // session's last applied seq. Every non-OK status carries the trailer
-// kServerStatusTrailer.
+// v1::kServerStatusTrailer (gradtape/v1/metadata.h, like every metadata
+// name).
 //
 // Deadlines and cancellation: a Run or Stream batch stops before its next
 // command once the call's deadline passed or the call was cancelled (long
 // kernels stop at their next block); the call then ends with
 // DEADLINE_EXCEEDED / CANCELLED naming the last applied seq, which is also
-// sent as the trailing metadata kLastAppliedSeqTrailer.
+// sent as the trailing metadata v1::kLastAppliedSeqTrailer.
 #ifndef GRADTAPE_SERVER_TAPE_SERVICE_H_
 #define GRADTAPE_SERVER_TAPE_SERVICE_H_
 
@@ -38,6 +39,7 @@
 
 #include "absl/time/time.h"
 #include "core/registry/op_registry.h"
+#include "gradtape/v1/metadata.h"
 #include "gradtape/v1/tape_service.grpc.pb.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "server/api_keys.h"
@@ -46,20 +48,6 @@
 #include "server/session_manager.h"
 
 namespace gradtape::server {
-
-inline constexpr char kSessionIdHeader[] = "gradtape-session-id";
-inline constexpr char kSessionTokenHeader[] = "gradtape-session-token";
-// API keys: "Bearer <key>" (server/api_keys.h).
-inline constexpr char kAuthorizationHeader[] = "authorization";
-
-// Trailer of a Run or Stream call stopped by its deadline or cancellation:
-// the last applied seq (decimal).
-inline constexpr char kLastAppliedSeqTrailer[] = "gradtape-last-applied-seq";
-
-// Trailer of every non-OK status the server itself sends ("1"): a Stream
-// or Run that ends UNAVAILABLE / INTERNAL / UNKNOWN without it failed in
-// transport (set by RpcObserver's interceptor, server/rpc_observer.h).
-inline constexpr char kServerStatusTrailer[] = "gradtape-server-status";
 
 class WorkerPool;
 

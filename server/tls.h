@@ -26,7 +26,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "server/server.h"
+#include "server/options.h"
 
 namespace grpc {
 class ServerBuilder;

@@ -87,17 +87,10 @@ absl::StatusOr<std::vector<Tensor>> AllocateResults(
     const JacobianShape& js) {
   std::vector<Tensor> results(sources.size());
   for (size_t s = 0; s < sources.size(); ++s) {
-    const Shape src = ValueShape(sources[s]);
-    Shape shape;
-    if (js.batch) {
-      shape.push_back(js.batch_size);
-      shape.insert(shape.end(), target.shape().begin() + 1,
-                   target.shape().end());
-      shape.insert(shape.end(), src.begin() + 1, src.end());
-    } else {
-      shape = target.shape();
-      shape.insert(shape.end(), src.begin(), src.end());
-    }
+    // CheckArguments passed: the shape exists.
+    ASSIGN_OR_RETURN(
+        Shape shape,
+        JacobianResultShape(target.shape(), ValueShape(sources[s]), js.batch));
     absl::StatusOr<Tensor> zeros = Tensor::Zeros(ValueDType(sources[s]), shape);
     if (!zeros.ok()) {
       return absl::Status(zeros.status().code(),
@@ -187,6 +180,26 @@ absl::StatusOr<std::vector<Tensor>> Compute(OpExecutor& ctx, Tape& tape,
 }
 
 }  // namespace
+
+absl::StatusOr<Shape> JacobianResultShape(const Shape& target,
+                                          const Shape& source, bool batch) {
+  Shape shape;
+  if (!batch) {
+    shape = target;
+    shape.insert(shape.end(), source.begin(), source.end());
+    return shape;
+  }
+  if (target.empty() || source.empty() || source[0] != target[0]) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a batch Jacobian of a target of shape ", ShapeString(target),
+        " for a source of shape ", ShapeString(source),
+        ": both need the same first (batch) dimension"));
+  }
+  shape.push_back(target[0]);
+  shape.insert(shape.end(), target.begin() + 1, target.end());
+  shape.insert(shape.end(), source.begin() + 1, source.end());
+  return shape;
+}
 
 absl::StatusOr<std::vector<Tensor>> Jacobian(OpExecutor& ctx, Tape& tape,
                                              const Tensor& target,

@@ -34,6 +34,15 @@
 
 namespace gradtape {
 
+// The shape of the result for one source, from the target's shape and the
+// source's value shape (ValueShape: a variable handle's variable's shape):
+// target + source, or for a batch Jacobian [B] + target[1:] + source[1:].
+// A batch Jacobian whose target or source has rank 0, or whose batch dims
+// differ, has none: INVALID_ARGUMENT (BatchJacobian fails on it). Callers
+// size a result with it before computing it (the server's reply budget).
+absl::StatusOr<Shape> JacobianResultShape(const Shape& target,
+                                          const Shape& source, bool batch);
+
 // INVALID_ARGUMENT for a target or source without a differentiable dtype.
 absl::StatusOr<std::vector<Tensor>> Jacobian(OpExecutor& ctx, Tape& tape,
                                              const Tensor& target,

@@ -377,6 +377,13 @@ absl::StatusOr<std::vector<Tensor>> Session::Gradient(
                  output_grads.push_back(std::move(t));
                }
                RETURN_IF_ERROR(CheckFreeOutputs(cmd, request.result_ids));
+               if (request.before_compute) {
+                 std::vector<ValueSpec> specs;
+                 for (const Tensor& source : d.sources) {
+                   specs.push_back({ValueDType(source), ValueShape(source)});
+                 }
+                 RETURN_IF_ERROR(request.before_compute(specs));
+               }
                ASSIGN_OR_RETURN(
                    std::vector<Tensor> results,
                    cmd.Annotate(

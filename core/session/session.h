@@ -17,6 +17,7 @@
 #define GRADTAPE_CORE_SESSION_SESSION_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,6 +56,12 @@ struct SessionStats {
   int64_t tape_saved_bytes = 0;  // tensors kept for backward, over all tapes
 };
 
+// The dtype and shape of a value a command will return.
+struct ValueSpec {
+  DType dtype = DType::kInvalid;
+  Shape shape;
+};
+
 struct GradientRequest {
   int64_t tape = 0;
   std::vector<int64_t> targets;
@@ -64,6 +71,14 @@ struct GradientRequest {
   Unconnected unconnected = Unconnected::kNone;
   // One per source: where each gradient is stored.
   std::vector<int64_t> result_ids;
+  // Optional. Called once every check passed (tape, targets, sources,
+  // output gradients, free result ids) and before anything is computed,
+  // with what each gradient will be: its source's value dtype and shape
+  // (ValueDType / ValueShape; a None gradient is smaller). An error it
+  // returns is the command's (its result ids poisoned, nothing computed).
+  // The server measures a reply's room here, on the sources the command
+  // resolved.
+  std::function<absl::Status(absl::Span<const ValueSpec>)> before_compute;
 };
 
 struct JacobianRequest {

@@ -1,6 +1,8 @@
 // Jacobian and batch Jacobian commands (core/autodiff/jacobian.h) through the
 // session: they equal the per-row gradients stacked, honour unconnected NONE |
 // ZERO, and reject bad batch shapes atomically.
+#include "core/autodiff/jacobian.h"
+
 #include "absl/strings/match.h"
 #include "tests/core/autodiff/autodiff_fixture.h"
 
@@ -10,6 +12,21 @@ namespace {
 using ::absl::StatusCode;
 
 class JacobianTest : public AutodiffTest {};
+
+// The result shapes the server sizes replies with (JacobianResultShape) are
+// the ones Jacobian and BatchJacobian allocate (checked below by ShapeOf).
+TEST(JacobianResultShapeTest, TargetThenSourceOrBatchFirst) {
+  EXPECT_EQ(*JacobianResultShape({2, 1}, {2, 3}, false), (Shape{2, 1, 2, 3}));
+  EXPECT_EQ(*JacobianResultShape({}, {3}, false), (Shape{3}));
+  EXPECT_EQ(*JacobianResultShape({4, 2}, {4, 3}, true), (Shape{4, 2, 3}));
+  EXPECT_EQ(*JacobianResultShape({4}, {4}, true), (Shape{4}));
+  EXPECT_EQ(JacobianResultShape({4, 2}, {5, 3}, true).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(JacobianResultShape({}, {4}, true).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(JacobianResultShape({4}, {}, true).status().code(),
+            StatusCode::kInvalidArgument);
+}
 
 // y = tanh(W x) with W [2,3], x [3,1]: J wrt W is [2,1,2,3], wrt x [2,1,3,1];
 // row r of each equals the gradient seeded with the one-hot e_r.

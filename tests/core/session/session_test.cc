@@ -177,5 +177,44 @@ TEST(SessionTest, TapeCommandErrors) {
   EXPECT_TRUE(absl::StrContains(g.status().message(), "tape 7")) << g.status();
 }
 
+// GradientRequest::before_compute sees each gradient's dtype and shape once
+// every check passed; its error fails the command before anything is
+// computed: the result ids are poisoned with it and the tape is not used up.
+TEST(SessionTest, GradientBeforeComputeSeesTheGradientsAndMayRefuse) {
+  Session s(DefaultRegistry(), {});
+  ASSERT_TRUE(s.PutTensor(1, 1, Matrix(2, 3)).ok());
+  ASSERT_TRUE(s.PushTape(2, 7, /*persistent=*/false, false).ok());
+  ASSERT_TRUE(s.Watch(3, 7, {1}).ok());
+  ASSERT_TRUE(s.ExecuteOp(4, "Mul", {1, 1}, {2}, {}).ok());
+  ASSERT_TRUE(s.PopTape(5, 7).ok());
+  std::vector<ValueSpec> seen;
+  GradientRequest r{
+      .tape = 7, .targets = {2}, .sources = {1}, .result_ids = {3}};
+  r.before_compute = [&](absl::Span<const ValueSpec> gradients) {
+    seen.assign(gradients.begin(), gradients.end());
+    return absl::ResourceExhaustedError("no room");
+  };
+  absl::StatusOr<std::vector<Tensor>> g = s.Gradient(6, r);
+  EXPECT_EQ(g.status().code(), StatusCode::kResourceExhausted);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].dtype, DType::kFloat64);
+  EXPECT_EQ(seen[0].shape, (Shape{2, 3}));
+  absl::StatusOr<Tensor> poisoned = s.FetchTensor(7, 3);
+  EXPECT_EQ(poisoned.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(poisoned.status().message(), "no room"))
+      << poisoned.status();
+  // Not called when a check fails first (result id 1 holds a tensor).
+  seen.clear();
+  r.result_ids = {1};
+  EXPECT_EQ(s.Gradient(8, r).status().code(), StatusCode::kAlreadyExists);
+  EXPECT_TRUE(seen.empty());
+  // The tape was not used: the gradient runs.
+  r.result_ids = {4};
+  r.before_compute = nullptr;
+  g = s.Gradient(9, r);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ((*g)[0].shape(), (Shape{2, 3}));
+}
+
 }  // namespace
 }  // namespace gradtape
