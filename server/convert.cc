@@ -13,6 +13,18 @@
 
 namespace gradtape::server {
 
+// Core's DType is the proto's enum under C++ names (tape_service.proto is
+// the one table): the same numbers, and every proto dtype has a core one.
+static_assert(static_cast<int>(DType::kFloat32) == v1::DTYPE_FLOAT32 &&
+              static_cast<int>(DType::kFloat64) == v1::DTYPE_FLOAT64 &&
+              static_cast<int>(DType::kInt32) == v1::DTYPE_INT32 &&
+              static_cast<int>(DType::kInt64) == v1::DTYPE_INT64 &&
+              static_cast<int>(DType::kBool) == v1::DTYPE_BOOL &&
+              static_cast<int>(DType::kComplex64) == v1::DTYPE_COMPLEX64 &&
+              static_cast<int>(DType::kComplex128) == v1::DTYPE_COMPLEX128 &&
+              static_cast<int>(DType::kResource) == v1::DTYPE_RESOURCE &&
+              v1::DType_MAX == v1::DTYPE_RESOURCE);
+
 absl::StatusOr<DType> FromProto(v1::DType dtype) {
   const int value = static_cast<int>(dtype);
   if (value == static_cast<int>(DType::kInvalid)) return DType::kInvalid;

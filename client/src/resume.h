@@ -35,11 +35,13 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "gradtape/client/session.h"
+#include "gradtape/v1/metadata.h"
 
 namespace gradtape::client::internal {
 
-// The trailing metadata on every non-OK status the gradtape server sends.
-inline constexpr char kServerStatusTrailer[] = "gradtape-server-status";
+// The trailing metadata on every non-OK status the gradtape server sends
+// (gradtape/v1/metadata.h).
+using ::gradtape::v1::kServerStatusTrailer;
 // Payloads of a lost session's status: why ("unreachable", "not_found",
 // "draining", "ended"), the reconnect attempts and the seconds they took.
 inline constexpr char kLostReasonPayload[] = "gradtape-lost-reason";
@@ -51,8 +53,8 @@ inline constexpr char kLostSecondsPayload[] = "gradtape-lost-seconds";
 // answers because it cannot reach the replica the session id routes to carries
 // the trailer `gradtape-proxy-verdict: replica-unreachable`. Like any status
 // without the server's trailer it is a transport failure.
-inline constexpr char kProxyVerdictTrailer[] = "gradtape-proxy-verdict";
-inline constexpr char kReplicaUnreachableVerdict[] = "replica-unreachable";
+using ::gradtape::v1::kProxyVerdictTrailer;
+using ::gradtape::v1::kReplicaUnreachableVerdict;
 // How long consecutive reconnect probes must carry that verdict before the
 // session is lost. Waiting longer does not help: a replica that restarts
 // comes back without the session (NOT_FOUND), and one the proxy cannot

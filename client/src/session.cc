@@ -191,7 +191,7 @@ void SessionCore::AddSessionMetadata(grpc::ClientContext* context) const {
 
 void SessionCore::AddKeyMetadata(grpc::ClientContext* context) const {
   if (options_.api_key.empty()) return;
-  context->AddMetadata("authorization",
+  context->AddMetadata(v1::kAuthorizationHeader,
                        absl::StrCat("Bearer ", options_.api_key));
 }
 

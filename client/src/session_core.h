@@ -38,15 +38,16 @@
 #include "absl/types/span.h"
 #include "google/protobuf/arena.h"
 #include "gradtape/client/session.h"
+#include "gradtape/v1/metadata.h"
 #include "gradtape/v1/tape_service.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 
 namespace gradtape::client::internal {
 
-inline constexpr char kSessionIdHeader[] = "gradtape-session-id";
+using ::gradtape::v1::kSessionIdHeader;  // gradtape/v1/metadata.h
 // Released ids batched into one ReleaseTensors (SessionCore::AppendLocked).
 inline constexpr size_t kReleaseBatch = 16;
-inline constexpr char kSessionTokenHeader[] = "gradtape-session-token";
+using ::gradtape::v1::kSessionTokenHeader;
 // Payloads of a command's error status: its seq and op label
 // (CommandLabelLocked), for bindings that report them as fields.
 inline constexpr char kCommandSeqPayload[] = "gradtape-command-seq";

@@ -12,6 +12,11 @@
 
 namespace gradtape::client::internal {
 
+// The public payload name (session.h cannot include the proto target's
+// headers) is the server's trailer name.
+static_assert(absl::string_view(kLastAppliedSeqPayload) ==
+              v1::kLastAppliedSeqTrailer);
+
 absl::Status SessionCore::CreateSession() {
   const absl::Time start = absl::Now();
   ReconnectBackoff backoff(options_.initial_backoff, options_.max_backoff,
@@ -160,7 +165,7 @@ bool SessionCore::RecoverLocked() {
   // session stands.
   const auto& trailers = stream_context_->GetServerTrailingMetadata();
   absl::optional<absl::Cord> last_applied;
-  if (auto it = trailers.find(kLastAppliedSeqPayload);
+  if (auto it = trailers.find(v1::kLastAppliedSeqTrailer);
       !s.ok() && it != trailers.end()) {
     last_applied =
         absl::Cord(absl::string_view(it->second.data(), it->second.size()));

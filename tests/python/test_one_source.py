@@ -90,6 +90,31 @@ def test_go_defines_each_wire_name_once() -> None:
     assert not outside, f"wire names outside client/go/gradtape/metadata.go: {outside}"
 
 
+# The C++ client's public header cannot include the proto target's headers:
+# its payload name for the last applied seq repeats the trailer's, held
+# equal by a static_assert in client/src/session_resume.cc.
+CPP_EXEMPT = {("client/include/gradtape/client/session.h", "gradtape-last-applied-seq")}
+
+
+def test_cpp_defines_each_wire_name_once() -> None:
+    files = sorted(
+        p for folder in ("server", "client/src", "client/include", "client/python/native", "proto")
+        for p in (ROOT / folder).rglob("*") if p.suffix in (".cc", ".h")
+    )
+    assert ROOT / "proto/gradtape/v1/metadata.h" in files
+    where: Dict[str, List[str]] = collections.defaultdict(list)
+    for path in files:
+        rel = str(path.relative_to(ROOT))
+        for name in c_like_literals(path):
+            if (rel, name) not in CPP_EXEMPT:
+                where[name].append(rel)
+    twice = {name: places for name, places in where.items() if len(places) > 1}
+    assert not twice, f"wire names defined more than once in C++: {twice}"
+    metadata = set(c_like_literals(ROOT / "proto/gradtape/v1/metadata.h"))
+    assert {"gradtape-session-id", "gradtape-session-token", "authorization",
+            "gradtape-last-applied-seq", "gradtape-server-status"} <= metadata
+
+
 def test_python_has_one_dtype_table() -> None:
     package = ROOT / "client" / "python" / "gradtape"
     tables = [

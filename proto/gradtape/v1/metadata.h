@@ -25,6 +25,7 @@ inline constexpr char kServerStatusTrailer[] = "gradtape-server-status";
 // server: "replica-unreachable" on its UNAVAILABLE for a session whose
 // replica it cannot reach.
 inline constexpr char kProxyVerdictTrailer[] = "gradtape-proxy-verdict";
+inline constexpr char kReplicaUnreachableVerdict[] = "replica-unreachable";
 
 }  // namespace gradtape::v1
 
