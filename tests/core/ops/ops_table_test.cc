@@ -20,7 +20,7 @@ namespace gradtape {
 namespace {
 
 struct Family {
-  const char* name;      // the heading, and the anchor OP_FAMILIES.md uses
+  const char* name;  // the heading, and the anchor OP_FAMILIES.md uses
   const char* register_fn;
   void (*add)(OpRegistry&);
 };
@@ -107,10 +107,10 @@ std::string Attrs(const OpDef& op) {
   std::vector<std::string> parts;
   for (const AttrSpec& a : op.attrs) {
     std::string s = absl::StrCat("`", a.name, "`: ", AttrTypeName(a.type));
-    absl::StrAppend(&s, a.default_value.has_value()
-                            ? absl::StrCat(" = ", AttrValueString(
-                                                      *a.default_value))
-                            : " (required)");
+    absl::StrAppend(&s,
+                    a.default_value.has_value()
+                        ? absl::StrCat(" = ", AttrValueString(*a.default_value))
+                        : " (required)");
     parts.push_back(std::move(s));
   }
   return parts.empty() ? "-" : absl::StrJoin(parts, ", ");
@@ -182,8 +182,8 @@ std::string RenderOps() {
     index.push_back(absl::StrCat("[", f.name, "](#", f.name, ") (",
                                  FamilyOps(f).size(), ")"));
   }
-  out << DefaultRegistry().ops().size() << " ops: " << absl::StrJoin(index, ", ")
-      << ".\n";
+  out << DefaultRegistry().ops().size()
+      << " ops: " << absl::StrJoin(index, ", ") << ".\n";
   for (const Family& f : Families()) {
     out << "\n## " << f.name << "\n\n`" << f.register_fn << "`\n\n"
         << "| op | inputs | outputs: dtype | attrs | tape keeps | gradient | "
@@ -233,8 +233,7 @@ TEST(OpsTable, RowsShowTheRegistration) {
   const std::string matmul = Attrs(*DefaultRegistry().Find("MatMul"));
   EXPECT_NE(matmul.find("`transpose_a`: bool = false"), std::string::npos)
       << matmul;
-  EXPECT_EQ(Gradient(*DefaultRegistry().Find("Equal")),
-            "none (not recorded)");
+  EXPECT_EQ(Gradient(*DefaultRegistry().Find("Equal")), "none (not recorded)");
   const std::string concat = Inputs(*DefaultRegistry().Find("ConcatV2"));
   EXPECT_NE(concat.find("(list of `N`"), std::string::npos) << concat;
   const std::string read = Inputs(*DefaultRegistry().Find("ReadVariableOp"));
