@@ -1,0 +1,163 @@
+"""TensorFlow's eager API over gradtape: ``import gradtape.tf as tf``.
+
+A TF2 eager training script ports by changing its import::
+
+    import gradtape.tf as tf               # was: import tensorflow as tf
+    tf.connect("127.0.0.1:50051")          # or GRADTAPE_ADDRESS=host:port
+
+    x, y = tf.constant([[2.0, 3.0], [1.0, 4.0]]), tf.constant([[1.0], [-1.0]])
+    w = tf.Variable([[0.5], [-0.25]], name="w")
+    opt = tf.keras.optimizers.SGD(learning_rate=0.01)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - y))
+    grads = tape.gradient(loss, [w])
+    opt.apply_gradients(zip(grads, [w]))
+
+Everything runs on the server of the *default session*: the one given to
+``tf.connect(address, **connect_kwargs)`` or ``gradtape.set_default_session``,
+else one connected on first use from the environment variable
+``GRADTAPE_ADDRESS``.
+
+What is here, with TensorFlow's semantics (names, arguments, dtype
+inference of Python values: floats float32, ints int32):
+  constant, Variable, Tensor, GradientTape, convert_to_tensor, identity,
+  zeros, ones, zeros_like, ones_like, fill, reduce_sum, reduce_mean,
+  reduce_max, reduce_min, reduce_prod, reduce_logsumexp, matmul, add, subtract, multiply,
+  divide, negative, square, sqrt, exp, log, sin, cos, tan, tanh, sigmoid,
+  abs, maximum, minimum, pow (needs the server's Pow), where, cast,
+  reshape, transpose, shape, stop_gradient, add_n, custom_gradient,
+  math.* (the above plus log1p, expm1, reciprocal, softplus, sign,
+  squared_difference, log_sigmoid), nn.* (relu, relu6, elu, selu,
+  softplus, softsign, softmax, log_softmax, sigmoid, tanh,
+  sparse_softmax_cross_entropy_with_logits,
+  softmax_cross_entropy_with_logits, l2_loss, bias_add),
+  autodiff.ForwardAccumulator, keras.optimizers.SGD / Adam,
+  train.Checkpoint (named variables), UnconnectedGradients, the dtypes
+  float32, float64, int32, int64, bool, complex64, complex128 (numpy
+  dtypes: ``x.dtype == tf.float32`` works).
+
+Not here: float16 and bfloat16 (gradtape has no such dtype), random ops,
+tf.function (gradtape is eager by construction; ``tf.function`` is the
+identity decorator here), Keras layers and models, tf.data, string ops,
+slicing and ``**`` beyond 2 and 0.5 (the Tensor protocol, gradtape.Tensor),
+``softmax`` over an axis other than the last, ``where`` with one argument,
+``Adam(amsgrad=True)``.
+
+Differences that remain, and why: ``custom_gradient``'s ``grad`` is traced
+once into a server program (gradtape._custom: ops only, no ``.numpy()``);
+a ForwardAccumulator keeps the handles of the ops run inside its block
+alive until it exits (gradtape._forward). tests/python/test_tf_reference.py
+runs each case with TensorFlow and with this module.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Optional
+
+from gradtape import _custom, _default
+from gradtape._default import get_default_session, set_default_session
+from gradtape._tensor import Tensor
+from gradtape.session import Session
+from gradtape.tf import autodiff, keras, linalg, math, nn, train
+from gradtape.tf._base import (
+    DType,
+    GradientTape,
+    TensorLike,
+    UnconnectedGradients,
+    Variable,
+    _session,
+    bool,
+    cast,
+    complex64,
+    complex128,
+    connect,
+    constant,
+    convert_to_tensor,
+    double,
+    fill,
+    float32,
+    float64,
+    identity,
+    int32,
+    int64,
+    ones,
+    ones_like,
+    rank,
+    reshape,
+    shape,
+    size,
+    stop_gradient,
+    transpose,
+    zeros,
+    zeros_like,
+)
+from gradtape.tf.math import (
+    abs,
+    add,
+    add_n,
+    clip_by_norm,
+    clip_by_value,
+    conj,
+    cos,
+    divide,
+    exp,
+    imag,
+    log,
+    matmul,
+    maximum,
+    minimum,
+    multiply,
+    negative,
+    pow,
+    real,
+    reduce_logsumexp,
+    reduce_max,
+    reduce_mean,
+    reduce_min,
+    reduce_prod,
+    reduce_sum,
+    sigmoid,
+    sign,
+    sin,
+    sqrt,
+    square,
+    subtract,
+    tan,
+    tanh,
+    truediv,
+    where,
+)
+
+__all__ = [
+    "GradientTape",
+    "Tensor",
+    "UnconnectedGradients",
+    "Variable",
+    "connect",
+    "get_default_session",
+    "set_default_session",
+]
+
+
+def custom_gradient(f: Optional[Callable[..., Any]] = None) -> Any:
+    """tf.custom_gradient (see gradtape._custom for how grad is traced)."""
+    if f is None:
+        return custom_gradient
+
+    @functools.wraps(f)
+    def decorated(*args: Any, **kwargs: Any) -> Any:
+        return _custom.call_with_custom_gradient(f, args, kwargs, _session(), convert_to_tensor)
+
+    return decorated
+
+
+def function(f: Optional[Callable[..., Any]] = None, **kwargs: Any) -> Any:
+    """tf.function: the identity decorator (gradtape is eager)."""
+    if f is None:
+        return lambda g: g
+    return f
+
+
+def _get_default() -> Optional[Session]:
+    return _default._default

@@ -1,0 +1,5 @@
+"""tf.linalg."""
+
+from gradtape.tf.math import matmul
+
+__all__ = ["matmul"]
