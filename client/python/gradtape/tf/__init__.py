@@ -92,12 +92,11 @@ from gradtape.tf._base import (
     zeros,
     zeros_like,
 )
+from gradtape.tf._clip import clip_by_norm, clip_by_value
 from gradtape.tf.math import (
     abs,
     add,
     add_n,
-    clip_by_norm,
-    clip_by_value,
     conj,
     cos,
     divide,

@@ -1,4 +1,4 @@
-"""tf.math: elementwise arithmetic, reductions, matmul, where and clipping
+"""tf.math: elementwise arithmetic, reductions, matmul, and where
 (the ones TensorFlow also has at the top level are re-exported there)."""
 
 from __future__ import annotations
@@ -96,23 +96,6 @@ def add_n(inputs: Sequence[TensorLike], name: Optional[str] = None) -> Tensor:
 def log_sigmoid(x: TensorLike, name: Optional[str] = None) -> Tensor:
     """log(sigmoid(x)) = -softplus(-x)."""
     return negative(softplus(negative(x)))
-
-
-def clip_by_value(t: TensorLike, clip_value_min: TensorLike, clip_value_max: TensorLike, name: Optional[str] = None) -> Tensor:
-    """tf.clip_by_value = minimum(maximum(t, min), max)."""
-    x, lo, hi = _operands(t, clip_value_min, clip_value_max)
-    return _run("Minimum", [_run("Maximum", [x, lo]), hi])
-
-
-def clip_by_norm(t: TensorLike, clip_norm: TensorLike, axes: Any = None, name: Optional[str] = None) -> Tensor:
-    """tf.clip_by_norm: t * clip_norm / max(l2norm(t), clip_norm) (TF's
-    formula, with a zero norm kept safe)."""
-    x, c = _operands(t, clip_norm)
-    l2sum = reduce_sum(multiply(x, x), axis=axes, keepdims=True)
-    positive = _run("Greater", [l2sum, zeros_like(l2sum)])
-    safe = where(positive, l2sum, ones_like(l2sum))
-    l2norm = where(positive, sqrt(safe), l2sum)
-    return divide(multiply(x, c), maximum(l2norm, c))
 
 
 def where(condition: TensorLike, x: Optional[TensorLike] = None, y: Optional[TensorLike] = None, name: Optional[str] = None) -> Tensor:
