@@ -63,8 +63,8 @@ asan_start=$SECONDS
     && ctest --test-dir build-asan --output-on-failure -j2 --timeout 900
 ) 2>&1 | tee "$LOGS/asan" || status=1
 echo "asan: build + ctest took $((SECONDS - asan_start)) s"
-echo "== fuzz (scripts/fuzz.sh 30 in build-asan: regressions replayed, each fuzzer 30 s)"
-FUZZ_BUILD_DIR="$ROOT/build-asan" bash scripts/fuzz.sh 30 2>&1 | tee "$LOGS/fuzz" || status=1
+echo "== fuzz (scripts/fuzz.sh 20 in build-asan: regressions replayed, each fuzzer 20 s)"
+FUZZ_BUILD_DIR="$ROOT/build-asan" bash scripts/fuzz.sh 20 2>&1 | tee "$LOGS/fuzz" || status=1
 echo "== summary"
 grep -E "^(ok|FAIL|go:)" "$LOGS/go" | tail -2 || echo "go: no summary"
 grep -E "^ghz " "$LOGS/ghz" | tail -4 || true
