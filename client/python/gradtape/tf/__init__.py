@@ -60,6 +60,7 @@ from gradtape._default import get_default_session, set_default_session
 from gradtape._tensor import Tensor
 from gradtape.session import Session
 from gradtape.tf import autodiff, keras, linalg, math, nn, train
+from gradtape.tf import random  # noqa: A004 (TensorFlow's name)
 from gradtape.tf._base import (
     DType,
     GradientTape,
