@@ -59,7 +59,7 @@ from gradtape import _custom, _default
 from gradtape._default import get_default_session, set_default_session
 from gradtape._tensor import Tensor
 from gradtape.session import Session
-from gradtape.tf import autodiff, keras, linalg, math, nn, train
+from gradtape.tf import autodiff, errors, keras, linalg, math, nn, train
 from gradtape.tf import random  # noqa: A004 (TensorFlow's name)
 from gradtape.tf._base import (
     DType,
@@ -93,7 +93,7 @@ from gradtape.tf._base import (
     zeros,
     zeros_like,
 )
-from gradtape.tf._clip import clip_by_norm, clip_by_value
+from gradtape.tf._clip import clip_by_global_norm, clip_by_norm, clip_by_value
 from gradtape.tf.math import (
     abs,
     add,

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
+import grpc
 import numpy as np
 
-from gradtape import _dtypes
+from gradtape import _dtypes, errors as _errors
 from gradtape._tensor import Tensor, Variable as _Variable
 from gradtape.tf._base import (
     TensorLike,
@@ -92,7 +93,9 @@ def _swap_last(fn: Any, t: Tensor, axis: Optional[int]) -> Tensor:
     n = t.ndim
     a = -1 if axis is None else int(axis)
     if a < -n or a >= max(n, 1):
-        raise ValueError(f"axis {a} is out of range for a tensor of rank {n}")
+        raise _errors.InvalidArgumentError(  # TF's kernel raises it
+            grpc.StatusCode.INVALID_ARGUMENT, f"`dim` must be in the range [{-n}, {n}) where {n} is the number of dimensions in the input. Received: dim={a}"
+        )
     a = a % n if n else 0
     if a == n - 1 or n == 0:
         return fn(t)
