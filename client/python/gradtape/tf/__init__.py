@@ -93,6 +93,7 @@ from gradtape.tf._base import (
     zeros,
     zeros_like,
 )
+from gradtape.tf.module import Module, name_scope
 from gradtape.tf._clip import clip_by_global_norm, clip_by_norm, clip_by_value
 from gradtape.tf.math import (
     abs,

@@ -5,7 +5,7 @@ l2_normalize, conv1d over conv2d, dropout)."""
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple
 
 import grpc
 import numpy as np
@@ -32,12 +32,12 @@ from gradtape.tf.math import (
     negative,
     reduce_mean,
     reduce_sum,
-    sigmoid,
-    softplus,
+    sigmoid as sigmoid,
+    softplus as softplus,
     square,
     squared_difference,
     subtract,
-    tanh,
+    tanh as tanh,
 )
 
 # -- activations ----------------------------------------------------------
@@ -98,7 +98,8 @@ def _swap_last(fn: Any, t: Tensor, axis: Optional[int]) -> Tensor:
         )
     a = a % n if n else 0
     if a == n - 1 or n == 0:
-        return fn(t)
+        out: Tensor = fn(t)
+        return out
     perm = list(range(n))
     perm[a], perm[n - 1] = n - 1, a
     moved = _run("Transpose", [t], {"perm": perm})
@@ -363,7 +364,7 @@ def _pool(op: str, fn: str, input: TensorLike, ksize: Any, strides: Any, padding
     fmt = data_format or ("NHWC" if n == 2 else "NDHWC")
     ci = _channel_index(fmt, n + 2)
     p, explicit = _padding(padding, fn, explicit_ok=op == "MaxPool")
-    attrs: dict = {
+    attrs: Dict[str, Any] = {
         "ksize": _sequence(ksize, n, ci, "ksize"),
         "strides": _sequence(strides, n, ci, "strides"),
         "padding": p,
@@ -424,7 +425,8 @@ def _pool_nd(kind: str, input: TensorLike, ksize: Any, strides: Any, padding: An
         raise ValueError(f"`input.shape.rank` must be 3, 4 or 5. Received: input.shape={tuple(x.shape)} of rank {x.ndim}")
     fn = fns[n][0 if kind == "max" else 1]
     fmt = data_format or {1: "NWC", 2: "NHWC", 3: "NDHWC"}[n]
-    return fn(x, ksize, strides, padding, fmt)  # type: ignore[operator]
+    out: Tensor = fn(x, ksize, strides, padding, fmt)
+    return out
 
 
 def max_pool(input: TensorLike, ksize: Any, strides: Any, padding: Any, data_format: Optional[str] = None, name: Optional[str] = None) -> Tensor:  # noqa: A002

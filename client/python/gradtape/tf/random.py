@@ -85,7 +85,7 @@ def _stateful(op: str, shape: Any, dtype: np.dtype, seed: Optional[int]) -> Tens
     n = _State.calls.get((g, o), 0)
     _State.calls[(g, o)] = n + 1
     s = _session()
-    key = np.asarray([g], dtype=np.uint64).view(np.int64)
+    key = np.asarray([g & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64).view(np.int64)
     hi = (np.uint64(n) << np.uint64(32)) | np.uint64(o & 0xFFFFFFFF)
     counter = np.asarray([0, hi], dtype=np.uint64).view(np.int64)
     inputs = [_shape_tensor(shape), s.constant(key), s.constant(counter), s.constant(np.int32(1))]
@@ -117,8 +117,7 @@ def uniform(shape: Any, minval: Any = 0, maxval: Any = None, dtype: Any = np.flo
         return cast(_run("Floor", [scaled]), d)
     d = _float_dtype(d, "uniform")
     rnd = _stateful("StatelessRandomUniform", shape, d, seed)
-    hi = 1 if maxval is None else maxval
-    lo_t, hi_t = convert_to_tensor(minval, dtype=d), convert_to_tensor(hi, dtype=d)
+    lo_t, hi_t = convert_to_tensor(minval, dtype=d), convert_to_tensor(1 if maxval is None else maxval, dtype=d)
     return add(multiply(rnd, _run("Sub", [hi_t, lo_t])), lo_t)
 
 
