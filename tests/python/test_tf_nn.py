@@ -216,3 +216,105 @@ def test_same_as_tensorflow(name: str, tf: Any, gtf: Any) -> None:
     if c.second_order:
         for i, (w, g) in enumerate(zip(want["second"], got["second"])):
             _close(f"{name}: second-order gradient {i}", w, g, 10 * c.tol)
+
+
+# -- tf.random ---------------------------------------------------------------------------
+
+
+def _bits(a: Any) -> np.ndarray:
+    a = np.asarray(a)
+    return a.view(np.uint32 if a.dtype == np.float32 else np.uint64)
+
+
+@pytest.mark.parametrize("fn", ["stateless_uniform", "stateless_normal", "stateless_truncated_normal"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_stateless_random_is_tensorflows_bit_for_bit(tf: Any, gtf: Any, fn: str, dtype: str) -> None:
+    kwargs: Dict[str, Any] = {"minval": -2.0, "maxval": 3.0} if fn == "stateless_uniform" else {"mean": 1.5, "stddev": 0.25}
+    for seed, shape in (([3, 7], [4, 5]), ([-1, 2**31 - 1], [9])):
+        want = getattr(tf.random, fn)(shape, seed=seed, dtype=getattr(tf, dtype), **kwargs).numpy()
+        got = getattr(gtf.random, fn)(shape, seed=seed, dtype=getattr(gtf, dtype), **kwargs).numpy()
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(_bits(got), _bits(want))
+    plain_want = getattr(tf.random, fn)([6], seed=[1, 1]).numpy()
+    np.testing.assert_array_equal(_bits(getattr(gtf.random, fn)([6], seed=[1, 1]).numpy()), _bits(plain_want))
+
+
+def test_stateless_dropout_is_tensorflows_bit_for_bit(tf: Any, gtf: Any) -> None:
+    x = np.random.default_rng(3).standard_normal((20, 30)).astype(np.float32)
+    want = tf.nn.experimental.stateless_dropout(x, rate=0.4, seed=[5, 6]).numpy()
+    got = gtf.nn.experimental.stateless_dropout(x, rate=0.4, seed=[5, 6]).numpy()
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+    assert 0 < np.count_nonzero(got) < got.size
+
+
+def _draws(gtf: Any) -> List[np.ndarray]:
+    return [
+        gtf.random.uniform([3, 4]).numpy(),
+        gtf.random.uniform([3, 4]).numpy(),
+        gtf.random.normal([5], seed=7).numpy(),
+        gtf.random.normal([5], seed=7).numpy(),
+        gtf.random.truncated_normal([1000], mean=1.0, stddev=2.0, dtype=gtf.float64, seed=1).numpy(),
+        gtf.random.uniform([50], minval=-3, maxval=4, dtype=gtf.int32, seed=2).numpy(),
+        gtf.nn.dropout(np.ones((8, 8), np.float32), 0.5, seed=3).numpy(),
+    ]
+
+
+def test_seeded_stateful_random_follows_tensorflows_rules(tf: Any, gtf: Any) -> None:
+    gtf.random.set_seed(1234)
+    first = _draws(gtf)
+    gtf.random.set_seed(1234)
+    again = _draws(gtf)
+    for a, b in zip(first, again):  # the same program gives the same numbers
+        np.testing.assert_array_equal(a, b)
+    u1, u2, n1, n2, t, ints, drop = first
+    assert not np.array_equal(u1, u2) and not np.array_equal(n1, n2)  # a stream continues
+    assert u1.dtype == np.float32 and u1.shape == (3, 4) and np.all((u1 >= 0) & (u1 < 1))
+    assert t.dtype == np.float64 and np.all(np.abs(t - 1.0) <= 4.0) and abs(t.mean() - 1.0) < 0.3
+    assert ints.dtype == np.int32 and ints.min() >= -3 and ints.max() < 4 and len(set(ints.tolist())) > 3
+    assert set(np.unique(drop).tolist()) == {0.0, 2.0}
+    gtf.random.set_seed(99)
+    assert not np.array_equal(gtf.random.uniform([3, 4]).numpy(), u1)
+    # As TF: with no global seed an op seed alone is deterministic too.
+    gtf.random.set_seed(None)
+    a = gtf.random.normal([4], seed=5).numpy()
+    gtf.random.set_seed(None)
+    np.testing.assert_array_equal(gtf.random.normal([4], seed=5).numpy(), a)
+    # and TF's shapes and dtypes
+    for fn in ("uniform", "normal", "truncated_normal"):
+        want = getattr(tf.random, fn)([2, 3], dtype=tf.float64, seed=1)
+        got = getattr(gtf.random, fn)([2, 3], dtype=gtf.float64, seed=1)
+        assert got.numpy().dtype == want.numpy().dtype and got.numpy().shape == tuple(want.shape)
+
+
+def test_refusals_and_errors_as_tensorflow(tf: Any, gtf: Any) -> None:
+    x = np.ones((1, 4, 4, 2), np.float32)
+    for m in (tf, gtf):
+        with pytest.raises(ValueError):
+            m.random.uniform([2], dtype=m.int32)  # no maxval
+        with pytest.raises(ValueError):
+            m.nn.dropout(x, rate=1.0)
+        with pytest.raises(ValueError):
+            m.nn.dilation2d(x, np.ones((2, 2, 2), np.float32), [1, 1, 1, 1], "SAME", "NCHW", [1, 1, 1, 1])
+        with pytest.raises(m.errors.InvalidArgumentError):
+            m.nn.softmax(m.constant([1.0, 2.0]), axis=3).numpy()
+    with pytest.raises(NotImplementedError, match="stateless_uniform"):
+        gtf.random.stateless_uniform([2], seed=[1, 2], dtype=gtf.int32, minval=0, maxval=3)
+    with pytest.raises(NotImplementedError, match="alg"):
+        gtf.random.stateless_normal([2], seed=[1, 2], alg="threefry")
+
+
+def test_max_pool_with_argmax_and_fused_batch_norm_statistics(tf: Any, gtf: Any) -> None:
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2, 5, 6, 3)).astype(np.float32)
+    for include in (False, True):
+        want = tf.nn.max_pool_with_argmax(x, 2, 2, "SAME", include_batch_in_index=include)
+        got = gtf.nn.max_pool_with_argmax(x, 2, 2, "SAME", include_batch_in_index=include)
+        np.testing.assert_array_equal(got[1].numpy(), want[1].numpy())
+        assert got[1].numpy().dtype == np.int64
+    scale, offset = rng.standard_normal(3).astype(np.float32), rng.standard_normal(3).astype(np.float32)
+    mean, var = rng.standard_normal(3).astype(np.float32), rng.random(3).astype(np.float32) + 0.5
+    for kwargs in ({}, {"mean": mean, "variance": var, "is_training": False}, {"mean": mean, "variance": var, "exponential_avg_factor": 0.3}):
+        want = tf.compat.v1.nn.fused_batch_norm(x, scale, offset, epsilon=1e-6, **kwargs)
+        got = gtf.nn.fused_batch_norm(x, scale, offset, epsilon=1e-6, **kwargs)
+        for w, g in zip(want, got):
+            np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-5, atol=1e-5)
