@@ -260,3 +260,43 @@ def test_module_traversal_is_tensorflows(tf: Any, gtf: Any) -> None:
     assert np.asarray(got(2.0)).tolist() == np.asarray(want(2.0)).tolist() == [18.0]
     with pytest.raises(ValueError):
         gtf.Module(name="not valid")
+
+
+def _custom_layer(m: Any) -> Any:
+    class Block(m.keras.layers.Layer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = m.keras.layers.Dense(3)
+            self.norm = m.keras.layers.LayerNormalization()
+
+        def build(self, input_shape: Any) -> None:
+            self.count = self.add_weight(shape=(), initializer="zeros", trainable=False, name="count")
+            self.scale = self.add_weight(shape=(3,), initializer="ones", name="scale")
+
+        def call(self, x: Any) -> Any:
+            return self.norm(self.inner(x)) * self.scale
+
+    return Block()
+
+
+def test_custom_layer_weights_order_and_freezing(tf: Any, gtf: Any) -> None:
+    x = np.random.default_rng(2).standard_normal((2, 4)).astype(np.float32)
+    layers = [_custom_layer(tf), _custom_layer(gtf)]
+    for layer in layers:
+        layer(x)
+
+    def names(ws: Any) -> List[Any]:
+        return [(w.name.split("/")[-1].split(":")[0], tuple(w.shape)) for w in ws]
+
+    for attr in ("weights", "trainable_weights", "non_trainable_weights"):
+        assert names(getattr(layers[1], attr)) == names(getattr(layers[0], attr)), attr
+    layers[1].set_weights(layers[0].get_weights())
+    np.testing.assert_allclose(layers[1](x).numpy(), layers[0](x).numpy(), rtol=TOL, atol=TOL)
+    for layer in layers:
+        layer.inner.trainable = False
+    assert names(layers[1].trainable_weights) == names(layers[0].trainable_weights)
+    xv = gtf.constant(x)
+    with gtf.GradientTape() as tape:
+        y = layers[1](xv)
+    grads = tape.gradient(y, [layers[1].inner.kernel, layers[1].scale])
+    assert grads[0] is None and grads[1] is not None  # a frozen layer's variables are not watched

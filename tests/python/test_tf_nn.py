@@ -318,3 +318,39 @@ def test_max_pool_with_argmax_and_fused_batch_norm_statistics(tf: Any, gtf: Any)
         got = gtf.nn.fused_batch_norm(x, scale, offset, epsilon=1e-6, **kwargs)
         for w, g in zip(want, got):
             np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def _nchw(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(np.moveaxis(a, -1, 1))
+
+
+CHANNELS_FIRST = {
+    "conv2d": (lambda m, x, w, f: m.nn.conv2d(x, w, [1, 2], "SAME", data_format=f, dilations=1), (3, 3, 3, 4)),
+    "conv2d_explicit": (lambda m, x, w, f: m.nn.conv2d(x, w, 1, [[0, 0], [1, 0], [2, 1], [0, 0]] if f == "NHWC" else [[0, 0], [0, 0], [1, 0], [2, 1]], data_format=f), (2, 3, 3, 2)),
+    "depthwise_conv2d": (lambda m, x, w, f: m.nn.depthwise_conv2d(x, w, [1, 1, 1, 1], "VALID", data_format=f), (2, 2, 3, 2)),
+    "avg_pool2d": (lambda m, x, w, f: m.nn.avg_pool2d(x, 2, 2, "SAME", data_format=f), None),
+    "bias_add": (lambda m, x, w, f: m.nn.bias_add(x, w, data_format=f), (3,)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CHANNELS_FIRST))
+def test_channels_first_as_tensorflows_channels_last(name: str, tf: Any, gtf: Any) -> None:
+    """NCHW through the server equals TF's NHWC (TF's CPU kernels refuse
+    most NCHW ops), transposed: values and gradients."""
+    fn, w_shape = CHANNELS_FIRST[name]
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 5, 6, 3)).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32) if w_shape else np.zeros(1, np.float32)
+    results = []
+    for m, xa, f in ((tf, x, "NHWC"), (gtf, _nchw(x), "NCHW")):
+        xv, wv = m.Variable(xa), m.Variable(w)
+        with m.GradientTape() as tape:
+            y = fn(m, xv, wv, f)
+            loss = m.reduce_sum(y * y)
+        gx, gw = tape.gradient(loss, [xv, wv])
+        results.append((np.asarray(y), np.asarray(gx), None if gw is None else np.asarray(gw)))
+    (y0, gx0, gw0), (y1, gx1, gw1) = results
+    np.testing.assert_allclose(y1, _nchw(y0), rtol=RTOL, atol=RTOL)
+    np.testing.assert_allclose(gx1, _nchw(gx0), rtol=RTOL, atol=RTOL)
+    if w_shape:
+        np.testing.assert_allclose(gw1, gw0, rtol=RTOL, atol=RTOL)

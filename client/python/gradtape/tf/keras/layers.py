@@ -119,7 +119,8 @@ class Layer:
         **kwargs: Any,
     ) -> _Variable:
         value = initializers.get(initializer)(tuple(int(s) for s in shape), dtype=dtype or self.dtype)
-        v = Variable(value, trainable=trainable)
+        v = Variable(value, trainable=trainable and self.trainable)
+        setattr(v, "_keras_trainable", trainable)  # the weight's own flag, kept when the layer is frozen
         v._name = f"{self.name}/{name or 'variable'}"  # Keras' path (not the server's shared name)
         self._own_weights.append(v)
         return v
@@ -140,12 +141,29 @@ class Layer:
             kwargs.pop("training")
         return self.call(inputs, *args, **kwargs)
 
-    # -- weights ------------------------------------------------------------
+    # -- weights (Keras 3's order: own trainable, own non-trainable, sublayers') --
+    @property
+    def trainable(self) -> bool:
+        return bool(self.__dict__.get("_trainable", True))
+
+    @trainable.setter
+    def trainable(self, value: bool) -> None:
+        """As Keras 3: also sets the layer's variables and sublayers."""
+        object.__setattr__(self, "_trainable", bool(value))
+        for w in self.__dict__.get("_own_weights", []):
+            if getattr(w, "_keras_trainable", True):
+                w.trainable = bool(value)
+        for sub in self.__dict__.get("_sublayers", []):
+            sub.trainable = value
+
     @property
     def weights(self) -> List[_Variable]:
-        out = list(self._own_weights)
-        for sub in self._sublayers:
-            out.extend(w for w in sub.weights if all(w is not o for o in out))
+        declared = [getattr(w, "_keras_trainable", True) for w in self._own_weights]
+        own = [w for w, t in zip(self._own_weights, declared) if t] + [w for w, t in zip(self._own_weights, declared) if not t]
+        out: List[_Variable] = []
+        for w in own + [w for sub in self._sublayers for w in sub.weights]:
+            if all(w is not o for o in out):
+                out.append(w)
         return out
 
     variables = weights
@@ -154,17 +172,15 @@ class Layer:
     def trainable_weights(self) -> List[_Variable]:
         if not self.trainable:
             return []
-        out = [w for w in self._own_weights if w.trainable]
-        for sub in self._sublayers:
-            out.extend(w for w in sub.trainable_weights if all(w is not o for o in out))
-        return out
+        return [w for w in self.weights if w.trainable]
 
     trainable_variables = trainable_weights
 
     @property
     def non_trainable_weights(self) -> List[_Variable]:
-        trainable = self.trainable_weights
-        return [w for w in self.weights if all(w is not t for t in trainable)]
+        if not self.trainable:
+            return self.weights
+        return [w for w in self.weights if not w.trainable]
 
     non_trainable_variables = non_trainable_weights
 
