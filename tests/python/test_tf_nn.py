@@ -110,6 +110,13 @@ case("conv2d_transpose_valid", lambda tf, x, w: tf.nn.conv2d_transpose(x, w, [2,
 case("dilation2d", lambda tf, x, w: tf.nn.dilation2d(x, w, [1, 1, 1, 1], "SAME", "NHWC", [1, 1, 1, 1]), X4, (2, 2, 3))
 case("dilation2d_rates", lambda tf, x, w: tf.nn.dilation2d(x, w, [1, 2, 1, 1], "VALID", "NHWC", [1, 2, 1, 1]), X4, (2, 2, 3))
 
+case("convolution_1d", lambda tf, x, w: tf.nn.convolution(x, w, strides=2, padding="SAME"), (2, 9, 3), (3, 3, 4))
+case("convolution_2d", lambda tf, x, w: tf.nn.convolution(x, w, padding="VALID", dilations=2), X4, (2, 2, 3, 2))
+case("convolution_3d", lambda tf, x, w: tf.nn.convolution(x, w, strides=[1, 2, 1], padding="SAME", data_format="NDHWC"), (1, 4, 5, 4, 2), (2, 2, 2, 2, 3))
+case("separable_conv2d", lambda tf, x, d, p: tf.nn.separable_conv2d(x, d, p, [1, 1, 1, 1], "SAME"), X4, (3, 3, 3, 2), (1, 1, 6, 4))
+case("separable_conv2d_strided", lambda tf, x, d, p: tf.nn.separable_conv2d(x, d, p, [1, 2, 2, 1], "VALID"), X4, (2, 2, 3, 1), (1, 1, 3, 2))
+case("weighted_cross_entropy", lambda tf, z, x: tf.nn.weighted_cross_entropy_with_logits(tf.sigmoid(z), x * 3.0, 2.5), (3, 4), (3, 4), second_order=True)
+
 # -- pooling -----------------------------------------------------------------------
 # Max pooling's second-order gradient wrt its input is zero: TF gives zeros,
 # gradtape None (the max's position is not differentiable), so first order only.

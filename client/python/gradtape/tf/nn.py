@@ -149,6 +149,18 @@ def sigmoid_cross_entropy_with_logits(labels: TensorLike = None, logits: TensorL
     return add(subtract(relu_logits, multiply(x, z)), _run("Log1p", [_run("Exp", [neg_abs])]))
 
 
+def weighted_cross_entropy_with_logits(labels: TensorLike, logits: TensorLike, pos_weight: TensorLike, name: Optional[str] = None) -> Tensor:
+    """tf.nn.weighted_cross_entropy_with_logits, TF's composition:
+    (1 - z) x + (1 + (q - 1) z) (log1p(exp(-|x|)) + relu(-x))."""
+    x = convert_to_tensor(logits)
+    z = convert_to_tensor(labels, dtype_hint=x.dtype)
+    q = convert_to_tensor(pos_weight, dtype_hint=x.dtype)
+    one = _scalar(1.0, x)
+    log_weight = add(one, multiply(subtract(q, one), z))
+    softplus_neg = add(_run("Log1p", [_run("Exp", [negative(_run("Abs", [x]))])]), relu(negative(x)))
+    return add(multiply(subtract(one, z), x), multiply(log_weight, softplus_neg))
+
+
 def l2_loss(t: TensorLike, name: Optional[str] = None) -> Tensor:
     return _run("L2Loss", [convert_to_tensor(t)])
 
@@ -354,6 +366,45 @@ def dilation2d(
     x, f = _operands(input, filters)
     p, _ = _padding(padding, "tf.nn.dilation2d", explicit_ok=False)
     return _run("Dilation2D", [x, f], {"strides": [int(s) for s in strides], "padding": p, "rates": [int(d) for d in dilations]})
+
+
+def convolution(
+    input: TensorLike,  # noqa: A002
+    filters: TensorLike,
+    strides: Any = None,
+    padding: Any = "VALID",
+    data_format: Optional[str] = None,
+    dilations: Any = None,
+    name: Optional[str] = None,
+) -> Tensor:
+    """tf.nn.convolution: conv1d, conv2d or conv3d by the input's rank."""
+    x = convert_to_tensor(input)
+    n = x.ndim - 2
+    channels_first = data_format is not None and data_format.startswith("NC")
+    if n == 1:
+        return conv1d(x, filters, 1 if strides is None else strides, padding, "NCW" if channels_first else "NWC", dilations)
+    if n == 2:
+        return conv2d(x, filters, 1 if strides is None else strides, padding, "NCHW" if channels_first else "NHWC", dilations)
+    if n == 3:
+        fmt = "NCDHW" if channels_first else "NDHWC"
+        return conv3d(x, filters, _sequence(strides, 3, 1 if channels_first else 4, "strides"), padding, fmt, _sequence(dilations, 3, 1 if channels_first else 4, "dilations"))
+    raise ValueError(f"`input.shape.rank` must be 3, 4 or 5. Received: input.shape={tuple(x.shape)} of rank {x.ndim}")
+
+
+def separable_conv2d(
+    input: TensorLike,  # noqa: A002
+    depthwise_filter: TensorLike,
+    pointwise_filter: TensorLike,
+    strides: Any,
+    padding: Any,
+    data_format: Optional[str] = None,
+    dilations: Any = None,
+    name: Optional[str] = None,
+) -> Tensor:
+    """tf.nn.separable_conv2d as TF composes it: depthwise_conv2d, then a
+    1x1 conv2d (stride 1, VALID)."""
+    depthwise = depthwise_conv2d(input, depthwise_filter, strides, padding, data_format, dilations)
+    return conv2d(depthwise, pointwise_filter, [1, 1, 1, 1], "VALID", data_format or "NHWC")
 
 
 # -- pooling ----------------------------------------------------------------
