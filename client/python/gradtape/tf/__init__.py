@@ -32,8 +32,9 @@ inference of Python values: floats float32, ints int32):
   approximate, composed as TF), silu / swish, softmax and log_softmax over
   any axis, sparse_softmax_cross_entropy_with_logits,
   softmax_cross_entropy_with_logits, sigmoid_cross_entropy_with_logits,
-  l2_loss, l2_normalize, bias_add, conv1d (over conv2d, as TF), conv2d,
-  conv3d, depthwise_conv2d, conv2d_transpose, dilation2d, max_pool /
+  weighted_cross_entropy_with_logits, l2_loss, l2_normalize, bias_add,
+  convolution, conv1d (over conv2d, as TF), conv2d, conv3d,
+  depthwise_conv2d, separable_conv2d, conv2d_transpose, dilation2d, max_pool /
   avg_pool (1-, 2-, 3-D), max_pool1d/2d/3d, avg_pool1d/2d/3d,
   max_pool_with_argmax, moments, batch_normalization, fused_batch_norm
   (TF 2 has it as tf.compat.v1.nn.fused_batch_norm), lrn /
