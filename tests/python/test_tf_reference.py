@@ -1651,6 +1651,108 @@ def op_grad_zeros_like_no_gradient(tf):
 
 
 # ---------------------------------------------------------------------------
+# The five guide snippets of issue 28 that differed
+
+
+@case()
+def snippet_gradient_of_no_sources(tf):
+    x = tf.Variable(2.0)
+    with tf.GradientTape() as tape:
+        loss = x * x
+    return [tape.gradient(loss, []), tape.gradient is not None]
+
+
+@case()
+def snippet_gradient_of_no_sources_uses_the_tape(tf):
+    x = tf.Variable(2.0)
+    with tf.GradientTape() as tape:
+        loss = x * x
+    tape.gradient(loss, [])
+    return tape.gradient(loss, x)  # RuntimeError: a non-persistent tape is used up
+
+
+@case()
+def snippet_python_int_axis(tf):
+    x = tf.constant(np.array([[[1.0, 2.0, 0.5], [3.0, -1.0, 0.0]]], dtype=np.float32))
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = tf.nn.softmax(x, axis=1) * tf.nn.log_softmax(x, 0) + tf.nn.softmax(x, 2)
+        mean, variance = tf.nn.moments(x, axes=1)
+        loss = tf.reduce_sum(y) + tf.reduce_sum(variance * mean) + tf.reduce_sum(tf.nn.l2_normalize(x, 2))
+    return [y, mean, variance, tape.gradient(loss, x)]
+
+
+@case()
+def snippet_disabled_gradient_is_a_lookup_error(tf):
+    x = tf.constant(2.0)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = tf.raw_ops.PreventGradient(input=x) if hasattr(tf, "raw_ops") else tf.get_default_session().execute("PreventGradient", [x])[0]
+    try:
+        tape.gradient(y, x).numpy()
+    except LookupError:
+        return True
+    return False
+
+
+@case()
+def snippet_undefined_gradient_is_a_lookup_error(tf):
+    x = tf.constant(np.arange(1.0, 5.0, dtype=np.float32).reshape(1, 1, 1, 4))
+    with tf.GradientTape() as outer:
+        outer.watch(x)
+        with tf.GradientTape() as inner:
+            inner.watch(x)
+            y = tf.nn.local_response_normalization(x, depth_radius=1)
+        g = inner.gradient(y, x)
+    return outer.gradient(g, x)  # TF: LookupError (no gradient for LRNGrad)
+
+
+@case()
+def snippet_error_class_after_a_caught_client_error(tf):
+    try:
+        tf.constant(1.5, dtype=tf.int32)  # a client-side TypeError, caught
+    except TypeError:
+        pass
+    try:
+        tf.reshape(tf.constant([1.0, 2.0, 3.0]), [2, 2]).numpy()
+    except tf.errors.OpError as e:
+        return [isinstance(e, tf.errors.InvalidArgumentError), isinstance(e, tf.errors.UnimplementedError)]
+    return False
+
+
+@case()
+def snippet_clip_by_norm(tf):
+    x = tf.Variable(np.array([[3.0, 4.0], [0.0, 0.0]], dtype=np.float32))
+    with tf.GradientTape() as tape:
+        clipped = tf.clip_by_norm(x, 2.0, axes=1)
+        loss = tf.reduce_sum(clipped * clipped)
+    return [
+        clipped,
+        tape.gradient(loss, x),  # finite at the zero row
+        tf.clip_by_norm(tf.constant([3.0, 4.0]), -1.0),  # a negative clip_norm counts as 0
+        tf.clip_by_norm(tf.constant([3.0, 4.0]), tf.constant(-1.0)),
+        tf.clip_by_norm(tf.constant([3.0, 4.0]), tf.constant(2.0, dtype=tf.float64)),  # cast to t's dtype
+        tf.clip_by_norm([[3.0, 4.0], [1.0, 0.0]], [1.0, 2.0]),
+    ]
+
+
+@case()
+def snippet_clip_by_norm_int_input(tf):
+    return tf.clip_by_norm(tf.constant([3, 4]), 2)  # TF: InvalidArgumentError (Sqrt of int32)
+
+
+@case()
+def snippet_clip_by_global_norm(tf):
+    a = tf.Variable(np.array([3.0, 4.0], dtype=np.float32))
+    b = tf.Variable(np.array([[12.0]], dtype=np.float32))
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(a * a) + tf.reduce_sum(b)
+    grads = tape.gradient(loss, [a, b])
+    clipped, norm = tf.clip_by_global_norm([grads[0], None, grads[1]], 5.0)
+    return [clipped, norm]
+
+
+# ---------------------------------------------------------------------------
 # The runner
 
 
@@ -1658,6 +1760,8 @@ def _error_class(e: BaseException) -> str:
     """The exception's class as the comparison sees it: builtins by name,
     server / op errors as one class (TF's OpError, gradtape's GradtapeError)."""
     names = [c.__name__ for c in type(e).__mro__]
+    if isinstance(e, LookupError):
+        return "LookupError"  # TF: a disabled / undefined gradient (gradtape's is also an OpError)
     if "OpError" in names or "GradtapeError" in names:
         return "OpError"
     for c in type(e).__mro__:

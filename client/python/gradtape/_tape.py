@@ -581,6 +581,16 @@ class GradientTape:
                 "A non-persistent GradientTape can only be used to compute one set of gradients (or jacobians)"
             )
 
+    def _no_sources(self, sources: Any) -> Any:
+        """gradient(target, []) (or an empty structure): the empty structure,
+        as TensorFlow returns it; a non-persistent tape is used up."""
+        self._check_entered("gradient")
+        self._check_unused()
+        self._start_computing()
+        if not self._persistent:
+            self._used = True
+        return _pack_like(sources, [])
+
     def _start_computing(self) -> None:
         """TensorFlow: a non-persistent tape stops recording at its gradient;
         a persistent one inside its block records it (and warns)."""
@@ -794,6 +804,8 @@ class GradientTape:
         call waits for the server's answer (one round trip).
         """
         flat_targets = _flatten(target) if target is not None else []
+        if target is not None and isinstance(sources, (list, tuple, Mapping)) and not _flatten(sources):
+            return self._no_sources(sources)  # TensorFlow: [] for [] (the tape is used)
         if flat_targets and output_gradients is None and all(isinstance(t, Variable) for t in flat_targets):
             return self._variable_targets(flat_targets, sources, unconnected_gradients)
         command, results, keep, maybe = self._gradient_command(

@@ -5,7 +5,7 @@ failure)."""
 from __future__ import annotations
 
 import re
-from typing import Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import grpc
 
@@ -18,6 +18,9 @@ from gradtape._metadata import (  # noqa: F401 (re-exported: public names)
 
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 _OP_RE = re.compile(r"^([A-Za-z][A-Za-z0-9_]*) \(command \d+")
+# The server's message for a gradient that is disabled or not defined
+# (PreventGradient, LRNGrad, ...): TensorFlow raises LookupError for these.
+_NO_GRADIENT_RE = re.compile(r"the gradient of [A-Za-z0-9_]+ is not supported")
 
 
 def status_code(value: int) -> grpc.StatusCode:
@@ -66,6 +69,108 @@ class GradtapeError(Exception):
             op = match.group(1) if match else None
         self.op: Optional[str] = op
         super().__init__(f"{code.name}: {message}")
+
+    def __new__(cls, code: grpc.StatusCode, message: str, *args: object, **kwargs: object) -> "GradtapeError":
+        # GradtapeError(code, message) is an instance of the subclass named
+        # after TensorFlow's class for the code (tf.errors.InvalidArgumentError,
+        # ...), so that TF's ``except`` clauses work; a disabled / undefined
+        # gradient is also a LookupError, as in TensorFlow.
+        if cls is GradtapeError:
+            if code == grpc.StatusCode.UNIMPLEMENTED and _NO_GRADIENT_RE.search(str(message)):
+                cls = GradientUnsupportedError
+            else:
+                cls = _BY_CODE.get(code, GradtapeError)
+        return super().__new__(cls)
+
+
+class CancelledError(GradtapeError):
+    """A GradtapeError with code CANCELLED (TensorFlow's tf.errors.CancelledError)."""
+
+
+class UnknownError(GradtapeError):
+    """A GradtapeError with code UNKNOWN (TensorFlow's tf.errors.UnknownError)."""
+
+
+class InvalidArgumentError(GradtapeError):
+    """A GradtapeError with code INVALID_ARGUMENT (TensorFlow's tf.errors.InvalidArgumentError)."""
+
+
+class DeadlineExceededError(GradtapeError):
+    """A GradtapeError with code DEADLINE_EXCEEDED (TensorFlow's tf.errors.DeadlineExceededError)."""
+
+
+class NotFoundError(GradtapeError):
+    """A GradtapeError with code NOT_FOUND (TensorFlow's tf.errors.NotFoundError)."""
+
+
+class AlreadyExistsError(GradtapeError):
+    """A GradtapeError with code ALREADY_EXISTS (TensorFlow's tf.errors.AlreadyExistsError)."""
+
+
+class PermissionDeniedError(GradtapeError):
+    """A GradtapeError with code PERMISSION_DENIED (TensorFlow's tf.errors.PermissionDeniedError)."""
+
+
+class ResourceExhaustedError(GradtapeError):
+    """A GradtapeError with code RESOURCE_EXHAUSTED (TensorFlow's tf.errors.ResourceExhaustedError)."""
+
+
+class FailedPreconditionError(GradtapeError):
+    """A GradtapeError with code FAILED_PRECONDITION (TensorFlow's tf.errors.FailedPreconditionError)."""
+
+
+class AbortedError(GradtapeError):
+    """A GradtapeError with code ABORTED (TensorFlow's tf.errors.AbortedError)."""
+
+
+class OutOfRangeError(GradtapeError):
+    """A GradtapeError with code OUT_OF_RANGE (TensorFlow's tf.errors.OutOfRangeError)."""
+
+
+class UnimplementedError(GradtapeError):
+    """A GradtapeError with code UNIMPLEMENTED (TensorFlow's tf.errors.UnimplementedError)."""
+
+
+class InternalError(GradtapeError):
+    """A GradtapeError with code INTERNAL (TensorFlow's tf.errors.InternalError)."""
+
+
+class UnavailableError(GradtapeError):
+    """A GradtapeError with code UNAVAILABLE (TensorFlow's tf.errors.UnavailableError)."""
+
+
+class DataLossError(GradtapeError):
+    """A GradtapeError with code DATA_LOSS (TensorFlow's tf.errors.DataLossError)."""
+
+
+class UnauthenticatedError(GradtapeError):
+    """A GradtapeError with code UNAUTHENTICATED (TensorFlow's tf.errors.UnauthenticatedError)."""
+
+
+_BY_CODE: Dict[grpc.StatusCode, type] = {
+    grpc.StatusCode.CANCELLED: CancelledError,
+    grpc.StatusCode.UNKNOWN: UnknownError,
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
+    grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,
+    grpc.StatusCode.NOT_FOUND: NotFoundError,
+    grpc.StatusCode.ALREADY_EXISTS: AlreadyExistsError,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDeniedError,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhaustedError,
+    grpc.StatusCode.FAILED_PRECONDITION: FailedPreconditionError,
+    grpc.StatusCode.ABORTED: AbortedError,
+    grpc.StatusCode.OUT_OF_RANGE: OutOfRangeError,
+    grpc.StatusCode.UNIMPLEMENTED: UnimplementedError,
+    grpc.StatusCode.INTERNAL: InternalError,
+    grpc.StatusCode.UNAVAILABLE: UnavailableError,
+    grpc.StatusCode.DATA_LOSS: DataLossError,
+    grpc.StatusCode.UNAUTHENTICATED: UnauthenticatedError,
+}
+
+
+class GradientUnsupportedError(UnimplementedError, LookupError):
+    """A gradient the server does not compute because it is disabled
+    (PreventGradient) or not defined (as in TensorFlow, e.g. LRNGrad's):
+    UNIMPLEMENTED, and a LookupError as TensorFlow raises."""
 
 
 class SessionLostError(GradtapeError):

@@ -54,6 +54,11 @@ class Optimizer:
         not know its session yet."""
         return self._iterations if self._iterations is not None else 0
 
+    def _lr(self, session: Session, dtype: np.dtype) -> Tensor:
+        """The learning rate of this update as a scalar of `dtype` (a
+        subclass may compute it from a schedule)."""
+        return session.scalar(self.learning_rate, dtype)
+
     def _fused(self, session: Session) -> bool:
         if self.use_server_op is None:
             return session.has_op(self.server_op)
@@ -127,7 +132,7 @@ class SGD(Optimizer):
         self.server_op = "ResourceApplyMomentum" if momentum else "ResourceApplyGradientDescent"
 
     def _apply(self, session: Session, grad: Tensor, var: Variable) -> None:
-        lr = session.scalar(self.learning_rate, var.dtype)
+        lr = self._lr(session, var.dtype)
         fused = self._fused(session)
         if not self.momentum:
             if fused:
@@ -195,7 +200,7 @@ class Adam(Optimizer):
         d = var.dtype
         m, v = self.slot(var, "m"), self.slot(var, "v")
         b1p, b2p = self._power_values[d.str]
-        lr = session.scalar(self.learning_rate, d)
+        lr = self._lr(session, d)
         b1 = session.scalar(self.beta_1, d)
         b2 = session.scalar(self.beta_2, d)
         eps = session.scalar(self.epsilon, d)
@@ -266,6 +271,81 @@ class AdamW(Adam):
         if self._decays(var):
             d = var.dtype
             wd = session.scalar(self.weight_decay, d)
-            lr = session.scalar(self.learning_rate, d)
+            lr = self._lr(session, d)
             var.assign_sub(var.read_value() * wd * lr)
         super()._apply(session, grad, var)
+
+
+class RMSprop(Optimizer):
+    """RMSprop with Keras 3's update (``keras.optimizers.RMSprop``), in
+    elementwise ops on the server (TF's ResourceApplyRMSProp rounds the
+    moving average differently):
+
+    ``ms = rho * ms + (1 - rho) * g^2``; centered: ``mg = rho * mg + (1 -
+    rho) * g`` and ``denominator = ms - mg^2 + epsilon``, else ``ms +
+    epsilon``; ``increment = lr * g / sqrt(denominator)``; with momentum
+    ``mom = momentum * mom + increment``, ``var -= mom``, else ``var -=
+    increment``.
+    """
+
+    def __init__(
+        self,
+        learning_rate: float = 0.001,
+        rho: float = 0.9,
+        momentum: float = 0.0,
+        epsilon: float = 1e-7,
+        centered: bool = False,
+    ) -> None:
+        super().__init__(learning_rate, use_server_op=False)
+        self.rho = float(rho)
+        self.momentum = float(momentum)
+        self.epsilon = float(epsilon)
+        self.centered = bool(centered)
+
+    def _apply(self, session: Session, grad: Tensor, var: Variable) -> None:
+        d = var.dtype
+        ops = session.ops
+        rho, one_minus_rho = session.scalar(self.rho, d), session.scalar(1.0 - self.rho, d)
+        eps = session.scalar(self.epsilon, d)
+        ms = self.slot(var, "velocity")
+        ms_new = ms.read_value() * rho + ops["Square"](grad) * one_minus_rho
+        ms.assign(ms_new)
+        if self.centered:
+            mg = self.slot(var, "average_gradient")
+            mg_new = mg.read_value() * rho + grad * one_minus_rho
+            mg.assign(mg_new)
+            denominator = ms_new - ops["Square"](mg_new) + eps
+        else:
+            denominator = ms_new + eps
+        increment = self._lr(session, d) * grad / ops["Sqrt"](denominator)
+        if self.momentum > 0:
+            mom = self.slot(var, "momentum")
+            mom_new = mom.read_value() * session.scalar(self.momentum, d) + increment
+            mom.assign(mom_new)
+            var.assign_sub(mom_new)
+        else:
+            var.assign_sub(increment)
+
+
+class Adagrad(Optimizer):
+    """Adagrad with Keras 3's update (``keras.optimizers.Adagrad``):
+    ``accum += g^2``; ``var -= lr * g / sqrt(accum + epsilon)``, the
+    accumulator starting at ``initial_accumulator_value`` (elementwise ops:
+    TF's ResourceApplyAdagrad has no epsilon)."""
+
+    def __init__(self, learning_rate: float = 0.001, initial_accumulator_value: float = 0.1, epsilon: float = 1e-7) -> None:
+        super().__init__(learning_rate, use_server_op=False)
+        self.initial_accumulator_value = float(initial_accumulator_value)
+        self.epsilon = float(epsilon)
+
+    def _apply(self, session: Session, grad: Tensor, var: Variable) -> None:
+        d = var.dtype
+        key = (var.handle.id, "accumulator")
+        if key not in self._slots:
+            start = np.full(var.shape, self.initial_accumulator_value, dtype=d)
+            self._slots[key] = session.Variable(start, trainable=False)
+        accum = self._slots[key]
+        accum_new = accum.read_value() + session.ops["Square"](grad)
+        accum.assign(accum_new)
+        step = self._lr(session, d) * grad / session.ops["Sqrt"](accum_new + session.scalar(self.epsilon, d))
+        var.assign_sub(step)

@@ -28,25 +28,57 @@ inference of Python values: floats float32, ints int32):
   reshape, transpose, shape, stop_gradient, add_n, custom_gradient,
   math.* (the above plus log1p, expm1, reciprocal, softplus, sign,
   squared_difference, log_sigmoid), nn.* (relu, relu6, elu, selu,
-  softplus, softsign, softmax, log_softmax, sigmoid, tanh,
-  sparse_softmax_cross_entropy_with_logits,
-  softmax_cross_entropy_with_logits, l2_loss, bias_add),
-  autodiff.ForwardAccumulator, keras.optimizers.SGD / Adam,
-  train.Checkpoint (named variables), UnconnectedGradients, the dtypes
+  softplus, softsign, sigmoid, tanh, leaky_relu, gelu (exact and
+  approximate, composed as TF), silu / swish, softmax and log_softmax over
+  any axis, sparse_softmax_cross_entropy_with_logits,
+  softmax_cross_entropy_with_logits, sigmoid_cross_entropy_with_logits,
+  weighted_cross_entropy_with_logits, l2_loss, l2_normalize, bias_add,
+  convolution, conv1d (over conv2d, as TF), conv2d, conv3d,
+  depthwise_conv2d, separable_conv2d, conv2d_transpose, dilation2d, max_pool /
+  avg_pool (1-, 2-, 3-D), max_pool1d/2d/3d, avg_pool1d/2d/3d,
+  max_pool_with_argmax, moments, batch_normalization, fused_batch_norm
+  (TF 2 has it as tf.compat.v1.nn.fused_batch_norm), lrn /
+  local_response_normalization, embedding_lookup (a Variable through
+  ResourceGather), dropout, experimental.stateless_dropout),
+  random.* (stateless_uniform / normal / truncated_normal: TF's bits;
+  uniform / normal / truncated_normal and set_seed: TF's shapes, dtypes and
+  seeding rules, not its values: see gradtape.tf.random), clip_by_value,
+  clip_by_norm, clip_by_global_norm, Module and name_scope (gradtape.tf.module),
+  errors.* (TF's exception classes: a server error is raised as the one for
+  its status code; a disabled or undefined gradient is also a LookupError),
+  keras.layers (Dense, Embedding, LayerNormalization, Dropout, Conv2D,
+  MaxPooling2D, AveragePooling2D, Flatten) and keras.Sequential for custom
+  training loops (gradtape.tf.keras.layers), keras.initializers,
+  keras.optimizers SGD / Adam / AdamW / RMSprop / Adagrad (Keras 3's rules)
+  with learning-rate schedules (keras.optimizers.schedules) or callables,
+  autodiff.ForwardAccumulator, train.Checkpoint (named variables),
+  UnconnectedGradients, the dtypes
   float32, float64, int32, int64, bool, complex64, complex128 (numpy
   dtypes: ``x.dtype == tf.float32`` works).
 
-Not here: float16 and bfloat16 (gradtape has no such dtype), random ops,
+Not here: float16 and bfloat16 (gradtape has no such dtype),
 tf.function (gradtape is eager by construction; ``tf.function`` is the
-identity decorator here), Keras layers and models, tf.data, string ops,
-slicing and ``**`` beyond 2 and 0.5 (the Tensor protocol, gradtape.Tensor),
-``softmax`` over an axis other than the last, ``where`` with one argument,
-``Adam(amsgrad=True)``.
+identity decorator here), Keras' model.fit / compile / evaluate, tf.data
+and SavedModel (write the training loop with GradientTape and an
+optimizer), string ops, slicing and ``**`` beyond 2 and 0.5 (the Tensor
+protocol, gradtape.Tensor), ``where`` with one argument,
+``Adam(amsgrad=True)``, Keras optimizers' clipnorm / clipvalue /
+global_clipnorm / use_ema, integer stateless_uniform and alg="threefry"
+(the server has Philox only), embedding_lookup over sharded params or
+with max_norm, conv3d and pooling with explicit padding lists (the
+server's Conv3D / AvgPool have none), Keras layers with channels_first,
+masking, regularizers or constraints (each raises NotImplementedError).
 
 Differences that remain, and why: ``custom_gradient``'s ``grad`` is traced
 once into a server program (gradtape._custom: ops only, no ``.numpy()``);
 a ForwardAccumulator keeps the handles of the ops run inside its block
-alive until it exits (gradtape._forward). tests/python/test_tf_reference.py
+alive until it exits (gradtape._forward); embedding_lookup's gradient is
+a dense tensor where TF gives IndexedSlices (the same values, so Keras'
+row-by-row sparse optimizer updates differ for repeated ids); seeded
+stateful random ops and Keras initializers / Dropout masks draw different
+numbers from TF's (same distributions, shapes, dtypes, determinism); a
+Variable's name is not prefixed by name scopes (Keras layers name theirs
+"layer/weight"). tests/python/test_tf_reference.py
 runs each case with TensorFlow and with this module.
 """
 
@@ -59,7 +91,8 @@ from gradtape import _custom, _default
 from gradtape._default import get_default_session, set_default_session
 from gradtape._tensor import Tensor
 from gradtape.session import Session
-from gradtape.tf import autodiff, keras, linalg, math, nn, train
+from gradtape.tf import autodiff, errors, keras, linalg, math, nn, train
+from gradtape.tf import random  # noqa: A004 (TensorFlow's name)
 from gradtape.tf._base import (
     DType,
     GradientTape,
@@ -92,7 +125,8 @@ from gradtape.tf._base import (
     zeros,
     zeros_like,
 )
-from gradtape.tf._clip import clip_by_norm, clip_by_value
+from gradtape.tf.module import Module, name_scope
+from gradtape.tf._clip import clip_by_global_norm, clip_by_norm, clip_by_value
 from gradtape.tf.math import (
     abs,
     add,
