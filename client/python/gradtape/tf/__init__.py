@@ -60,6 +60,7 @@ from gradtape._default import get_default_session, set_default_session
 from gradtape._tensor import Tensor
 from gradtape.session import Session
 from gradtape.tf import autodiff, keras, linalg, math, nn, train
+from gradtape.tf import raw_ops, sparse  # tfops
 from gradtape.tf._base import (
     DType,
     GradientTape,
@@ -75,7 +76,6 @@ from gradtape.tf._base import (
     constant,
     convert_to_tensor,
     double,
-    fill,
     float32,
     float64,
     identity,
@@ -93,6 +93,46 @@ from gradtape.tf._base import (
     zeros_like,
 )
 from gradtape.tf._clip import clip_by_norm, clip_by_value
+
+# -- tfops: array, math, linalg (issue 28) --------------------------------
+from gradtape.tf._array import (
+    broadcast_to,
+    concat,
+    expand_dims,
+    fill,
+    gather,
+    gather_nd,
+    newaxis,
+    one_hot,
+    pad,
+    range,
+    reverse,
+    scatter_nd,
+    slice,
+    split,
+    squeeze,
+    stack,
+    strided_slice,
+    tile,
+    unstack,
+)
+from gradtape.tf.linalg import einsum, tensordot
+from gradtape.tf.math import (
+    argmax,
+    argmin,
+    atan2,
+    complex,
+    cumsum,
+    equal,
+    floor,
+    greater,
+    greater_equal,
+    less,
+    less_equal,
+    not_equal,
+    round,
+)
+# -- end tfops --------------------------------------------------------------
 from gradtape.tf.math import (
     abs,
     add,

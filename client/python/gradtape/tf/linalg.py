@@ -1,5 +1,131 @@
-"""tf.linalg."""
+"""tf.linalg: matmul, einsum, cross, matvec, tensordot, matrix_transpose,
+adjoint, trace, diag_part (MatMul / BatchMatMulV2, Einsum, Cross)."""
 
+from __future__ import annotations
+
+from typing import Any, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from gradtape._tensor import Tensor
+from gradtape.tf._base import TensorLike, _operands, _run, convert_to_tensor, reshape, transpose
 from gradtape.tf.math import matmul
 
-__all__ = ["matmul"]
+__all__ = ["adjoint", "cross", "diag_part", "einsum", "matmul", "matrix_transpose", "matvec", "tensordot", "trace"]
+
+
+def _explicit(equation: str) -> str:
+    """`equation` with its output: numpy's implicit rule (the ellipsis, then
+    the labels that occur once, in alphabetical order) when there is no
+    '->'; refuses repeated output labels as TF does (ValueError)."""
+    eq = equation.replace(" ", "")
+    if "->" in eq:
+        lhs, out = eq.split("->")
+        labels = out.replace("...", "")
+        for c in set(labels):
+            if labels.count(c) > 1:
+                raise ValueError(f"Output subscripts contain a label appearing more than once: {equation}")
+        return eq
+    letters = eq.replace("...", "").replace(",", "")
+    once = sorted(c for c in set(letters) if letters.count(c) == 1)
+    return eq + "->" + ("..." if "..." in eq else "") + "".join(once)
+
+
+def einsum(equation: str, *inputs: TensorLike, **kwargs: Any) -> Tensor:
+    """tf.einsum / tf.linalg.einsum: the server's Einsum, for one or two
+    operands (TF contracts more than two pairwise in an order opt_einsum
+    picks: not here, NotImplementedError)."""
+    unknown = set(kwargs) - {"name", "optimize"}
+    if unknown:
+        raise TypeError(f"Invalid keyword arguments for this function: {', '.join(sorted(unknown))}. Expected: name, optimize")
+    eq = _explicit(equation)
+    if len(inputs) not in (1, 2):
+        raise NotImplementedError(f"tf.einsum: gradtape's Einsum takes 1 or 2 operands, got {len(inputs)}")
+    ts = [convert_to_tensor(t) for t in inputs] if len(inputs) == 1 else _operands(*inputs)
+    return ts[0].session.execute("Einsum", ts, {"equation": eq})[0]
+
+
+def cross(a: TensorLike, b: TensorLike, name: Optional[str] = None) -> Tensor:
+    """tf.linalg.cross: Cross of 3-vectors in the last dim."""
+    return _run("Cross", _operands(a, b))
+
+
+def matrix_transpose(a: TensorLike, name: str = "matrix_transpose", conjugate: Any = False) -> Tensor:
+    """tf.linalg.matrix_transpose: the last two dims swapped (conjugated
+    with conjugate=True)."""
+    t = convert_to_tensor(a)
+    n = t.ndim
+    if n < 2:
+        raise ValueError(f"Argument `a` should be a (batch) matrix with rank >= 2.  Received `a` = {a} with shape: {t.shape}")
+    return transpose(t, list(range(n - 2)) + [n - 1, n - 2], conjugate=conjugate)
+
+
+def adjoint(matrix: TensorLike, name: Optional[str] = None) -> Tensor:
+    """tf.linalg.adjoint: the conjugate transpose of the last two dims."""
+    return matrix_transpose(matrix, conjugate=True)
+
+
+def matvec(
+    a: TensorLike,
+    b: TensorLike,
+    transpose_a: Any = False,
+    adjoint_a: Any = False,
+    a_is_sparse: Any = False,
+    b_is_sparse: Any = False,
+    name: Optional[str] = None,
+) -> Tensor:
+    """tf.linalg.matvec: matmul(a, b[..., None])[..., 0], as TF composes it."""
+    x, y = _operands(a, b)
+    col = _run("ExpandDims", [y, y.session.constant(np.asarray(-1, dtype=np.int32))])
+    out = matmul(x, col, transpose_a=transpose_a, adjoint_a=adjoint_a)
+    return _run("Squeeze", [out], {"squeeze_dims": [-1]})
+
+
+def trace(x: TensorLike, name: Optional[str] = None) -> Tensor:
+    """tf.linalg.trace: the sum of each matrix's diagonal (Einsum)."""
+    return einsum("...ii->...", x)
+
+
+def diag_part(input: TensorLike, name: str = "diag_part", k: int = 0, padding_value: Any = 0, align: str = "RIGHT_LEFT") -> Tensor:  # noqa: A002
+    """tf.linalg.diag_part of the main diagonal (Einsum); other `k` are not
+    here (NotImplementedError)."""
+    if k != 0:
+        raise NotImplementedError("tf.linalg.diag_part: only k=0 (the main diagonal) is in gradtape.tf")
+    return einsum("...ii->...i", input)
+
+
+def _tensordot_axes(a: Tensor, b: Tensor, axes: Any) -> Tuple[List[int], List[int]]:
+    if isinstance(axes, (int, np.integer)) or (np.ndim(axes) == 0):
+        n = int(np.asarray(axes))
+        if n < 0 or n > a.ndim or n > b.ndim:
+            raise ValueError(f"'axes' must be at most the rank of a and b, got {n}")
+        return list(range(a.ndim - n, a.ndim)), list(range(n))
+    pair = list(axes)
+    if len(pair) != 2:
+        raise ValueError(f"'axes' must be an integer or have length 2, got {axes!r}")
+    xa, xb = (np.asarray(p).reshape(-1).tolist() for p in pair)
+    if len(xa) != len(xb):
+        raise ValueError(f"Different number of contraction axes 'a' and 'b', {len(xa)} != {len(xb)}.")
+    return [int(v) % a.ndim for v in xa], [int(v) % b.ndim for v in xb]
+
+
+def _flatten(t: Tensor, axes: Sequence[int], contract_first: bool) -> Tuple[Tensor, List[int]]:
+    """TF's _tensordot_reshape: `t` transposed so the contracted `axes` are
+    last (first with contract_first) and reshaped to a matrix; the free dims."""
+    free = [i for i in range(t.ndim) if i not in axes]
+    free_dims = [t.shape[i] for i in free]
+    n_free = int(np.prod(free_dims)) if free_dims else 1
+    n_axes = int(np.prod([t.shape[i] for i in axes])) if axes else 1
+    perm = (list(axes) + free) if contract_first else (free + list(axes))
+    moved = transpose(t, perm) if perm != list(range(t.ndim)) else t
+    return reshape(moved, [n_axes, n_free] if contract_first else [n_free, n_axes]), free_dims
+
+
+def tensordot(a: TensorLike, b: TensorLike, axes: Any, name: Optional[str] = None) -> Tensor:
+    """tf.tensordot, composed as TF: transposes and reshapes to one MatMul."""
+    x, y = _operands(a, b)
+    ax, bx = _tensordot_axes(x, y, axes)
+    ma, free_a = _flatten(x, ax, False)
+    mb, free_b = _flatten(y, bx, True)
+    return reshape(matmul(ma, mb), free_a + free_b)
+

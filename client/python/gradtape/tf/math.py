@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -99,11 +99,19 @@ def log_sigmoid(x: TensorLike, name: Optional[str] = None) -> Tensor:
 
 
 def where(condition: TensorLike, x: Optional[TensorLike] = None, y: Optional[TensorLike] = None, name: Optional[str] = None) -> Tensor:
-    """tf.where(condition, x, y) (TF2: numpy broadcasting of all three)."""
-    if x is None or y is None:
+    """tf.where(condition, x, y) (TF2: numpy broadcasting of all three, by
+    SelectV2; Select with BroadcastTo on a server without SelectV2)."""
+    if x is None and y is None:
         raise NotImplementedError("tf.where with one argument (coordinates) is not in gradtape.tf")
+    if x is None or y is None:
+        raise ValueError("x and y must both be non-None or both be None.")
     c = convert_to_tensor(condition)
     a, b = _operands(x, y)
+    if c.session.has_op("SelectV2"):
+        out = _run("SelectV2", [c, a, b])
+        if out._shape is None and None not in (c._shape, a._shape, b._shape):
+            out._shape = tuple(np.broadcast_shapes(c._shape, a._shape, b._shape))  # type: ignore[arg-type]
+        return out
     if c._shape is None or a._shape is None or b._shape is None:
         return _run("Select", [c, a, b])  # shapes unknown (traced): no broadcasting
     target = tuple(np.broadcast_shapes(c.shape, a.shape, b.shape))
@@ -204,3 +212,178 @@ def reduce_logsumexp(input_tensor: TensorLike, axis: Any = None, keepdims: Any =
     m = stop_gradient(reduce_max(t, axis=axis, keepdims=True))
     s = reduce_sum(exp(subtract(t, m)), axis=axis, keepdims=keepdims)
     return add(log(s), reduce_sum(m, axis=axis, keepdims=keepdims))  # the sum drops m's size-1 axes
+
+
+# -- elementwise: rounding, special functions, comparisons ------------------
+
+erf = _unary("Erf")
+erfc = _unary("Erfc")
+floor = _unary("Floor")
+ceil = _unary("Ceil")
+rsqrt = _unary("Rsqrt")
+equal = _binary("Equal")
+not_equal = _binary("NotEqual")
+greater = _binary("Greater")
+greater_equal = _binary("GreaterEqual")
+less = _binary("Less")
+less_equal = _binary("LessEqual")
+
+
+def round(x: TensorLike, name: Optional[str] = None) -> Tensor:  # noqa: A001
+    """tf.math.round: half to even (Round); integers unchanged."""
+    t = convert_to_tensor(x)
+    return identity(t) if t.dtype.kind in "iu" else _run("Round", [t])
+
+
+def atan2(y: TensorLike, x: TensorLike, name: Optional[str] = None) -> Tensor:
+    """tf.math.atan2(y, x): the angle of (x, y) (Atan2)."""
+    return _run("Atan2", _operands(y, x))
+
+
+def reduce_variance(input_tensor: TensorLike, axis: Any = None, keepdims: Any = False, name: Optional[str] = None) -> Tensor:
+    """tf.math.reduce_variance, composed as TF: the mean of the squared
+    deviations from the (kept-dims) mean."""
+    t = convert_to_tensor(input_tensor)
+    means = reduce_mean(t, axis=axis, keepdims=True)
+    return reduce_mean(square(subtract(t, means)), axis=axis, keepdims=keepdims)
+
+
+def reduce_std(input_tensor: TensorLike, axis: Any = None, keepdims: Any = False, name: Optional[str] = None) -> Tensor:
+    """tf.math.reduce_std = sqrt(reduce_variance)."""
+    return sqrt(reduce_variance(input_tensor, axis=axis, keepdims=keepdims))
+
+
+# -- arg reductions, scans, top_k --------------------------------------------
+
+
+def _index_scalar(t: Tensor, value: int) -> Tensor:
+    return t.session.constant(np.asarray(value, dtype=np.int32))
+
+
+def argmax(input: TensorLike, axis: Any = None, output_type: Any = np.int64, name: Optional[str] = None) -> Tensor:  # noqa: A002
+    """tf.math.argmax: ArgMax along `axis` (None: 0, as TF2); the first
+    index on ties."""
+    t = convert_to_tensor(input)
+    a = 0 if axis is None else int(np.asarray(axis))
+    return _run("ArgMax", [t, _index_scalar(t, a)], {"output_type": np.dtype(output_type)})
+
+
+def argmin(input: TensorLike, axis: Any = None, output_type: Any = np.int64, name: Optional[str] = None) -> Tensor:  # noqa: A002
+    """tf.math.argmin: ArgMin along `axis` (None: 0, as TF2)."""
+    t = convert_to_tensor(input)
+    a = 0 if axis is None else int(np.asarray(axis))
+    return _run("ArgMin", [t, _index_scalar(t, a)], {"output_type": np.dtype(output_type)})
+
+
+def _scan(op: str, x: TensorLike, axis: Any, exclusive: Any, reverse: Any) -> Tensor:
+    t = convert_to_tensor(x)
+    attrs = {"axis": int(np.asarray(axis)), "exclusive": builtins_bool(exclusive), "reverse": builtins_bool(reverse)}
+    return _run(op, [t], attrs)
+
+
+def cumsum(x: TensorLike, axis: Any = 0, exclusive: Any = False, reverse: Any = False, name: Optional[str] = None) -> Tensor:
+    """tf.math.cumsum: Cumsum (`exclusive`, `reverse` as TF)."""
+    return _scan("Cumsum", x, axis, exclusive, reverse)
+
+
+def cumprod(x: TensorLike, axis: Any = 0, exclusive: Any = False, reverse: Any = False, name: Optional[str] = None) -> Tensor:
+    """tf.math.cumprod: Cumprod (`exclusive`, `reverse` as TF)."""
+    return _scan("Cumprod", x, axis, exclusive, reverse)
+
+
+class TopKV2(NamedTuple):
+    values: Tensor
+    indices: Tensor
+
+
+def top_k(input: TensorLike, k: Any = 1, sorted: Any = True, index_type: Any = np.int32, name: Optional[str] = None) -> TopKV2:  # noqa: A002
+    """tf.math.top_k: TopKV2 over the last axis, (values, indices); ties
+    take the lower index first. With sorted=False the server still returns
+    them in descending order (one of the orders TF allows)."""
+    t = convert_to_tensor(input)
+    kk = t.session.constant(np.asarray(int(np.asarray(k)), dtype=np.int32))
+    values, indices = t.session.execute("TopKV2", [t, kk], {"sorted": builtins_bool(sorted), "index_type": np.dtype(index_type)})
+    return TopKV2(values, indices)
+
+
+# -- segments -----------------------------------------------------------------
+
+
+def _segment(op: str) -> Callable[..., Tensor]:
+    def fn(data: TensorLike, segment_ids: TensorLike, name: Optional[str] = None) -> Tensor:
+        return _run(op, [convert_to_tensor(data), convert_to_tensor(segment_ids)])
+
+    fn.__name__ = op
+    fn.__doc__ = f"tf.math.segment_*: the server's {op} (sorted ids)."
+    return fn
+
+
+segment_sum = _segment("SegmentSum")
+segment_mean = _segment("SegmentMean")
+segment_min = _segment("SegmentMin")
+segment_max = _segment("SegmentMax")
+segment_prod = _segment("SegmentProd")
+
+
+def _unsorted(op: str, attr: bool) -> Callable[..., Tensor]:
+    def fn(data: TensorLike, segment_ids: TensorLike, num_segments: Any, name: Optional[str] = None) -> Tensor:
+        d, ids = convert_to_tensor(data), convert_to_tensor(segment_ids)
+        n = int(np.asarray(num_segments))
+        if attr:
+            return _run(op, [d, ids], {"num_segments": n})
+        return _run(op, [d, ids, ids.session.constant(np.asarray(n, dtype=ids.dtype))])
+
+    fn.__name__ = op
+    fn.__doc__ = f"tf.math.unsorted_segment_*: the server's {op} (negative ids drop their rows)."
+    return fn
+
+
+unsorted_segment_sum = _unsorted("UnsortedSegmentSum", True)
+unsorted_segment_max = _unsorted("UnsortedSegmentMax", True)
+unsorted_segment_min = _unsorted("UnsortedSegmentMin", False)
+unsorted_segment_prod = _unsorted("UnsortedSegmentProd", False)
+
+
+def _unsorted_segment_n(data: Tensor, ids: Tensor, n: int) -> Tensor:
+    """TF's _unsorted_segment_N: the rows per segment (at least 1), shaped
+    to broadcast against the per-segment sums."""
+    counts = unsorted_segment_sum(ones_like(ids if data.dtype == ids.dtype else cast(ids, data.dtype)), ids, n)
+    counts = reshape(counts, [n] + [1] * (data.ndim - ids.ndim))
+    return maximum(counts, 1)
+
+
+def unsorted_segment_mean(data: TensorLike, segment_ids: TensorLike, num_segments: Any, name: Optional[str] = None) -> Tensor:
+    """tf.math.unsorted_segment_mean, composed as TF: the sums over the
+    counts (at least 1)."""
+    d, ids = convert_to_tensor(data), convert_to_tensor(segment_ids)
+    n = int(np.asarray(num_segments))
+    return _run("RealDiv", [unsorted_segment_sum(d, ids, n), _unsorted_segment_n(d, ids, n)])
+
+
+def unsorted_segment_sqrt_n(data: TensorLike, segment_ids: TensorLike, num_segments: Any, name: Optional[str] = None) -> Tensor:
+    """tf.math.unsorted_segment_sqrt_n, composed as TF: the sums over the
+    square roots of the counts (at least 1)."""
+    d, ids = convert_to_tensor(data), convert_to_tensor(segment_ids)
+    n = int(np.asarray(num_segments))
+    return _run("RealDiv", [unsorted_segment_sum(d, ids, n), sqrt(_unsorted_segment_n(d, ids, n))])
+
+
+# -- complex ------------------------------------------------------------------
+
+
+def complex(real: TensorLike, imag: TensorLike, name: Optional[str] = None) -> Tensor:  # noqa: A001
+    """tf.complex: Complex (float32 -> complex64, float64 -> complex128)."""
+    r, i = convert_to_tensor(real), convert_to_tensor(imag)
+    if r.dtype != i.dtype:
+        raise TypeError(f"tf.complex: real and imag must have the same dtype, got {r.dtype.name} and {i.dtype.name}")
+    return _run("Complex", [r, i])
+
+
+def angle(input: TensorLike, name: Optional[str] = None) -> Tensor:  # noqa: A002
+    """tf.math.angle: Angle of a complex tensor; of a real one pi where it
+    is negative, else 0 (TF's composition)."""
+    t = convert_to_tensor(input)
+    if t.dtype.kind == "c":
+        return _run("Angle", [t])
+    zeros = zeros_like(t)
+    return where(less(t, zeros), multiply(ones_like(t), np.pi), zeros)

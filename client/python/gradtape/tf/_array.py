@@ -1,0 +1,290 @@
+"""gradtape.tf's top-level array functions: concat, stack, unstack, split,
+expand_dims, squeeze, tile, fill, range, reverse, pad, broadcast_to,
+one_hot, gather, gather_nd, scatter_nd, slice, strided_slice (internal).
+
+Each runs the server op TensorFlow's function runs (ConcatV2, Pack, Unpack,
+Split / SplitV, ExpandDims, Squeeze, Tile, Fill, Range, ReverseV2, Pad /
+PadV2 / MirrorPad, BroadcastTo, OneHot, GatherV2, GatherNd, ScatterNd,
+Slice, StridedSlice) with TensorFlow's argument names and defaults; shape
+arithmetic on known shapes is done here, values are computed on the server.
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any, List, Optional, Sequence
+
+import numpy as np
+
+from gradtape import _dtypes
+from gradtape._tensor import Tensor, Variable as _Variable
+from gradtape.tf._base import TensorLike, _run, _session, _shape_list, _tf_array, cast, convert_to_tensor, identity
+
+newaxis = None
+
+
+def _ints(session: Any, values: Any, dtype: Any = np.int32) -> Tensor:
+    """An int32 (or `dtype`) constant of `values` on `session`; a Tensor of
+    ints passes unchanged."""
+    if isinstance(values, (Tensor, _Variable)):
+        return convert_to_tensor(values)
+    out: Tensor = session.constant(np.asarray(values, dtype=dtype))
+    return out
+
+
+def _int(value: Any) -> int:
+    """A Python int of a static argument (an int, a numpy int or a scalar
+    Tensor, whose value is read)."""
+    if isinstance(value, (Tensor, _Variable)):
+        return int(np.asarray(value))
+    return int(value)
+
+
+def _norm_axis(axis: Any, rank: int, fn: str) -> int:
+    a = _int(axis)
+    if not -rank <= a < rank:
+        raise ValueError(f"{fn}: axis {a} is out of range for a tensor of rank {rank}")
+    return a + rank if a < 0 else a
+
+
+# -- concat, stack, split --------------------------------------------------
+
+
+def concat(values: Sequence[TensorLike], axis: Any, name: str = "concat") -> Tensor:
+    """tf.concat: ConcatV2 along `axis` (one value: its identity, as TF)."""
+    if not isinstance(values, (list, tuple)):
+        values = [values]
+    ts = [convert_to_tensor(v) for v in values]
+    if len(ts) == 1:
+        return identity(ts[0])
+    ts = [convert_to_tensor(v, dtype=ts[0].dtype) if not isinstance(v, (Tensor, _Variable)) else t for v, t in zip(values, ts)]
+    return _run("ConcatV2", ts + [_ints(ts[0].session, _int(axis))])
+
+
+def stack(values: Sequence[TensorLike], axis: int = 0, name: str = "stack") -> Tensor:
+    """tf.stack: Pack along a new `axis`."""
+    ts = [convert_to_tensor(v) for v in values]
+    if not ts:
+        raise ValueError("tf.stack: values must be a non-empty list")
+    return ts[0].session.execute("Pack", ts, {"axis": _int(axis)})[0]
+
+
+def unstack(value: TensorLike, num: Optional[int] = None, axis: int = 0, name: str = "unstack") -> List[Tensor]:
+    """tf.unstack: Unpack along `axis` (`num` defaults to that dim)."""
+    t = convert_to_tensor(value)
+    a = _norm_axis(axis, t.ndim, "tf.unstack")
+    n = t.shape[a] if num is None else _int(num)
+    if num is not None and n != t.shape[a]:
+        raise ValueError(f"tf.unstack: num {n} is not the size {t.shape[a]} of axis {a}")
+    return list(t.session.execute("Unpack", [t], {"num": n, "axis": a}))
+
+
+def split(value: TensorLike, num_or_size_splits: Any, axis: Any = 0, num: Optional[int] = None, name: str = "split") -> List[Tensor]:
+    """tf.split: Split into `num_or_size_splits` equal pieces (an int), or
+    SplitV into pieces of the given sizes (one may be -1: the rest)."""
+    t = convert_to_tensor(value)
+    s = t.session
+    ax = _ints(s, _int(axis))
+    if isinstance(num_or_size_splits, (int, np.integer)) or (
+        isinstance(num_or_size_splits, (Tensor, _Variable)) and convert_to_tensor(num_or_size_splits).ndim == 0
+    ):
+        n = _int(num_or_size_splits)
+        return list(s.execute("Split", [ax, t], {"num_split": n}))
+    sizes = _shape_list(num_or_size_splits)
+    n = len(sizes) if num is None else _int(num)
+    if n != len(sizes):
+        raise ValueError(f"tf.split: num {n} is not the number {len(sizes)} of size_splits")
+    return list(s.execute("SplitV", [t, _ints(s, sizes), ax], {"num_split": n}))
+
+
+# -- layout ----------------------------------------------------------------
+
+
+def expand_dims(input: TensorLike, axis: Any, name: Optional[str] = None) -> Tensor:  # noqa: A002
+    """tf.expand_dims: ExpandDims at `axis` (in [-rank - 1, rank])."""
+    t = convert_to_tensor(input)
+    return _run("ExpandDims", [t, _ints(t.session, _int(axis))])
+
+
+def squeeze(input: TensorLike, axis: Any = None, name: Optional[str] = None) -> Tensor:  # noqa: A002
+    """tf.squeeze: Squeeze `axis` (an int or a list; None: every size-1 dim)."""
+    t = convert_to_tensor(input)
+    dims = [] if axis is None else _shape_list(axis)
+    return _run("Squeeze", [t], {"squeeze_dims": dims})
+
+
+def tile(input: TensorLike, multiples: Any, name: Optional[str] = None) -> Tensor:  # noqa: A002
+    """tf.tile: Tile by `multiples`."""
+    t = convert_to_tensor(input)
+    return _run("Tile", [t, _ints(t.session, _shape_list(multiples))])
+
+
+def fill(dims: Any, value: TensorLike, name: Optional[str] = None, layout: Any = None) -> Tensor:
+    """tf.fill: Fill (the gradient reaches `value`, as TF's)."""
+    v = convert_to_tensor(value)
+    return _run("Fill", [_ints(v.session, _shape_list(dims)), v])
+
+
+_RANGE_ORDER = [np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.float32), np.dtype(np.float64)]
+
+
+def range(start: Any, limit: Any = None, delta: Any = 1, dtype: Optional[Any] = None, name: str = "range") -> Tensor:  # noqa: A001
+    """tf.range: Range, with TF's dtype inference (the widest of the
+    arguments' dtypes in int32 < int64 < float32 < float64; Python ints
+    int32, floats float32) or `dtype`."""
+    if limit is None:
+        start, limit = 0, start
+    args = [start, limit, delta]
+    if dtype is not None:
+        d = _dtypes.as_numpy_dtype(dtype)
+    else:
+        kinds = [a.dtype if isinstance(a, (Tensor, _Variable)) else _tf_array(a, None).dtype for a in args]
+        d = builtins.max(kinds, key=lambda k: _RANGE_ORDER.index(k) if k in _RANGE_ORDER else -1)
+    ts = [cast(convert_to_tensor(a), d) if isinstance(a, (Tensor, _Variable)) else convert_to_tensor(np.asarray(a, dtype=d)) for a in args]
+    return _run("Range", ts)
+
+
+def reverse(tensor: TensorLike, axis: Any, name: Optional[str] = None) -> Tensor:
+    """tf.reverse: ReverseV2 along the dims in `axis`."""
+    t = convert_to_tensor(tensor)
+    return _run("ReverseV2", [t, _ints(t.session, _shape_list(axis))])
+
+
+def pad(tensor: TensorLike, paddings: Any, mode: str = "CONSTANT", constant_values: Any = 0, name: Optional[str] = None) -> Tensor:
+    """tf.pad: Pad (zeros), PadV2 (`constant_values`) or MirrorPad
+    (REFLECT, SYMMETRIC); `mode` is case-insensitive, as in TF."""
+    t = convert_to_tensor(tensor)
+    p = _ints(t.session, np.asarray(paddings if not isinstance(paddings, (Tensor, _Variable)) else np.asarray(paddings)).reshape(-1, 2))
+    m = str(mode).upper()
+    if m == "CONSTANT":
+        if not isinstance(constant_values, (Tensor, _Variable)) and np.all(np.asarray(constant_values) == 0):
+            return _run("Pad", [t, p])
+        c = constant_values if isinstance(constant_values, (Tensor, _Variable)) else np.asarray(constant_values, dtype=t.dtype)
+        return _run("PadV2", [t, p, convert_to_tensor(c, dtype=t.dtype)])
+    if m in ("REFLECT", "SYMMETRIC"):
+        return _run("MirrorPad", [t, p], {"mode": m})
+    raise ValueError(f'tf.pad: unknown padding mode: {mode} (CONSTANT, REFLECT or SYMMETRIC)')
+
+
+def broadcast_to(input: TensorLike, shape: Any, name: Optional[str] = None) -> Tensor:  # noqa: A002
+    """tf.broadcast_to: BroadcastTo."""
+    return _run("BroadcastTo", [convert_to_tensor(input)], {"shape": _shape_list(shape)})
+
+
+def one_hot(
+    indices: TensorLike,
+    depth: Any,
+    on_value: Any = None,
+    off_value: Any = None,
+    axis: Optional[int] = None,
+    dtype: Optional[Any] = None,
+    name: Optional[str] = None,
+) -> Tensor:
+    """tf.one_hot: OneHot; the dtype is `dtype`, else that of on_value or
+    off_value, else float32 (TF's rule). on_value and off_value are the op's
+    float attrs here: no gradient reaches them (TF's does)."""
+    t = convert_to_tensor(indices)
+    given = [v for v in (on_value, off_value) if v is not None]
+    if dtype is not None:
+        d = _dtypes.as_numpy_dtype(dtype)
+    elif given:
+        g = given[0]
+        d = g.dtype if isinstance(g, (Tensor, _Variable)) else _tf_array(g, None).dtype
+    else:
+        d = np.dtype(np.float32)
+    on = 1 if on_value is None else np.asarray(on_value).item()
+    off = 0 if off_value is None else np.asarray(off_value).item()
+    # The server's OneHot makes float32 / float64: other dtypes are made as
+    # float64 (exact for ints below 2**53) and cast.
+    made = d if d in (np.dtype(np.float32), np.dtype(np.float64)) else np.dtype(np.float64)
+    attrs = {"depth": _int(depth), "T": made, "on_value": float(on), "off_value": float(off), "axis": -1 if axis is None else _int(axis)}
+    out = _run("OneHot", [t], attrs)
+    return out if made == d else cast(out, d)
+
+
+# -- gather, scatter, slices ------------------------------------------------
+
+
+def gather(
+    params: TensorLike,
+    indices: TensorLike,
+    validate_indices: Any = None,
+    axis: Any = None,
+    batch_dims: int = 0,
+    name: Optional[str] = None,
+) -> Tensor:
+    """tf.gather: GatherV2 (`axis` defaults to `batch_dims`; negative ones
+    count from the end, as TF's)."""
+    p, i = convert_to_tensor(params), convert_to_tensor(indices)
+    b = _int(batch_dims)
+    if b < 0:
+        b += i.ndim
+    a = b if axis is None else _int(axis)
+    if a < 0:
+        a += p.ndim
+    return _run("GatherV2", [p, i], {"axis": a, "batch_dims": b})
+
+
+def _batch_coordinates(index_shape: Sequence[int], batch_dims: int, dtype: np.dtype) -> np.ndarray:
+    """The first `batch_dims` coordinates of every index position: shape
+    index_shape + [batch_dims] (from the shape only)."""
+    grids = np.indices(tuple(index_shape[:batch_dims]), dtype=dtype)  # [b, B1..Bb]
+    grids = np.moveaxis(grids, 0, -1).reshape(tuple(index_shape[:batch_dims]) + (1,) * (len(index_shape) - batch_dims) + (batch_dims,))
+    return np.broadcast_to(grids, tuple(index_shape) + (batch_dims,)).copy()
+
+
+def gather_nd(params: TensorLike, indices: TensorLike, batch_dims: int = 0, name: Optional[str] = None, bad_indices_policy: str = "") -> Tensor:
+    """tf.gather_nd: GatherNd; with batch_dims > 0 the batch coordinates are
+    put in front of each index (the same result as TF's batch_gather_nd)."""
+    p, i = convert_to_tensor(params), convert_to_tensor(indices)
+    if bad_indices_policy not in ("", "DEFAULT", "ERROR"):
+        raise NotImplementedError(f"tf.gather_nd: bad_indices_policy={bad_indices_policy!r} (out of range is an error here)")
+    b = _int(batch_dims)
+    if b == 0:
+        return _run("GatherNd", [p, i])
+    if b < 0 or b >= i.ndim:
+        raise ValueError(f"tf.gather_nd: batch_dims {b} must be in [0, rank(indices)) = [0, {i.ndim})")
+    coords = i.session.constant(_batch_coordinates(i.shape[:-1], b, i.dtype))
+    full = concat([coords, i], axis=-1)
+    return _run("GatherNd", [p, full])
+
+
+def scatter_nd(indices: TensorLike, updates: TensorLike, shape: Any, bad_indices_policy: str = "", name: Optional[str] = None) -> Tensor:
+    """tf.scatter_nd: ScatterNd (duplicates add up)."""
+    i, u = convert_to_tensor(indices), convert_to_tensor(updates)
+    return _run("ScatterNd", [i, u, _ints(i.session, _shape_list(shape), i.dtype)])
+
+
+def slice(input_: TensorLike, begin: Any, size: Any, name: Optional[str] = None) -> Tensor:  # noqa: A001
+    """tf.slice: Slice (a size of -1: to the end)."""
+    t = convert_to_tensor(input_)
+    return _run("Slice", [t, _ints(t.session, _shape_list(begin)), _ints(t.session, _shape_list(size))])
+
+
+def strided_slice(
+    input_: TensorLike,
+    begin: Any,
+    end: Any,
+    strides: Any = None,
+    begin_mask: int = 0,
+    end_mask: int = 0,
+    ellipsis_mask: int = 0,
+    new_axis_mask: int = 0,
+    shrink_axis_mask: int = 0,
+    var: Any = None,
+    name: Optional[str] = None,
+) -> Tensor:
+    """tf.strided_slice: StridedSlice with TF's five masks (strides default
+    to ones)."""
+    t = convert_to_tensor(input_)
+    b, e = _shape_list(begin), _shape_list(end)
+    st = [1] * len(b) if strides is None else _shape_list(strides)
+    masks = {
+        "begin_mask": _int(begin_mask),
+        "end_mask": _int(end_mask),
+        "ellipsis_mask": _int(ellipsis_mask),
+        "new_axis_mask": _int(new_axis_mask),
+        "shrink_axis_mask": _int(shrink_axis_mask),
+    }
+    s = t.session
+    return _run("StridedSlice", [t, _ints(s, b), _ints(s, e), _ints(s, st)], masks)

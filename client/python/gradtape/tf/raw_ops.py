@@ -1,0 +1,82 @@
+"""tf.raw_ops: every op of the default session's server by its name, called
+as TensorFlow's raw ops are: keyword arguments only, inputs and attrs by
+their names, e.g. ``tf.raw_ops.MatMul(a=x, b=y, transpose_a=True)``.
+
+Inputs are converted with TensorFlow's rules (tf.convert_to_tensor); a list
+input (ConcatV2's ``values``) takes a list and its length attr is filled
+in; an op with several outputs returns a named tuple of them (TopKV2's
+values, indices), a list output a list. Where TensorFlow's op takes a host tensor that gradtape's op
+takes as an attr (Reshape's ``shape``, Transpose's ``perm``, Sum's
+``axis``, GatherV2's ``axis``, UnsortedSegmentSum's ``num_segments``), a
+Tensor or array given for it is read into the attr. ``name`` is accepted
+and ignored. An op the server does not register is an AttributeError.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List
+
+import numpy as np
+
+from gradtape._tensor import Tensor, Variable as _Variable
+from gradtape.tf._base import _session, convert_to_tensor
+
+
+def _attr_value(kind: str, value: Any) -> Any:
+    """An attr given as TF passes the host tensor it replaces."""
+    if not isinstance(value, (Tensor, _Variable, np.ndarray, np.generic)):
+        return value
+    array = np.asarray(value)
+    if kind == "int":
+        return int(array)
+    if kind == "float":
+        return float(array)
+    if kind == "bool":
+        return bool(array)
+    if kind == "list(int)":
+        return [int(v) for v in array.reshape(-1)]
+    return value
+
+
+def _input(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [convert_to_tensor(v) for v in value]
+    return convert_to_tensor(value)
+
+
+def _make(op: str) -> Callable[..., Any]:
+    def raw(*args: Any, **kwargs: Any) -> Any:
+        if args:
+            raise TypeError(f"{op} only takes keyword args (possible keys: {list(kwargs)}). Please pass these args as kwargs instead.")
+        s = _session()
+        spec = s._specs.get(op)
+        if spec is None:
+            raise AttributeError(f"tf.raw_ops: this gradtape server has no op {op!r}")
+        kwargs.pop("name", None)
+        inputs: List[Any] = []
+        for n in spec.input_names:
+            if n not in kwargs:
+                raise TypeError(f"{op}: missing required argument {n!r}")
+            inputs.append(_input(kwargs.pop(n)))
+        attrs: Dict[str, Any] = {}
+        for n, v in kwargs.items():
+            if n not in spec.attr_types:
+                declared = ", ".join(list(spec.input_names) + sorted(spec.attr_types))
+                raise TypeError(f"{op} got an unexpected keyword argument {n!r} (its arguments: {declared})")
+            attrs[n] = _attr_value(spec.attr_types[n], v)
+        return s.ops[op](*inputs, **attrs)
+
+    raw.__name__ = op
+    raw.__qualname__ = op
+    raw.__doc__ = f"tf.raw_ops.{op}: the server's {op} (keyword arguments only)."
+    return raw
+
+
+def __getattr__(name: str) -> Callable[..., Any]:
+    if name.startswith("__") or not name[:1].isupper():
+        raise AttributeError(name)
+    return _make(name)
+
+
+def __dir__() -> List[str]:
+    return sorted(op.name for op in _session().list_ops())
