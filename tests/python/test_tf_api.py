@@ -205,6 +205,39 @@ def reduce_max_min_ties(tf):
     return _grads(tf, lambda t: tf.reduce_max(t, axis=1) + tf.reduce_min(t, axis=[0, 1]), x)
 
 
+@case
+def reduce_max_min_keepdims_negative_axis(tf):
+    x = _rand(2, 3, 4, seed=55).round(1)
+    return _grads(
+        tf,
+        lambda t: tf.reduce_max(t, axis=-1, keepdims=True) * tf.math.reduce_min(t, axis=[0, 2], keepdims=True),
+        x,
+        second=True,
+    )
+
+
+@case
+def reduce_max_int(tf):
+    x = tf.constant([[3, -1, 7], [2, 2, 0]])
+    return [tf.reduce_max(x), tf.reduce_min(x, axis=1), tf.reduce_max(x, 0, keepdims=True)]
+
+
+@case
+def sort_argsort(tf):
+    x = np.array([[3.0, 1.0, 2.0, 1.0], [0.5, -1.0, 0.5, 4.0]], np.float32)
+    out = _grads(tf, lambda t: tf.sort(t) + 2.0 * tf.sort(t, axis=0, direction="DESCENDING")[:, ::-1], x, second=True)
+    i = tf.constant([[5, -3, 5, 0], [2, 9, -7, 2]])
+    return out + [
+        tf.argsort(tf.constant(x)), tf.argsort(tf.constant(x), axis=0, direction="DESCENDING"),
+        tf.sort(i), tf.sort(i, direction="DESCENDING"), tf.argsort(i, stable=True), tf.argsort(i, axis=0),
+    ]
+
+
+@case
+def sort_bad_direction(tf):
+    return tf.sort(tf.constant([1.0, 2.0]), direction="UP")
+
+
 # -- concat, stack, split ---------------------------------------------------------
 
 
@@ -461,6 +494,18 @@ def adjoint_complex(tf):
     return [tf.linalg.adjoint(c), tf.linalg.matrix_transpose(c, conjugate=True), tf.linalg.matmul(c, c, adjoint_b=True)]
 
 
+@case
+def norms(tf):
+    def f(x):
+        return tf.stack([
+            tf.norm(x), tf.norm(x, ord=1), tf.norm(x, ord=np.inf), tf.norm(x, ord=3), tf.linalg.norm(x, ord="fro", axis=[0, 1]),
+            tf.norm(x, ord=1, axis=(0, 1)), tf.norm(x, ord=np.inf, axis=[-2, -1]), tf.reduce_sum(tf.norm(x, axis=1)),
+            tf.reduce_sum(tf.norm(x, ord=2, axis=0, keepdims=True)), tf.norm(x, ord="euclidean", axis=[1, 0]),
+        ])
+
+    return _grads(tf, f, _rand(3, 4, seed=56))
+
+
 # -- segments -------------------------------------------------------------------------
 
 
@@ -668,7 +713,7 @@ def gradtape_tf(server_address: str) -> Any:
 # Cases where TensorFlow raises and gradtape must raise the same class.
 RAISING = {
     "where_one_of_x_y", "pad_bad_mode", "einsum_repeated_output_label", "complex_dtype_mismatch",
-    "raw_ops_positional_refused",
+    "raw_ops_positional_refused", "sort_bad_direction",
 }
 
 
@@ -682,3 +727,21 @@ def test_same_as_tensorflow(name: str, tensorflow: Any, gradtape_tf: Any) -> Non
         return
     problems = _compare(expected[1], actual[1])
     assert not problems, "\n".join(problems)
+
+
+def test_documented_refusals(gradtape_tf: Any) -> None:
+    """Where gradtape.tf cannot do what TF does it says so
+    (NotImplementedError naming the function), never computes something
+    else; each of these works in TF."""
+    tf = gradtape_tf
+    m = tf.constant(_rand(2, 2, seed=57))
+    refusals = {
+        "tf.norm": lambda: tf.norm(m, ord=2, axis=[0, 1]),
+        "tf.einsum": lambda: tf.einsum("ij,jk,kl->il", m, m, m),
+        "tf.where": lambda: tf.where(tf.constant([True, False])),
+        "tf.sparse.segment_sum": lambda: tf.sparse.segment_sum(m, [0, 1], [0, 0], sparse_gradient=True),
+        "tf.linalg.diag_part": lambda: tf.linalg.diag_part(m, k=1),
+    }
+    for fn_name, call in refusals.items():
+        with pytest.raises(NotImplementedError, match=fn_name.replace(".", r"\.")):
+            call()

@@ -116,10 +116,11 @@ from gradtape.tf._array import (
     tile,
     unstack,
 )
-from gradtape.tf.linalg import einsum, tensordot
+from gradtape.tf.linalg import einsum, norm, tensordot
 from gradtape.tf.math import (
     argmax,
     argmin,
+    argsort,
     atan2,
     complex,
     cumsum,
@@ -131,6 +132,7 @@ from gradtape.tf.math import (
     less_equal,
     not_equal,
     round,
+    sort,
 )
 # -- end tfops --------------------------------------------------------------
 from gradtape.tf.math import (

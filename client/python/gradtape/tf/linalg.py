@@ -9,9 +9,10 @@ import numpy as np
 
 from gradtape._tensor import Tensor
 from gradtape.tf._base import TensorLike, _operands, _run, convert_to_tensor, reshape, transpose
+from gradtape.tf import math as m
 from gradtape.tf.math import matmul
 
-__all__ = ["adjoint", "cross", "diag_part", "einsum", "matmul", "matrix_transpose", "matvec", "tensordot", "trace"]
+__all__ = ["adjoint", "cross", "diag_part", "einsum", "matmul", "matrix_transpose", "matvec", "norm", "tensordot", "trace"]
 
 
 def _explicit(equation: str) -> str:
@@ -129,3 +130,33 @@ def tensordot(a: TensorLike, b: TensorLike, axes: Any, name: Optional[str] = Non
     mb, free_b = _flatten(y, bx, True)
     return reshape(matmul(ma, mb), free_a + free_b)
 
+
+
+def norm(tensor: TensorLike, ord: Any = "euclidean", axis: Any = None, keepdims: Any = None, name: Optional[str] = None) -> Tensor:  # noqa: A002
+    """tf.norm / tf.linalg.norm, composed as TF composes it: vector norms
+    ('euclidean', 1, 2, np.inf, any p > 0) and matrix norms over two axes
+    ('euclidean', 'fro', 1, np.inf); the matrix 2-norm needs an SVD and is
+    not here (NotImplementedError)."""
+    t = convert_to_tensor(tensor)
+    axes = None if axis is None else [int(a) for a in np.asarray(axis).reshape(-1)]
+    matrix = axes is not None and len(axes) == 2
+    if ord == "fro" and not matrix or ord == "nuc" or (matrix and ord not in ("euclidean", "fro", 1, np.inf)):
+        if matrix and ord in (2, 2.0, "nuc"):
+            raise NotImplementedError(f"tf.norm: the matrix norm ord={ord!r} needs an SVD (not in gradtape)")
+        raise ValueError(f"'ord' must be a supported vector norm, got {ord!r}.")
+    if ord in ("euclidean", "fro", 2, 2.0):
+        out = m.sqrt(m.reduce_sum(m.multiply(t, m.conj(t)) if t.dtype.kind == "c" else m.multiply(t, t), axis=axes, keepdims=True))
+    elif ord == 1:
+        out = m.reduce_sum(m.abs(t), axis=None if axes is None else axes[0], keepdims=True)
+        out = m.reduce_max(out, axis=axes[-1], keepdims=True) if matrix and axes is not None else out
+    elif ord == np.inf:
+        out = m.abs(t)
+        out = m.reduce_sum(out, axis=axes[1], keepdims=True) if matrix and axes is not None else out
+        out = m.reduce_max(out, axis=None if axes is None else axes[0], keepdims=True)
+    elif isinstance(ord, (int, float)) and not isinstance(ord, bool) and ord > 0:
+        out = m.pow(m.reduce_sum(m.pow(m.abs(t), float(ord)), axis=axes, keepdims=True), 1.0 / float(ord))
+    else:
+        raise ValueError(f"'ord' must be a supported vector norm, got {ord!r}.")
+    if keepdims:
+        return out
+    return _run("Squeeze", [out], {"squeeze_dims": [] if axes is None else axes})

@@ -178,10 +178,26 @@ reduce_mean = _reduce("Mean")
 reduce_prod = _reduce("Prod")
 
 
+def _reduce_extreme(op: str, t: Tensor, axis: Any, keepdims: Any) -> Tensor:
+    """Max / Min over `axis` (an int32 input), the output's shape set from
+    known shapes."""
+    axes = _axes(t, axis)
+    if not axes:
+        return identity(t)
+    keep = builtins_bool(keepdims)
+    out = _run(op, [t, t.session.constant(np.asarray(axes, dtype=np.int32))], {"keep_dims": keep})
+    if t._shape is not None:
+        out._shape = tuple(1 if i in axes else d for i, d in enumerate(t._shape) if keep or i not in axes)
+    return out
+
+
 def reduce_max(input_tensor: TensorLike, axis: Any = None, keepdims: Any = False, name: Optional[str] = None) -> Tensor:
-    """tf.reduce_max; the gradient is shared equally among ties (TF's rule),
-    by UnsortedSegmentMax over the reduced axes moved to the front."""
+    """tf.reduce_max: the server's Max; the gradient is shared equally among
+    ties (TF's rule). On a server without Max: UnsortedSegmentMax over the
+    reduced axes moved to the front (the same values and gradients)."""
     t = convert_to_tensor(input_tensor)
+    if t.session.has_op("Max"):
+        return _reduce_extreme("Max", t, axis, keepdims)
     axes = _axes(t, axis)
     if not axes:
         return identity(t)
@@ -198,8 +214,12 @@ def reduce_max(input_tensor: TensorLike, axis: Any = None, keepdims: Any = False
 
 
 def reduce_min(input_tensor: TensorLike, axis: Any = None, keepdims: Any = False, name: Optional[str] = None) -> Tensor:
-    """tf.reduce_min = -reduce_max(-x) (same tie rule)."""
-    return negative(reduce_max(negative(input_tensor), axis=axis, keepdims=keepdims))
+    """tf.reduce_min: the server's Min (same tie rule); -reduce_max(-x) on a
+    server without Min."""
+    t = convert_to_tensor(input_tensor)
+    if t.session.has_op("Min"):
+        return _reduce_extreme("Min", t, axis, keepdims)
+    return negative(reduce_max(negative(t), axis=axis, keepdims=keepdims))
 
 
 def reduce_logsumexp(input_tensor: TensorLike, axis: Any = None, keepdims: Any = False, name: Optional[str] = None) -> Tensor:
@@ -387,3 +407,45 @@ def angle(input: TensorLike, name: Optional[str] = None) -> Tensor:  # noqa: A00
         return _run("Angle", [t])
     zeros = zeros_like(t)
     return where(less(t, zeros), multiply(ones_like(t), np.pi), zeros)
+
+
+# -- sort, argsort (TF composes them from top_k) ------------------------------
+
+
+def _sort(values: TensorLike, axis: Any, direction: str, argsort: bool) -> Tensor:
+    """TF's sort_ops: a descending sort is top_k over the whole axis (moved
+    last by a transposition that is its own inverse); an ascending one sorts
+    -x (floats) or -x - 1 (ints) descending."""
+    t = convert_to_tensor(values)
+    if direction not in ("ASCENDING", "DESCENDING"):
+        raise ValueError(f'`direction` should be one of {{"ASCENDING", "DESCENDING"}}. Received: direction={direction}')
+    n = t.ndim
+    a = int(np.asarray(axis))
+    a = a + n if a < 0 else a
+    if not 0 <= a < n:
+        raise ValueError(f"axis {axis} is out of range for a tensor of rank {n}")
+    ascending = direction == "ASCENDING"
+    flip = t.dtype.kind in "iu"
+    key = t
+    if ascending:
+        key = subtract(negative(t), 1) if flip else negative(t)
+    perm = list(range(n))
+    perm[a], perm[-1] = perm[-1], perm[a]
+    moved = key if a == n - 1 else transpose(key, perm)
+    top = top_k(moved, k=moved.shape[-1])
+    out = top.indices if argsort else top.values
+    out = out if a == n - 1 else transpose(out, perm)
+    if argsort or not ascending:
+        return out
+    return subtract(negative(out), 1) if flip else negative(out)
+
+
+def sort(values: TensorLike, axis: Any = -1, direction: str = "ASCENDING", name: Optional[str] = None) -> Tensor:
+    """tf.sort, composed from TopKV2 as TF composes it."""
+    return _sort(values, axis, direction, False)
+
+
+def argsort(values: TensorLike, axis: Any = -1, direction: str = "ASCENDING", stable: Any = False, name: Optional[str] = None) -> Tensor:
+    """tf.argsort, composed from TopKV2 as TF composes it (ties: the lower
+    index first, so it is also stable)."""
+    return _sort(values, axis, direction, True)
