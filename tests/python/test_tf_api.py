@@ -470,6 +470,24 @@ def matvec_batched(tf):
 
 
 @case
+def matmul_flags(tf):
+    def f(a, b, c):
+        return tf.stack([
+            tf.matmul(a, b, a_is_sparse=True), tf.linalg.matmul(a, b, transpose_a=True, b_is_sparse=True),
+            tf.matmul(a, b, output_type=tf.float32), tf.matmul(a, b, adjoint_b=True),
+            tf.reduce_sum(tf.matmul(c, c, transpose_b=True), 0),
+        ])
+
+    return _grads(tf, f, _rand(3, 3, seed=58), _rand(3, 3, seed=59), _rand(2, 3, 3, seed=60))
+
+
+@case
+def matmul_transpose_and_adjoint(tf):
+    m = tf.constant([[1.0]])
+    return tf.matmul(m, m, transpose_a=True, adjoint_a=True)
+
+
+@case
 def tensordot_axes(tf):
     def f(a, b, c):
         x = tf.tensordot(a, b, axes=1)
@@ -713,7 +731,7 @@ def gradtape_tf(server_address: str) -> Any:
 # Cases where TensorFlow raises and gradtape must raise the same class.
 RAISING = {
     "where_one_of_x_y", "pad_bad_mode", "einsum_repeated_output_label", "complex_dtype_mismatch",
-    "raw_ops_positional_refused", "sort_bad_direction",
+    "raw_ops_positional_refused", "sort_bad_direction", "matmul_transpose_and_adjoint",
 }
 
 

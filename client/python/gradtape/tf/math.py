@@ -129,17 +129,30 @@ def matmul(
     transpose_b: Any = False,
     adjoint_a: Any = False,
     adjoint_b: Any = False,
+    a_is_sparse: Any = False,
+    b_is_sparse: Any = False,
+    output_type: Any = None,
+    grad_a: Any = False,
+    grad_b: Any = False,
     name: Optional[str] = None,
 ) -> Tensor:
-    """tf.linalg.matmul: MatMul for matrices, BatchMatMulV2 above.
+    """tf.linalg.matmul: MatMul for matrices, BatchMatMulV2 above, SparseMatMul
+    for float32 matrices with a_is_sparse / b_is_sparse (the same product).
 
     As TensorFlow builds it: MatMul's transpose_* only transposes, so an
     adjoint of a complex matrix conjugates first; BatchMatMulV2's adj_*
     conjugates, so a plain transpose of a complex batch conjugates first.
+    An output_type other than the inputs' dtype (TF's BatchMatMulV3 with
+    mixed dtypes) is not here: NotImplementedError.
     """
+    if transpose_a and adjoint_a or transpose_b and adjoint_b:
+        raise ValueError("Only one of `transpose_a` and `adjoint_a` (`transpose_b` and `adjoint_b`) can be True.")
     x, y = _operands(a, b)
+    if output_type is not None and (np.dtype(output_type) != x.dtype or np.dtype(output_type) != y.dtype):
+        raise NotImplementedError("tf.linalg.matmul: output_type other than the inputs' dtype (mixed-dtype BatchMatMulV3)")
     ta, tb = builtins_bool(transpose_a or adjoint_a), builtins_bool(transpose_b or adjoint_b)
-    matrices = x.ndim == 2 and y.ndim == 2
+    sparse = builtins_bool(a_is_sparse) or builtins_bool(b_is_sparse)
+    matrices = sparse or (x.ndim == 2 and y.ndim == 2)
     # Which flag needs a conj in front: adjoint_* for MatMul, transpose_*
     # for BatchMatMulV2 (conj twice is no conj).
     conj_a = builtins_bool(adjoint_a) if matrices else builtins_bool(transpose_a) and not builtins_bool(adjoint_a)
@@ -148,6 +161,9 @@ def matmul(
         x = conj(x)
     if conj_b and y.dtype.kind == "c":
         y = conj(y)
+    if sparse and x.dtype == np.float32 and y.dtype == np.float32:
+        attrs = {"transpose_a": ta, "transpose_b": tb, "a_is_sparse": builtins_bool(a_is_sparse), "b_is_sparse": builtins_bool(b_is_sparse)}
+        return _run("SparseMatMul", [x, y], attrs)
     if matrices:
         return _run("MatMul", [x, y], {"transpose_a": ta, "transpose_b": tb})
     return _run("BatchMatMulV2", [x, y], {"adj_x": ta, "adj_y": tb})
