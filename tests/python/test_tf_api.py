@@ -635,6 +635,76 @@ def raw_ops_positional_refused(tf):
     return tf.raw_ops.Neg(tf.constant(1.0))
 
 
+# -- dtype inference and argument forms ----------------------------------------------
+
+
+@case
+def dtypes_of_python_values(tf):
+    x = tf.constant([[1.0, 2.0]])
+    c = tf.constant([True, False])
+    return [
+        tf.concat([x, [[3.0]]], axis=-1), tf.where(c, 1, 0), tf.where(c, 1.5, tf.constant([0.0, 1.0])),
+        tf.fill([2], 7), tf.fill([1, 2], 0.5), tf.stack([1, 2]), tf.stack([[1.0], [2.0]], axis=1),
+        tf.pad(tf.constant([1, 2]), [[1, 1]], constant_values=9), tf.reverse(tf.constant([1, 2, 3]), [0]),
+        tf.tile([1.0, 2.0], [2]), tf.expand_dims([1, 2], axis=tf.constant(0)), tf.squeeze([[1.5]]),
+        tf.broadcast_to(3, [2]), tf.gather([4, 5, 6], tf.constant([2, 0], tf.int64)), tf.one_hot([1], 2, on_value=tf.constant(3.0)),
+    ]
+
+
+@case
+def tensor_arguments(tf):
+    x = tf.constant(_rand(4, 6, seed=61))
+    return [
+        tf.split(x, 2, axis=tf.constant(1)), tf.split(x, tf.constant([1, 3]), axis=0),
+        tf.cumsum(x, axis=tf.constant(1)), tf.math.top_k(x, k=tf.constant(2)).values, tf.argmax(x, tf.constant(1)),
+        tf.range(tf.constant(1), tf.constant(7), tf.constant(2)), tf.range(0), tf.range(3.0, 0.0, -0.5),
+        tf.reduce_max(x, axis=tf.constant([0])), tf.tile(x, tf.constant([1, 2])), tf.reshape(x, tf.constant([3, 8])),
+        tf.concat([x, x], axis=-2), tf.unstack(x, num=6, axis=-1)[5], tf.squeeze(tf.reshape(x, [1, 4, 1, 6]), [-2]),
+    ]
+
+
+@case
+def squeeze_non_unit_dim(tf):
+    return tf.squeeze(tf.ones([2, 3]), axis=0)
+
+
+@case
+def gather_out_of_range(tf):
+    return tf.gather(tf.ones([3]), [5])
+
+
+@case
+def split_uneven(tf):
+    return tf.split(tf.ones([5]), 2)
+
+
+@case
+def raw_ops_lists_and_errors(tf):
+    x = tf.constant(_rand(4, 2, seed=62))
+    r = tf.raw_ops
+    parts = r.Split(axis=tf.constant(0), value=x, num_split=2)
+    v = r.SplitV(value=x, size_splits=tf.constant([1, 3]), axis=tf.constant(0), num_split=2)
+    return [
+        parts, v, r.Pack(values=[x, x], axis=1), r.ArgMax(input=x, dimension=1, output_type=tf.int32),
+        r.Select(condition=tf.constant([True, False, True, False]), x=x, y=-x),
+        r.ExpandDims(input=x, axis=1), r.Squeeze(input=tf.ones([1, 2, 1]), axis=[0]),
+        r.Equal(x=x, y=x, incompatible_shape_error=True), r.Cast(x=x, DstT=tf.float64, Truncate=False),
+        r.MatMul(a=x, b=x, transpose_b=True, grad_a=False), r.Complex(real=x, imag=x, Tout=tf.complex64),
+        r.OneHot(indices=tf.constant([0, 2]), depth=tf.constant(3), on_value=tf.constant(2.0), off_value=tf.constant(-1.0)),
+        r.OneHot(indices=tf.constant([1]), depth=2, on_value=tf.constant(2.0, tf.float64), off_value=tf.constant(0.0, tf.float64)),
+    ]
+
+
+@case
+def raw_ops_unknown_argument(tf):
+    return tf.raw_ops.Neg(x=tf.constant(1.0), y=2)
+
+
+@case
+def raw_ops_missing_input(tf):
+    return tf.raw_ops.MatMul(a=tf.ones([2, 2]))
+
+
 # ---------------------------------------------------------------------------
 # Running the cases.
 
@@ -731,7 +801,8 @@ def gradtape_tf(server_address: str) -> Any:
 # Cases where TensorFlow raises and gradtape must raise the same class.
 RAISING = {
     "where_one_of_x_y", "pad_bad_mode", "einsum_repeated_output_label", "complex_dtype_mismatch",
-    "raw_ops_positional_refused", "sort_bad_direction", "matmul_transpose_and_adjoint",
+    "raw_ops_positional_refused", "sort_bad_direction", "raw_ops_unknown_argument", "matmul_transpose_and_adjoint",
+    "squeeze_non_unit_dim", "gather_out_of_range", "split_uneven", "raw_ops_missing_input",
 }
 
 

@@ -85,10 +85,13 @@ def split(value: TensorLike, num_or_size_splits: Any, axis: Any = 0, num: Option
     t = convert_to_tensor(value)
     s = t.session
     ax = _ints(s, _int(axis))
-    if isinstance(num_or_size_splits, (int, np.integer)) or (
-        isinstance(num_or_size_splits, (Tensor, _Variable)) and convert_to_tensor(num_or_size_splits).ndim == 0
-    ):
-        n = _int(num_or_size_splits)
+    if isinstance(num_or_size_splits, (Tensor, _Variable)) and convert_to_tensor(num_or_size_splits).ndim == 0:
+        raise ValueError(
+            "Rank-0 tensors are not supported as the num_or_size_splits argument to split. "
+            f"Argument provided: {num_or_size_splits}"
+        )
+    if isinstance(num_or_size_splits, (int, np.integer)):
+        n = int(num_or_size_splits)
         return list(s.execute("Split", [ax, t], {"num_split": n}))
     sizes = _shape_list(num_or_size_splits)
     n = len(sizes) if num is None else _int(num)

@@ -7,14 +7,19 @@ input (ConcatV2's ``values``) takes a list and its length attr is filled
 in; an op with several outputs returns a named tuple of them (TopKV2's
 values, indices), a list output a list. Where TensorFlow's op takes a host tensor that gradtape's op
 takes as an attr (Reshape's ``shape``, Transpose's ``perm``, Sum's
-``axis``, GatherV2's ``axis``, UnsortedSegmentSum's ``num_segments``), a
-Tensor or array given for it is read into the attr. ``name`` is accepted
-and ignored. An op the server does not register is an AttributeError.
+``axis``, GatherV2's ``axis``, UnsortedSegmentSum's ``num_segments``,
+OneHot's ``depth``, ``on_value``, ``off_value``), a Tensor or array given
+for it is read into the attr. TF's Python names are used where its api_def
+renames an op's (Split's ``axis``, Select's ``x`` / ``y``); TF's hints
+(``use_cudnn_on_gpu``, ``grad_a``, ...) and inferred attrs are accepted,
+and a value gradtape does not compute (``Truncate=True``,
+``incompatible_shape_error=False``, another ``Tout``) is a
+NotImplementedError. ``name`` is accepted and ignored. An op the server does not register is an AttributeError.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Tuple
 
 import numpy as np
 
@@ -44,6 +49,60 @@ def _input(value: Any) -> Any:
     return convert_to_tensor(value)
 
 
+# TF's Python argument names where its api_def renames the op's own.
+_RENAMES: Dict[str, Dict[str, str]] = {
+    "Select": {"x": "t", "y": "e"},
+    "ExpandDims": {"axis": "dim"},
+    "Squeeze": {"axis": "squeeze_dims"},
+    "Split": {"axis": "split_dim"},
+    "SplitV": {"axis": "split_dim"},
+}
+
+# TF arguments the server's ops do not declare: hints that never change
+# the result (None: any value), or the only value gradtape computes.
+_TF_ONLY: Dict[str, Any] = {
+    "use_cudnn_on_gpu": None,
+    "grad_a": None,
+    "grad_b": None,
+    "grad_x": None,
+    "grad_y": None,
+    "debug_name": None,
+    "allowed_devices": None,
+    "validate_shape": None,
+    "incompatible_shape_error": True,
+    "Truncate": False,
+    "sparse_gradient": False,
+    "bad_indices_policy": "",
+}
+
+
+def _split_kwargs(op: str, spec: Any, kwargs: Dict[str, Any]) -> Tuple[List[Any], Dict[str, Any], Any]:
+    """(inputs in order, attrs, Tout) from TF's keyword arguments."""
+    renames = _RENAMES.get(op, {})
+    kwargs = {renames.get(k, k): v for k, v in kwargs.items() if k != "name"}
+    tout = kwargs.pop("Tout", None) if "Tout" not in spec.attr_types else None
+    inputs: List[Any] = []
+    for n in spec.input_names:
+        if n not in kwargs:
+            raise TypeError(f"{op}: missing required argument {n!r}")
+        inputs.append(_input(kwargs.pop(n)))
+    attrs: Dict[str, Any] = {}
+    for n, v in kwargs.items():
+        if n in spec.attr_types:
+            attrs[n] = _attr_value(spec.attr_types[n], v)
+        elif n in _TF_ONLY:
+            if _TF_ONLY[n] is not None and v != _TF_ONLY[n]:
+                raise NotImplementedError(f"tf.raw_ops.{op}: {n}={v!r} is not in gradtape (only {_TF_ONLY[n]!r})")
+        else:
+            declared = ", ".join(list(spec.input_names) + sorted(spec.attr_types))
+            raise TypeError(f"{op} got an unexpected keyword argument {n!r} (its arguments: {declared})")
+    if op == "OneHot" and "T" not in attrs and isinstance(inputs[0], Tensor) and "on_value" in kwargs:
+        on = kwargs["on_value"]
+        if isinstance(on, (Tensor, _Variable)):
+            attrs["T"] = on.dtype  # TF infers T from on_value
+    return inputs, attrs, tout
+
+
 def _make(op: str) -> Callable[..., Any]:
     def raw(*args: Any, **kwargs: Any) -> Any:
         if args:
@@ -52,19 +111,11 @@ def _make(op: str) -> Callable[..., Any]:
         spec = s._specs.get(op)
         if spec is None:
             raise AttributeError(f"tf.raw_ops: this gradtape server has no op {op!r}")
-        kwargs.pop("name", None)
-        inputs: List[Any] = []
-        for n in spec.input_names:
-            if n not in kwargs:
-                raise TypeError(f"{op}: missing required argument {n!r}")
-            inputs.append(_input(kwargs.pop(n)))
-        attrs: Dict[str, Any] = {}
-        for n, v in kwargs.items():
-            if n not in spec.attr_types:
-                declared = ", ".join(list(spec.input_names) + sorted(spec.attr_types))
-                raise TypeError(f"{op} got an unexpected keyword argument {n!r} (its arguments: {declared})")
-            attrs[n] = _attr_value(spec.attr_types[n], v)
-        return s.ops[op](*inputs, **attrs)
+        inputs, attrs, tout = _split_kwargs(op, spec, kwargs)
+        out = s.ops[op](*inputs, **attrs)
+        if tout is not None and isinstance(out, Tensor) and out.dtype != np.dtype(tout):
+            raise NotImplementedError(f"tf.raw_ops.{op}: Tout={np.dtype(tout).name} (gradtape makes {out.dtype.name})")
+        return out
 
     raw.__name__ = op
     raw.__qualname__ = op
