@@ -635,6 +635,65 @@ def raw_ops_positional_refused(tf):
     return tf.raw_ops.Neg(tf.constant(1.0))
 
 
+# -- composed: predicates, logical ops, repeat, roll, meshgrid, sequence_mask, eye --------
+
+
+@case
+def predicates_and_logical(tf):
+    x = tf.constant([1.0, np.nan, np.inf, -np.inf, 0.0])
+    a = tf.constant([[True, False, True]])
+    b = tf.constant([[True], [False]])
+    return [
+        tf.math.is_nan(x), tf.math.is_inf(x), tf.math.is_finite(x), tf.logical_not(a), tf.logical_and(a, b),
+        tf.logical_or(a, b), tf.math.logical_xor(a, b), tf.reduce_all(b), tf.reduce_any(a, axis=1),
+        tf.math.reduce_all(tf.constant([[True, True], [False, True]]), axis=0, keepdims=True),
+        tf.math.count_nonzero(tf.constant([[0.0, 1.5], [2.0, 0.0]])), tf.math.count_nonzero([[0, 3], [1, 1]], axis=1, dtype=tf.int32),
+        tf.math.count_nonzero(tf.constant([[0, 3]]), keepdims=True),
+    ]
+
+
+@case
+def atan_scalar_mul(tf):
+    return _grads(tf, lambda x: tf.atan(x) + tf.math.scalar_mul(3.0, x) * tf.math.atan(x * 2.0), _rand(3, 2, seed=63), second=True)
+
+
+@case
+def repeat_roll(tf):
+    def f(x):
+        return tf.concat([
+            tf.reshape(tf.repeat(x, 2), [-1]), tf.reshape(tf.repeat(x, [1, 0, 3], axis=0), [-1]),
+            tf.reshape(tf.repeat(x, repeats=[2, 1], axis=-1), [-1]), tf.reshape(tf.roll(x, 1, axis=0), [-1]),
+            tf.reshape(tf.roll(x, shift=[-1, 3, 1], axis=[1, 0, 1]), [-1]),
+        ], 0)
+
+    return _grads(tf, f, _rand(3, 2, seed=64), second=True)
+
+
+@case
+def meshgrid_both_indexings(tf):
+    def f(a, b, c):
+        xy = tf.meshgrid(a, b, c)
+        ij = tf.meshgrid(a, b, c, indexing="ij")
+        return tf.stack([tf.reduce_sum(t * float(i + 1)) for i, t in enumerate(xy + ij)])
+
+    out = _grads(tf, f, _rand(3, seed=65), _rand(2, seed=66), _rand(4, seed=67))
+    return out + tf.meshgrid([1, 2, 3], [4, 5]) + tf.meshgrid(tf.constant([1.0, 2.0]), indexing="ij")
+
+
+@case
+def sequence_mask_variants(tf):
+    return [
+        tf.sequence_mask([1, 3, 2]), tf.sequence_mask([[1, 0], [4, 2]], maxlen=3), tf.sequence_mask(tf.constant([2, 0]), 4, dtype=tf.float32),
+        tf.sequence_mask(tf.constant([1, 2], tf.int64), maxlen=tf.constant(3, tf.int64), dtype=tf.int32),
+    ]
+
+
+@case
+def eye_and_diag(tf):
+    out = _grads(tf, lambda v: tf.linalg.diag(v) * 2.0 + tf.eye(3), _rand(2, 3, seed=68), second=True)
+    return out + [tf.eye(2, 3), tf.eye(2, batch_shape=[2], dtype=tf.int32), tf.linalg.eye(3, num_columns=1, dtype=tf.float64)]
+
+
 # -- dtype inference and argument forms ----------------------------------------------
 
 
@@ -830,6 +889,9 @@ def test_documented_refusals(gradtape_tf: Any) -> None:
         "tf.where": lambda: tf.where(tf.constant([True, False])),
         "tf.sparse.segment_sum": lambda: tf.sparse.segment_sum(m, [0, 1], [0, 0], sparse_gradient=True),
         "tf.linalg.diag_part": lambda: tf.linalg.diag_part(m, k=1),
+        "tf.linalg.diag": lambda: tf.linalg.diag([1.0, 2.0], k=1),
+        "tf.linalg.matmul": lambda: tf.matmul(m, m, output_type=tf.float64),
+        "tf.raw_ops.Cast": lambda: tf.raw_ops.Cast(x=m, DstT=tf.int32, Truncate=True),
     }
     for fn_name, call in refusals.items():
         with pytest.raises(NotImplementedError, match=fn_name.replace(".", r"\.")):

@@ -12,7 +12,7 @@ arithmetic on known shapes is done here, values are computed on the server.
 from __future__ import annotations
 
 import builtins
-from typing import Any, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -291,3 +291,98 @@ def strided_slice(
     }
     s = t.session
     return _run("StridedSlice", [t, _ints(s, b), _ints(s, e), _ints(s, st)], masks)
+
+
+# -- composed: repeat, roll, meshgrid, sequence_mask, eye ---------------------
+
+
+def repeat(input: TensorLike, repeats: Any, axis: Any = None, name: Optional[str] = None) -> Tensor:  # noqa: A002
+    """tf.repeat: a GatherV2 of each index `repeats` times along `axis` (the
+    flattened input when None); the gradient sums the copies, as TF's. The
+    repeats are read as Python ints (their values set the output shape)."""
+    t = convert_to_tensor(input)
+    if axis is None:
+        t = _run("Reshape", [t], {"shape": [-1]})
+        a = 0
+    else:
+        a = _norm_axis(axis, t.ndim, "tf.repeat")
+    n = t.shape[a]
+    reps = np.broadcast_to(np.asarray(repeats, dtype=np.int64).reshape(-1), (n,))
+    index = np.repeat(np.arange(n, dtype=np.int32), reps)
+    return _run("GatherV2", [t, t.session.constant(index)], {"axis": a, "batch_dims": 0})
+
+
+def roll(input: TensorLike, shift: Any, axis: Any, name: Optional[str] = None) -> Tensor:  # noqa: A002
+    """tf.roll: per axis a GatherV2 of the indices rolled by the shift
+    (shifts of one axis add up, as TF's); the same values and gradient as
+    TF's Roll."""
+    t = convert_to_tensor(input)
+    shifts, axes = _shape_list(shift), _shape_list(axis)
+    if len(shifts) != len(axes):
+        raise ValueError(f"tf.roll: shift and axis must have the same size, got {len(shifts)} and {len(axes)}")
+    total: Dict[int, int] = {}
+    for s, a in zip(shifts, axes):
+        ax = _norm_axis(a, t.ndim, "tf.roll")
+        total[ax] = total.get(ax, 0) + s
+    out = t
+    for ax, s in sorted(total.items()):
+        n = t.shape[ax]
+        if n == 0 or s % n == 0:
+            continue
+        index = (np.arange(n, dtype=np.int64) - s) % n
+        out = _run("GatherV2", [out, t.session.constant(index.astype(np.int32))], {"axis": ax, "batch_dims": 0})
+    return out if out is not t else identity(t)
+
+
+def meshgrid(*args: TensorLike, **kwargs: Any) -> List[Tensor]:
+    """tf.meshgrid, composed as TF: each vector reshaped to its own axis and
+    multiplied by ones of the grid's shape (indexing 'xy' swaps the first
+    two axes)."""
+    indexing = kwargs.pop("indexing", "xy")
+    kwargs.pop("name", None)
+    if kwargs:
+        raise TypeError(f"'{list(kwargs)[0]}' is an invalid keyword argument for this function")
+    if indexing not in ("xy", "ij"):
+        raise ValueError(f"Argument `indexing` parameter must be either 'xy' or 'ij', got '{indexing}'")
+    ts = [convert_to_tensor(a) for a in args]
+    ndim = len(ts)
+    ones1 = [1] * ndim
+    out = [_run("Reshape", [t], {"shape": ones1[:i] + [-1] + ones1[i + 1:]}) for i, t in enumerate(ts)]
+    sizes = [int(np.prod(t.shape)) for t in ts]
+    if indexing == "xy" and ndim > 1:
+        out[0] = _run("Reshape", [out[0]], {"shape": [1, -1] + [1] * (ndim - 2)})
+        out[1] = _run("Reshape", [out[1]], {"shape": [-1, 1] + [1] * (ndim - 2)})
+        sizes[0], sizes[1] = sizes[1], sizes[0]
+    if not ts:
+        return []
+    ones = ts[0].session.constant(np.ones(sizes, dtype=ts[0].dtype))
+    return [_run("Mul", [x, ones]) for x in out]
+
+
+def sequence_mask(lengths: TensorLike, maxlen: Any = None, dtype: Any = np.bool_, name: Optional[str] = None) -> Tensor:
+    """tf.sequence_mask, composed as TF: range(maxlen) < lengths[..., None]
+    (maxlen: max(lengths, 0) when None), cast to `dtype`."""
+    lens = convert_to_tensor(lengths)
+    s = lens.session
+    if maxlen is None:
+        top = _run("Max", [lens, s.constant(np.arange(lens.ndim, dtype=np.int32))], {"keep_dims": False})
+        m = _run("Maximum", [s.constant(np.zeros((), dtype=lens.dtype)), top])
+    else:
+        m = convert_to_tensor(maxlen)
+        if m.ndim != 0:
+            raise ValueError(f"Argument `maxlen` must be scalar for sequence_mask, received `maxlen` = {maxlen}")
+    row = _run("Range", [s.constant(np.zeros((), dtype=m.dtype)), m, s.constant(np.ones((), dtype=m.dtype))])
+    matrix = cast(_run("ExpandDims", [lens, _ints(s, -1)]), m.dtype)
+    result = _run("Less", [row, matrix])
+    d = _dtypes.as_numpy_dtype(dtype)
+    return result if d == np.bool_ else cast(result, d)
+
+
+def eye(num_rows: Any, num_columns: Any = None, batch_shape: Any = None, dtype: Any = np.float32, name: Optional[str] = None) -> Tensor:
+    """tf.eye: an identity matrix (a constant, like zeros / ones)."""
+    rows = _int(num_rows)
+    cols = rows if num_columns is None else _int(num_columns)
+    batch = [] if batch_shape is None else _shape_list(batch_shape)
+    matrix = np.eye(rows, cols, dtype=_dtypes.as_numpy_dtype(dtype))
+    out: Tensor = _session().constant(np.broadcast_to(matrix, tuple(batch) + (rows, cols)).copy())
+    return out

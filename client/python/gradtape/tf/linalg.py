@@ -12,7 +12,7 @@ from gradtape.tf._base import TensorLike, _operands, _run, convert_to_tensor, re
 from gradtape.tf import math as m
 from gradtape.tf.math import matmul
 
-__all__ = ["adjoint", "cross", "diag_part", "einsum", "matmul", "matrix_transpose", "matvec", "norm", "tensordot", "trace"]
+__all__ = ["adjoint", "cross", "diag_part", "einsum", "matmul", "matrix_transpose", "matvec", "norm", "tensordot", "trace", "diag", "eye"]
 
 
 def _explicit(equation: str) -> str:
@@ -160,3 +160,30 @@ def norm(tensor: TensorLike, ord: Any = "euclidean", axis: Any = None, keepdims:
     if keepdims:
         return out
     return _run("Squeeze", [out], {"squeeze_dims": [] if axes is None else axes})
+
+
+def eye(num_rows: Any, num_columns: Any = None, batch_shape: Any = None, dtype: Any = np.float32, name: Optional[str] = None) -> Tensor:
+    """tf.linalg.eye (tf.eye)."""
+    from gradtape.tf._array import eye as _eye
+
+    return _eye(num_rows, num_columns, batch_shape, dtype)
+
+
+def diag(
+    diagonal: TensorLike,
+    name: str = "diag",
+    k: int = 0,
+    num_rows: int = -1,
+    num_cols: int = -1,
+    padding_value: Any = 0,
+    align: str = "RIGHT_LEFT",
+) -> Tensor:
+    """tf.linalg.diag of the main diagonal: diagonal[..., None] * eye (the
+    same values and gradient as TF's MatrixDiagV3); other k, num_rows,
+    num_cols or padding_value are not here (NotImplementedError)."""
+    if k != 0 or num_rows != -1 or num_cols != -1 or padding_value != 0:
+        raise NotImplementedError("tf.linalg.diag: only the main diagonal (k=0, default num_rows / num_cols / padding_value)")
+    d = convert_to_tensor(diagonal)
+    n = d.shape[-1]
+    col = _run("ExpandDims", [d, d.session.constant(np.asarray(-1, dtype=np.int32))])
+    return m.multiply(col, d.session.constant(np.eye(n, dtype=d.dtype)))

@@ -465,3 +465,89 @@ def argsort(values: TensorLike, axis: Any = -1, direction: str = "ASCENDING", st
     """tf.argsort, composed from TopKV2 as TF composes it (ties: the lower
     index first, so it is also stable)."""
     return _sort(values, axis, direction, True)
+
+
+# -- predicates, logical ops, counts (composed from comparisons and Select) ---
+
+
+def is_nan(x: TensorLike, name: Optional[str] = None) -> Tensor:
+    """tf.math.is_nan: x != x."""
+    t = convert_to_tensor(x)
+    return _run("NotEqual", [t, t])
+
+
+def is_inf(x: TensorLike, name: Optional[str] = None) -> Tensor:
+    """tf.math.is_inf: |x| == inf."""
+    t = convert_to_tensor(x)
+    return _run("Equal", [abs(t), t.session.constant(np.asarray(np.inf, dtype=t.dtype))])
+
+
+def is_finite(x: TensorLike, name: Optional[str] = None) -> Tensor:
+    """tf.math.is_finite: |x| < inf (False for NaN)."""
+    t = convert_to_tensor(x)
+    return _run("Less", [abs(t), t.session.constant(np.asarray(np.inf, dtype=t.dtype))])
+
+
+def _bools(x: TensorLike, y: TensorLike) -> Sequence[Tensor]:
+    a, b = convert_to_tensor(x, dtype=np.bool_), convert_to_tensor(y, dtype=np.bool_)
+    return a, b
+
+
+def logical_not(x: TensorLike, name: Optional[str] = None) -> Tensor:
+    """tf.math.logical_not: x == False."""
+    t = convert_to_tensor(x, dtype=np.bool_)
+    return _run("Equal", [t, t.session.constant(np.asarray(False))])
+
+
+def logical_and(x: TensorLike, y: TensorLike, name: Optional[str] = None) -> Tensor:
+    """tf.math.logical_and: where(x, y, False) (broadcasting)."""
+    a, b = _bools(x, y)
+    return where(a, b, False)
+
+
+def logical_or(x: TensorLike, y: TensorLike, name: Optional[str] = None) -> Tensor:
+    """tf.math.logical_or: where(x, True, y) (broadcasting)."""
+    a, b = _bools(x, y)
+    return where(a, True, b)
+
+
+def logical_xor(x: TensorLike, y: TensorLike, name: Optional[str] = "LogicalXor") -> Tensor:
+    """tf.math.logical_xor: x != y."""
+    a, b = _bools(x, y)
+    return _run("NotEqual", [a, b])
+
+
+def reduce_all(input_tensor: TensorLike, axis: Any = None, keepdims: Any = False, name: Optional[str] = None) -> Tensor:
+    """tf.math.reduce_all: the Min of the values as int32, as bool."""
+    t = cast(convert_to_tensor(input_tensor, dtype=np.bool_), np.int32)
+    return cast(reduce_min(t, axis=axis, keepdims=keepdims), np.bool_)
+
+
+def reduce_any(input_tensor: TensorLike, axis: Any = None, keepdims: Any = False, name: Optional[str] = None) -> Tensor:
+    """tf.math.reduce_any: the Max of the values as int32, as bool."""
+    t = cast(convert_to_tensor(input_tensor, dtype=np.bool_), np.int32)
+    return cast(reduce_max(t, axis=axis, keepdims=keepdims), np.bool_)
+
+
+def count_nonzero(input: TensorLike, axis: Any = None, keepdims: Any = None, dtype: Any = np.int64, name: Optional[str] = None) -> Tensor:  # noqa: A002
+    """tf.math.count_nonzero, as TF composes it: the sum of (x != 0) as
+    int64, cast to `dtype`."""
+    t = convert_to_tensor(input)
+    zero = t.session.constant(np.zeros((), dtype=t.dtype))
+    nonzero = cast(_run("NotEqual", [t, zero]), np.int64)
+    return cast(reduce_sum(nonzero, axis=axis, keepdims=builtins_bool(keepdims)), dtype)
+
+
+def atan(x: TensorLike, name: Optional[str] = None) -> Tensor:
+    """tf.math.atan = atan2(x, 1) (the same values and gradient)."""
+    t = convert_to_tensor(x)
+    return _run("Atan2", [t, ones_like(t)])
+
+
+def scalar_mul(scalar: TensorLike, x: TensorLike, name: Optional[str] = None) -> Tensor:
+    """tf.math.scalar_mul: scalar * x (the scalar must be a scalar)."""
+    s, t = _operands(scalar, x)
+    if s.ndim != 0:
+        raise ValueError(f"The input scalar must be a 0-D value. Received shape {tuple(s.shape)}.")
+    return _run("Mul", [s, t])
+
