@@ -38,35 +38,41 @@ inference of Python values: floats float32, ints int32):
 
 Array, math and linalg functions (TF's names, arguments, defaults, dtype
 inference and broadcasting; each runs the server op TF's function runs,
-or is composed as TF composes it):
+or is composed from server ops as TF composes it):
   concat, stack, unstack, split (a number or sizes with one -1),
   expand_dims, squeeze, tile, fill, range (TF's dtype inference), reverse,
   pad (CONSTANT with constant_values, REFLECT, SYMMETRIC), broadcast_to,
   one_hot, gather (axis, batch_dims), gather_nd (batch_dims), scatter_nd,
-  slice, strided_slice (all five masks), newaxis, where (SelectV2
-  broadcasting), argmax, argmin, sort, argsort (from top_k, as TF), equal,
-  not_equal, greater, greater_equal, less, less_equal, floor, round (half
-  to even), atan2, complex, einsum, tensordot, norm;
+  slice, strided_slice (all five masks), newaxis, repeat, roll, meshgrid,
+  sequence_mask, eye, where (SelectV2 broadcasting), argmax, argmin, sort,
+  argsort (from top_k, as TF), equal, not_equal, greater, greater_equal,
+  less, less_equal, logical_and / or / not, reduce_all, reduce_any, floor,
+  round (half to even), atan, atan2, scalar_mul, complex, einsum,
+  tensordot, norm;
   math.* also erf, erfc, ceil, rsqrt, reduce_variance, reduce_std, cumsum,
   cumprod (exclusive, reverse), top_k, segment_sum / mean / min / max /
-  prod, unsorted_segment_sum / max / min / prod / mean / sqrt_n, angle;
+  prod, unsorted_segment_sum / max / min / prod / mean / sqrt_n, angle,
+  is_nan, is_inf, is_finite, logical_xor, count_nonzero;
   linalg.* matmul (also a_is_sparse: SparseMatMul), einsum, cross, matvec,
-  tensordot, matrix_transpose, adjoint, trace, diag_part (k=0), norm;
+  tensordot, matrix_transpose, adjoint, trace, diag_part, diag (k=0),
+  eye, norm;
   sparse.segment_sum / segment_mean / segment_sqrt_n (with and without
   num_segments); raw_ops.<Op>(**kwargs) for every server op (TF's keyword
   arguments; a host tensor TF takes where gradtape has an attr is read).
   Their differences from TF: one_hot's on_value / off_value get no
   gradient (attrs here), and an int one_hot is made as float64 and cast;
   top_k(sorted=False) returns the values sorted (an order TF allows);
-  einsum takes one or two operands (more: NotImplementedError); norm has
-  no matrix 2-norm or nuclear norm (no SVD); matmul's output_type must be
-  the inputs' dtype; sparse.segment_*(sparse_gradient=True) is refused
-  (gradients are dense); gather_nd's bad_indices_policy other than the
-  default is refused. tests/python/test_tf_api.py compares each with TF;
+  repeat's repeats are read as Python ints; einsum takes one or two
+  operands (more: NotImplementedError); norm has no matrix 2-norm or
+  nuclear norm (no SVD); matmul's output_type must be the inputs' dtype;
+  sparse.segment_*(sparse_gradient=True) is refused (gradients are
+  dense); gather_nd's bad_indices_policy other than the default is
+  refused. tests/python/test_tf_api.py compares each with TF;
   tests/python/test_tf_coverage.py maps every server op to a TF name.
-  Not here: boolean_mask, where with one argument, reduce_all / reduce_any,
-  logical_*, roll, repeat, unique, bincount (no server op; the server's
-  ListOps says which exist).
+  Not here (no server op to run them on): boolean_mask, where with one
+  argument, unique, bincount, floordiv / floormod, multiply_no_nan,
+  hyperbolic and inverse trigonometric functions but atan; ListOps says
+  which ops a server has.
 
 Not here: float16 and bfloat16 (gradtape has no such dtype), random ops,
 tf.function (gradtape is eager by construction; ``tf.function`` is the
