@@ -707,6 +707,8 @@ def dtypes_of_python_values(tf):
         tf.pad(tf.constant([1, 2]), [[1, 1]], constant_values=9), tf.reverse(tf.constant([1, 2, 3]), [0]),
         tf.tile([1.0, 2.0], [2]), tf.expand_dims([1, 2], axis=tf.constant(0)), tf.squeeze([[1.5]]),
         tf.broadcast_to(3, [2]), tf.gather([4, 5, 6], tf.constant([2, 0], tf.int64)), tf.one_hot([1], 2, on_value=tf.constant(3.0)),
+        tf.stack([1.5, tf.constant(2.0, tf.float64)]), tf.concat([[1.5], tf.constant([2.0], tf.float64)], 0),
+        tf.stack([tf.constant(1, tf.int64), 2]),
     ]
 
 
@@ -762,6 +764,93 @@ def raw_ops_unknown_argument(tf):
 @case
 def raw_ops_missing_input(tf):
     return tf.raw_ops.MatMul(a=tf.ones([2, 2]))
+
+
+# -- small model programs: three SGD steps, losses, gradients, final weights ---------
+
+
+def _train(tf: Any, variables: List[Any], loss_fn: Callable[[], Any], steps: int = 3, lr: float = 0.1) -> List[Any]:
+    out: List[Any] = []
+    for _ in range(steps):
+        with tf.GradientTape() as tape:
+            loss = loss_fn()
+        grads = [tf.convert_to_tensor(g) for g in tape.gradient(loss, variables)]  # TF: IndexedSlices of a gather
+        out += [loss] + grads
+        for v, g in zip(variables, grads):
+            v.assign_sub(lr * g)
+    return out + [tf.identity(v) for v in variables]
+
+
+@case
+def model_embedding_bag_one_hot_ce(tf):
+    emb = tf.Variable(_rand(10, 4, seed=70) * 0.5)
+    w = tf.Variable(_rand(4, 3, seed=71) * 0.5)
+    ids = tf.constant([1, 4, 4, 9, 0, 2, 7])
+    bags = tf.constant([0, 0, 1, 1, 1, 2, 3])
+    labels = tf.constant([2, 0, 1, 1])
+
+    def loss():
+        rows = tf.gather(emb, ids)
+        pooled = tf.math.unsorted_segment_mean(rows, bags, 4) + tf.math.segment_max(rows, bags) * 0.5
+        logits = tf.matmul(pooled, w)
+        ce = -tf.reduce_sum(tf.one_hot(labels, 3) * tf.nn.log_softmax(logits), axis=-1)
+        return tf.reduce_mean(ce)
+
+    out = _train(tf, [emb, w], loss)
+    logits = tf.matmul(tf.math.unsorted_segment_mean(tf.gather(emb, ids), bags, 4), w)
+    accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(logits, axis=1, output_type=tf.int32), labels), tf.float32))
+    return out + [accuracy]
+
+
+@case
+def model_pad_tile_window_einsum(tf):
+    k = tf.Variable(_rand(3, 2, 4, seed=72) * 0.3)
+    x = tf.constant(_rand(2, 6, 2, seed=73))
+
+    def loss():
+        p = tf.pad(x, [[0, 0], [1, 1], [0, 0]], mode="REFLECT")
+        windows = tf.stack([p[:, i:i + 6] for i in range(3)], axis=2)  # [2, 6, 3, 2]
+        h = tf.einsum("btkc,kcf->btf", windows, k)
+        h = tf.concat([h, tf.tile(tf.expand_dims(tf.reduce_mean(h, 1), 1), [1, 6, 1])], axis=-1)
+        h = tf.squeeze(tf.expand_dims(h, 0), 0)
+        top = tf.math.top_k(tf.math.cumsum(h, axis=1, reverse=True), k=2).values
+        return tf.reduce_mean(tf.square(top)) + tf.reduce_sum(tf.math.erf(h[:, ::-1, tf.newaxis, :2]))
+
+    return _train(tf, [k], loss, lr=0.05)
+
+
+@case
+def model_gathers_scatter(tf):
+    table = tf.Variable(_rand(2, 5, 3, seed=74))
+    q = tf.Variable(_rand(2, 3, seed=75))
+    idx = tf.constant([[4, 0, 2], [1, 1, 3]])
+    nd = tf.constant([[0, 4], [1, 2], [0, 0]])
+
+    def loss():
+        picked = tf.gather(table, idx, axis=1, batch_dims=1)  # [2, 3, 3]
+        scores = tf.linalg.matvec(picked, q)  # [2, 3]
+        att = tf.nn.softmax(scores)
+        ctx = tf.reduce_sum(picked * att[..., None], axis=1)
+        rows = tf.gather_nd(table, nd)  # [3, 3]
+        back = tf.scatter_nd(tf.constant([[1], [0], [1]]), rows, [2, 3])
+        by_batch = tf.gather_nd(table, tf.constant([[[1], [3]], [[0], [0]]]), batch_dims=1)
+        return tf.reduce_sum(tf.square(ctx - back)) + tf.reduce_mean(by_batch * tf.math.atan2(by_batch, 1.5))
+
+    return _train(tf, [table, q], loss)
+
+
+@case
+def model_range_cumsum_top_k_split(tf):
+    w = tf.Variable(_rand(8, seed=76))
+
+    def loss():
+        pos = tf.cast(tf.range(8), tf.float32) / 8.0
+        a, b = tf.split(w * pos, 2)
+        c = tf.concat([tf.math.cumprod(a, exclusive=True), tf.cumsum(b)], 0)
+        vals = tf.math.top_k(tf.reshape(c, [2, 4]), k=3).values
+        return tf.reduce_sum(vals * tf.constant([1.0, 0.5, 0.25])) + tf.reduce_sum(tf.sort(w)[:3] ** 2)
+
+    return _train(tf, [w], loss)
 
 
 # ---------------------------------------------------------------------------

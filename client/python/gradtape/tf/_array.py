@@ -50,20 +50,26 @@ def _norm_axis(axis: Any, rank: int, fn: str) -> int:
 # -- concat, stack, split --------------------------------------------------
 
 
+def _same_dtype(values: Sequence[TensorLike]) -> List[Tensor]:
+    """A list op's values: Python values take the dtype of the first Tensor
+    among them (the op's one T, as TF infers it), else TF's inference."""
+    hint = next((v.dtype for v in values if isinstance(v, (Tensor, _Variable))), None)
+    return [convert_to_tensor(v) if hint is None or isinstance(v, (Tensor, _Variable)) else convert_to_tensor(v, dtype=hint) for v in values]
+
+
 def concat(values: Sequence[TensorLike], axis: Any, name: str = "concat") -> Tensor:
     """tf.concat: ConcatV2 along `axis` (one value: its identity, as TF)."""
     if not isinstance(values, (list, tuple)):
         values = [values]
-    ts = [convert_to_tensor(v) for v in values]
+    ts = _same_dtype(values)
     if len(ts) == 1:
         return identity(ts[0])
-    ts = [convert_to_tensor(v, dtype=ts[0].dtype) if not isinstance(v, (Tensor, _Variable)) else t for v, t in zip(values, ts)]
     return _run("ConcatV2", ts + [_ints(ts[0].session, _int(axis))])
 
 
 def stack(values: Sequence[TensorLike], axis: int = 0, name: str = "stack") -> Tensor:
     """tf.stack: Pack along a new `axis`."""
-    ts = [convert_to_tensor(v) for v in values]
+    ts = _same_dtype(values)
     if not ts:
         raise ValueError("tf.stack: values must be a non-empty list")
     return ts[0].session.execute("Pack", ts, {"axis": _int(axis)})[0]
