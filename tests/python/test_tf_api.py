@@ -874,7 +874,10 @@ def _normalize(result: Any) -> Any:
         return [_normalize(r) for r in result]
     if isinstance(result, (bool, int, float, np.bool_, np.number)):
         return ("py", result.item() if isinstance(result, np.generic) else result)
+    known = getattr(result, "_shape", None)  # gradtape: the shape set without a round trip
     array = np.asarray(result if isinstance(result, np.ndarray) else result.numpy())
+    if known is not None and tuple(known) != array.shape:
+        return ("wrong static shape", tuple(known), array.shape)
     return ("tensor", array.dtype.name, tuple(array.shape), array)
 
 

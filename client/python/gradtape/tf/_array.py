@@ -40,6 +40,14 @@ def _int(value: Any) -> int:
     return int(value)
 
 
+def _shaped(out: Tensor, shape: Optional[Sequence[int]]) -> Tensor:
+    """`out` with its shape set from the inputs' known shapes (so that
+    asking for it later does not fetch the value)."""
+    if out._shape is None and shape is not None:
+        out._shape = tuple(int(d) for d in shape)
+    return out
+
+
 def _norm_axis(axis: Any, rank: int, fn: str) -> int:
     a = _int(axis)
     if not -rank <= a < rank:
@@ -64,7 +72,17 @@ def concat(values: Sequence[TensorLike], axis: Any, name: str = "concat") -> Ten
     ts = _same_dtype(values)
     if len(ts) == 1:
         return identity(ts[0])
-    return _run("ConcatV2", ts + [_ints(ts[0].session, _int(axis))])
+    a = _int(axis)
+    out = _run("ConcatV2", ts + [_ints(ts[0].session, a)])
+    shapes = [t._shape for t in ts]
+    if all(sh is not None and len(sh) == len(shapes[0] or ()) for sh in shapes) and shapes[0]:
+        n = len(shapes[0] or ())
+        if -n <= a < n:
+            ax = a % n
+            dims = list(shapes[0] or ())
+            dims[ax] = sum((sh or ())[ax] for sh in shapes)
+            _shaped(out, dims)
+    return out
 
 
 def stack(values: Sequence[TensorLike], axis: int = 0, name: str = "stack") -> Tensor:
@@ -72,7 +90,14 @@ def stack(values: Sequence[TensorLike], axis: int = 0, name: str = "stack") -> T
     ts = _same_dtype(values)
     if not ts:
         raise ValueError("tf.stack: values must be a non-empty list")
-    return ts[0].session.execute("Pack", ts, {"axis": _int(axis)})[0]
+    a = _int(axis)
+    out: Tensor = ts[0].session.execute("Pack", ts, {"axis": a})[0]
+    first = ts[0]._shape
+    if first is not None and all(t._shape == first for t in ts) and -len(first) - 1 <= a <= len(first):
+        dims = list(first)
+        dims.insert(a % (len(first) + 1), len(ts))
+        _shaped(out, dims)
+    return out
 
 
 def unstack(value: TensorLike, num: Optional[int] = None, axis: int = 0, name: str = "unstack") -> List[Tensor]:
@@ -82,7 +107,8 @@ def unstack(value: TensorLike, num: Optional[int] = None, axis: int = 0, name: s
     n = t.shape[a] if num is None else _int(num)
     if num is not None and n != t.shape[a]:
         raise ValueError(f"tf.unstack: num {n} is not the size {t.shape[a]} of axis {a}")
-    return list(t.session.execute("Unpack", [t], {"num": n, "axis": a}))
+    rest = [d for i, d in enumerate(t.shape) if i != a]
+    return [_shaped(o, rest) for o in t.session.execute("Unpack", [t], {"num": n, "axis": a})]
 
 
 def split(value: TensorLike, num_or_size_splits: Any, axis: Any = 0, num: Optional[int] = None, name: str = "split") -> List[Tensor]:
@@ -98,12 +124,26 @@ def split(value: TensorLike, num_or_size_splits: Any, axis: Any = 0, num: Option
         )
     if isinstance(num_or_size_splits, (int, np.integer)):
         n = int(num_or_size_splits)
-        return list(s.execute("Split", [ax, t], {"num_split": n}))
+        outs = list(s.execute("Split", [ax, t], {"num_split": n}))
+        if t._shape is not None and n > 0 and -t.ndim <= _int(axis) < t.ndim and t._shape[_int(axis) % t.ndim] % n == 0:
+            dims = list(t._shape)
+            dims[_int(axis) % t.ndim] //= n
+            outs = [_shaped(o, dims) for o in outs]
+        return outs
     sizes = _shape_list(num_or_size_splits)
     n = len(sizes) if num is None else _int(num)
     if n != len(sizes):
         raise ValueError(f"tf.split: num {n} is not the number {len(sizes)} of size_splits")
-    return list(s.execute("SplitV", [t, _ints(s, sizes), ax], {"num_split": n}))
+    outs = list(s.execute("SplitV", [t, _ints(s, sizes), ax], {"num_split": n}))
+    if t._shape is not None and -t.ndim <= _int(axis) < t.ndim and sizes.count(-1) <= 1:
+        a = _int(axis) % t.ndim
+        rest = t._shape[a] - sum(v for v in sizes if v != -1)
+        if rest >= 0 and (rest == 0 or -1 in sizes):
+            for o, size in zip(outs, sizes):
+                dims = list(t._shape)
+                dims[a] = rest if size == -1 else size
+                _shaped(o, dims)
+    return outs
 
 
 # -- layout ----------------------------------------------------------------
@@ -112,26 +152,42 @@ def split(value: TensorLike, num_or_size_splits: Any, axis: Any = 0, num: Option
 def expand_dims(input: TensorLike, axis: Any, name: Optional[str] = None) -> Tensor:  # noqa: A002
     """tf.expand_dims: ExpandDims at `axis` (in [-rank - 1, rank])."""
     t = convert_to_tensor(input)
-    return _run("ExpandDims", [t, _ints(t.session, _int(axis))])
+    a = _int(axis)
+    out = _run("ExpandDims", [t, _ints(t.session, a)])
+    if t._shape is not None and -len(t._shape) - 1 <= a <= len(t._shape):
+        dims = list(t._shape)
+        dims.insert(a % (len(dims) + 1), 1)
+        _shaped(out, dims)
+    return out
 
 
 def squeeze(input: TensorLike, axis: Any = None, name: Optional[str] = None) -> Tensor:  # noqa: A002
     """tf.squeeze: Squeeze `axis` (an int or a list; None: every size-1 dim)."""
     t = convert_to_tensor(input)
     dims = [] if axis is None else _shape_list(axis)
-    return _run("Squeeze", [t], {"squeeze_dims": dims})
+    out = _run("Squeeze", [t], {"squeeze_dims": dims})
+    sh = t._shape
+    if sh is not None and all(-len(sh) <= d < len(sh) and sh[d] == 1 for d in dims):
+        drop = {d % len(sh) for d in dims} if dims else {i for i, d in enumerate(sh) if d == 1}
+        _shaped(out, [d for i, d in enumerate(sh) if i not in drop])
+    return out
 
 
 def tile(input: TensorLike, multiples: Any, name: Optional[str] = None) -> Tensor:  # noqa: A002
     """tf.tile: Tile by `multiples`."""
     t = convert_to_tensor(input)
-    return _run("Tile", [t, _ints(t.session, _shape_list(multiples))])
+    m = _shape_list(multiples)
+    out = _run("Tile", [t, _ints(t.session, m)])
+    if t._shape is not None and len(m) == len(t._shape) and min(m, default=0) >= 0:
+        _shaped(out, [d * k for d, k in zip(t._shape, m)])
+    return out
 
 
 def fill(dims: Any, value: TensorLike, name: Optional[str] = None, layout: Any = None) -> Tensor:
     """tf.fill: Fill (the gradient reaches `value`, as TF's)."""
     v = convert_to_tensor(value)
-    return _run("Fill", [_ints(v.session, _shape_list(dims)), v])
+    d = _shape_list(dims)
+    return _shaped(_run("Fill", [_ints(v.session, d), v]), d)
 
 
 _RANGE_ORDER = [np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.float32), np.dtype(np.float64)]
@@ -156,15 +212,20 @@ def range(start: Any, limit: Any = None, delta: Any = 1, dtype: Optional[Any] = 
 def reverse(tensor: TensorLike, axis: Any, name: Optional[str] = None) -> Tensor:
     """tf.reverse: ReverseV2 along the dims in `axis`."""
     t = convert_to_tensor(tensor)
-    return _run("ReverseV2", [t, _ints(t.session, _shape_list(axis))])
+    return _shaped(_run("ReverseV2", [t, _ints(t.session, _shape_list(axis))]), t._shape)
 
 
 def pad(tensor: TensorLike, paddings: Any, mode: str = "CONSTANT", constant_values: Any = 0, name: Optional[str] = None) -> Tensor:
     """tf.pad: Pad (zeros), PadV2 (`constant_values`) or MirrorPad
     (REFLECT, SYMMETRIC); `mode` is case-insensitive, as in TF."""
     t = convert_to_tensor(tensor)
-    p = _ints(t.session, np.asarray(paddings if not isinstance(paddings, (Tensor, _Variable)) else np.asarray(paddings)).reshape(-1, 2))
-    m = str(mode).upper()
+    pairs = np.asarray(paddings).reshape(-1, 2)
+    p = _ints(t.session, pairs.astype(np.int64) if pairs.dtype == np.int64 else pairs.astype(np.int32))
+    padded = None if t._shape is None or len(pairs) != len(t._shape) else [d + int(b) + int(e) for d, (b, e) in zip(t._shape, pairs)]
+    return _shaped(_pad(t, p, str(mode).upper(), mode, constant_values), padded)
+
+
+def _pad(t: Tensor, p: Tensor, m: str, mode: Any, constant_values: Any) -> Tensor:
     if m == "CONSTANT":
         if not isinstance(constant_values, (Tensor, _Variable)) and np.all(np.asarray(constant_values) == 0):
             return _run("Pad", [t, p])
@@ -261,13 +322,20 @@ def gather_nd(params: TensorLike, indices: TensorLike, batch_dims: int = 0, name
 def scatter_nd(indices: TensorLike, updates: TensorLike, shape: Any, bad_indices_policy: str = "", name: Optional[str] = None) -> Tensor:
     """tf.scatter_nd: ScatterNd (duplicates add up)."""
     i, u = convert_to_tensor(indices), convert_to_tensor(updates)
-    return _run("ScatterNd", [i, u, _ints(i.session, _shape_list(shape), i.dtype)])
+    d = _shape_list(shape)
+    return _shaped(_run("ScatterNd", [i, u, _ints(i.session, d, i.dtype)]), d)
 
 
 def slice(input_: TensorLike, begin: Any, size: Any, name: Optional[str] = None) -> Tensor:  # noqa: A001
     """tf.slice: Slice (a size of -1: to the end)."""
     t = convert_to_tensor(input_)
-    return _run("Slice", [t, _ints(t.session, _shape_list(begin)), _ints(t.session, _shape_list(size))])
+    b, n = _shape_list(begin), _shape_list(size)
+    out = _run("Slice", [t, _ints(t.session, b), _ints(t.session, n)])
+    if t._shape is not None and len(b) == len(n) == len(t._shape) and all(0 <= x <= d for x, d in zip(b, t._shape)):
+        sizes = [d - x if k == -1 else k for x, k, d in zip(b, n, t._shape)]
+        if all(0 <= k and x + k <= d for x, k, d in zip(b, sizes, t._shape)):
+            _shaped(out, sizes)
+    return out
 
 
 def strided_slice(

@@ -314,7 +314,10 @@ def argmin(input: TensorLike, axis: Any = None, output_type: Any = np.int64, nam
 def _scan(op: str, x: TensorLike, axis: Any, exclusive: Any, reverse: Any) -> Tensor:
     t = convert_to_tensor(x)
     attrs = {"axis": int(np.asarray(axis)), "exclusive": builtins_bool(exclusive), "reverse": builtins_bool(reverse)}
-    return _run(op, [t], attrs)
+    out = _run(op, [t], attrs)
+    if out._shape is None:
+        out._shape = t._shape
+    return out
 
 
 def cumsum(x: TensorLike, axis: Any = 0, exclusive: Any = False, reverse: Any = False, name: Optional[str] = None) -> Tensor:
@@ -339,6 +342,10 @@ def top_k(input: TensorLike, k: Any = 1, sorted: Any = True, index_type: Any = n
     t = convert_to_tensor(input)
     kk = t.session.constant(np.asarray(int(np.asarray(k)), dtype=np.int32))
     values, indices = t.session.execute("TopKV2", [t, kk], {"sorted": builtins_bool(sorted), "index_type": np.dtype(index_type)})
+    n = int(np.asarray(k))
+    if t._shape is not None and t._shape and 0 <= n <= t._shape[-1]:
+        for out in (values, indices):
+            out._shape = out._shape or tuple(t._shape[:-1]) + (n,)
     return TopKV2(values, indices)
 
 
