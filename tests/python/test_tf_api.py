@@ -593,6 +593,22 @@ def complex_and_angle(tf):
 
 
 @case
+def complex_abs(tf):
+    a = np.array([3.0, 0.0, -1.5, 0.25], np.float32)
+    b = np.array([4.0, 0.0, 2.0, -0.5], np.float32)
+    out = _grads(tf, lambda x, y: tf.abs(tf.complex(x, y)) * 2.0 + tf.math.abs(x), a, b)
+    c = tf.complex(tf.constant([1.0, -2.0], tf.float64), tf.constant([2.0, 0.5], tf.float64))
+    return out + [tf.abs(c)]
+
+
+@case
+def real_imag_conj_of_real(tf):
+    x = tf.constant([1.0, -2.0])
+    out = _grads(tf, lambda t: tf.math.real(t) * 2.0 + tf.math.imag(t) + tf.math.conj(t) * t, _rand(3, seed=77), second=True)
+    return out + [tf.math.real(x), tf.math.imag(x), tf.math.conj(tf.constant([1, 2]))]
+
+
+@case
 def angle_of_real(tf):
     return [tf.math.angle(tf.constant([1.0, -2.0, 0.0])), tf.complex(tf.constant([1.0], tf.float64), tf.constant([2.0], tf.float64))]
 

@@ -52,7 +52,9 @@ or is composed from server ops as TF composes it):
   math.* also erf, erfc, ceil, rsqrt, reduce_variance, reduce_std, cumsum,
   cumprod (exclusive, reverse), top_k, segment_sum / mean / min / max /
   prod, unsorted_segment_sum / max / min / prod / mean / sqrt_n, angle,
-  is_nan, is_inf, is_finite, logical_xor, count_nonzero;
+  is_nan, is_inf, is_finite, logical_xor, count_nonzero; abs of complex
+  (TF's ComplexAbs, composed), real / imag / conj of real tensors (TF's
+  rules: the input, zeros, the input);
   linalg.* matmul (also a_is_sparse: SparseMatMul), einsum, cross, matvec,
   tensordot, matrix_transpose, adjoint, trace, diag_part, diag (k=0),
   eye, norm;

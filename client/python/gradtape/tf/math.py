@@ -46,15 +46,48 @@ cos = _unary("Cos")
 tan = _unary("Tan")
 tanh = _unary("Tanh")
 sigmoid = _unary("Sigmoid")
-abs = _unary("Abs")  # noqa: A001 (TensorFlow's name)
+_abs = _unary("Abs")
 sign = _unary("Sign")
 log1p = _unary("Log1p")
 expm1 = _unary("Expm1")
 reciprocal = _unary("Reciprocal")
 softplus = _unary("Softplus")
-real = _unary("Real")
-imag = _unary("Imag")
-conj = _unary("Conj")
+_real = _unary("Real")
+_imag = _unary("Imag")
+_conj = _unary("Conj")
+
+
+def real(input: TensorLike, name: Optional[str] = None) -> Tensor:  # noqa: A002
+    """tf.math.real: Real of a complex tensor; a real one is returned as is
+    (TF's rule)."""
+    t = convert_to_tensor(input)
+    return _real(t) if t.dtype.kind == "c" else t
+
+
+def imag(input: TensorLike, name: Optional[str] = None) -> Tensor:  # noqa: A002
+    """tf.math.imag: Imag of a complex tensor; zeros for a real one (TF)."""
+    t = convert_to_tensor(input)
+    return _imag(t) if t.dtype.kind == "c" else zeros_like(t)
+
+
+def conj(x: TensorLike, name: Optional[str] = None) -> Tensor:
+    """tf.math.conj: Conj of a complex tensor; a real one is returned as is
+    (TF's rule)."""
+    t = convert_to_tensor(x)
+    return _conj(t) if t.dtype.kind == "c" else t
+
+
+def abs(x: TensorLike, name: Optional[str] = None) -> Tensor:  # noqa: A001 (TensorFlow's name)
+    """tf.math.abs: Abs; of a complex tensor the modulus (TF's ComplexAbs),
+    composed as sqrt(re^2 + im^2) with TF's zero gradient at 0 (it may
+    overflow where ComplexAbs's hypot does not, above ~1e19 in complex64)."""
+    t = convert_to_tensor(x)
+    if t.dtype.kind != "c":
+        return _abs(t)
+    re, im = _real(t), _imag(t)
+    sq = add(multiply(re, re), multiply(im, im))
+    positive = _run("Greater", [sq, zeros_like(sq)])
+    return where(positive, sqrt(where(positive, sq, ones_like(sq))), zeros_like(sq))
 
 
 def divide(x: TensorLike, y: TensorLike, name: Optional[str] = None) -> Tensor:
