@@ -448,6 +448,18 @@ def einsum_batch_ellipsis_one_operand(tf):
 
 
 @case
+def einsum_three_and_four_operands(tf):
+    def f(a, b, c, v):
+        x = tf.einsum("ij,jk,kl->il", a, b, c)
+        y = tf.einsum("bij,jk,k->bi", tf.stack([a, a * 2.0]), b, v)
+        z = tf.einsum("ij,jk,kl,l", a, b, c, v)
+        w = tf.einsum("...j,jk,k->...", a, b, v)
+        return tf.concat([tf.reshape(x, [-1]), tf.reshape(y, [-1]), tf.reshape(z, [-1]), w], 0)
+
+    return _grads(tf, f, _rand(3, 3, seed=78), _rand(3, 3, seed=79), _rand(3, 3, seed=80), _rand(3, seed=81), second=True)
+
+
+@case
 def einsum_repeated_output_label(tf):
     return tf.einsum("ij->ii", tf.ones([2, 2]))
 
@@ -993,7 +1005,6 @@ def test_documented_refusals(gradtape_tf: Any) -> None:
     m = tf.constant(_rand(2, 2, seed=57))
     refusals = {
         "tf.norm": lambda: tf.norm(m, ord=2, axis=[0, 1]),
-        "tf.einsum": lambda: tf.einsum("ij,jk,kl->il", m, m, m),
         "tf.where": lambda: tf.where(tf.constant([True, False])),
         "tf.sparse.segment_sum": lambda: tf.sparse.segment_sum(m, [0, 1], [0, 0], sparse_gradient=True),
         "tf.linalg.diag_part": lambda: tf.linalg.diag_part(m, k=1),

@@ -64,8 +64,8 @@ or is composed from server ops as TF composes it):
   Their differences from TF: one_hot's on_value / off_value get no
   gradient (attrs here), and an int one_hot is made as float64 and cast;
   top_k(sorted=False) returns the values sorted (an order TF allows);
-  repeat's repeats are read as Python ints; einsum takes one or two
-  operands (more: NotImplementedError); norm has no matrix 2-norm or
+  repeat's repeats are read as Python ints; einsum contracts more than two
+  operands pairwise left to right (TF: opt_einsum's order); norm has no matrix 2-norm or
   nuclear norm (no SVD); matmul's output_type must be the inputs' dtype;
   sparse.segment_*(sparse_gradient=True) is refused (gradients are
   dense); gather_nd's bad_indices_policy other than the default is

@@ -33,17 +33,35 @@ def _explicit(equation: str) -> str:
 
 
 def einsum(equation: str, *inputs: TensorLike, **kwargs: Any) -> Tensor:
-    """tf.einsum / tf.linalg.einsum: the server's Einsum, for one or two
-    operands (TF contracts more than two pairwise in an order opt_einsum
-    picks: not here, NotImplementedError)."""
+    """tf.einsum / tf.linalg.einsum: the server's Einsum (one or two
+    operands). More operands are contracted pairwise left to right, each
+    intermediate keeping the labels still needed (TF lets opt_einsum pick
+    the order: the same values up to rounding)."""
     unknown = set(kwargs) - {"name", "optimize"}
     if unknown:
         raise TypeError(f"Invalid keyword arguments for this function: {', '.join(sorted(unknown))}. Expected: name, optimize")
     eq = _explicit(equation)
-    if len(inputs) not in (1, 2):
-        raise NotImplementedError(f"tf.einsum: gradtape's Einsum takes 1 or 2 operands, got {len(inputs)}")
+    if not inputs:
+        raise ValueError("tf.einsum: at least one input is required")
     ts = [convert_to_tensor(t) for t in inputs] if len(inputs) == 1 else _operands(*inputs)
-    return ts[0].session.execute("Einsum", ts, {"equation": eq})[0]
+    if len(ts) <= 2:
+        return ts[0].session.execute("Einsum", ts, {"equation": eq})[0]
+    lhs, out = eq.split("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ts):
+        raise ValueError(f"tf.einsum: the equation has {len(terms)} inputs, {len(ts)} were given")
+    cur_t, cur = ts[0], terms[0]
+    for i in range(1, len(ts)):
+        nxt = terms[i]
+        if i == len(ts) - 1:
+            sub = out
+        else:
+            later = "".join(terms[i + 1:]) + out
+            keep = [c for c in dict.fromkeys((cur + nxt).replace(".", "")) if c in later]
+            sub = ("..." if "..." in cur + nxt else "") + "".join(keep)
+        cur_t = cur_t.session.execute("Einsum", [cur_t, ts[i]], {"equation": f"{cur},{nxt}->{sub}"})[0]
+        cur = sub
+    return cur_t
 
 
 def cross(a: TensorLike, b: TensorLike, name: Optional[str] = None) -> Tensor:
