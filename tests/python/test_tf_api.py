@@ -401,6 +401,28 @@ def scatter_nd_duplicates(tf):
 
 
 @case
+def tensor_scatter_nd_add_sub(tf):
+    idx = np.array([[0, 1], [2, 0], [0, 1]], np.int32)
+    return _grads(
+        tf,
+        lambda t, u: tf.tensor_scatter_nd_add(t, idx, u) * tf.tensor_scatter_nd_sub(t, idx[:2], u[:2] * 2.0),
+        _rand(3, 2, seed=82),
+        _rand(3, seed=83),
+        second=True,
+    )
+
+
+@case
+def euclidean_norm_polyval(tf):
+    return _grads(
+        tf,
+        lambda x: tf.math.reduce_euclidean_norm(x, axis=1) + tf.math.polyval([2.0, -1.0, tf.constant(0.5)], x)[:, 0],
+        _rand(3, 4, seed=84),
+        second=True,
+    )
+
+
+@case
 def slice_and_strided_slice(tf):
     def f(x):
         a = tf.slice(x, [1, 0, 1], [2, -1, 2])

@@ -44,7 +44,7 @@ or is composed from server ops as TF composes it):
   pad (CONSTANT with constant_values, REFLECT, SYMMETRIC), broadcast_to,
   one_hot, gather (axis, batch_dims), gather_nd (batch_dims), scatter_nd,
   slice, strided_slice (all five masks), newaxis, repeat, roll, meshgrid,
-  sequence_mask, eye, where (SelectV2 broadcasting), argmax, argmin, sort,
+  sequence_mask, eye, tensor_scatter_nd_add / sub, where (SelectV2 broadcasting), argmax, argmin, sort,
   argsort (from top_k, as TF), equal, not_equal, greater, greater_equal,
   less, less_equal, logical_and / or / not, reduce_all, reduce_any, floor,
   round (half to even), atan, atan2, scalar_mul, complex, einsum,
@@ -52,7 +52,8 @@ or is composed from server ops as TF composes it):
   math.* also erf, erfc, ceil, rsqrt, reduce_variance, reduce_std, cumsum,
   cumprod (exclusive, reverse), top_k, segment_sum / mean / min / max /
   prod, unsorted_segment_sum / max / min / prod / mean / sqrt_n, angle,
-  is_nan, is_inf, is_finite, logical_xor, count_nonzero; abs of complex
+  is_nan, is_inf, is_finite, logical_xor, count_nonzero,
+  reduce_euclidean_norm, polyval; abs of complex
   (TF's ComplexAbs, composed), real / imag / conj of real tensors (TF's
   rules: the input, zeros, the input);
   linalg.* matmul (also a_is_sparse: SparseMatMul), einsum, cross, matvec,
@@ -158,6 +159,8 @@ from gradtape.tf._array import (
     squeeze,
     stack,
     strided_slice,
+    tensor_scatter_nd_add,
+    tensor_scatter_nd_sub,
     tile,
     unstack,
 )

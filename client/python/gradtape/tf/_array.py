@@ -460,3 +460,17 @@ def eye(num_rows: Any, num_columns: Any = None, batch_shape: Any = None, dtype: 
     matrix = np.eye(rows, cols, dtype=_dtypes.as_numpy_dtype(dtype))
     out: Tensor = _session().constant(np.broadcast_to(matrix, tuple(batch) + (rows, cols)).copy())
     return out
+
+
+def tensor_scatter_nd_add(tensor: TensorLike, indices: TensorLike, updates: TensorLike, name: Optional[str] = None, bad_indices_policy: str = "") -> Tensor:
+    """tf.tensor_scatter_nd_add = tensor + scatter_nd(indices, updates,
+    shape(tensor)): TensorScatterAdd's values and gradients."""
+    t = convert_to_tensor(tensor)
+    return _shaped(_run("AddV2", [t, scatter_nd(indices, updates, t.shape)]), t._shape)
+
+
+def tensor_scatter_nd_sub(tensor: TensorLike, indices: TensorLike, updates: TensorLike, name: Optional[str] = None, bad_indices_policy: str = "") -> Tensor:
+    """tf.tensor_scatter_nd_sub = tensor - scatter_nd(indices, updates,
+    shape(tensor)): TensorScatterSub's values and gradients."""
+    t = convert_to_tensor(tensor)
+    return _shaped(_run("Sub", [t, scatter_nd(indices, updates, t.shape)]), t._shape)

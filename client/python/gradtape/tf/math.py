@@ -591,3 +591,23 @@ def scalar_mul(scalar: TensorLike, x: TensorLike, name: Optional[str] = None) ->
         raise ValueError(f"The input scalar must be a 0-D value. Received shape {tuple(s.shape)}.")
     return _run("Mul", [s, t])
 
+
+
+def reduce_euclidean_norm(input_tensor: TensorLike, axis: Any = None, keepdims: Any = False, name: Optional[str] = None) -> Tensor:
+    """tf.math.reduce_euclidean_norm = sqrt(sum(x * x)) over `axis` (the
+    values of TF's EuclideanNorm; its gradient, x / norm, is NaN at 0 in
+    both)."""
+    t = convert_to_tensor(input_tensor)
+    sq = multiply(t, conj(t)) if t.dtype.kind == "c" else multiply(t, t)
+    return sqrt(reduce_sum(sq, axis=axis, keepdims=keepdims))
+
+
+def polyval(coeffs: Sequence[TensorLike], x: TensorLike, name: Optional[str] = None) -> Tensor:
+    """tf.math.polyval, composed as TF: Horner's rule, highest power first."""
+    t = convert_to_tensor(x)
+    if not isinstance(coeffs, (list, tuple)):
+        raise ValueError(f"Argument coeffs must be list type found {type(coeffs)}.")
+    p = zeros_like(t)
+    for c in coeffs:
+        p = add(c, multiply(p, t))
+    return p
