@@ -258,3 +258,45 @@ def test_public_name_runs_its_op(op: str, spied: Any) -> None:
     session.sync()
     assert op in spy.ops, f"{name} ran {spy.ops}, not {op}"
     assert result is not None
+
+
+@pytest.fixture(scope="module")
+def tensorflow() -> Any:
+    try:
+        import gradtape._native_core  # noqa: F401 (before TensorFlow's libraries)
+    except ImportError:
+        pass
+    import tensorflow as tensorflow_module
+
+    return tensorflow_module
+
+
+# Server ops TF does not have (gradtape-only gradient ops).
+NOT_IN_TF = {"Dilation2DBackpropInputGrad", "Dilation2DBackpropFilterGrad"}
+
+
+def test_raw_ops_take_tensorflows_arguments(spied: Any, tensorflow: Any) -> None:
+    """Every server op is a tf.raw_ops name here taking each argument
+    TensorFlow's raw op takes (by TF's Python names), and no input TF's
+    does not have."""
+    import inspect
+
+    from gradtape.tf import raw_ops
+
+    _, session, _ = spied
+    problems = []
+    for info in session.list_ops():
+        op = info.name
+        assert callable(getattr(raw_ops, op))
+        tf_fn = getattr(tensorflow.raw_ops, op, None)
+        if tf_fn is None:
+            assert op in NOT_IN_TF, f"{op} is not a TF raw op: list it in NOT_IN_TF"
+            continue
+        tf_args = set(inspect.signature(tf_fn).parameters)
+        ours = raw_ops.arguments(op)
+        missing = tf_args - set(ours)
+        inputs = set(ours[: len(info.input_names)])
+        extra_inputs = inputs - tf_args
+        if missing or extra_inputs:
+            problems.append(f"{op}: TF's {sorted(missing)} not taken; inputs {sorted(extra_inputs)} not TF's")
+    assert not problems, "\n".join(problems)

@@ -76,6 +76,15 @@ _TF_ONLY: Dict[str, Any] = {
 }
 
 
+def arguments(op: str) -> List[str]:
+    """The keyword arguments tf.raw_ops.<op> takes here: the op's inputs (by
+    TF's Python names) and attrs, TF's hints and ``Tout``, ``name``."""
+    spec = _session()._specs[op]
+    back = {v: k for k, v in _RENAMES.get(op, {}).items()}
+    names = [back.get(n, n) for n in spec.input_names] + sorted(back.get(n, n) for n in spec.attr_types)
+    return names + sorted(_TF_ONLY) + ["Tout", "name"]
+
+
 def _split_kwargs(op: str, spec: Any, kwargs: Dict[str, Any]) -> Tuple[List[Any], Dict[str, Any], Any]:
     """(inputs in order, attrs, Tout) from TF's keyword arguments."""
     renames = _RENAMES.get(op, {})
