@@ -2,6 +2,7 @@
 
 import pathlib
 import subprocess
+import sys
 from collections.abc import Sequence
 
 import pytest
@@ -28,22 +29,23 @@ def _without_json_names(message):
 
 
 def _fresh_descriptor(tmp_path):
-    from grpc_tools import protoc
-
-    include = pathlib.Path(protoc.__file__).parent / "_proto"
+    """The proto compiled now by grpc_tools' protoc, in a child process:
+    protoc crashes (SIGSEGV) inside a process that has loaded TensorFlow,
+    which other tests of the same xdist worker may have done."""
     out = tmp_path / "set.pb"
-    assert (
-        protoc.main(
-            [
-                "grpc_tools.protoc",
-                f"-I{PROTO_ROOT}",
-                f"-I{include}",
-                f"--descriptor_set_out={out}",
-                str(PROTO_ROOT / "gradtape" / "v1" / "tape_service.proto"),
-            ]
-        )
-        == 0
+    script = (
+        "import pathlib, sys\n"
+        "from grpc_tools import protoc\n"
+        "include = pathlib.Path(protoc.__file__).parent / '_proto'\n"
+        "sys.exit(protoc.main(['grpc_tools.protoc', f'-I{sys.argv[1]}', f'-I{include}',\n"
+        "                      f'--descriptor_set_out={sys.argv[2]}', sys.argv[3]]))\n"
     )
+    proto = PROTO_ROOT / "gradtape" / "v1" / "tape_service.proto"
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(PROTO_ROOT), str(out), str(proto)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
     (fresh,) = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file
     return fresh
 

@@ -56,6 +56,47 @@ inference of Python values: floats float32, ints int32):
   float32, float64, int32, int64, bool, complex64, complex128 (numpy
   dtypes: ``x.dtype == tf.float32`` works).
 
+Array, math and linalg functions (TF's names, arguments, defaults, dtype
+inference and broadcasting; each runs the server op TF's function runs,
+or is composed from server ops as TF composes it):
+  concat, stack, unstack, split (a number or sizes with one -1),
+  expand_dims, squeeze, tile, fill, range (TF's dtype inference), reverse,
+  pad (CONSTANT with constant_values, REFLECT, SYMMETRIC), broadcast_to,
+  one_hot, gather (axis, batch_dims), gather_nd (batch_dims), scatter_nd,
+  slice, strided_slice (all five masks), newaxis, repeat, roll, meshgrid,
+  sequence_mask, eye, tensor_scatter_nd_add / sub, where (SelectV2 broadcasting), argmax, argmin, sort,
+  argsort (from top_k, as TF), equal, not_equal, greater, greater_equal,
+  less, less_equal, logical_and / or / not, reduce_all, reduce_any, floor,
+  round (half to even), atan, atan2, scalar_mul, complex, einsum,
+  tensordot, norm;
+  math.* also erf, erfc, ceil, rsqrt, reduce_variance, reduce_std, cumsum,
+  cumprod (exclusive, reverse), top_k, segment_sum / mean / min / max /
+  prod, unsorted_segment_sum / max / min / prod / mean / sqrt_n, angle,
+  is_nan, is_inf, is_finite, logical_xor, count_nonzero,
+  reduce_euclidean_norm, polyval; abs of complex
+  (TF's ComplexAbs, composed), real / imag / conj of real tensors (TF's
+  rules: the input, zeros, the input);
+  linalg.* matmul (also a_is_sparse: SparseMatMul), einsum, cross, matvec,
+  tensordot, matrix_transpose, adjoint, trace, diag_part, diag (k=0),
+  eye, norm;
+  sparse.segment_sum / segment_mean / segment_sqrt_n (with and without
+  num_segments); raw_ops.<Op>(**kwargs) for every server op (TF's keyword
+  arguments; a host tensor TF takes where gradtape has an attr is read).
+  Their differences from TF: one_hot's on_value / off_value get no
+  gradient (attrs here), and an int one_hot is made as float64 and cast;
+  top_k(sorted=False) returns the values sorted (an order TF allows);
+  repeat's repeats are read as Python ints; einsum contracts more than two
+  operands pairwise left to right (TF: opt_einsum's order); norm has no matrix 2-norm or
+  nuclear norm (no SVD); matmul's output_type must be the inputs' dtype;
+  sparse.segment_*(sparse_gradient=True) is refused (gradients are
+  dense); gather_nd's bad_indices_policy other than the default is
+  refused. tests/python/test_tf_api.py compares each with TF;
+  tests/python/test_tf_coverage.py maps every server op to a TF name.
+  Not here (no server op to run them on): boolean_mask, where with one
+  argument, unique, bincount, floordiv / floormod, multiply_no_nan,
+  hyperbolic and inverse trigonometric functions but atan; ListOps says
+  which ops a server has.
+
 Not here: float16 and bfloat16 (gradtape has no such dtype),
 tf.function (gradtape is eager by construction; ``tf.function`` is the
 identity decorator here), Keras' model.fit / compile / evaluate, tf.data
@@ -68,6 +109,8 @@ global_clipnorm / use_ema, integer stateless_uniform and alg="threefry"
 with max_norm, conv3d and pooling with explicit padding lists (the
 server's Conv3D / AvgPool have none), Keras layers with channels_first,
 masking, regularizers or constraints (each raises NotImplementedError).
+Tensor indexing is TF's (``x[::-1]``, ``x[..., tf.newaxis]``, negative
+strides, scalar int Tensors as indices; no boolean masks).
 
 Differences that remain, and why: ``custom_gradient``'s ``grad`` is traced
 once into a server program (gradtape._custom: ops only, no ``.numpy()``);
@@ -91,7 +134,7 @@ from gradtape import _custom, _default
 from gradtape._default import get_default_session, set_default_session
 from gradtape._tensor import Tensor
 from gradtape.session import Session
-from gradtape.tf import autodiff, errors, keras, linalg, math, nn, train
+from gradtape.tf import autodiff, errors, keras, linalg, math, nn, raw_ops, sparse, train
 from gradtape.tf import random  # noqa: A004 (TensorFlow's name)
 from gradtape.tf._base import (
     DType,
@@ -108,7 +151,6 @@ from gradtape.tf._base import (
     constant,
     convert_to_tensor,
     double,
-    fill,
     float32,
     float64,
     identity,
@@ -127,6 +169,59 @@ from gradtape.tf._base import (
 )
 from gradtape.tf.module import Module, name_scope
 from gradtape.tf._clip import clip_by_global_norm, clip_by_norm, clip_by_value
+from gradtape.tf._array import (
+    broadcast_to,
+    concat,
+    expand_dims,
+    eye,
+    fill,
+    gather,
+    gather_nd,
+    meshgrid,
+    newaxis,
+    one_hot,
+    pad,
+    range,
+    repeat,
+    reverse,
+    roll,
+    scatter_nd,
+    sequence_mask,
+    slice,
+    split,
+    squeeze,
+    stack,
+    strided_slice,
+    tensor_scatter_nd_add,
+    tensor_scatter_nd_sub,
+    tile,
+    unstack,
+)
+from gradtape.tf.linalg import einsum, norm, tensordot
+from gradtape.tf.math import (
+    argmax,
+    argmin,
+    argsort,
+    atan,
+    atan2,
+    complex,
+    cumsum,
+    equal,
+    floor,
+    greater,
+    greater_equal,
+    less,
+    less_equal,
+    logical_and,
+    logical_not,
+    logical_or,
+    not_equal,
+    reduce_all,
+    reduce_any,
+    round,
+    scalar_mul,
+    sort,
+)
 from gradtape.tf.math import (
     abs,
     add,

@@ -38,6 +38,7 @@ from gradtape.tf.math import (
     squared_difference,
     subtract,
     tanh as tanh,
+    top_k as top_k,
 )
 
 # -- activations ----------------------------------------------------------
