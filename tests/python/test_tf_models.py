@@ -424,7 +424,10 @@ def gtf(server_address: str) -> Any:
     try:
         yield gtf_module
     finally:
+        session = gradtape.tf._get_default()
         gradtape.set_default_session(None)
+        if session is not None:
+            session.close()
         try:
             session.close()
         except gradtape.GradtapeError:
@@ -442,3 +445,28 @@ def test_model_program_same_as_tensorflow(name: str, tf: Any, gtf: Any) -> None:
         np.testing.assert_allclose(got[key], want[key], rtol=tol, atol=tol, err_msg=f"{name}: {key}")
     # The steps changed the weights (a program that does not train cannot fail).
     assert not np.allclose(want["loss0"], want["loss2"])
+
+
+def test_readme_porting_example_runs(server_address: str) -> None:
+    """README.md's "Porting from TensorFlow" model, as written (three steps
+    instead of 100, this test's server): it trains."""
+    import gradtape
+    import gradtape.tf
+
+    from conftest import REPO_ROOT
+
+    text = (REPO_ROOT / "README.md").read_text()
+    section = text[text.index("## Porting from TensorFlow"):]
+    code = section[section.index("```python\n") + len("```python\n"):]
+    code = code[: code.index("```")]
+    assert "range(100)" in code and 'tf.connect("127.0.0.1:50051")' in code
+    code = code.replace("range(100)", "range(3)").replace('"127.0.0.1:50051"', repr(server_address))
+    scope: Dict[str, Any] = {}
+    try:
+        exec(compile(code, "README.md (Porting from TensorFlow)", "exec"), scope)
+        assert np.isfinite(float(scope["loss"])) and len(scope["model"].trainable_variables) == 4
+    finally:
+        session = gradtape.tf._get_default()
+        gradtape.set_default_session(None)
+        if session is not None:
+            session.close()
