@@ -112,7 +112,13 @@ masking, regularizers or constraints (each raises NotImplementedError).
 Tensor indexing is TF's (``x[::-1]``, ``x[..., tf.newaxis]``, negative
 strides, scalar int Tensors as indices; no boolean masks).
 
-Differences that remain, and why: ``custom_gradient``'s ``grad`` is traced
+Differences that remain, and why: an op the server refuses (a reshape to
+the wrong size, mismatched matmul dimensions) raises its tf.errors class at
+the next wait point (``.numpy()``, a fetched gradient, ``sync()``), not at
+the call, because commands are sent in batches without waiting: a
+``try``/``except`` around the op alone does not catch it (the client
+raises at the call only what it checks itself: attr types, input counts,
+dtypes of Python values); ``custom_gradient``'s ``grad`` is traced
 once into a server program (gradtape._custom: ops only, no ``.numpy()``);
 a ForwardAccumulator keeps the handles of the ops run inside its block
 alive until it exits (gradtape._forward); embedding_lookup's gradient is
