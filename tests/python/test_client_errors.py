@@ -11,8 +11,15 @@ from gradtape.v1 import tape_service_pb2 as pb  # noqa: E402
 from gradtape.v1 import tape_service_pb2_grpc as pb_grpc  # noqa: E402
 
 
+def _shape_unknown_to_the_client(gt, array):
+    """`array` on the server behind an op whose output shape the client
+    does not predict (Tile has no shape rule), so that only the server can
+    refuse what is done with it."""
+    return gt.ops.tile(gt.constant(array), [1] * np.ndim(array))
+
+
 def test_bad_op_raises_at_the_wait_point_with_code_seq_and_op(gt):
-    a = gt.constant(np.ones((2, 3)))
+    a = _shape_unknown_to_the_client(gt, np.ones((2, 3)))
     bad = gt.ops.mat_mul(a, a)  # buffered: no error yet
     seq = gt.last_seq
     later = gt.ops.exp(bad)  # uses the poisoned output
@@ -31,7 +38,7 @@ def test_bad_op_raises_at_the_wait_point_with_code_seq_and_op(gt):
 
 
 def test_poisoned_input_is_failed_precondition_naming_the_first_failure(gt):
-    a = gt.constant(np.ones((2, 3)))
+    a = _shape_unknown_to_the_client(gt, np.ones((2, 3)))
     bad = gt.ops.reshape(a, shape=[5])
     reshape_seq = gt.last_seq
     with pytest.raises(gradtape.GradtapeError):
@@ -129,7 +136,7 @@ def test_two_sessions_with_the_same_tensor_ids_do_not_see_each_other(server_addr
         with pytest.raises(ValueError):
             a.ops.neg(tb)
         # Poison in one session does not leak into the other.
-        bad = a.ops.reshape(ta, shape=[3])
+        bad = a.ops.reshape(_shape_unknown_to_the_client(a, np.array([1.0, 2.0])), shape=[3])
         with pytest.raises(gradtape.GradtapeError):
             bad.numpy()
         b.sync()
@@ -223,3 +230,29 @@ def test_last_applied_seq_is_read_from_the_trailer():
         grpc.StatusCode.DEADLINE_EXCEEDED, "stopped", last_applied_seq=17
     )
     assert error.last_applied_seq == 17
+
+
+@pytest.mark.parametrize(
+    "other, run, needle",
+    [
+        ((2, 3), lambda s, a, b: s.ops.mat_mul(a, b), "inner dimensions 3 and 2 differ"),
+        ((2, 3), lambda s, a, b: s.ops.reshape(a, shape=[5]), "cannot reshape [2, 3] (6 elements) to [5]"),
+        ((2, 3), lambda s, a, b: s.ops.reshape(a, shape=[-1, 4]), "cannot reshape [2, 3] (6 elements) to [-1, 4]"),
+        ((4,), lambda s, a, b: a + b, "shapes [2, 3] and [4] do not broadcast"),
+        ((3, 2), lambda s, a, b: s.ops.mul(a, b), "shapes [2, 3] and [3, 2] do not broadcast"),
+    ],
+)
+def test_what_the_client_sees_will_fail_raises_at_the_call(gt, other, run, needle):
+    """Known shapes that the server is sure to refuse raise
+    InvalidArgumentError at the call, as TensorFlow eager does: nothing is
+    sent, nothing is poisoned, a try/except around the op catches it."""
+    a = gt.constant(np.ones((2, 3)))
+    b = gt.constant(np.ones(other))
+    gt.sync()
+    before = gt.last_seq
+    with pytest.raises(gradtape.errors.InvalidArgumentError) as info:
+        run(gt, a, b)
+    assert info.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert needle in info.value.message and f"input ids [{a.id}" in info.value.message, info.value.message
+    assert gt.last_seq == before  # not sent
+    np.testing.assert_array_equal((a * 2.0).numpy(), np.full((2, 3), 2.0))

@@ -41,6 +41,27 @@ def add_case(name: str, fn: Callable[[Any], Any], needs: Optional[str] = None) -
 
 
 # ---------------------------------------------------------------------------
+# Errors the client can see from known shapes raise at the call, as in TF
+# eager, so a try/except around the op catches them (inside a tape too).
+
+
+@case()
+def caught_shape_errors_inside_a_tape(tf):
+    x = tf.constant([[1.0, 2.0]])
+    caught = []
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        for bad in (lambda: tf.reshape(x, [3]), lambda: tf.matmul(x, x), lambda: x + tf.constant([1.0, 2.0, 3.0])):
+            try:
+                bad()
+                caught.append(False)
+            except tf.errors.InvalidArgumentError:
+                caught.append(True)
+        y = tf.reduce_sum(tf.matmul(x, tf.transpose(x)))
+    return caught, tape.gradient(y, x)
+
+
+# ---------------------------------------------------------------------------
 # The autodiff guide ("Introduction to gradients and automatic differentiation")
 
 

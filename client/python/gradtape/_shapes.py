@@ -2,8 +2,12 @@
 
 Each rule maps the input shapes (None where unknown) and the op's attrs to
 the output shapes, or None where it cannot tell (an unknown input shape, an
-attr it does not understand, inputs the server will refuse: the server then
-reports the error, and ``Tensor.shape`` fetches). A rule never raises.
+attr it does not understand: the server then reports any error, and
+``Tensor.shape`` fetches). Where known shapes alone prove that the server
+will refuse the inputs (shapes that do not broadcast, matmul dimensions
+that do not match, a reshape to another number of elements), the rule
+raises ``Refusal``: the session raises InvalidArgumentError at the call,
+as TensorFlow eager does, and sends nothing. A rule raises nothing else.
 Rules are looked up once per op (``rule_for``), when the session builds its
 op table from ListOps.
 """
@@ -15,6 +19,11 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 Shape = Tuple[int, ...]
 MaybeShape = Optional[Shape]
 ShapeRule = Callable[[Sequence[MaybeShape], Mapping[str, Any]], Optional[List[MaybeShape]]]
+
+
+class Refusal(Exception):
+    """Inputs the server is certain to refuse, seen from their known shapes
+    (the message says why)."""
 
 
 def broadcast(a: MaybeShape, b: MaybeShape) -> MaybeShape:
@@ -38,6 +47,14 @@ def broadcast(a: MaybeShape, b: MaybeShape) -> MaybeShape:
     return tuple(out)
 
 
+def broadcast_or_refuse(a: MaybeShape, b: MaybeShape) -> MaybeShape:
+    """broadcast(a, b); Refusal if both are known and do not broadcast."""
+    out = broadcast(a, b)
+    if out is None and a is not None and b is not None:
+        raise Refusal(f"shapes {list(a)} and {list(b)} do not broadcast")
+    return out
+
+
 def _same0(shapes: Sequence[MaybeShape], attrs: Mapping[str, Any]) -> Optional[List[MaybeShape]]:
     return [shapes[0]] if shapes else None
 
@@ -47,7 +64,7 @@ def _elementwise(shapes: Sequence[MaybeShape], attrs: Mapping[str, Any]) -> Opti
         return None
     out = shapes[0]
     for s in shapes[1:]:
-        out = broadcast(out, s)
+        out = broadcast_or_refuse(out, s) if out is not None else None
     return [out]
 
 
@@ -59,6 +76,10 @@ def _matmul(shapes: Sequence[MaybeShape], attrs: Mapping[str, Any]) -> Optional[
     a, b = shapes[0], shapes[1]
     if a is None or b is None or len(a) != 2 or len(b) != 2:
         return None
+    ka = a[0] if attrs.get("transpose_a") else a[1]
+    kb = b[1] if attrs.get("transpose_b") else b[0]
+    if ka != kb:
+        raise Refusal(f"matrices {list(a)} and {list(b)} (transpose_a={bool(attrs.get('transpose_a'))}, transpose_b={bool(attrs.get('transpose_b'))}): inner dimensions {ka} and {kb} differ")
     m = a[1] if attrs.get("transpose_a") else a[0]
     n = b[0] if attrs.get("transpose_b") else b[1]
     return [(m, n)]
@@ -106,20 +127,24 @@ def _reshape(shapes: Sequence[MaybeShape], attrs: Mapping[str, Any]) -> Optional
     unknown = [i for i, d in enumerate(target) if d == -1]
     if len(unknown) > 1 or any(d < -1 for d in target):
         return None
+    s = shapes[0]
+    if s is None:
+        return None if unknown else [tuple(target)]
+    size = 1
+    for d in s:
+        size *= d
+    rest = 1
+    for d in target:
+        if d != -1:
+            rest *= d
     if unknown:
-        s = shapes[0]
-        if s is None:
-            return None
-        size = 1
-        for d in s:
-            size *= d
-        rest = 1
-        for d in target:
-            if d != -1:
-                rest *= d
-        if rest == 0 or size % rest:
-            return None
+        if rest == 0:
+            return None  # the server decides (TensorFlow: only a 0-element input may)
+        if size % rest:
+            raise Refusal(f"cannot reshape {list(s)} ({size} elements) to {target}")
         target[unknown[0]] = size // rest
+    elif size != rest:
+        raise Refusal(f"cannot reshape {list(s)} ({size} elements) to {target} ({rest} elements)")
     return [tuple(target)]
 
 
@@ -236,10 +261,12 @@ def rule_for(op: str) -> Optional[ShapeRule]:
 
 
 def output_shapes(rule: Optional[ShapeRule], shapes: Sequence[MaybeShape], attrs: Mapping[str, Any]) -> Optional[List[MaybeShape]]:
-    """`rule` applied, never raising (None: not known)."""
+    """`rule` applied (None: not known); raises only Refusal."""
     if rule is None:
         return None
     try:
         return rule(shapes, attrs)
+    except Refusal:
+        raise
     except Exception:  # a rule must not turn a server-side error into a client crash
         return None

@@ -44,6 +44,14 @@ __all__ = [
 # Sessions
 
 _NO_ATTRS: Mapping[str, Any] = {}
+_BROADCASTING = _shapes.rule_for("AddV2")  # the elementwise ops' rule (numpy broadcasting)
+
+
+def _refused(op: str, inputs: Sequence[Tensor], refusal: _shapes.Refusal) -> GradtapeError:
+    """The error raised at the call for inputs the server is sure to refuse
+    (an InvalidArgumentError, as TensorFlow eager raises; nothing is sent)."""
+    ids = [t._id for t in inputs]
+    return GradtapeError(grpc.StatusCode.INVALID_ARGUMENT, f"{op} (not sent; input ids {ids}): {refusal}", op=op)
 _SUPPORTED = frozenset(np.dtype(d) for d in (np.float32, np.float64, np.int32, np.int64, np.bool_, np.complex64, np.complex128))
 _MAX_CACHED_OPERANDS = 4096
 
@@ -378,7 +386,9 @@ class Session:
         if spec.shape_rule is not None:
             try:
                 shapes = spec.shape_rule([t._shape for t in inputs], attrs)
-            except Exception:  # a rule never turns into a client error
+            except _shapes.Refusal as refusal:  # sure to fail: raised now, nothing sent
+                raise _refused(op, inputs, refusal) from None
+            except Exception:  # any other failure of a rule is the server's to report
                 shapes = None
         if n == 1 and spec.same0:
             first = self._core.execute(op, [t._id for t in inputs], 1, encoded)
@@ -417,6 +427,8 @@ class Session:
         d = spec.fixed_dtype if spec.fixed_dtype is not None else x._dtype if spec.same0 else spec.dtype_fns[0]((x._dtype, y._dtype), _NO_ATTRS)
         xs, ys = x._shape, y._shape
         shape = xs if xs == ys or ys == () else ys if xs == () else _shapes.broadcast(xs, ys)
+        if shape is None and xs is not None and ys is not None and spec.shape_rule is _BROADCASTING:
+            raise _refused(op, (x, y), _shapes.Refusal(f"shapes {list(xs)} and {list(ys)} do not broadcast"))
         t = Tensor(self, self._core.execute(op, (x._id, y._id), 1, None), d, shape)
         if self._tapes.active:
             self._tapes.on_execute(op, (x, y), (t,))

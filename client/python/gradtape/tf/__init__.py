@@ -112,13 +112,14 @@ masking, regularizers or constraints (each raises NotImplementedError).
 Tensor indexing is TF's (``x[::-1]``, ``x[..., tf.newaxis]``, negative
 strides, scalar int Tensors as indices; no boolean masks).
 
-Differences that remain, and why: an op the server refuses (a reshape to
-the wrong size, mismatched matmul dimensions) raises its tf.errors class at
-the next wait point (``.numpy()``, a fetched gradient, ``sync()``), not at
-the call, because commands are sent in batches without waiting: a
-``try``/``except`` around the op alone does not catch it (the client
-raises at the call only what it checks itself: attr types, input counts,
-dtypes of Python values); ``custom_gradient``'s ``grad`` is traced
+Differences that remain, and why: an op the server refuses for a reason
+the client cannot see (an index out of range, an unknown shape) raises its
+tf.errors class at the next wait point (``.numpy()``, a fetched gradient,
+``sync()``), not at the call, because commands are sent in batches without
+waiting; what the client sees from known shapes (shapes that do not
+broadcast, matmul dimensions, a reshape to another size) and attr types,
+input counts and Python values' dtypes raise at the call, as in TF;
+``custom_gradient``'s ``grad`` is traced
 once into a server program (gradtape._custom: ops only, no ``.numpy()``);
 a ForwardAccumulator keeps the handles of the ops run inside its block
 alive until it exits (gradtape._forward); embedding_lookup's gradient is
