@@ -74,6 +74,13 @@ def rsqrt_reciprocal(tf):
 
 
 @case
+def truediv_divide_no_nan(tf):
+    y = _rand(3, 4, seed=5)
+    y[0, 1] = 0.0  # divide_no_nan: 0 there, and no gradient through it
+    return _grads(tf, lambda a, b: tf.math.truediv(a, b + 3.0) + tf.math.divide_no_nan(a, b), _rand(3, 4), y)
+
+
+@case
 def rsqrt_float64(tf):
     return _grads(tf, tf.math.rsqrt, _rand(4, seed=3, dtype=np.float64, low=0.5, high=3.0), second=True)
 

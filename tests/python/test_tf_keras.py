@@ -125,6 +125,30 @@ def test_initializers_distributions_and_seeds(tf: Any, gtf: Any) -> None:
     assert not np.array_equal(seeded[0], k.initializers.GlorotUniform(seed=6)((4, 3)).numpy())
     keras_kernel = tf.keras.initializers.GlorotUniform(seed=5)((4, 3))
     assert tuple(keras_kernel.shape) == seeded[0].shape
+    i = k.initializers
+    assert np.array_equal(i.Zeros()((2, 3)).numpy(), np.zeros((2, 3), np.float32))
+    assert np.array_equal(i.Ones()((2,)).numpy(), np.ones(2, np.float32))
+    u = i.RandomUniform(-0.5, 0.25, seed=1)((400,)).numpy()
+    assert u.min() >= -0.5 and u.max() < 0.25 and u.max() - u.min() > 0.7
+    n = i.RandomNormal(1.0, 0.1, seed=2)((2000,)).numpy()
+    assert abs(n.mean() - 1.0) < 0.01 and abs(n.std() - 0.1) < 0.01
+    assert np.array_equal(i.RandomNormal(seed=2)((5,)).numpy(), i.RandomNormal(seed=2)((5,)).numpy())
+
+
+def test_aliases_and_activation_layer_match_keras(tf: Any, gtf: Any) -> None:
+    """MaxPool2D / AvgPool2D are Keras' aliases; Activation applies a named
+    activation (values against Keras)."""
+    x = np.random.default_rng(4).standard_normal((2, 4, 4, 3)).astype(np.float32)
+    for name, args in (("MaxPool2D", ()), ("AvgPool2D", (2,))):
+        np.testing.assert_allclose(
+            getattr(gtf.keras.layers, name)(*args)(x).numpy(), getattr(tf.keras.layers, name)(*args)(x).numpy(), rtol=1e-6, atol=1e-6
+        )
+    with pytest.raises(TypeError):
+        gtf.keras.layers.AveragePooling2D()  # Keras 3: pool_size is required
+    for act in ("relu", "tanh", "gelu", "sigmoid"):
+        np.testing.assert_allclose(
+            gtf.keras.layers.Activation(act)(x).numpy(), tf.keras.layers.Activation(act)(x).numpy(), rtol=1e-5, atol=1e-6
+        )
 
 
 def _sequential(m: Any) -> Any:

@@ -126,6 +126,7 @@ case("avg_pool2d_same", lambda tf, x: tf.nn.avg_pool2d(x, [2, 3], 2, "SAME"), X4
 case("avg_pool2d_valid", lambda tf, x: tf.nn.avg_pool2d(x, 3, [1, 2], "VALID"), X4)
 case("max_pool_1d", lambda tf, x: tf.nn.max_pool(x, 2, 2, "VALID"), (2, 7, 3))
 case("avg_pool_1d", lambda tf, x: tf.nn.avg_pool1d(x, 3, 1, "SAME"), (2, 7, 3))
+case("max_pool1d", lambda tf, x: tf.nn.max_pool1d(x, 3, 2, "SAME"), (2, 7, 3))
 case("max_pool_2d", lambda tf, x: tf.nn.max_pool(x, [1, 3, 3, 1], [1, 2, 2, 1], "SAME"), X4)
 case("avg_pool_3d", lambda tf, x: tf.nn.avg_pool(x, 2, 1, "SAME", "NDHWC"), (1, 4, 5, 4, 2))
 case("max_pool3d", lambda tf, x: tf.nn.max_pool3d(x, 2, 2, "SAME"), (1, 4, 5, 4, 2))

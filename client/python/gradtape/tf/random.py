@@ -49,10 +49,6 @@ def set_seed(seed: Optional[int]) -> None:
     _State.calls = {}
 
 
-def get_global_generator_seed() -> Optional[int]:
-    return _State.global_seed
-
-
 def _get_seed(op_seed: Optional[int]) -> Tuple[int, int]:
     """TF's random_seed.get_seed (eager): (global seed, op seed)."""
     g = _State.global_seed

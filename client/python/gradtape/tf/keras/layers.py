@@ -382,6 +382,10 @@ class AveragePooling2D(_Pooling2D):
 
     _fn = staticmethod(_nn.avg_pool2d)
 
+    def __init__(self, pool_size: Any, strides: Any = None, padding: str = "valid", data_format: Optional[str] = None, **kwargs: Any) -> None:
+        # Keras 3: pool_size has no default here (MaxPooling2D's is (2, 2)).
+        super().__init__(pool_size, strides, padding, data_format, **kwargs)
+
 
 MaxPool2D, AvgPool2D = MaxPooling2D, AveragePooling2D
 
