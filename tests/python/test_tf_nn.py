@@ -362,3 +362,29 @@ def test_channels_first_as_tensorflows_channels_last(name: str, tf: Any, gtf: An
     np.testing.assert_allclose(gx1, _nchw(gx0), rtol=RTOL, atol=RTOL)
     if w_shape:
         np.testing.assert_allclose(gw1, gw0, rtol=RTOL, atol=RTOL)
+
+
+def test_window_op_shapes_are_known_without_a_round_trip(gtf: Any) -> None:
+    """Conv, pooling, einsum and squeeze outputs get their shape from the
+    client's rules (gradtape/_shapes.py), so a Keras CNN's Flatten does not
+    wait for the server each step; each prediction equals the real shape."""
+    tf = gtf
+    x = tf.constant(np.random.default_rng(0).random((2, 8, 8, 3)).astype(np.float32))
+    w = tf.constant(np.ones((3, 3, 3, 4), np.float32))
+    outputs = [
+        tf.nn.conv2d(x, w, 1, "SAME"),
+        tf.nn.conv2d(x, w, 2, "VALID"),
+        tf.nn.conv2d(tf.transpose(x, [0, 3, 1, 2]), w, 1, "VALID", data_format="NCHW", dilations=2),
+        tf.nn.conv2d(x, w, 2, [[0, 0], [1, 2], [0, 1], [0, 0]]),
+        tf.nn.depthwise_conv2d(x, tf.ones([2, 2, 3, 2]), [1, 1, 1, 1], "VALID"),
+        tf.nn.conv3d(tf.reshape(x, [1, 2, 8, 8, 3]), tf.ones([2, 2, 2, 3, 5]), [1, 1, 2, 2, 1], "SAME"),
+        tf.nn.max_pool2d(x, 2, 2, "VALID"),
+        tf.nn.avg_pool2d(x, 3, 2, "SAME"),
+        tf.nn.max_pool3d(tf.reshape(x, [1, 2, 8, 8, 3]), 2, 1, "SAME"),
+        tf.einsum("bhwc,cd->bhwd", x, tf.ones([3, 5])),
+        tf.nn.moments(x, axes=[0, 1, 2])[0],
+        tf.keras.layers.Flatten()(tf.keras.layers.MaxPooling2D()(tf.keras.layers.Conv2D(4, 3)(x))),
+    ]
+    for i, t in enumerate(outputs):
+        assert t._shape is not None, f"output {i}: shape not predicted"
+        assert t._shape == t.numpy().shape, f"output {i}: predicted {t._shape}, real {t.numpy().shape}"

@@ -210,6 +210,114 @@ def _bias_add_grad(shapes: Sequence[MaybeShape], attrs: Mapping[str, Any]) -> Op
     return [(s[1],) if fmt in ("NCHW", b"NCHW") and len(s) > 2 else (s[-1],)]
 
 
+def _spatial(data_format: str, rank: int) -> Optional[List[int]]:
+    """The spatial axes of a conv / pool input in `data_format` (channels
+    last or, with a "C" second, first)."""
+    if len(data_format) != rank or data_format[0] != "N":
+        return None
+    return list(range(1, rank - 1)) if data_format[-1] == "C" else list(range(2, rank))
+
+
+def _window_out(size: int, k: int, stride: int, dilation: int, padding: str, lo: int = 0, hi: int = 0) -> Optional[int]:
+    """One spatial output size of a window op (TensorFlow's rule); None for
+    what the server refuses or what this does not know."""
+    span = (k - 1) * dilation + 1
+    if stride < 1 or k < 1 or dilation < 1:
+        return None
+    if padding == "SAME":
+        return -(-size // stride)
+    if padding == "EXPLICIT":
+        size += lo + hi
+    elif padding != "VALID":
+        return None
+    return (size - span) // stride + 1 if size >= span else None
+
+
+def _window_shape(x: Shape, window: Sequence[int], channels: Optional[int], attrs: Mapping[str, Any], default_format: str) -> Optional[List[MaybeShape]]:
+    """Output shape of a conv / pool over input `x`: `window` is the kernel's
+    spatial sizes, `channels` the output channels (None: the input's)."""
+    data_format = str(attrs.get("data_format") or default_format)
+    axes = _spatial(data_format, len(x))
+    strides = [int(v) for v in attrs["strides"]]
+    dilations = [int(v) for v in attrs.get("dilations") or [1] * len(x)]
+    padding = str(attrs["padding"])
+    pads = [int(v) for v in attrs.get("explicit_paddings") or []]
+    if axes is None or len(strides) != len(x) or len(dilations) != len(x) or len(window) != len(axes):
+        return None
+    if padding == "EXPLICIT" and len(pads) != 2 * len(x):
+        return None
+    out = list(x)
+    for k, axis in zip(window, axes):
+        lo, hi = (pads[2 * axis], pads[2 * axis + 1]) if padding == "EXPLICIT" else (0, 0)
+        size = _window_out(x[axis], int(k), strides[axis], dilations[axis], padding, lo, hi)
+        if size is None:
+            return None
+        out[axis] = size
+    if channels is not None:
+        out[axes[0] - 1 if axes[0] == 2 else len(x) - 1] = channels
+    return [tuple(out)]
+
+
+def _conv(shapes: Sequence[MaybeShape], attrs: Mapping[str, Any]) -> Optional[List[MaybeShape]]:
+    x, f = shapes[0], shapes[1]
+    if x is None or f is None or len(f) != len(x):
+        return None
+    default = "NHWC" if len(x) == 4 else "NDHWC"
+    return _window_shape(x, f[:-2], f[-1], attrs, default)
+
+
+def _depthwise(shapes: Sequence[MaybeShape], attrs: Mapping[str, Any]) -> Optional[List[MaybeShape]]:
+    x, f = shapes[0], shapes[1]
+    if x is None or f is None or len(x) != 4 or len(f) != 4:
+        return None
+    return _window_shape(x, f[:2], f[2] * f[3], attrs, "NHWC")
+
+
+def _pool(shapes: Sequence[MaybeShape], attrs: Mapping[str, Any]) -> Optional[List[MaybeShape]]:
+    x = shapes[0]
+    if x is None:
+        return None
+    default = "NHWC" if len(x) == 4 else "NDHWC"
+    axes = _spatial(str(attrs.get("data_format") or default), len(x))
+    ksize = [int(v) for v in attrs["ksize"]]
+    if axes is None or len(ksize) != len(x) or any(ksize[i] != 1 for i in range(len(x)) if i not in axes):
+        return None
+    return _window_shape(x, [ksize[a] for a in axes], None, {**attrs, "dilations": None}, default)
+
+
+def _squeeze(shapes: Sequence[MaybeShape], attrs: Mapping[str, Any]) -> Optional[List[MaybeShape]]:
+    x = shapes[0]
+    if x is None:
+        return None
+    dims = [int(d) for d in attrs.get("squeeze_dims") or []]
+    if not dims:
+        return [tuple(d for d in x if d != 1)]
+    drop = {d + len(x) if d < 0 else d for d in dims}
+    if any(not 0 <= d < len(x) or x[d] != 1 for d in drop):
+        return None  # the server reports it
+    return [tuple(d for i, d in enumerate(x) if i not in drop)]
+
+
+def _einsum(shapes: Sequence[MaybeShape], attrs: Mapping[str, Any]) -> Optional[List[MaybeShape]]:
+    equation = str(attrs["equation"]).replace(" ", "")
+    if "->" not in equation or "." in equation or any(s is None for s in shapes):
+        return None
+    lhs, out = equation.split("->")
+    terms = lhs.split(",")
+    if len(terms) != len(shapes):
+        return None
+    sizes: Dict[str, int] = {}
+    for term, shape in zip(terms, shapes):
+        if shape is None or len(term) != len(shape):
+            return None
+        for label, d in zip(term, shape):
+            if sizes.setdefault(label, d) != d:
+                return None  # the server reports it
+    if any(label not in sizes for label in out):
+        return None
+    return [tuple(sizes[label] for label in out)]
+
+
 _UNARY = (
     "Neg Square Sqrt Exp Log Tanh Sigmoid Abs Sign Expm1 Log1p Sin Cos Tan Reciprocal Inv "
     "Identity Cast StopGradient PreventGradient ZerosLike OnesLike Cumsum Cumprod "
@@ -251,6 +359,15 @@ _RULES.update(
         "OneHot": _one_hot,
         "SparseSoftmaxCrossEntropyWithLogits": _sparse_xent,
         "BiasAddGrad": _bias_add_grad,
+        "Conv2D": _conv,
+        "Conv3D": _conv,
+        "DepthwiseConv2dNative": _depthwise,
+        "MaxPool": _pool,
+        "AvgPool": _pool,
+        "MaxPool3D": _pool,
+        "AvgPool3D": _pool,
+        "Squeeze": _squeeze,
+        "Einsum": _einsum,
     }
 )
 
