@@ -1,0 +1,460 @@
+// Programs (core/autodiff/program.h): validation of hostile programs, runs
+// that match the same ops run eagerly bit for bit (values and gradients),
+// failures mid-program, and values dropped after their last reader.
+#include "core/autodiff/program.h"
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "core/autodiff/gradient.h"
+#include "core/ops/ops.h"
+#include "gtest/gtest.h"
+
+namespace gradtape {
+namespace {
+
+using ::absl::StatusCode;
+
+Tensor Random(Shape shape, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> dist(-1.0, 1.0);
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<double> v(n);
+  for (double& x : v) x = dist(gen);
+  return Tensor::FromVector<double>(shape, v);
+}
+
+ProgramLimits MaxSteps(int64_t n) {
+  ProgramLimits limits;
+  limits.max_steps = n;
+  return limits;
+}
+
+bool SameBits(const Tensor& a, const Tensor& b) {
+  return a.valid() && b.valid() && a.dtype() == b.dtype() &&
+         a.shape() == b.shape() &&
+         std::memcmp(a.raw_data(), b.raw_data(), a.num_bytes()) == 0;
+}
+
+class ProgramTest : public ::testing::Test {
+ protected:
+  ProgramTest() : exec_(DefaultRegistry()) {}
+
+  Tensor Arg(Tensor t) { return exec_.Adopt(std::move(t)); }
+  Tensor Eager(absl::string_view op, std::vector<Tensor> inputs,
+               AttrMap attrs = {}) {
+    Tensors out;
+    absl::Status s = exec_.Execute(op, inputs, attrs, &out);
+    EXPECT_TRUE(s.ok()) << s;
+    return s.ok() ? out[0] : Tensor();
+  }
+  absl::Status Validate(Program& p, ProgramLimits limits = {}) {
+    return ValidateProgram(DefaultRegistry(), &p, limits);
+  }
+  // The next id the executor gives: tells whether any op ran since.
+  int64_t NextId() { return exec_.Adopt(Tensor::Scalar<double>(0)).id(); }
+
+  // A two-layer MLP: params x [4,3], w1 [3,5], w2 [5,2]; constants b1 [5],
+  // b2 [2]; outputs the logits and their sum.
+  static Program Mlp() {
+    Program p;
+    p.params = {{DType::kFloat64, {4, 3}},
+                {DType::kFloat64, {3, 5}},
+                {DType::kFloat64, {5, 2}}};
+    p.constants = {Random({5}, 11), Random({2}, 12)};
+    using R = ProgramRef;
+    p.steps = {{"MatMul", {R::Param(0), R::Param(1)}, {}},
+               {"BiasAdd", {R::Step(0), R::Constant(0)}, {}},
+               {"Tanh", {R::Step(1)}, {}},
+               {"MatMul", {R::Step(2), R::Param(2)}, {}},
+               {"BiasAdd", {R::Step(3), R::Constant(1)}, {}},
+               {"Sum", {R::Step(4)}, {}}};
+    p.outputs = {R::Step(4), R::Step(5)};
+    return p;
+  }
+  // The same ops, eagerly.
+  std::vector<Tensor> MlpEager(const Program& p, const Tensor& x,
+                               const Tensor& w1, const Tensor& w2) {
+    Tensor h = Eager("MatMul", {x, w1});
+    h = Eager("BiasAdd", {h, p.constants[0]});
+    h = Eager("Tanh", {h});
+    h = Eager("MatMul", {h, w2});
+    Tensor logits = Eager("BiasAdd", {h, p.constants[1]});
+    return {logits, Eager("Sum", {logits})};
+  }
+
+  OpExecutor exec_;
+};
+
+TEST_F(ProgramTest, MlpForwardEqualsEagerBitForBit) {
+  Program p = Mlp();
+  ASSERT_TRUE(Validate(p).ok());
+  const Tensor x = Arg(Random({4, 3}, 1));
+  const Tensor w1 = Arg(Random({3, 5}, 2));
+  const Tensor w2 = Arg(Random({5, 2}, 3));
+  absl::StatusOr<Tensors> out = RunProgram(exec_, p, {x, w1, w2});
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->size(), 2u);
+  std::vector<Tensor> eager = MlpEager(p, x, w1, w2);
+  EXPECT_TRUE(SameBits((*out)[0], eager[0])) << (*out)[0].DebugString();
+  EXPECT_TRUE(SameBits((*out)[1], eager[1]));
+  EXPECT_EQ((*out)[0].shape(), (Shape{4, 2}));
+  EXPECT_NE((*out)[0].id(), 0);
+  EXPECT_NE((*out)[0].id(), (*out)[1].id());
+  // Run twice: the program is not consumed.
+  absl::StatusOr<Tensors> again = RunProgram(exec_, p, {x, w1, w2});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(SameBits((*again)[1], eager[1]));
+}
+
+// d(sum of logits)/d(w1, w2) through a program run recorded on a tape equals
+// the eager gradient, bit for bit.
+TEST_F(ProgramTest, GradientThroughARunEqualsEagerGradient) {
+  Program p = Mlp();
+  ASSERT_TRUE(Validate(p).ok());
+  const Tensor x = Arg(Random({4, 3}, 1));
+  const Tensor w1 = Arg(Random({3, 5}, 2));
+  const Tensor w2 = Arg(Random({5, 2}, 3));
+  auto grads = [&](bool program) -> std::vector<Tensor> {
+    const int64_t tape_id = program ? 1 : 2;
+    EXPECT_TRUE(exec_.tapes().Push(tape_id, false, false).ok());
+    Tape* tape = *exec_.tapes().Find(tape_id);
+    tape->Watch(w1);
+    tape->Watch(w2);
+    Tensor loss;
+    if (program) {
+      absl::StatusOr<Tensors> out = RunProgram(exec_, p, {x, w1, w2});
+      EXPECT_TRUE(out.ok()) << out.status();
+      if (out.ok()) loss = (*out)[1];
+    } else {
+      loss = MlpEager(p, x, w1, w2)[1];
+    }
+    EXPECT_TRUE(exec_.tapes().Pop(tape_id).ok());
+    EXPECT_GT(tape->num_entries(), 0u);
+    absl::StatusOr<std::vector<Tensor>> g =
+        Gradient(exec_, *tape, {loss}, {w1, w2}, {}, Unconnected::kNone);
+    EXPECT_TRUE(g.ok()) << g.status();
+    return g.ok() ? *g : std::vector<Tensor>();
+  };
+  std::vector<Tensor> from_program = grads(true);
+  std::vector<Tensor> from_eager = grads(false);
+  ASSERT_EQ(from_program.size(), 2u);
+  ASSERT_EQ(from_eager.size(), 2u);
+  EXPECT_TRUE(SameBits(from_program[0], from_eager[0]));
+  EXPECT_TRUE(SameBits(from_program[1], from_eager[1]));
+  EXPECT_EQ(from_program[0].shape(), (Shape{3, 5}));
+  double norm = 0;
+  for (int64_t i = 0; i < from_program[0].num_elements(); ++i) {
+    norm += std::abs(from_program[0].ElementAsDouble(i));
+  }
+  EXPECT_GT(norm, 0);
+}
+
+// A list input takes its count from the step's attr; a list output gives
+// that many outputs to refer to.
+TEST_F(ProgramTest, ListInputsAndOutputs) {
+  using R = ProgramRef;
+  Program p;
+  p.params = {{DType::kFloat64, {2}}, {DType::kFloat64, {2}}};
+  p.steps = {
+      {"Pack", {R::Param(0), R::Param(1), R::Param(0)}, {{"N", int64_t{3}}}},
+      {"Unpack", {R::Step(0)}, {{"num", int64_t{3}}}},
+      {"AddV2", {R::Step(1, 1), R::Step(1, 2)}, {}}};
+  p.outputs = {R::Step(2)};
+  ASSERT_TRUE(Validate(p).ok());
+  const Tensor a = Arg(Tensor::FromVector<double>({2}, {1, 2}));
+  const Tensor b = Arg(Tensor::FromVector<double>({2}, {10, 20}));
+  absl::StatusOr<Tensors> out = RunProgram(exec_, p, {a, b});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0].ElementAsDouble(0), 11);
+  EXPECT_EQ((*out)[0].ElementAsDouble(1), 22);
+
+  p.steps[0].attrs = {{"N", int64_t{2}}};  // three inputs given
+  absl::Status s = Validate(p);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(s.message(), "program step 0 (Pack)"))
+      << s.message();
+  p.steps[0].attrs = {{"N", int64_t{3}}};
+  p.steps[2].inputs[1] = R::Step(1, 3);  // Unpack gives 3 outputs
+  s = Validate(p);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(s.message(), "step 1 output 3")) << s.message();
+  EXPECT_TRUE(absl::StrContains(s.message(), "Unpack has 3 outputs"))
+      << s.message();
+}
+
+// Each hostile program is refused with the step, its op and the reference.
+TEST_F(ProgramTest, RefusesHostilePrograms) {
+  using R = ProgramRef;
+  struct Case {
+    const char* name;
+    std::vector<ProgramStep> steps;
+    std::vector<ProgramRef> outputs;
+    StatusCode code;
+    std::vector<const char*> says;
+  };
+  const std::vector<Case> cases = {
+      {"unknown op",
+       {{"Neg", {R::Param(0)}, {}}, {"NoSuchOp", {R::Step(0)}, {}}},
+       {R::Step(1)},
+       StatusCode::kNotFound,
+       {"program step 1", "'NoSuchOp'"}},
+      {"wrong arity",
+       {{"Neg", {R::Param(0), R::Param(0)}, {}}},
+       {R::Step(0)},
+       StatusCode::kInvalidArgument,
+       {"program step 0 (Neg) has 2 inputs, the op takes 1"}},
+      {"forward reference (a cycle)",
+       {{"Neg", {R::Step(1)}, {}}, {"Neg", {R::Step(0)}, {}}},
+       {R::Step(1)},
+       StatusCode::kInvalidArgument,
+       {"program step 0 (Neg) input 0 refers to step 1 output 0"}},
+      {"self reference",
+       {{"Neg", {R::Param(0)}, {}}, {"Neg", {R::Step(1)}, {}}},
+       {R::Step(1)},
+       StatusCode::kInvalidArgument,
+       {"program step 1 (Neg) input 0 refers to step 1", "only steps 0..0"}},
+      {"param out of range",
+       {{"AddV2", {R::Param(0), R::Param(1)}, {}}},
+       {R::Step(0)},
+       StatusCode::kInvalidArgument,
+       {"program step 0 (AddV2) input 1 refers to param 1", "1 params"}},
+      {"negative param",
+       {{"Neg", {R::Param(-1)}, {}}},
+       {R::Step(0)},
+       StatusCode::kInvalidArgument,
+       {"refers to param -1"}},
+      {"constant out of range",
+       {{"AddV2", {R::Param(0), R::Constant(1)}, {}}},
+       {R::Step(0)},
+       StatusCode::kInvalidArgument,
+       {"program step 0 (AddV2) input 1 refers to constant 1", "1 constants"}},
+      {"step output out of range",
+       {{"Neg", {R::Param(0)}, {}}, {"Neg", {R::Step(0, 1)}, {}}},
+       {R::Step(1)},
+       StatusCode::kInvalidArgument,
+       {"program step 1 (Neg) input 0 refers to step 0 output 1",
+        "Neg has 1 outputs"}},
+      {"bad output",
+       {{"Neg", {R::Param(0)}, {}}},
+       {R::Step(0), R::Step(1)},
+       StatusCode::kInvalidArgument,
+       {"program output 1 refers to step 1 output 0"}},
+      {"bad attr",
+       {{"Neg", {R::Param(0)}, {{"no_such_attr", int64_t{1}}}}},
+       {R::Step(0)},
+       StatusCode::kInvalidArgument,
+       {"program step 0 (Neg)", "no_such_attr"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Program p;
+    p.params = {{DType::kFloat64, {2}}};
+    p.constants = {Tensor::FromVector<double>({2}, {1, 2})};
+    p.steps = c.steps;
+    p.outputs = c.outputs;
+    absl::Status s = Validate(p);
+    EXPECT_EQ(s.code(), c.code) << s;
+    for (const char* piece : c.says)
+      EXPECT_TRUE(absl::StrContains(s.message(), piece)) << s.message();
+    EXPECT_FALSE(p.validated);
+    // Refused programs cannot run.
+    absl::StatusOr<Tensors> out =
+        RunProgram(exec_, p, {Tensor::FromVector<double>({2}, {1, 2})});
+    EXPECT_EQ(out.status().code(), StatusCode::kFailedPrecondition);
+  }
+}
+
+// Declarations a run could not honour, and a list output past the limit on
+// values.
+TEST_F(ProgramTest, RefusesBadDeclarationsAndTooManyValues) {
+  using R = ProgramRef;
+  Program p;
+  p.params = {{DType::kFloat64, {3}}};
+  p.constants = {Tensor()};
+  p.steps = {{"Neg", {R::Param(0)}, {}}};
+  p.outputs = {R::Step(0)};
+  absl::Status s = Validate(p);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(s.message(), "program constant 0 holds no"))
+      << s;
+  p.constants.clear();
+  p.params[0].dtype = DType::kInvalid;
+  s = Validate(p);
+  EXPECT_TRUE(absl::StrContains(s.message(), "program param 0 has no dtype"))
+      << s;
+  p.params[0].dtype = DType::kFloat64;
+  ASSERT_TRUE(Validate(p).ok());
+
+  p.steps = {{"Unpack", {R::Param(0)}, {{"num", int64_t{3}}}},
+             {"Unpack", {R::Param(0)}, {{"num", int64_t{3}}}}};
+  ProgramLimits limits;
+  limits.max_values = 6;  // the param and 3 + 3 outputs make 7
+  s = Validate(p, limits);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(s.message(),
+                                "program step 1 (Unpack) takes "
+                                "the program past 6 values"))
+      << s;
+  limits.max_values = 7;
+  EXPECT_TRUE(Validate(p, limits).ok());
+}
+
+// A million-step program is refused by its size, before any step is looked
+// at: step 0's unknown op is not what the error says.
+TEST_F(ProgramTest, RefusesAMillionStepsBeforeLookingAtThem) {
+  Program p;
+  p.params = {{DType::kFloat64, {}}};
+  p.steps.assign(1000000, {"Neg", {ProgramRef::Param(0)}, {}});
+  p.steps[0].op = "NoSuchOp";
+  p.outputs = {ProgramRef::Step(0)};
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status s = Validate(p);
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "1000000 steps")) << s.message();
+  EXPECT_TRUE(absl::StrContains(s.message(), "limit of 100000")) << s.message();
+  EXPECT_LT(elapsed, std::chrono::milliseconds(100));
+  // A lower limit applies likewise; at the limit, the steps are checked.
+  p.steps.resize(3);
+  s = Validate(p, MaxSteps(2));
+  EXPECT_TRUE(absl::StrContains(s.message(), "limit of 2")) << s.message();
+  s = Validate(p, MaxSteps(3));
+  EXPECT_EQ(s.code(), StatusCode::kNotFound) << s;
+}
+
+TEST_F(ProgramTest, RefusesArgsBeforeAnyStepRuns) {
+  Program p = Mlp();
+  ASSERT_TRUE(Validate(p).ok());
+  const Tensor x = Arg(Random({4, 3}, 1));
+  const Tensor w1 = Arg(Random({3, 5}, 2));
+  const Tensor w2 = Arg(Random({5, 2}, 3));
+  const Tensor w2_f32 =
+      Arg(Tensor::FromVector<float>({5, 2}, std::vector<float>(10, 1.0f)));
+  const Tensor w2_t = Arg(Random({2, 5}, 3));
+  struct Case {
+    std::vector<Tensor> args;
+    std::vector<const char*> says;
+  };
+  const std::vector<Case> cases = {
+      {{x, w1}, {"program takes 3 args, got 2"}},
+      {{x, w1, w2, w2}, {"program takes 3 args, got 4"}},
+      {{x, w1, w2_f32}, {"program param 2 is float64[5,2]", "float32"}},
+      {{x, w1, w2_t}, {"program param 2 is float64[5,2]", "[2,5]"}},
+      {{x, Tensor(), w2}, {"program param 1", "no tensor"}},
+  };
+  for (const Case& c : cases) {
+    const int64_t before = NextId();
+    absl::StatusOr<Tensors> out = RunProgram(exec_, p, c.args);
+    EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument);
+    for (const char* piece : c.says) {
+      EXPECT_TRUE(absl::StrContains(out.status().message(), piece))
+          << out.status().message();
+    }
+    EXPECT_EQ(NextId(), before + 1) << "a step ran";
+  }
+}
+
+// Step 1's kernel fails (a shape the dry run cannot see yet): the error names
+// the step and its op, the tape keeps nothing of the run, and the executor
+// runs the next program.
+TEST_F(ProgramTest, AFailingStepNamesItAndLeavesTheExecutorUsable) {
+  using R = ProgramRef;
+  Program p;
+  p.params = {{DType::kFloat64, {2, 3}}};
+  p.constants = {Random({2, 3}, 5)};
+  p.steps = {{"Tanh", {R::Param(0)}, {}},
+             {"MatMul", {R::Step(0), R::Constant(0)}, {}},
+             {"Neg", {R::Step(1)}, {}}};
+  p.outputs = {R::Step(2)};
+  ASSERT_TRUE(Validate(p).ok());
+  const Tensor x = Arg(Random({2, 3}, 6));
+  ASSERT_TRUE(exec_.tapes().Push(1, true, false).ok());
+  Tape* tape = *exec_.tapes().Find(1);
+  tape->Watch(x);
+  Tensor before = Eager("Square", {x});  // one entry the run must not touch
+  ASSERT_EQ(tape->num_entries(), 1u);
+  absl::StatusOr<Tensors> out = RunProgram(exec_, p, {x});
+  EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(
+      absl::StrContains(out.status().message(), "program step 1 (MatMul): "))
+      << out.status().message();
+  EXPECT_EQ(tape->num_entries(), 1u);
+
+  p.steps[1].attrs = {{"transpose_b", true}};
+  ASSERT_TRUE(Validate(p).ok());
+  out = RunProgram(exec_, p, {x});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0].shape(), (Shape{2, 2}));
+  EXPECT_EQ(tape->num_entries(), 4u);
+  ASSERT_TRUE(exec_.tapes().Pop(1).ok());
+  absl::StatusOr<std::vector<Tensor>> g =
+      Gradient(exec_, *tape, {(*out)[0]}, {x}, {}, Unconnected::kNone);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ((*g)[0].shape(), (Shape{2, 3}));
+}
+
+TEST_F(ProgramTest, ValidationRecordsLastReaders) {
+  using R = ProgramRef;
+  Program p;
+  p.params = {{DType::kFloat64, {2}}};
+  p.constants = {Tensor::FromVector<double>({2}, {1, 2}),
+                 Tensor::FromVector<double>({2}, {3, 4})};
+  p.steps = {{"AddV2", {R::Param(0), R::Constant(0)}, {}},  // slot 3
+             {"Neg", {R::Step(0)}, {}},                     // slot 4, unread
+             {"Mul", {R::Step(0), R::Param(0)}, {}}};       // slot 5
+  p.outputs = {R::Step(2)};
+  ASSERT_TRUE(Validate(p).ok());
+  EXPECT_EQ(p.num_slots, 6);
+  EXPECT_EQ(p.step_ops[1]->name, "Neg");
+  EXPECT_EQ(p.last_reader,
+            (std::vector<int>{2, 0, Program::kUnread, 2, Program::kUnread,
+                              Program::kReadByOutput}));
+  EXPECT_EQ(p.drop_after, (std::vector<std::vector<int>>{{1}, {4}, {0, 3}}));
+}
+
+// A chain of 16 Neg on 1 MiB values runs under a 3.5 MiB limit: each value
+// is dropped after its reader. The same chain keeping every value (each an
+// output) is refused by the limit, so the limit does bite.
+TEST_F(ProgramTest, DropsValuesAfterTheirLastReader) {
+  constexpr int kSteps = 16;
+  constexpr int64_t kElements = int64_t{1} << 17;  // 1 MiB of float64
+  const Tensor x = Arg(Random({kElements}, 7));
+  Program chain;
+  chain.params = {{DType::kFloat64, {kElements}}};
+  for (int s = 0; s < kSteps; ++s) {
+    chain.steps.push_back(
+        {"Neg", {s == 0 ? ProgramRef::Param(0) : ProgramRef::Step(s - 1)}, {}});
+  }
+  Program keeping = chain;
+  chain.outputs = {ProgramRef::Step(kSteps - 1)};
+  for (int s = 0; s < kSteps; ++s)
+    keeping.outputs.push_back(ProgramRef::Step(s));
+  ASSERT_TRUE(Validate(chain).ok());
+  ASSERT_TRUE(Validate(keeping).ok());
+
+  auto account = std::make_shared<MemoryAccount>();
+  ScopedMemoryAccount scope(account);
+  exec_.SetMemoryLimit(account, 3 * kElements * 8 + kElements * 4);
+  absl::StatusOr<Tensors> out = RunProgram(exec_, chain, {x});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(SameBits((*out)[0], x));  // an even number of negations
+  EXPECT_LE(account->bytes(), 2 * kElements * 8);
+  out = Tensors();
+  EXPECT_LT(account->bytes(), kElements * 8);
+
+  out = RunProgram(exec_, keeping, {x});
+  EXPECT_EQ(out.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(out.status().message(), "(Neg)"))
+      << out.status().message();
+  // Nothing of the failed run stays charged.
+  EXPECT_LT(account->bytes(), kElements * 8);
+}
+
+}  // namespace
+}  // namespace gradtape
