@@ -269,3 +269,35 @@ def gt(server_address):
 
     with gradtape.connect(server_address, timeout=10) as session:
         yield session
+
+
+@pytest.fixture(scope="module")
+def tf():
+    """TensorFlow, the reference of the test_tf_* files (imported only when
+    they run). The native extension is loaded first: the other order crashes
+    the native client's connect in this process."""
+    try:
+        import gradtape._native_core  # noqa: F401
+    except ImportError:
+        pass
+    import tensorflow
+
+    return tensorflow
+
+
+@pytest.fixture
+def gtf(server_address):
+    """gradtape.tf on a fresh default session of the test server."""
+    import gradtape
+    import gradtape.tf as gtf_module
+
+    session = gradtape.connect(server_address, timeout=10)
+    gradtape.set_default_session(session)
+    try:
+        yield gtf_module
+    finally:
+        gradtape.set_default_session(None)
+        try:
+            session.close()
+        except gradtape.GradtapeError:
+            pass

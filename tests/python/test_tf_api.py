@@ -976,36 +976,6 @@ def _short(x: Any) -> str:
     return text if len(text) < 120 else text[:117] + "..."
 
 
-@pytest.fixture(scope="module")
-def tensorflow() -> Any:
-    # The native extension is loaded before TensorFlow's own libraries (the
-    # other order crashes the native client's connect in this process).
-    try:
-        import gradtape._native_core  # noqa: F401
-    except ImportError:
-        pass
-    import tensorflow as tensorflow_module
-
-    return tensorflow_module
-
-
-@pytest.fixture
-def gradtape_tf(server_address: str) -> Any:
-    import gradtape
-    import gradtape.tf as gtf
-
-    session = gradtape.connect(server_address, timeout=10)
-    gradtape.set_default_session(session)
-    try:
-        yield gtf
-    finally:
-        gradtape.set_default_session(None)
-        try:
-            session.close()
-        except gradtape.GradtapeError:
-            pass
-
-
 # Cases where TensorFlow raises and gradtape must raise the same class.
 RAISING = {
     "where_one_of_x_y", "pad_bad_mode", "einsum_repeated_output_label", "complex_dtype_mismatch",
@@ -1015,9 +985,9 @@ RAISING = {
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_same_as_tensorflow(name: str, tensorflow: Any, gradtape_tf: Any) -> None:
-    expected = _run_case(CASES[name], tensorflow)
-    actual = _run_case(CASES[name], gradtape_tf)
+def test_same_as_tensorflow(name: str, tf: Any, gtf: Any) -> None:
+    expected = _run_case(CASES[name], tf)
+    actual = _run_case(CASES[name], gtf)
     assert (expected[0] == "raises") == (name in RAISING), f"TF {expected[:3]}"
     if expected[0] == "raises" or actual[0] == "raises":
         assert expected[:2] == actual[:2], f"TF {expected}, gradtape {actual}"
@@ -1026,11 +996,11 @@ def test_same_as_tensorflow(name: str, tensorflow: Any, gradtape_tf: Any) -> Non
     assert not problems, "\n".join(problems)
 
 
-def test_documented_refusals(gradtape_tf: Any) -> None:
+def test_documented_refusals(gtf: Any) -> None:
     """Where gradtape.tf cannot do what TF does it says so
     (NotImplementedError naming the function), never computes something
     else; each of these works in TF."""
-    tf = gradtape_tf
+    tf = gtf
     m = tf.constant(_rand(2, 2, seed=57))
     refusals = {
         "tf.norm": lambda: tf.norm(m, ord=2, axis=[0, 1]),

@@ -14,34 +14,6 @@ import pytest
 TOL = 1e-5
 
 
-@pytest.fixture(scope="module")
-def tf() -> Any:
-    try:
-        import gradtape._native_core  # noqa: F401 (before TensorFlow: see test_random_tf.py)
-    except ImportError:
-        pass
-    import tensorflow
-
-    return tensorflow
-
-
-@pytest.fixture
-def gtf(server_address: str) -> Any:
-    import gradtape
-    import gradtape.tf as gtf_module
-
-    session = gradtape.connect(server_address, timeout=10)
-    gradtape.set_default_session(session)
-    try:
-        yield gtf_module
-    finally:
-        gradtape.set_default_session(None)
-        try:
-            session.close()
-        except gradtape.GradtapeError:
-            pass
-
-
 LAYERS: Dict[str, Any] = {
     "dense": (lambda k: k.layers.Dense(4, activation="relu"), (3, 5)),
     "dense_rank3_gelu": (lambda k: k.layers.Dense(3, activation="gelu", use_bias=False), (2, 4, 5)),

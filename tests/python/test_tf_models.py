@@ -403,37 +403,6 @@ def avg_pool_log_softmax_axis1(tf: Any) -> Dict[str, Any]:
 # The runner
 
 
-@pytest.fixture(scope="module")
-def tf() -> Any:
-    try:
-        import gradtape._native_core  # noqa: F401 (before TensorFlow: see test_random_tf.py)
-    except ImportError:
-        pass
-    import tensorflow
-
-    return tensorflow
-
-
-@pytest.fixture
-def gtf(server_address: str) -> Any:
-    import gradtape
-    import gradtape.tf as gtf_module
-
-    session = gradtape.connect(server_address, timeout=10)
-    gradtape.set_default_session(session)
-    try:
-        yield gtf_module
-    finally:
-        session = gradtape.tf._get_default()
-        gradtape.set_default_session(None)
-        if session is not None:
-            session.close()
-        try:
-            session.close()
-        except gradtape.GradtapeError:
-            pass
-
-
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_model_program_same_as_tensorflow(name: str, tf: Any, gtf: Any) -> None:
     want = run(PROGRAMS[name], tf)

@@ -19,36 +19,6 @@ import pytest
 RTOL = ATOL = 1e-5
 
 
-@pytest.fixture(scope="module")
-def tf() -> Any:
-    # The native extension is loaded before TensorFlow's own libraries (the
-    # other order crashes the native client's connect in this process).
-    try:
-        import gradtape._native_core  # noqa: F401
-    except ImportError:
-        pass
-    import tensorflow  # heavy: imported only when these tests run
-
-    return tensorflow
-
-
-@pytest.fixture
-def gtf(server_address: str) -> Any:
-    import gradtape
-    import gradtape.tf as gtf_module
-
-    session = gradtape.connect(server_address, timeout=10)
-    gradtape.set_default_session(session)
-    try:
-        yield gtf_module
-    finally:
-        gradtape.set_default_session(None)
-        try:
-            session.close()
-        except gradtape.GradtapeError:
-            pass
-
-
 class Case(NamedTuple):
     fn: Callable[..., Any]
     shapes: Sequence[Any]  # an input's shape, or a fixed numpy array
