@@ -225,6 +225,20 @@ def _channel_index(data_format: Optional[str], rank: int) -> int:
     return 1 if data_format is not None and data_format.startswith("NC") else rank - 1
 
 
+def _conv2d_attrs(strides: Any, padding: Any, dilations: Any, data_format: str, fn: str) -> Dict[str, Any]:
+    """The attrs of the server's 2-D convolutions (Conv2D,
+    DepthwiseConv2dNative, Conv2DBackpropInput) from TF's arguments."""
+    ci = _channel_index(data_format, 4)
+    p, explicit = _padding(padding, fn)
+    return {
+        "strides": _sequence(strides, 2, ci, "strides"),
+        "padding": p,
+        "dilations": _sequence(dilations, 2, ci, "dilations"),
+        "data_format": data_format,
+        "explicit_paddings": explicit,
+    }
+
+
 def conv2d(
     input: TensorLike,  # noqa: A002
     filters: TensorLike,
@@ -237,16 +251,7 @@ def conv2d(
     """tf.nn.conv2d by the server's Conv2D (NHWC or NCHW; strides and
     dilations an int or 1, 2 or 4 ints; padding SAME, VALID or explicit)."""
     x, f = _operands(input, filters)
-    ci = _channel_index(data_format, 4)
-    p, explicit = _padding(padding, "tf.nn.conv2d")
-    attrs = {
-        "strides": _sequence(strides, 2, ci, "strides"),
-        "padding": p,
-        "dilations": _sequence(dilations, 2, ci, "dilations"),
-        "data_format": data_format,
-        "explicit_paddings": explicit,
-    }
-    return _run("Conv2D", [x, f], attrs)
+    return _run("Conv2D", [x, f], _conv2d_attrs(strides, padding, dilations, data_format, "tf.nn.conv2d"))
 
 
 def conv1d(
@@ -312,16 +317,7 @@ def depthwise_conv2d(
     """tf.nn.depthwise_conv2d by the server's DepthwiseConv2dNative, whose
     dilations give TF's values (TF goes through space_to_batch)."""
     x, f = _operands(input, filter)
-    fmt = data_format or "NHWC"
-    ci = _channel_index(fmt, 4)
-    p, explicit = _padding(padding, "tf.nn.depthwise_conv2d")
-    attrs = {
-        "strides": _sequence(strides, 2, ci, "strides"),
-        "padding": p,
-        "dilations": _sequence(dilations, 2, ci, "dilations"),
-        "data_format": fmt,
-        "explicit_paddings": explicit,
-    }
+    attrs = _conv2d_attrs(strides, padding, dilations, data_format or "NHWC", "tf.nn.depthwise_conv2d")
     return _run("DepthwiseConv2dNative", [x, f], attrs)
 
 
@@ -338,17 +334,8 @@ def conv2d_transpose(
     """tf.nn.conv2d_transpose: Conv2DBackpropInput (input_sizes =
     output_shape)."""
     x, f = _operands(input, filters)
-    ci = _channel_index(data_format, 4)
-    p, explicit = _padding(padding, "tf.nn.conv2d_transpose")
-    sizes = [int(v) for v in np.asarray(output_shape).reshape(-1)]
-    attrs = {
-        "strides": _sequence(strides, 2, ci, "strides"),
-        "padding": p,
-        "dilations": _sequence(dilations, 2, ci, "dilations"),
-        "data_format": data_format,
-        "explicit_paddings": explicit,
-        "input_sizes": sizes,
-    }
+    attrs = _conv2d_attrs(strides, padding, dilations, data_format, "tf.nn.conv2d_transpose")
+    attrs["input_sizes"] = [int(v) for v in np.asarray(output_shape).reshape(-1)]
     return _run("Conv2DBackpropInput", [f, x], attrs)
 
 
