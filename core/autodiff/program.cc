@@ -4,8 +4,11 @@
 #include <limits>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "core/autodiff/gradient.h"
 #include "core/base/status_macros.h"
+#include "core/tensor/variable.h"
 
 namespace gradtape {
 namespace {
@@ -18,12 +21,14 @@ std::string RefName(const ProgramRef& ref) {
       return absl::StrCat("constant ", ref.index);
     case ProgramRef::kStep:
       return absl::StrCat("step ", ref.index, " output ", ref.output);
+    case ProgramRef::kOnes:
+      return "ones";
   }
   return "?";
 }
 
 std::string StepName(const Program& p, size_t s) {
-  return absl::StrCat("program step ", s, " (", p.steps[s].op, ")");
+  return absl::StrCat("program step ", s, " (", p.steps[s].Name(), ")");
 }
 
 // The slot `ref` names, or INVALID_ARGUMENT "<where> refers to <ref>, <why>".
@@ -62,11 +67,13 @@ absl::StatusOr<int> SlotOf(const Program& p, const ProgramRef& ref,
                          : p.num_slots) -
                     first;
       if (ref.output < 0 || ref.output >= n) {
-        return bad(absl::StrCat("but that step's op ", p.steps[ref.index].op,
-                                " has ", n, " outputs"));
+        return bad(absl::StrCat("but that step (", p.steps[ref.index].Name(),
+                                ") has ", n, " outputs"));
       }
       return first + ref.output;
     }
+    case ProgramRef::kOnes:
+      return bad("which only a gradient's output gradient may be");
   }
   return bad("of an unknown kind");
 }
@@ -76,11 +83,109 @@ int64_t MaxValues(const ProgramLimits& limits) {
   return std::min<int64_t>(limits.max_values, std::numeric_limits<int>::max());
 }
 
+// Records in last_reader that step s reads its inputs (checked references;
+// kOnes only where `ones_from` <= j).
+absl::Status ReadInputs(Program& p, int s, size_t ones_from) {
+  const ProgramStep& step = p.steps[s];
+  for (size_t j = 0; j < step.inputs.size(); ++j) {
+    if (j >= ones_from && step.inputs[j].kind == ProgramRef::kOnes) continue;
+    ASSIGN_OR_RETURN(int slot,
+                     SlotOf(p, step.inputs[j], s,
+                            absl::StrCat(StepName(p, s), " input ", j)));
+    p.last_reader[slot] = s;
+  }
+  return absl::OkStatus();
+}
+
+// Appends step s's derived fields for `num_outputs` outputs.
+absl::Status AddOutputs(const ProgramLimits& lim, Program& p, int s,
+                        const OpDef* op, int64_t num_outputs) {
+  if (p.num_slots + num_outputs > MaxValues(lim)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(StepName(p, s), " takes the program past ", MaxValues(lim),
+                     " values (the limit)"));
+  }
+  p.step_ops.push_back(op);
+  p.step_slot.push_back(p.num_slots);
+  p.num_slots += static_cast<int>(num_outputs);
+  p.last_reader.resize(p.num_slots, Program::kUnread);
+  return absl::OkStatus();
+}
+
+// Where each tape stands while the steps are checked in order.
+enum class TapeState { kNever, kRecording, kPopped };
+
+// Checks tape step s against the tapes' states so far and updates them.
+absl::Status ValidateTapeStep(const ProgramLimits& lim, Program& p, int s,
+                              std::vector<TapeState>& tapes) {
+  const ProgramStep& step = p.steps[s];
+  if (step.tape < 0 || step.tape >= lim.max_tapes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(StepName(p, s), " names tape ", step.tape,
+                     "; tapes are numbered 0..", lim.max_tapes - 1));
+  }
+  if (step.tape >= static_cast<int>(tapes.size())) {
+    tapes.resize(step.tape + 1, TapeState::kNever);
+  }
+  TapeState& state = tapes[step.tape];
+  int64_t num_outputs = 0;
+  switch (step.kind) {
+    case ProgramStep::kPushTape:
+      if (state == TapeState::kRecording) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(StepName(p, s), ": tape ", step.tape,
+                         " is already recording (pushed, not popped)"));
+      }
+      state = TapeState::kRecording;
+      break;
+    case ProgramStep::kPopTape:
+      if (state != TapeState::kRecording) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(StepName(p, s), ": tape ", step.tape,
+                         " is not recording (no push before, or popped)"));
+      }
+      state = TapeState::kPopped;
+      break;
+    case ProgramStep::kWatch:
+    case ProgramStep::kGradient:
+      if (state == TapeState::kNever) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(StepName(p, s), ": tape ", step.tape,
+                         " is not pushed by an earlier step"));
+      }
+      break;
+    case ProgramStep::kOp:
+      break;
+  }
+  size_t ones_from = step.inputs.size();
+  if (step.kind == ProgramStep::kGradient) {
+    const int64_t grads = static_cast<int64_t>(step.inputs.size()) -
+                          step.num_targets - step.num_sources;
+    if (step.num_targets < 1 || step.num_sources < 0 || grads < 0 ||
+        (grads != 0 && grads != step.num_targets)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          StepName(p, s), " has ", step.num_targets, " targets, ",
+          step.num_sources, " sources and ", step.inputs.size(),
+          " inputs in all; it needs at least one target, and no output "
+          "gradients or one per target"));
+    }
+    ones_from = static_cast<size_t>(step.num_targets + step.num_sources);
+    num_outputs = step.num_sources;
+  } else if (step.kind != ProgramStep::kWatch && !step.inputs.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        StepName(p, s), " takes no inputs, got ", step.inputs.size()));
+  }
+  RETURN_IF_ERROR(ReadInputs(p, s, ones_from));
+  p.num_tapes = std::max(p.num_tapes, step.tape + 1);
+  return AddOutputs(lim, p, s, nullptr, num_outputs);
+}
+
 // Checks step s (op, attrs, arity, references) and appends its derived
 // fields; records in last_reader that step s reads its input slots.
 absl::Status ValidateStep(const OpRegistry& registry, const ProgramLimits& lim,
-                          Program& p, int s) {
+                          Program& p, int s, std::vector<TapeState>& tapes) {
   ProgramStep& step = p.steps[s];
+  if (step.kind != ProgramStep::kOp) return ValidateTapeStep(lim, p, s, tapes);
   const OpDef* op = registry.Find(step.op);
   if (op == nullptr) {
     return absl::NotFoundError(
@@ -100,22 +205,8 @@ absl::Status ValidateStep(const OpRegistry& registry, const ProgramLimits& lim,
         absl::StrCat(StepName(p, s), " has ", step.inputs.size(),
                      " inputs, the op takes ", arity->inputs));
   }
-  for (size_t j = 0; j < step.inputs.size(); ++j) {
-    ASSIGN_OR_RETURN(int slot,
-                     SlotOf(p, step.inputs[j], s,
-                            absl::StrCat(StepName(p, s), " input ", j)));
-    p.last_reader[slot] = s;
-  }
-  if (p.num_slots + static_cast<int64_t>(arity->outputs) > MaxValues(lim)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(StepName(p, s), " takes the program past ", MaxValues(lim),
-                     " values (the limit)"));
-  }
-  p.step_ops.push_back(op);
-  p.step_slot.push_back(p.num_slots);
-  p.num_slots += arity->outputs;
-  p.last_reader.resize(p.num_slots, Program::kUnread);
-  return absl::OkStatus();
+  RETURN_IF_ERROR(ReadInputs(p, s, step.inputs.size()));
+  return AddOutputs(lim, p, s, op, arity->outputs);
 }
 
 void ClearDerived(Program& p) {
@@ -124,6 +215,7 @@ void ClearDerived(Program& p) {
   p.step_slot.clear();
   p.last_reader.clear();
   p.drop_after.clear();
+  p.num_tapes = 0;
   p.num_slots = static_cast<int>(p.params.size() + p.constants.size());
 }
 
@@ -177,12 +269,20 @@ absl::Status ValidateProgram(const OpRegistry& registry, Program* program,
       return absl::InvalidArgumentError(
           absl::StrCat("program param ", i, " has no dtype"));
     }
+    if (absl::Status st = CheckedTensorSize(p.params[i].dtype, p.params[i].shape)
+                              .status();
+        !st.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("program param ", i, ": ", st.message()));
+    }
   }
   p.last_reader.assign(p.num_slots, Program::kUnread);
   p.step_ops.reserve(p.steps.size());
   p.step_slot.reserve(p.steps.size());
+  std::vector<TapeState> tapes;
   for (size_t s = 0; s < p.steps.size(); ++s) {
-    RETURN_IF_ERROR(ValidateStep(registry, limits, p, static_cast<int>(s)));
+    RETURN_IF_ERROR(
+        ValidateStep(registry, limits, p, static_cast<int>(s), tapes));
   }
   for (size_t i = 0; i < p.outputs.size(); ++i) {
     ASSIGN_OR_RETURN(int slot,
@@ -225,8 +325,10 @@ int ValidSlot(const Program& p, const ProgramRef& ref) {
       return static_cast<int>(p.params.size()) + ref.index;
     case ProgramRef::kStep:
       return p.step_slot[ref.index] + ref.output;
+    case ProgramRef::kOnes:
+      break;
   }
-  return 0;
+  return -1;
 }
 
 // The values of one run, by slot; forgets what it owns (constants and step
@@ -263,6 +365,111 @@ class RunValues {
   std::vector<Tensor> values_;
 };
 
+// What a run undoes when a step fails, and the tapes it made (deleted when
+// the run ends, whatever happened).
+class RunGuard {
+ public:
+  RunGuard(OpExecutor& exec, const Program& p, absl::Span<const Tensor> args)
+      : exec_(exec), tape_ids_(p.num_tapes, 0) {
+    absl::flat_hash_map<Variable*, bool> seen;
+    auto keep = [&](const Tensor& t) {
+      Variable* var = VariableOf(t);
+      if (var != nullptr && seen.emplace(var, true).second) {
+        saved_.push_back({var, var->value});
+      }
+    };
+    for (const Tensor& t : args) keep(t);
+    for (const Tensor& t : p.constants) keep(t);
+  }
+  RunGuard(const RunGuard&) = delete;
+  RunGuard& operator=(const RunGuard&) = delete;
+  ~RunGuard() {
+    for (int64_t id : tape_ids_) {
+      if (id != 0) exec_.tapes().Delete(id).IgnoreError();
+    }
+    if (committed_) return;
+    for (auto& [var, value] : saved_) var->value = std::move(value);
+  }
+  void Commit() { committed_ = true; }
+
+  // The session tape id of the program's tape `tape`; a push makes it (an
+  // id no tape of the session uses).
+  absl::StatusOr<gradtape::Tape*> FindTape(int tape) {
+    return exec_.tapes().Find(tape_ids_[tape]);
+  }
+  absl::Status Push(const ProgramStep& step) {
+    int64_t& id = tape_ids_[step.tape];
+    if (id == 0) {
+      while (exec_.tapes().Find(next_id_).ok()) ++next_id_;
+      id = next_id_++;
+    }
+    return exec_.tapes().Push(id, step.persistent,
+                              step.watch_accessed_variables);
+  }
+  absl::Status Pop(int tape) { return exec_.tapes().Pop(tape_ids_[tape]); }
+
+ private:
+  OpExecutor& exec_;
+  std::vector<std::pair<Variable*, Tensor>> saved_;
+  std::vector<int64_t> tape_ids_;  // 0: not made yet
+  // Program tapes take ids from the bottom of the range, which clients are
+  // unlikely to use (any id in use is skipped).
+  int64_t next_id_ = std::numeric_limits<int64_t>::min() + 1;
+  bool committed_ = false;
+};
+
+// Runs tape step `step` of a run (values in `values`, the inputs read).
+absl::Status RunTapeStep(OpExecutor& exec, const Program& p, size_t s,
+                         const Tensors& in, RunGuard& guard, RunValues& values) {
+  const ProgramStep& step = p.steps[s];
+  switch (step.kind) {
+    case ProgramStep::kPushTape:
+      return guard.Push(step);
+    case ProgramStep::kPopTape:
+      return guard.Pop(step.tape);
+    case ProgramStep::kWatch: {
+      ASSIGN_OR_RETURN(Tape * tape, guard.FindTape(step.tape));
+      for (size_t j = 0; j < in.size(); ++j) {
+        if (!IsTrainable(in[j].dtype())) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "input ", j, " is ", in[j].DebugString(),
+              "; only floating, complex and variable-handle tensors can be "
+              "watched"));
+        }
+      }
+      for (const Tensor& t : in) tape->Watch(t);
+      return absl::OkStatus();
+    }
+    case ProgramStep::kGradient: {
+      ASSIGN_OR_RETURN(Tape * tape, guard.FindTape(step.tape));
+      const auto all = absl::MakeConstSpan(in);
+      ASSIGN_OR_RETURN(
+          std::vector<Tensor> grads,
+          Gradient(exec, *tape, all.subspan(0, step.num_targets),
+                   all.subspan(step.num_targets, step.num_sources),
+                   all.subspan(step.num_targets + step.num_sources),
+                   step.unconnected));
+      // One id, one value: a result that is already a value of this run (an
+      // output gradient passed through, a source twice) gets its own id.
+      absl::flat_hash_map<int64_t, bool> held;
+      for (int slot = 0; slot < p.num_slots; ++slot) {
+        if (values.at(slot).valid()) held.emplace(values.at(slot).id(), true);
+      }
+      for (size_t k = 0; k < grads.size(); ++k) {
+        Tensor& g = grads[k];
+        if (g.valid() && !held.emplace(g.id(), true).second) {
+          g = exec.Adopt(g);
+        }
+        values.at(p.step_slot[s] + static_cast<int>(k)) = std::move(g);
+      }
+      return absl::OkStatus();
+    }
+    case ProgramStep::kOp:
+      break;
+  }
+  return absl::InternalError("not a tape step");
+}
+
 }  // namespace
 
 absl::StatusOr<Tensors> RunProgram(OpExecutor& exec, const Program& program,
@@ -272,6 +479,7 @@ absl::StatusOr<Tensors> RunProgram(OpExecutor& exec, const Program& program,
     return absl::FailedPreconditionError("program was not validated");
   }
   RETURN_IF_ERROR(CheckArgs(p, args));
+  RunGuard guard(exec, p, args);
   RunValues values(exec, p);
   const int num_params = static_cast<int>(p.params.size());
   for (int i = 0; i < num_params; ++i) values.at(i) = args[i];
@@ -286,18 +494,34 @@ absl::StatusOr<Tensors> RunProgram(OpExecutor& exec, const Program& program,
   for (size_t s = 0; s < p.steps.size(); ++s) {
     const ProgramStep& step = p.steps[s];
     inputs.clear();
-    for (const ProgramRef& ref : step.inputs) {
-      inputs.push_back(values.at(ValidSlot(p, ref)));
+    for (size_t j = 0; j < step.inputs.size(); ++j) {
+      const int slot = ValidSlot(p, step.inputs[j]);
+      if (slot < 0) {  // kOnes
+        inputs.emplace_back();
+        continue;
+      }
+      if (!values.at(slot).valid()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            StepName(p, s), ": input ", j, " (", RefName(step.inputs[j]),
+            ") is a None gradient: its source is not connected to the "
+            "targets"));
+      }
+      inputs.push_back(values.at(slot));
     }
     absl::Status st =
-        exec.Execute(*p.step_ops[s], inputs, step.attrs, &outputs);
+        step.kind == ProgramStep::kOp
+            ? exec.Execute(*p.step_ops[s], inputs, step.attrs, &outputs)
+            : RunTapeStep(exec, p, s, inputs, guard, values);
     inputs.clear();
     if (!st.ok()) {
       return absl::Status(st.code(),
                           absl::StrCat(StepName(p, s), ": ", st.message()));
     }
-    for (size_t k = 0; k < outputs.size(); ++k) {
-      values.at(p.step_slot[s] + static_cast<int>(k)) = std::move(outputs[k]);
+    if (step.kind == ProgramStep::kOp) {
+      for (size_t k = 0; k < outputs.size(); ++k) {
+        values.at(p.step_slot[s] + static_cast<int>(k)) =
+            std::move(outputs[k]);
+      }
     }
     for (int slot : p.drop_after[s]) values.Drop(slot);
   }
@@ -309,7 +533,70 @@ absl::StatusOr<Tensors> RunProgram(OpExecutor& exec, const Program& program,
     kept.push_back(slot);
   }
   values.ReleaseAll(kept);
+  guard.Commit();
   return result;
+}
+
+ProgramStep ProgramStep::Gradient(int tape, std::vector<ProgramRef> targets,
+                                  std::vector<ProgramRef> sources,
+                                  std::vector<ProgramRef> output_gradients,
+                                  Unconnected unconnected) {
+  ProgramStep s;
+  s.kind = kGradient;
+  s.tape = tape;
+  s.num_targets = static_cast<int>(targets.size());
+  s.num_sources = static_cast<int>(sources.size());
+  s.inputs = std::move(targets);
+  s.inputs.insert(s.inputs.end(), sources.begin(), sources.end());
+  s.inputs.insert(s.inputs.end(), output_gradients.begin(),
+                  output_gradients.end());
+  s.unconnected = unconnected;
+  return s;
+}
+
+absl::string_view ProgramStep::Name() const {
+  switch (kind) {
+    case kOp:
+      return op;
+    case kPushTape:
+      return "PushTape";
+    case kWatch:
+      return "Watch";
+    case kGradient:
+      return "Gradient";
+    case kPopTape:
+      return "PopTape";
+  }
+  return "?";
+}
+
+int64_t Program::StructureBytes() const {
+  int64_t bytes = sizeof(Program);
+  bytes += static_cast<int64_t>(params.size()) * sizeof(ProgramParam);
+  for (const ProgramParam& param : params) {
+    bytes += static_cast<int64_t>(param.shape.size()) * sizeof(int64_t);
+  }
+  bytes += static_cast<int64_t>(constants.size()) * sizeof(Tensor);
+  bytes += static_cast<int64_t>(outputs.size()) * sizeof(ProgramRef);
+  for (const ProgramStep& step : steps) {
+    bytes += sizeof(ProgramStep) + static_cast<int64_t>(step.op.capacity());
+    bytes += static_cast<int64_t>(step.inputs.size()) * sizeof(ProgramRef);
+    // An attr: its entry, plus what a string or list holds.
+    for (const auto& [name, value] : step.attrs) {
+      bytes += sizeof(std::pair<std::string, AttrValue>) +
+               static_cast<int64_t>(name.capacity());
+      if (const auto* str = std::get_if<std::string>(&value)) {
+        bytes += static_cast<int64_t>(str->capacity());
+      } else if (const auto* list = std::get_if<std::vector<int64_t>>(&value)) {
+        bytes += static_cast<int64_t>(list->capacity()) * sizeof(int64_t);
+      }
+    }
+    // Derived: step_ops, step_slot, drop_after's vector.
+    bytes += sizeof(void*) + sizeof(int) + sizeof(std::vector<int>);
+  }
+  // last_reader and the drop lists: one int each per slot.
+  bytes += 2 * static_cast<int64_t>(num_slots) * sizeof(int);
+  return bytes;
 }
 
 }  // namespace gradtape

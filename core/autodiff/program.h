@@ -1,32 +1,33 @@
-// Programs: a straight-line list of registered ops over references, checked
-// once (ValidateProgram) and run many times (RunProgram). The first slice of
-// captured steps (docs/CAPTURE.md, issue 29), in core only: no wire form yet,
-// no tape commands inside a program, no fusion.
+// Programs: a straight-line list of steps over references, checked once
+// (ValidateProgram) and run many times (RunProgram): captured steps
+// (docs/CAPTURE.md, issue 29). A step is a registered op or a tape command
+// (push, watch, gradient, pop), so a recorded training step (forward,
+// gradient, optimizer updates) is one program.
 //
 // A program's values are named by references:
 //   kParam i      the call's argument i (declared with a dtype and a shape)
-//   kConstant i   a tensor the program holds
+//   kConstant i   a tensor the program holds (captured at definition)
 //   kStep s, k    output k of step s (an earlier step)
-// Each step runs one registered op on references with attrs; the program
-// ends with the references it returns. A step reads only earlier steps, so
-// no cycle can be written.
+//   kOnes         only as a gradient step's output gradient: ones
+// A step reads only earlier steps, so no cycle can be written. Tapes are
+// numbered by the program (0, 1, ...); each run makes its own tapes and
+// deletes them when it ends.
 //
-// Steps run through OpExecutor::Execute, one by one, as a client's ops would:
-// active tapes record them (a gradient through a program run works like one
-// through the same ops run eagerly) and active forward accumulators compute
-// their tangents. A step value is dropped after its last reader (the
-// executor forgets its id, as when a client releases an intermediate), so a
-// chain holds a few values at a time, not all of them.
+// Steps run through the same code as the commands they were recorded from
+// (OpExecutor::Execute, the tape set, Gradient), so a run gives those
+// commands' results bit for bit. Active tapes outside the program record its
+// ops (a gradient through a run works like one through the same ops run
+// eagerly). A step value is dropped after its last reader (the executor
+// forgets its id, as when a client releases an intermediate: tapes keep
+// what their backward needs).
 //
 // Failure: args are checked against the params before any step runs. When a
 // step fails, RunProgram returns its error (naming the step index and op)
-// and no outputs. What the executor guarantees for a failed op holds for
-// that step (nothing of it was recorded); the earlier steps had run and been
-// recorded, and their values are then all forgotten like released
-// intermediates, which erases their tape entries (and their tangents) unless
-// a tape's entry still needs them: in practice active tapes are left with
-// the entries they had before the call. Ops with side effects (variable
-// assignment) in earlier steps are not undone.
+// and no outputs, and undoes what the run did: the variables reachable from
+// the params and constants get back the values they had (values are
+// immutable tensors, so keeping them costs nothing until an assignment),
+// the program's tapes are deleted, and the step values are forgotten, which
+// erases their entries from outer tapes.
 #ifndef GRADTAPE_CORE_AUTODIFF_PROGRAM_H_
 #define GRADTAPE_CORE_AUTODIFF_PROGRAM_H_
 
@@ -45,7 +46,7 @@
 namespace gradtape {
 
 struct ProgramRef {
-  enum Kind { kParam, kConstant, kStep };
+  enum Kind { kParam, kConstant, kStep, kOnes };
   Kind kind = kParam;
   int index = 0;   // kParam / kConstant: the index; kStep: the step
   int output = 0;  // kStep: which output of the step
@@ -53,12 +54,56 @@ struct ProgramRef {
   static ProgramRef Param(int i) { return {kParam, i, 0}; }
   static ProgramRef Constant(int i) { return {kConstant, i, 0}; }
   static ProgramRef Step(int s, int k = 0) { return {kStep, s, k}; }
+  static ProgramRef Ones() { return {kOnes, 0, 0}; }
 };
 
 struct ProgramStep {
+  enum Kind { kOp, kPushTape, kWatch, kGradient, kPopTape };
+  // kOp: the op; the other kinds leave it empty.
   std::string op;
-  std::vector<ProgramRef> inputs;  // flat: a list input takes N entries
-  AttrMap attrs;
+  // kOp: flat (a list input takes N entries); kWatch: the values watched;
+  // kGradient: the targets, then the sources, then the output gradients
+  // (none, or one per target; kOnes for ones).
+  std::vector<ProgramRef> inputs;
+  AttrMap attrs;  // kOp
+  Kind kind = kOp;
+  int tape = 0;  // the tape steps: the program's tape number
+  // kPushTape
+  bool persistent = false;
+  bool watch_accessed_variables = true;
+  // kGradient: one output per source (an invalid Tensor for None).
+  int num_targets = 0;
+  int num_sources = 0;
+  Unconnected unconnected = Unconnected::kNone;
+
+  static ProgramStep PushTape(int tape, bool persistent = false,
+                              bool watch_accessed_variables = true) {
+    ProgramStep s;
+    s.kind = kPushTape;
+    s.tape = tape;
+    s.persistent = persistent;
+    s.watch_accessed_variables = watch_accessed_variables;
+    return s;
+  }
+  static ProgramStep PopTape(int tape) {
+    ProgramStep s;
+    s.kind = kPopTape;
+    s.tape = tape;
+    return s;
+  }
+  static ProgramStep Watch(int tape, std::vector<ProgramRef> values) {
+    ProgramStep s;
+    s.kind = kWatch;
+    s.tape = tape;
+    s.inputs = std::move(values);
+    return s;
+  }
+  static ProgramStep Gradient(int tape, std::vector<ProgramRef> targets,
+                              std::vector<ProgramRef> sources,
+                              std::vector<ProgramRef> output_gradients = {},
+                              Unconnected unconnected = Unconnected::kNone);
+  // "MatMul", "PushTape", "Gradient", ...: for messages.
+  absl::string_view Name() const;
 };
 
 struct ProgramParam {
@@ -71,6 +116,8 @@ struct ProgramLimits {
   // Values in all: params, constants and step outputs (an op with a list
   // output may have many).
   int64_t max_values = 1000000;
+  // Tape numbers run from 0 to max_tapes - 1.
+  int max_tapes = 64;
 };
 
 struct Program {
@@ -93,15 +140,26 @@ struct Program {
   // Per step: the slots to drop once it ran (those it read last, and its
   // own outputs nothing reads).
   std::vector<std::vector<int>> drop_after;
+  int num_tapes = 0;  // 1 + the largest tape number used
   bool validated = false;
+
+  // What the program's structure costs in memory (steps, references,
+  // attrs, derived fields; not its constants' buffers): what a session
+  // charges for keeping it.
+  int64_t StructureBytes() const;
 };
 
 // Checks `program` against `registry` and `limits` and fills its derived
 // fields: every op exists, its attrs resolve (defaults filled in), each step
 // has the op's number of inputs (an op with a list input: the count its
 // length attr gives), every reference is in range and a step reads only
-// earlier steps, outputs are in range, constants hold tensors. More than
-// limits.max_steps steps is refused before any step is looked at.
+// earlier steps, outputs are in range, constants hold tensors, params have
+// a valid dtype and a shape whose size fits (CheckedTensorSize). Tape steps:
+// the tape number is in range, a tape is pushed while not recording, popped
+// while recording, watched or differentiated after its first push; a
+// gradient has targets and sources, and no output gradients or one per
+// target. More than limits.max_steps steps is refused before any step is
+// looked at.
 // INVALID_ARGUMENT (NOT_FOUND for an unknown op) naming the step index, its
 // op and the bad reference.
 absl::Status ValidateProgram(const OpRegistry& registry, Program* program,
@@ -110,8 +168,9 @@ absl::Status ValidateProgram(const OpRegistry& registry, Program* program,
 // Runs a validated program on `args` (one per param, of its dtype and shape,
 // else INVALID_ARGUMENT naming the param, before any step runs). Returns the
 // outputs: fresh ids for step values and constants, the arg itself for a
-// param. On a step's error, the error prefixed with "program step <s>
-// (<op>): " and nothing else (see the file comment for tapes).
+// param, an invalid Tensor for a None gradient. On a step's error, the
+// error prefixed with "program step <s> (<op>): ", with the run undone (see
+// the file comment).
 absl::StatusOr<Tensors> RunProgram(OpExecutor& exec, const Program& program,
                                    absl::Span<const Tensor> args);
 

@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "core/autodiff/gradient.h"
 #include "core/ops/ops.h"
+#include "core/tensor/variable.h"
 #include "gtest/gtest.h"
 
 namespace gradtape {
@@ -184,7 +185,7 @@ TEST_F(ProgramTest, ListInputsAndOutputs) {
   s = Validate(p);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(s.message(), "step 1 output 3")) << s.message();
-  EXPECT_TRUE(absl::StrContains(s.message(), "Unpack has 3 outputs"))
+  EXPECT_TRUE(absl::StrContains(s.message(), "that step (Unpack) has 3 outputs"))
       << s.message();
 }
 
@@ -239,7 +240,7 @@ TEST_F(ProgramTest, RefusesHostilePrograms) {
        {R::Step(1)},
        StatusCode::kInvalidArgument,
        {"program step 1 (Neg) input 0 refers to step 0 output 1",
-        "Neg has 1 outputs"}},
+        "that step (Neg) has 1 outputs"}},
       {"bad output",
        {{"Neg", {R::Param(0)}, {}}},
        {R::Step(0), R::Step(1)},
@@ -454,6 +455,236 @@ TEST_F(ProgramTest, DropsValuesAfterTheirLastReader) {
       << out.status().message();
   // Nothing of the failed run stays charged.
   EXPECT_LT(account->bytes(), kElements * 8);
+}
+
+// --- Tape steps: a whole training step as one program ----------------------
+
+class ProgramTrainingTest : public ProgramTest {
+ protected:
+  // A variable of `value` (shape [3, 2]), as a client makes one.
+  Tensor NewVariable(uint32_t seed) {
+    Tensors out;
+    EXPECT_TRUE(exec_
+                    .Execute("VarHandleOp", {},
+                             {{"dtype", DType::kFloat64},
+                              {"shape", std::vector<int64_t>{3, 2}}},
+                             &out)
+                    .ok());
+    Tensors none;
+    EXPECT_TRUE(
+        exec_.Execute("AssignVariableOp", {out[0], Arg(Random({3, 2}, seed))},
+                      {}, &none)
+            .ok());
+    return out[0];
+  }
+  static const Tensor& ValueOf(const Tensor& handle) {
+    return VariableOf(handle)->value;
+  }
+  // One SGD step of loss = sum((x @ w - y)^2), variable w captured:
+  // PushTape, ReadVariableOp, MatMul, Sub, Square, Sum, PopTape, Gradient
+  // (w), ResourceApplyGradientDescent. Params x [4,3], y [4,2]; returns the
+  // loss.
+  static Program SgdStep(const Tensor& w, const Tensor& lr) {
+    using R = ProgramRef;
+    Program p;
+    p.params = {{DType::kFloat64, {4, 3}}, {DType::kFloat64, {4, 2}}};
+    p.constants = {w, lr};
+    p.steps = {ProgramStep::PushTape(0),
+               {"ReadVariableOp", {R::Constant(0)}, {{"dtype", DType::kFloat64}}},
+               {"MatMul", {R::Param(0), R::Step(1)}, {}},
+               {"Sub", {R::Step(2), R::Param(1)}, {}},
+               {"Square", {R::Step(3)}, {}},
+               {"Sum", {R::Step(4)}, {}},
+               ProgramStep::PopTape(0),
+               ProgramStep::Gradient(0, {R::Step(5)}, {R::Constant(0)}),
+               {"ResourceApplyGradientDescent",
+                {R::Constant(0), R::Constant(1), R::Step(7)},
+                {}}};
+    p.outputs = {R::Step(5)};
+    return p;
+  }
+  // The same commands, eagerly, on tape `tape_id`.
+  Tensor SgdStepEager(const Tensor& w, const Tensor& lr, const Tensor& x,
+                      const Tensor& y, int64_t tape_id) {
+    EXPECT_TRUE(exec_.tapes().Push(tape_id, false, true).ok());
+    Tensor read = Eager("ReadVariableOp", {w}, {{"dtype", DType::kFloat64}});
+    Tensor loss = Eager(
+        "Sum", {Eager("Square", {Eager("Sub", {Eager("MatMul", {x, read}), y})})});
+    EXPECT_TRUE(exec_.tapes().Pop(tape_id).ok());
+    absl::StatusOr<std::vector<Tensor>> g = Gradient(
+        exec_, **exec_.tapes().Find(tape_id), {loss}, {w}, {},
+        Unconnected::kNone);
+    EXPECT_TRUE(g.ok()) << g.status();
+    Tensors none;
+    EXPECT_TRUE(exec_
+                    .Execute("ResourceApplyGradientDescent", {w, lr, (*g)[0]},
+                             {}, &none)
+                    .ok());
+    EXPECT_TRUE(exec_.tapes().Delete(tape_id).ok());
+    return loss;
+  }
+};
+
+// Five steps of the program and of the same commands run eagerly on twin
+// variables: the same losses and weights, bit for bit; no tape is left.
+TEST_F(ProgramTrainingTest, TrainingStepEqualsEagerCommandsBitForBit) {
+  const Tensor w_program = NewVariable(5);
+  const Tensor w_eager = NewVariable(5);
+  const Tensor lr = Arg(Tensor::Scalar<double>(0.05));
+  Program p = SgdStep(w_program, lr);
+  ASSERT_TRUE(Validate(p).ok());
+  EXPECT_EQ(p.num_tapes, 1);
+  for (int step = 0; step < 5; ++step) {
+    const Tensor x = Arg(Random({4, 3}, 100 + step));
+    const Tensor y = Arg(Random({4, 2}, 200 + step));
+    absl::StatusOr<Tensors> out = RunProgram(exec_, p, {x, y});
+    ASSERT_TRUE(out.ok()) << out.status();
+    const Tensor loss = SgdStepEager(w_eager, lr, x, y, 7);
+    EXPECT_TRUE(SameBits((*out)[0], loss)) << step;
+    EXPECT_TRUE(SameBits(ValueOf(w_program), ValueOf(w_eager))) << step;
+  }
+  EXPECT_FALSE(SameBits(ValueOf(w_program), Random({3, 2}, 5)));  // trained
+  EXPECT_EQ(exec_.tapes().num_tapes(), 0u);
+}
+
+// A step that fails after the update: the variable gets its value back, the
+// program's tape is gone, and the next run works.
+TEST_F(ProgramTrainingTest, AFailedRunUndoesItsAssignments) {
+  const Tensor w = NewVariable(5);
+  const Tensor lr = Arg(Tensor::Scalar<double>(0.05));
+  Program p = SgdStep(w, lr);
+  // After the update: a MatMul whose inner dimensions differ (x [4,3] by
+  // y [4,2]).
+  p.steps.push_back({"MatMul", {ProgramRef::Param(0), ProgramRef::Param(1)}, {}});
+  ASSERT_TRUE(Validate(p).ok());
+  const Tensor before = ValueOf(w);
+  const Tensor x = Arg(Random({4, 3}, 1));
+  const Tensor y = Arg(Random({4, 2}, 2));
+  absl::StatusOr<Tensors> out = RunProgram(exec_, p, {x, y});
+  EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(out.status().message(), "program step 9 (MatMul)"))
+      << out.status();
+  EXPECT_EQ(ValueOf(w).raw_data(), before.raw_data());  // the same buffer
+  EXPECT_EQ(exec_.tapes().num_tapes(), 0u);
+  p.steps.pop_back();
+  ASSERT_TRUE(Validate(p).ok());
+  ASSERT_TRUE(RunProgram(exec_, p, {x, y}).ok());
+  EXPECT_FALSE(SameBits(ValueOf(w), before));
+}
+
+// A gradient's None result: returned as an invalid Tensor; a step that
+// reads it fails naming the step.
+TEST_F(ProgramTrainingTest, NoneGradients) {
+  using R = ProgramRef;
+  Program p;
+  p.params = {{DType::kFloat64, {2}}, {DType::kFloat64, {2}}};
+  p.steps = {ProgramStep::PushTape(0, false, false),
+             ProgramStep::Watch(0, {R::Param(0), R::Param(1)}),
+             {"Sum", {R::Param(0)}, {}},
+             ProgramStep::PopTape(0),
+             ProgramStep::Gradient(0, {R::Step(2)}, {R::Param(0), R::Param(1)},
+                                   {R::Ones()})};
+  p.outputs = {R::Step(4, 0), R::Step(4, 1)};
+  ASSERT_TRUE(Validate(p).ok());
+  const Tensor a = Arg(Random({2}, 1));
+  const Tensor b = Arg(Random({2}, 2));
+  absl::StatusOr<Tensors> out = RunProgram(exec_, p, {a, b});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE((*out)[0].valid());
+  EXPECT_FALSE((*out)[1].valid());
+
+  p.steps.push_back({"Neg", {R::Step(4, 1)}, {}});
+  ASSERT_TRUE(Validate(p).ok());
+  out = RunProgram(exec_, p, {a, b});
+  EXPECT_EQ(out.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(out.status().message(),
+                                "program step 5 (Neg): input 0 (step 4 output "
+                                "1) is a None gradient"))
+      << out.status();
+  EXPECT_EQ(exec_.tapes().num_tapes(), 0u);
+}
+
+TEST_F(ProgramTrainingTest, RefusesHostileTapeSteps) {
+  using R = ProgramRef;
+  struct Case {
+    std::vector<ProgramStep> steps;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{ProgramStep::PopTape(0)},
+       "program step 0 (PopTape): tape 0 is not recording"},
+      {{ProgramStep::Watch(1, {R::Param(0)})},
+       "program step 0 (Watch): tape 1 is not pushed by an earlier step"},
+      {{ProgramStep::PushTape(0), ProgramStep::PushTape(0)},
+       "program step 1 (PushTape): tape 0 is already recording"},
+      {{ProgramStep::PushTape(-1)}, "names tape -1; tapes are numbered 0..63"},
+      {{ProgramStep::PushTape(64)}, "names tape 64"},
+      {{ProgramStep::PushTape(0), ProgramStep::Gradient(0, {}, {R::Param(0)})},
+       "program step 1 (Gradient) has 0 targets"},
+      {{ProgramStep::PushTape(0),
+        ProgramStep::Gradient(0, {R::Param(0)}, {R::Param(0)},
+                              {R::Ones(), R::Ones()})},
+       "no output gradients or one per target"},
+      {{ProgramStep::PushTape(0),
+        ProgramStep::Gradient(0, {R::Step(1)}, {R::Param(0)})},
+       "program step 1 (Gradient) input 0 refers to step 1 output 0, but only "
+       "steps 0..0 come before it"},
+      {{ProgramStep::PushTape(0), ProgramStep::Gradient(0, {R::Ones()}, {})},
+       "input 0 refers to ones, which only a gradient's output gradient may "
+       "be"},
+      {{{"Neg", {R::Ones()}, {}}}, "program step 0 (Neg) input 0 refers to ones"},
+      {{ProgramStep::PushTape(0),
+        ProgramStep::Gradient(0, {R::Param(0)}, {R::Param(0)}),
+        {"Neg", {R::Step(1, 1)}, {}}},
+       "program step 2 (Neg) input 0 refers to step 1 output 1, but that step "
+       "(Gradient) has 1 outputs"},
+  };
+  for (const Case& c : cases) {
+    Program p;
+    p.params = {{DType::kFloat64, {2}}};
+    p.steps = c.steps;
+    absl::Status s = Validate(p);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << c.message;
+    EXPECT_TRUE(absl::StrContains(s.message(), c.message))
+        << s.message() << "\n  wanted: " << c.message;
+  }
+  // A param whose shape overflows.
+  Program p;
+  p.params = {{DType::kFloat64, {int64_t{1} << 40, int64_t{1} << 40}}};
+  absl::Status s = Validate(p);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(s.message(), "program param 0")) << s;
+}
+
+// An outer tape records a run that computes an inner gradient: the
+// second derivative through the program equals the eager one.
+TEST_F(ProgramTrainingTest, SecondOrderThroughARun) {
+  using R = ProgramRef;
+  Program p;  // d/dx sum(x^3) = 3x^2
+  p.params = {{DType::kFloat64, {3}}};
+  p.steps = {ProgramStep::PushTape(0, false, false),
+             ProgramStep::Watch(0, {R::Param(0)}),
+             {"Mul", {R::Param(0), R::Param(0)}, {}},
+             {"Mul", {R::Step(2), R::Param(0)}, {}},
+             {"Sum", {R::Step(3)}, {}},
+             ProgramStep::PopTape(0),
+             ProgramStep::Gradient(0, {R::Step(4)}, {R::Param(0)})};
+  p.outputs = {R::Step(6)};
+  ASSERT_TRUE(Validate(p).ok());
+  const Tensor x = Arg(Random({3}, 4));
+  ASSERT_TRUE(exec_.tapes().Push(1, false, false).ok());
+  (*exec_.tapes().Find(1))->Watch(x);
+  absl::StatusOr<Tensors> out = RunProgram(exec_, p, {x});
+  ASSERT_TRUE(out.ok()) << out.status();
+  Tensor total = Eager("Sum", {(*out)[0]});
+  ASSERT_TRUE(exec_.tapes().Pop(1).ok());
+  absl::StatusOr<std::vector<Tensor>> g2 = Gradient(
+      exec_, **exec_.tapes().Find(1), {total}, {x}, {}, Unconnected::kNone);
+  ASSERT_TRUE(g2.ok()) << g2.status();
+  ASSERT_TRUE((*g2)[0].valid());
+  const double* xv = x.data<double>();
+  const double* gv = (*g2)[0].data<double>();
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(gv[i], 6 * xv[i], 1e-12);
 }
 
 }  // namespace
