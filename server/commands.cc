@@ -104,6 +104,42 @@ absl::Status ExecuteWithGradient(Session& session, int64_t seq,
                                        *std::move(program));
 }
 
+// Captured steps. A definition that does not convert fails before it
+// reaches the core: INVALID_ARGUMENT "DefineProgram (command <seq>): <why>".
+absl::Status DefineProgram(Session& session, int64_t seq,
+                           const v1::DefineProgram& cmd) {
+  absl::StatusOr<ProgramDefinition> def =
+      ProgramFromProto(cmd, ProgramLimits().max_steps);
+  if (!def.ok()) {
+    absl::Status failure = Command{seq, "DefineProgram"}.Error(
+        absl::StatusCode::kInvalidArgument, "program ", cmd.program_id(), ": ",
+        def.status().message());
+    session.Fail(seq, {}, failure);
+    return failure;
+  }
+  return session.DefineProgram(seq, cmd.program_id(), *std::move(def));
+}
+
+absl::Status ApplyProgramCommand(Session& session, const v1::Command& cmd,
+                                 v1::CommandResult* result) {
+  const int64_t seq = cmd.seq();
+  switch (cmd.kind_case()) {
+    case v1::Command::kDefineProgram:
+      return DefineProgram(session, seq, cmd.define_program());
+    case v1::Command::kCallProgram:
+      return session.CallProgram(seq, cmd.call_program().program_id(),
+                                 Ids(cmd.call_program().input_ids()),
+                                 Ids(cmd.call_program().output_ids()));
+    case v1::Command::kDeleteProgram:
+      return session.DeleteProgram(seq, cmd.delete_program().program_id());
+    case v1::Command::kListPrograms:
+      ToProto(session.ListPrograms(seq), result->mutable_programs());
+      return absl::OkStatus();
+    default:
+      return absl::InternalError("not a program command");
+  }
+}
+
 // A put (`what`: PutTensor, PutTensorBegin) of `bytes` at `id` past the
 // tenant's put limit fails before anything is built, its id poisoned.
 absl::Status CheckPutLimit(Session& session, int64_t seq,
@@ -334,6 +370,11 @@ absl::Status ApplyCommand(Session& session, const v1::Command& cmd,
     case v1::Command::kFetchJvp:
     case v1::Command::kExecuteWithGradient:
       return ApplyAutodiffCommand(session, cmd, result);
+    case v1::Command::kDefineProgram:
+    case v1::Command::kCallProgram:
+    case v1::Command::kDeleteProgram:
+    case v1::Command::kListPrograms:
+      return ApplyProgramCommand(session, cmd, result);
     case v1::Command::KIND_NOT_SET:
       break;
   }

@@ -239,6 +239,140 @@ absl::StatusOr<GradientProgram> GradientProgramFromProto(
   return program;
 }
 
+namespace {
+
+// Reads one program reference; captured ids are numbered in order of first
+// use in `def`.
+absl::StatusOr<ProgramRef> FromProto(
+    const v1::ProgramRef& ref, const std::string& where, bool ones_allowed,
+    ProgramDefinition& def, absl::flat_hash_map<int64_t, int>& captured) {
+  switch (ref.ref_case()) {
+    case v1::ProgramRef::kParam:
+      return ProgramRef::Param(ref.param());
+    case v1::ProgramRef::kCapturedId: {
+      auto [it, inserted] = captured.try_emplace(
+          ref.captured_id(), static_cast<int>(def.captured_ids.size()));
+      if (inserted) def.captured_ids.push_back(ref.captured_id());
+      return ProgramRef::Constant(it->second);
+    }
+    case v1::ProgramRef::kStep:
+      return ProgramRef::Step(ref.step().step(), ref.step().output());
+    case v1::ProgramRef::REF_NOT_SET:
+      if (ones_allowed) return ProgramRef::Ones();
+      break;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      where, " has no reference set (param, captured_id or step)"));
+}
+
+absl::Status RefsFromProto(
+    const google::protobuf::RepeatedPtrField<v1::ProgramRef>& refs,
+    const std::string& where, bool ones_allowed, ProgramDefinition& def,
+    absl::flat_hash_map<int64_t, int>& captured, std::vector<ProgramRef>* out) {
+  for (int j = 0; j < refs.size(); ++j) {
+    ASSIGN_OR_RETURN(ProgramRef ref, FromProto(refs[j], absl::StrCat(where, j),
+                                               ones_allowed, def, captured));
+    out->push_back(ref);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ProgramDefinition> ProgramFromProto(const v1::DefineProgram& cmd,
+                                                   int64_t max_steps) {
+  if (cmd.steps_size() > max_steps) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("program has ", cmd.steps_size(),
+                     " steps, more than the limit of ", max_steps));
+  }
+  ProgramDefinition def;
+  Program& p = def.program;
+  absl::flat_hash_map<int64_t, int> captured;
+  for (int i = 0; i < cmd.params_size(); ++i) {
+    const v1::ProgramParam& param = cmd.params(i);
+    absl::StatusOr<DType> dtype = FromProto(param.dtype());
+    if (!dtype.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("program param ", i, ": ", dtype.status().message()));
+    }
+    p.params.push_back(
+        {*dtype, Shape(param.shape().begin(), param.shape().end())});
+  }
+  p.steps.reserve(cmd.steps_size());
+  for (int s = 0; s < cmd.steps_size(); ++s) {
+    const v1::ProgramStep& in = cmd.steps(s);
+    ProgramStep step;
+    const std::string where = absl::StrCat("program step ", s);
+    switch (in.kind_case()) {
+      case v1::ProgramStep::kOp: {
+        step.op = in.op().op();
+        RETURN_IF_ERROR(RefsFromProto(
+            in.op().inputs(), absl::StrCat(where, " (", step.op, ") input "),
+            false, def, captured, &step.inputs));
+        absl::StatusOr<AttrMap> attrs = AttrsFromProto(in.op().attrs());
+        if (!attrs.ok()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              where, " (", step.op, "): ", attrs.status().message()));
+        }
+        step.attrs = *std::move(attrs);
+        break;
+      }
+      case v1::ProgramStep::kPushTape:
+        step = ProgramStep::PushTape(in.push_tape().tape(),
+                                     in.push_tape().persistent(),
+                                     in.push_tape().watch_accessed_variables());
+        break;
+      case v1::ProgramStep::kPopTape:
+        step = ProgramStep::PopTape(in.pop_tape().tape());
+        break;
+      case v1::ProgramStep::kWatch:
+        step = ProgramStep::Watch(in.watch().tape(), {});
+        RETURN_IF_ERROR(RefsFromProto(in.watch().values(),
+                                      absl::StrCat(where, " (Watch) value "),
+                                      false, def, captured, &step.inputs));
+        break;
+      case v1::ProgramStep::kGradient: {
+        const v1::ProgramGradient& g = in.gradient();
+        std::vector<ProgramRef> targets, sources, grads;
+        const std::string name = absl::StrCat(where, " (Gradient) ");
+        RETURN_IF_ERROR(RefsFromProto(g.targets(), name + "target ", false, def,
+                                      captured, &targets));
+        RETURN_IF_ERROR(RefsFromProto(g.sources(), name + "source ", false, def,
+                                      captured, &sources));
+        RETURN_IF_ERROR(RefsFromProto(g.output_gradients(),
+                                      name + "output gradient ", true, def,
+                                      captured, &grads));
+        step = ProgramStep::Gradient(g.tape(), std::move(targets),
+                                     std::move(sources), std::move(grads),
+                                     FromProto(g.unconnected()));
+        break;
+      }
+      case v1::ProgramStep::KIND_NOT_SET:
+        return absl::InvalidArgumentError(
+            absl::StrCat(where,
+                         " has no kind set (op, push_tape, watch, gradient, "
+                         "pop_tape)"));
+    }
+    p.steps.push_back(std::move(step));
+  }
+  RETURN_IF_ERROR(RefsFromProto(cmd.outputs(), "program output ", false, def,
+                                captured, &p.outputs));
+  return def;
+}
+
+void ToProto(absl::Span<const ProgramInfo> programs, v1::ProgramList* out) {
+  for (const ProgramInfo& info : programs) {
+    v1::ProgramInfo* p = out->add_programs();
+    p->set_program_id(info.id);
+    p->set_params(info.params);
+    p->set_steps(info.steps);
+    p->set_outputs(info.outputs);
+    p->set_bytes(info.bytes);
+    p->set_calls(info.calls);
+  }
+}
+
 absl::Status ToProto(absl::Span<const Tensor> values, v1::GradientValues* out) {
   for (const Tensor& t : values) {
     v1::TensorValue* value = out->add_values();

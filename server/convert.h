@@ -80,6 +80,15 @@ absl::StatusOr<GradientProgram> GradientProgramFromProto(
 // Returned values, in order; an invalid Tensor is a None value (is_none,
 // an empty TensorValue). INTERNAL "value <i> cannot be returned: ..." for a
 // value ToProto(Tensor) refuses; `out` then holds the values before it.
+// Captured steps: a DefineProgram as the session takes it (captured ids
+// deduplicated into ProgramDefinition::captured_ids). INVALID_ARGUMENT naming
+// the step and input for a reference with nothing set, a step with no kind,
+// or attrs that do not convert; more than `max_steps` steps is refused
+// before any step is converted.
+absl::StatusOr<ProgramDefinition> ProgramFromProto(const v1::DefineProgram& cmd,
+                                                   int64_t max_steps);
+void ToProto(absl::Span<const ProgramInfo> programs, v1::ProgramList* out);
+
 absl::Status ToProto(absl::Span<const Tensor> values, v1::GradientValues* out);
 
 void ToProto(const CheckpointSummary& summary, v1::CheckpointInfo* out);

@@ -37,6 +37,8 @@ std::vector<int64_t> OutputIds(const v1::Command& cmd) {
       return list(Ids(cmd.jacobian().result_ids()));
     case v1::Command::kFetchJvp:
       return {cmd.fetch_jvp().result_id()};
+    case v1::Command::kCallProgram:
+      return list(Ids(cmd.call_program().output_ids()));
     default:
       return {};
   }

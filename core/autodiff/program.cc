@@ -269,8 +269,8 @@ absl::Status ValidateProgram(const OpRegistry& registry, Program* program,
       return absl::InvalidArgumentError(
           absl::StrCat("program param ", i, " has no dtype"));
     }
-    if (absl::Status st = CheckedTensorSize(p.params[i].dtype, p.params[i].shape)
-                              .status();
+    if (absl::Status st =
+            CheckedTensorSize(p.params[i].dtype, p.params[i].shape).status();
         !st.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("program param ", i, ": ", st.message()));
@@ -420,7 +420,8 @@ class RunGuard {
 
 // Runs tape step `step` of a run (values in `values`, the inputs read).
 absl::Status RunTapeStep(OpExecutor& exec, const Program& p, size_t s,
-                         const Tensors& in, RunGuard& guard, RunValues& values) {
+                         const Tensors& in, RunGuard& guard,
+                         RunValues& values) {
   const ProgramStep& step = p.steps[s];
   switch (step.kind) {
     case ProgramStep::kPushTape:
@@ -519,8 +520,7 @@ absl::StatusOr<Tensors> RunProgram(OpExecutor& exec, const Program& program,
     }
     if (step.kind == ProgramStep::kOp) {
       for (size_t k = 0; k < outputs.size(); ++k) {
-        values.at(p.step_slot[s] + static_cast<int>(k)) =
-            std::move(outputs[k]);
+        values.at(p.step_slot[s] + static_cast<int>(k)) = std::move(outputs[k]);
       }
     }
     for (int slot : p.drop_after[s]) values.Drop(slot);

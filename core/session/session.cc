@@ -52,6 +52,8 @@ Session::~Session() {
   ScopedMemoryAccount scope(account_);
   account_->Add(-kSlotBytes * static_cast<int64_t>(slots_.size()));
   slots_.clear();
+  for (const auto& [id, stored] : programs_) account_->Add(-stored->bytes);
+  programs_.clear();
 }
 
 Session::Slot& Session::SlotFor(int64_t id) {

@@ -29,6 +29,7 @@
 #include "absl/types/span.h"
 #include "core/autodiff/custom_gradient.h"
 #include "core/autodiff/op_executor.h"
+#include "core/autodiff/program.h"
 #include "core/registry/op_registry.h"
 #include "core/session/checkpoint.h"
 #include "core/session/command.h"
@@ -79,6 +80,23 @@ struct GradientRequest {
   // The server measures a reply's room here, on the sources the command
   // resolved.
   std::function<absl::Status(absl::Span<const ValueSpec>)> before_compute;
+};
+
+// A program as a client defines it (DefineProgram): its kConstant
+// references index `captured_ids`, session ids resolved at definition (the
+// program holds their tensors); `program.constants` is left empty.
+struct ProgramDefinition {
+  Program program;
+  std::vector<int64_t> captured_ids;
+};
+
+struct ProgramInfo {
+  int64_t id = 0;
+  int params = 0;
+  int steps = 0;
+  int outputs = 0;
+  int64_t bytes = 0;  // charged to the session
+  int64_t calls = 0;  // that succeeded
 };
 
 struct JacobianRequest {
@@ -210,6 +228,26 @@ class Session {
                                      absl::Span<const int64_t> outputs,
                                      AttrMap attrs, GradientProgram program);
 
+  // Captured steps (core/autodiff/program.h, core/session/session_programs.cc).
+  //
+  // Checks `definition` (ValidateProgram; captured ids must hold tensors)
+  // and keeps it under `program_id` (nonzero, not in use: ALREADY_EXISTS),
+  // charged to the session's account for its structure (RESOURCE_EXHAUSTED
+  // past the limit). At most kMaxPrograms programs.
+  absl::Status DefineProgram(int64_t seq, int64_t program_id,
+                             ProgramDefinition definition);
+  // Runs program `program_id` on `inputs` (one per param) into `outputs`
+  // (one per program output, free; a None gradient output becomes a None
+  // slot). Atomic: a failure leaves the session as it was (RunProgram
+  // undoes the run), its output ids poisoned.
+  absl::Status CallProgram(int64_t seq, int64_t program_id,
+                           absl::Span<const int64_t> inputs,
+                           absl::Span<const int64_t> outputs);
+  absl::Status DeleteProgram(int64_t seq, int64_t program_id);
+  // The session's programs by id.
+  std::vector<ProgramInfo> ListPrograms(int64_t seq);
+  static constexpr int kMaxPrograms = 1024;
+
   // What one id's slot costs the account besides its tensor's buffer: the
   // map entry with the map's spare capacity (checked by a static_assert).
   static constexpr int64_t kSlotBytes = 192;
@@ -329,8 +367,17 @@ class Session {
       const Command& cmd, absl::string_view name,
       absl::Span<const int64_t> ids) const;
 
+  struct StoredProgram {
+    Program program;
+    int64_t bytes = 0;  // charged to account_
+    int64_t calls = 0;
+  };
+
   std::shared_ptr<MemoryAccount> account_;
   OpExecutor exec_;
+  // Declared after exec_: programs hold tensors, dropped before the
+  // executor.
+  absl::flat_hash_map<int64_t, std::unique_ptr<StoredProgram>> programs_;
   absl::flat_hash_map<int64_t, Slot> slots_;
   // The first failure behind the last poisoned id that Resolve refused, and
   // the command that read it: Poison lets that command's outputs inherit it.

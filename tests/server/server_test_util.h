@@ -177,6 +177,12 @@ class Batch {
     batch_.set_reply_optional(true);
     return *this;
   }
+  // Any command: `cmd` with `seq` set.
+  Batch& Command(int64_t seq, v1::Command cmd) {
+    cmd.set_seq(seq);
+    *batch_.add_commands() = std::move(cmd);
+    return *this;
+  }
   const v1::CommandBatch& proto() const { return batch_; }
 
  private:

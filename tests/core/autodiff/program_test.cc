@@ -185,7 +185,8 @@ TEST_F(ProgramTest, ListInputsAndOutputs) {
   s = Validate(p);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(s.message(), "step 1 output 3")) << s.message();
-  EXPECT_TRUE(absl::StrContains(s.message(), "that step (Unpack) has 3 outputs"))
+  EXPECT_TRUE(
+      absl::StrContains(s.message(), "that step (Unpack) has 3 outputs"))
       << s.message();
 }
 
@@ -471,10 +472,10 @@ class ProgramTrainingTest : public ProgramTest {
                              &out)
                     .ok());
     Tensors none;
-    EXPECT_TRUE(
-        exec_.Execute("AssignVariableOp", {out[0], Arg(Random({3, 2}, seed))},
-                      {}, &none)
-            .ok());
+    EXPECT_TRUE(exec_
+                    .Execute("AssignVariableOp",
+                             {out[0], Arg(Random({3, 2}, seed))}, {}, &none)
+                    .ok());
     return out[0];
   }
   static const Tensor& ValueOf(const Tensor& handle) {
@@ -489,17 +490,18 @@ class ProgramTrainingTest : public ProgramTest {
     Program p;
     p.params = {{DType::kFloat64, {4, 3}}, {DType::kFloat64, {4, 2}}};
     p.constants = {w, lr};
-    p.steps = {ProgramStep::PushTape(0),
-               {"ReadVariableOp", {R::Constant(0)}, {{"dtype", DType::kFloat64}}},
-               {"MatMul", {R::Param(0), R::Step(1)}, {}},
-               {"Sub", {R::Step(2), R::Param(1)}, {}},
-               {"Square", {R::Step(3)}, {}},
-               {"Sum", {R::Step(4)}, {}},
-               ProgramStep::PopTape(0),
-               ProgramStep::Gradient(0, {R::Step(5)}, {R::Constant(0)}),
-               {"ResourceApplyGradientDescent",
-                {R::Constant(0), R::Constant(1), R::Step(7)},
-                {}}};
+    p.steps = {
+        ProgramStep::PushTape(0),
+        {"ReadVariableOp", {R::Constant(0)}, {{"dtype", DType::kFloat64}}},
+        {"MatMul", {R::Param(0), R::Step(1)}, {}},
+        {"Sub", {R::Step(2), R::Param(1)}, {}},
+        {"Square", {R::Step(3)}, {}},
+        {"Sum", {R::Step(4)}, {}},
+        ProgramStep::PopTape(0),
+        ProgramStep::Gradient(0, {R::Step(5)}, {R::Constant(0)}),
+        {"ResourceApplyGradientDescent",
+         {R::Constant(0), R::Constant(1), R::Step(7)},
+         {}}};
     p.outputs = {R::Step(5)};
     return p;
   }
@@ -509,11 +511,12 @@ class ProgramTrainingTest : public ProgramTest {
     EXPECT_TRUE(exec_.tapes().Push(tape_id, false, true).ok());
     Tensor read = Eager("ReadVariableOp", {w}, {{"dtype", DType::kFloat64}});
     Tensor loss = Eager(
-        "Sum", {Eager("Square", {Eager("Sub", {Eager("MatMul", {x, read}), y})})});
+        "Sum",
+        {Eager("Square", {Eager("Sub", {Eager("MatMul", {x, read}), y})})});
     EXPECT_TRUE(exec_.tapes().Pop(tape_id).ok());
-    absl::StatusOr<std::vector<Tensor>> g = Gradient(
-        exec_, **exec_.tapes().Find(tape_id), {loss}, {w}, {},
-        Unconnected::kNone);
+    absl::StatusOr<std::vector<Tensor>> g =
+        Gradient(exec_, **exec_.tapes().Find(tape_id), {loss}, {w}, {},
+                 Unconnected::kNone);
     EXPECT_TRUE(g.ok()) << g.status();
     Tensors none;
     EXPECT_TRUE(exec_
@@ -555,14 +558,16 @@ TEST_F(ProgramTrainingTest, AFailedRunUndoesItsAssignments) {
   Program p = SgdStep(w, lr);
   // After the update: a MatMul whose inner dimensions differ (x [4,3] by
   // y [4,2]).
-  p.steps.push_back({"MatMul", {ProgramRef::Param(0), ProgramRef::Param(1)}, {}});
+  p.steps.push_back(
+      {"MatMul", {ProgramRef::Param(0), ProgramRef::Param(1)}, {}});
   ASSERT_TRUE(Validate(p).ok());
   const Tensor before = ValueOf(w);
   const Tensor x = Arg(Random({4, 3}, 1));
   const Tensor y = Arg(Random({4, 2}, 2));
   absl::StatusOr<Tensors> out = RunProgram(exec_, p, {x, y});
   EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_TRUE(absl::StrContains(out.status().message(), "program step 9 (MatMul)"))
+  EXPECT_TRUE(
+      absl::StrContains(out.status().message(), "program step 9 (MatMul)"))
       << out.status();
   EXPECT_EQ(ValueOf(w).raw_data(), before.raw_data());  // the same buffer
   EXPECT_EQ(exec_.tapes().num_tapes(), 0u);
@@ -632,7 +637,8 @@ TEST_F(ProgramTrainingTest, RefusesHostileTapeSteps) {
       {{ProgramStep::PushTape(0), ProgramStep::Gradient(0, {R::Ones()}, {})},
        "input 0 refers to ones, which only a gradient's output gradient may "
        "be"},
-      {{{"Neg", {R::Ones()}, {}}}, "program step 0 (Neg) input 0 refers to ones"},
+      {{{"Neg", {R::Ones()}, {}}},
+       "program step 0 (Neg) input 0 refers to ones"},
       {{ProgramStep::PushTape(0),
         ProgramStep::Gradient(0, {R::Param(0)}, {R::Param(0)}),
         {"Neg", {R::Step(1, 1)}, {}}},
