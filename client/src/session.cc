@@ -247,6 +247,7 @@ int64_t SessionCore::Enqueue(CommandFill fill, absl::string_view what,
 int64_t SessionCore::AppendLocked(CommandFill fill, bool* full) {
   v1::Command& command = *pending_->batch().add_commands();
   fill(command);
+  if (recording_ != nullptr) recording_->commands.push_back(command);
   // Handles dropped are released in one ReleaseTensors before the command
   // once kReleaseBatch of them wait, and before any command that is not an
   // op (a fetch, a gradient, stats, ... see the releases at once): the
@@ -302,7 +303,22 @@ std::vector<Tensor> SessionCore::Execute(absl::string_view op,
 
 void SessionCore::Release(int64_t id) {
   absl::MutexLock lock(&mu_);
-  if (!closed_) pending_releases_.push_back(id);
+  if (closed_) return;
+  if (recording_ != nullptr) {
+    recording_->held_releases.push_back(id);
+    return;
+  }
+  pending_releases_.push_back(id);
+}
+
+void SessionCore::BeginRecording(Recording* recording) {
+  absl::MutexLock lock(&mu_);
+  recording_ = recording;
+}
+
+void SessionCore::EndRecording() {
+  absl::MutexLock lock(&mu_);
+  recording_ = nullptr;
 }
 
 void SessionCore::AppendReleasesLocked() {

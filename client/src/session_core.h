@@ -162,8 +162,20 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
                               const Attrs& attrs, int num_outputs);
   // Buffers the release of `id`: one ReleaseTensors for every id released
   // since the last command goes into the buffer before the next command (or
-  // at the next flush).
+  // at the next flush). While a recording is on, the id is held in it.
   void Release(int64_t id);
+
+  // Captured steps (client/src/program.cc). While a recording is on, every
+  // command appended is copied into it, and released ids are held in it
+  // instead of released (so every id the recorded commands name is still
+  // alive when the program that captures them is defined; the caller
+  // releases them after that).
+  struct Recording {
+    std::vector<v1::Command> commands;
+    std::vector<int64_t> held_releases;
+  };
+  void BeginRecording(Recording* recording);
+  void EndRecording();
 
   void Flush();
   // Wait point: flush, wait for every reply, report the first error.
@@ -333,6 +345,7 @@ class SessionCore : public std::enable_shared_from_this<SessionCore> {
       ABSL_GUARDED_BY(mu_);
   int64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // serialized, roughly
   std::vector<int64_t> pending_releases_ ABSL_GUARDED_BY(mu_);
+  Recording* recording_ ABSL_GUARDED_BY(mu_) = nullptr;
   int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t last_sent_seq_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t last_batch_id_ ABSL_GUARDED_BY(mu_) = 0;     // sent

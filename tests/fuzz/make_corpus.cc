@@ -492,8 +492,131 @@ void RandomOpSeeds(const std::string& fz) {
   Write(fz, "random_ops", b.Finish());
 }
 
+// Captured steps: program references and steps.
+v1::ProgramRef PRef(int param) {
+  v1::ProgramRef r;
+  r.set_param(param);
+  return r;
+}
+v1::ProgramRef CRef(int64_t id) {
+  v1::ProgramRef r;
+  r.set_captured_id(id);
+  return r;
+}
+v1::ProgramRef SRef(int step, int output = 0) {
+  v1::ProgramRef r;
+  r.mutable_step()->set_step(step);
+  r.mutable_step()->set_output(output);
+  return r;
+}
+void ProgramOp(v1::DefineProgram* d, const std::string& op,
+               std::vector<v1::ProgramRef> inputs,
+               std::vector<std::pair<std::string, v1::AttrValue>> attrs = {}) {
+  v1::ProgramOp* o = d->add_steps()->mutable_op();
+  o->set_op(op);
+  for (const v1::ProgramRef& r : inputs) *o->add_inputs() = r;
+  for (const auto& [k, v] : attrs) (*o->mutable_attrs())[k] = v;
+}
+void CallProgram(Batch& b, int64_t program, std::vector<int64_t> inputs,
+                 std::vector<int64_t> outputs) {
+  v1::CallProgram* c = b.Next()->mutable_call_program();
+  c->set_program_id(program);
+  for (int64_t id : inputs) c->add_input_ids(id);
+  for (int64_t id : outputs) {
+    c->add_output_ids(id);
+    b.Use(id);
+  }
+}
+
+// Programs: a training step (variable, tape, gradient, SGD) defined, called
+// twice, listed and deleted; hostile definitions and calls (a step reading
+// itself, a None gradient read, a wrong input shape, an unknown program).
+void ProgramSeeds(const std::string& fz) {
+  {
+    Batch b;
+    b.Exec("VarHandleOp", {}, {1},
+           {{"dtype", TypeAttr(v1::DTYPE_FLOAT32)},
+            {"shape", IntsAttr({2, 2})},
+            {"shared_name", StringAttr("pw")}});
+    b.PutF32(2, {2, 2}, {0.5f, -1, 0.25f, 2});
+    b.Exec("AssignVariableOp", {1, 2}, {});
+    b.PutF32(3, {}, {0.1f});
+    v1::DefineProgram* d = b.Next()->mutable_define_program();
+    d->set_program_id(1);
+    v1::ProgramParam* x = d->add_params();
+    x->set_dtype(v1::DTYPE_FLOAT32);
+    x->add_shape(3);
+    x->add_shape(2);
+    d->add_steps()->mutable_push_tape()->set_tape(0);
+    d->mutable_steps(0)->mutable_push_tape()->set_watch_accessed_variables(
+        true);
+    ProgramOp(d, "ReadVariableOp", {CRef(1)},
+              {{"dtype", TypeAttr(v1::DTYPE_FLOAT32)}});
+    ProgramOp(d, "MatMul", {PRef(0), SRef(1)});
+    ProgramOp(d, "Tanh", {SRef(2)});
+    ProgramOp(d, "Sum", {SRef(3)});
+    d->add_steps()->mutable_pop_tape()->set_tape(0);
+    v1::ProgramGradient* g = d->add_steps()->mutable_gradient();
+    g->set_tape(0);
+    *g->add_targets() = SRef(4);
+    *g->add_sources() = CRef(1);
+    g->add_output_gradients();  // ones
+    ProgramOp(d, "ResourceApplyGradientDescent", {CRef(1), CRef(3), SRef(6)});
+    *d->add_outputs() = SRef(4);
+    *d->add_outputs() = SRef(6);
+    b.PutF32(4, {3, 2}, {1, 2, 3, 4, 5, 6});
+    CallProgram(b, 1, {4}, {5, 6});
+    CallProgram(b, 1, {4}, {7, 8});
+    b.Fetch(7);
+    b.Next()->mutable_list_programs();
+    b.Next()->mutable_delete_program()->set_program_id(1);
+    b.Use(1);
+    b.Use(2);
+    b.Use(3);
+    b.Use(4);
+    Write(fz, "program_training_step", b.Finish());
+  }
+  {
+    Batch b;
+    v1::DefineProgram* d = b.Next()->mutable_define_program();
+    d->set_program_id(2);
+    v1::ProgramParam* x = d->add_params();
+    x->set_dtype(v1::DTYPE_FLOAT64);
+    x->add_shape(2);
+    v1::ProgramPushTape* push = d->add_steps()->mutable_push_tape();
+    push->set_tape(1);
+    v1::ProgramWatch* w = d->add_steps()->mutable_watch();
+    w->set_tape(1);
+    *w->add_values() = PRef(0);
+    ProgramOp(d, "Exp", {PRef(0)});
+    d->add_steps()->mutable_pop_tape()->set_tape(1);
+    v1::ProgramGradient* g = d->add_steps()->mutable_gradient();
+    g->set_tape(1);
+    *g->add_targets() = SRef(2);
+    *g->add_sources() = PRef(0);
+    *g->add_sources() = SRef(2);        // not a source of itself: None
+    ProgramOp(d, "Neg", {SRef(4, 1)});  // reads the None: fails at the call
+    *d->add_outputs() = SRef(4, 0);
+    *d->add_outputs() = SRef(5);
+    b.Put(1, v1::DTYPE_FLOAT64, {2}, Bytes<double>({0.5, -1}));
+    b.Put(2, v1::DTYPE_FLOAT64, {3}, Bytes<double>({0.5, -1, 2}));
+    CallProgram(b, 2, {1}, {3, 4});
+    CallProgram(b, 2, {2}, {5, 6});  // wrong shape
+    CallProgram(b, 9, {1}, {7});     // unknown program
+    b.Fetch(3);
+    v1::DefineProgram* cycle = b.Next()->mutable_define_program();
+    cycle->set_program_id(3);
+    ProgramOp(cycle, "Neg", {SRef(0)});
+    b.Next()->mutable_delete_program()->set_program_id(2);
+    b.Use(1);
+    b.Use(2);
+    Write(fz, "program_hostile", b.Finish());
+  }
+}
+
 void BatchSeeds() {
   const std::string fz = "batch_fuzzer";
+  ProgramSeeds(fz);
   {  // put, execute (math), fetch, stats, release
     Batch b;
     b.PutF32(1, {2, 2}, {1, 2, 3, 4});

@@ -7,6 +7,7 @@
 #include "gradtape/client/autodiff.h"     // IWYU pragma: export
 #include "gradtape/client/host_tensor.h"  // IWYU pragma: export
 #include "gradtape/client/ops.h"          // IWYU pragma: export
+#include "gradtape/client/program.h"      // IWYU pragma: export
 #include "gradtape/client/session.h"      // IWYU pragma: export
 #include "gradtape/client/training.h"     // IWYU pragma: export
 
