@@ -326,6 +326,12 @@ absl::StatusOr<ProgramDefinition> ProgramFromProto(const v1::DefineProgram& cmd,
       case v1::ProgramStep::kPopTape:
         step = ProgramStep::PopTape(in.pop_tape().tape());
         break;
+      case v1::ProgramStep::kStopRecording:
+        step = ProgramStep::Recording(false);
+        break;
+      case v1::ProgramStep::kStartRecording:
+        step = ProgramStep::Recording(true);
+        break;
       case v1::ProgramStep::kWatch:
         step = ProgramStep::Watch(in.watch().tape(), {});
         RETURN_IF_ERROR(RefsFromProto(in.watch().values(),

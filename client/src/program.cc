@@ -98,6 +98,12 @@ class Definition {
         Outputs(step, g.result_ids());
         return absl::OkStatus();
       }
+      case v1::Command::kStopRecording:
+        def_->add_steps()->mutable_stop_recording();
+        return absl::OkStatus();
+      case v1::Command::kStartRecording:
+        def_->add_steps()->mutable_start_recording();
+        return absl::OkStatus();
       case v1::Command::kPut:
       case v1::Command::kPutBegin:
       case v1::Command::kPutChunk:
@@ -110,8 +116,8 @@ class Definition {
             v1::Command::descriptor()->FindFieldByNumber(cmd.kind_case());
         return absl::FailedPreconditionError(absl::StrCat(
             "it sends ", field != nullptr ? field->name() : "a command",
-            ", which a program cannot hold (reads of values, recording on or "
-            "off, Jacobians, forward mode, custom gradients, checkpoints)"));
+            ", which a program cannot hold (reads of values, Jacobians, "
+            "forward mode, custom gradients, checkpoints)"));
       }
     }
   }

@@ -119,6 +119,14 @@ enum class TapeState { kNever, kRecording, kPopped };
 absl::Status ValidateTapeStep(const ProgramLimits& lim, Program& p, int s,
                               std::vector<TapeState>& tapes) {
   const ProgramStep& step = p.steps[s];
+  if (step.kind == ProgramStep::kStopRecording ||
+      step.kind == ProgramStep::kStartRecording) {
+    if (!step.inputs.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          StepName(p, s), " takes no inputs, got ", step.inputs.size()));
+    }
+    return AddOutputs(lim, p, s, nullptr, 0);
+  }
   if (step.tape < 0 || step.tape >= lim.max_tapes) {
     return absl::InvalidArgumentError(
         absl::StrCat(StepName(p, s), " names tape ", step.tape,
@@ -154,7 +162,7 @@ absl::Status ValidateTapeStep(const ProgramLimits& lim, Program& p, int s,
                          " is not pushed by an earlier step"));
       }
       break;
-    case ProgramStep::kOp:
+    default:
       break;
   }
   size_t ones_from = step.inputs.size();
@@ -357,8 +365,9 @@ class RunValues {
   }
 
  private:
+  // Step values: params are the caller's, constants the program's.
   bool Owned(int slot) const {
-    return slot >= static_cast<int>(p_.params.size());
+    return slot >= static_cast<int>(p_.params.size() + p_.constants.size());
   }
   OpExecutor& exec_;
   const Program& p_;
@@ -370,7 +379,9 @@ class RunValues {
 class RunGuard {
  public:
   RunGuard(OpExecutor& exec, const Program& p, absl::Span<const Tensor> args)
-      : exec_(exec), tape_ids_(p.num_tapes, 0) {
+      : exec_(exec),
+        tape_ids_(p.num_tapes, 0),
+        was_stopped_(exec.tapes().stopped()) {
     absl::flat_hash_map<Variable*, bool> seen;
     auto keep = [&](const Tensor& t) {
       Variable* var = VariableOf(t);
@@ -384,6 +395,11 @@ class RunGuard {
   RunGuard(const RunGuard&) = delete;
   RunGuard& operator=(const RunGuard&) = delete;
   ~RunGuard() {
+    if (was_stopped_) {
+      exec_.tapes().StopRecording();
+    } else {
+      exec_.tapes().StartRecording();
+    }
     for (int64_t id : tape_ids_) {
       if (id != 0) exec_.tapes().Delete(id).IgnoreError();
     }
@@ -415,6 +431,7 @@ class RunGuard {
   // Program tapes take ids from the bottom of the range, which clients are
   // unlikely to use (any id in use is skipped).
   int64_t next_id_ = std::numeric_limits<int64_t>::min() + 1;
+  const bool was_stopped_;
   bool committed_ = false;
 };
 
@@ -428,6 +445,12 @@ absl::Status RunTapeStep(OpExecutor& exec, const Program& p, size_t s,
       return guard.Push(step);
     case ProgramStep::kPopTape:
       return guard.Pop(step.tape);
+    case ProgramStep::kStopRecording:
+      exec.tapes().StopRecording();
+      return absl::OkStatus();
+    case ProgramStep::kStartRecording:
+      exec.tapes().StartRecording();
+      return absl::OkStatus();
     case ProgramStep::kWatch: {
       ASSIGN_OR_RETURN(Tape * tape, guard.FindTape(step.tape));
       for (size_t j = 0; j < in.size(); ++j) {
@@ -487,7 +510,7 @@ absl::StatusOr<Tensors> RunProgram(OpExecutor& exec, const Program& program,
   for (size_t c = 0; c < p.constants.size(); ++c) {
     const int slot = num_params + static_cast<int>(c);
     if (p.last_reader[slot] != Program::kUnread) {
-      values.at(slot) = exec.Adopt(p.constants[c]);
+      values.at(slot) = p.constants[c];
     }
   }
   Tensors inputs;
@@ -527,9 +550,13 @@ absl::StatusOr<Tensors> RunProgram(OpExecutor& exec, const Program& program,
   }
   Tensors result;
   std::vector<int> kept;
+  const int first_step_slot = num_params + static_cast<int>(p.constants.size());
   for (const ProgramRef& ref : p.outputs) {
     const int slot = ValidSlot(p, ref);
-    result.push_back(values.Release(slot));
+    // A param or constant returned gets an id of its own: its tensor keeps
+    // the one the caller or the program holds.
+    result.push_back(slot < first_step_slot ? exec.Adopt(values.at(slot))
+                                            : values.Release(slot));
     kept.push_back(slot);
   }
   values.ReleaseAll(kept);
@@ -566,6 +593,10 @@ absl::string_view ProgramStep::Name() const {
       return "Gradient";
     case kPopTape:
       return "PopTape";
+    case kStopRecording:
+      return "StopRecording";
+    case kStartRecording:
+      return "StartRecording";
   }
   return "?";
 }

@@ -6,7 +6,9 @@
 //
 // A program's values are named by references:
 //   kParam i      the call's argument i (declared with a dtype and a shape)
-//   kConstant i   a tensor the program holds (captured at definition)
+//   kConstant i   a tensor the program holds (captured at definition), used
+//                 under its own id: a captured variable handle is the
+//                 variable an outer tape watches
 //   kStep s, k    output k of step s (an earlier step)
 //   kOnes         only as a gradient step's output gradient: ones
 // A step reads only earlier steps, so no cycle can be written. Tapes are
@@ -58,7 +60,17 @@ struct ProgramRef {
 };
 
 struct ProgramStep {
-  enum Kind { kOp, kPushTape, kWatch, kGradient, kPopTape };
+  // kStopRecording / kStartRecording: every tape stops / resumes recording
+  // (the session's StopRecording); a run ends with the state it began with.
+  enum Kind {
+    kOp,
+    kPushTape,
+    kWatch,
+    kGradient,
+    kPopTape,
+    kStopRecording,
+    kStartRecording
+  };
   // kOp: the op; the other kinds leave it empty.
   std::string op;
   // kOp: flat (a list input takes N entries); kWatch: the values watched;
@@ -89,6 +101,11 @@ struct ProgramStep {
     ProgramStep s;
     s.kind = kPopTape;
     s.tape = tape;
+    return s;
+  }
+  static ProgramStep Recording(bool on) {
+    ProgramStep s;
+    s.kind = on ? kStartRecording : kStopRecording;
     return s;
   }
   static ProgramStep Watch(int tape, std::vector<ProgramRef> values) {
@@ -167,8 +184,8 @@ absl::Status ValidateProgram(const OpRegistry& registry, Program* program,
 
 // Runs a validated program on `args` (one per param, of its dtype and shape,
 // else INVALID_ARGUMENT naming the param, before any step runs). Returns the
-// outputs: fresh ids for step values and constants, the arg itself for a
-// param, an invalid Tensor for a None gradient. On a step's error, the
+// outputs: step values, fresh ids for a param or constant returned, an
+// invalid Tensor for a None gradient. On a step's error, the
 // error prefixed with "program step <s> (<op>): ", with the run undone (see
 // the file comment).
 absl::StatusOr<Tensors> RunProgram(OpExecutor& exec, const Program& program,

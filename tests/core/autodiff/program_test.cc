@@ -693,5 +693,55 @@ TEST_F(ProgramTrainingTest, SecondOrderThroughARun) {
   for (int i = 0; i < 3; ++i) EXPECT_NEAR(gv[i], 6 * xv[i], 1e-12);
 }
 
+// A captured variable handle is the variable: an outer tape watching it
+// differentiates the run's reads of it. Ops between StopRecording and
+// StartRecording steps are not recorded, and a run that stops recording
+// and fails leaves recording on.
+TEST_F(ProgramTrainingTest, CapturedVariablesAndRecordingSteps) {
+  using R = ProgramRef;
+  const Tensor w = NewVariable(3);
+  Program p;  // sum(read(w) * read(w)), then an unrecorded Exp
+  p.constants = {w};
+  p.steps = {{"ReadVariableOp", {R::Constant(0)}, {{"dtype", DType::kFloat64}}},
+             {"Mul", {R::Step(0), R::Step(0)}, {}},
+             {"Sum", {R::Step(1)}, {}},
+             ProgramStep::Recording(false),
+             {"Exp", {R::Step(2)}, {}},
+             ProgramStep::Recording(true)};
+  p.outputs = {R::Step(2), R::Step(4)};
+  ASSERT_TRUE(Validate(p).ok());
+  ASSERT_TRUE(exec_.tapes().Push(1, false, false).ok());
+  Tape* tape = *exec_.tapes().Find(1);
+  tape->Watch(w);
+  absl::StatusOr<Tensors> out = RunProgram(exec_, p, {});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_FALSE(exec_.tapes().stopped());
+  ASSERT_TRUE(exec_.tapes().Pop(1).ok());
+  absl::StatusOr<std::vector<Tensor>> g =
+      Gradient(exec_, *tape, {(*out)[0]}, {w}, {}, Unconnected::kNone);
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_TRUE((*g)[0].valid()) << "the variable's gradient is None";
+  const double* wv = ValueOf(w).data<double>();
+  const double* gv = (*g)[0].data<double>();
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(gv[i], 2 * wv[i]);
+  // The Exp was not recorded: its output is not connected.
+  ASSERT_TRUE(exec_.tapes().Delete(1).ok());
+  ASSERT_TRUE(exec_.tapes().Push(2, true, false).ok());
+  tape = *exec_.tapes().Find(2);
+  tape->Watch(w);
+  out = RunProgram(exec_, p, {});
+  ASSERT_TRUE(out.ok());
+  g = Gradient(exec_, *tape, {(*out)[1]}, {w}, {}, Unconnected::kNone);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_FALSE((*g)[0].valid());
+  // Stopped, then failed: recording is back on.
+  p.steps.insert(p.steps.begin() + 4,
+                 ProgramStep{"MatMul", {R::Step(2), R::Step(2)}, {}});
+  p.outputs = {R::Step(2)};
+  ASSERT_TRUE(Validate(p).ok());
+  EXPECT_FALSE(RunProgram(exec_, p, {}).ok());
+  EXPECT_FALSE(exec_.tapes().stopped());
+}
+
 }  // namespace
 }  // namespace gradtape

@@ -16,9 +16,8 @@
 // with the eager commands' results bit for bit. C++ side effects of `body` run
 // on the first call only.
 //
-// A body that reads a value (Fetch, Stats, a gradient with values), turns
-// recording on or off, or differentiates a tape it did not push cannot be a
-// program: the Function then runs `body` eagerly on every call, and
+// A body that reads a value (Fetch, Stats, a gradient with values) or
+// differentiates a tape it did not push cannot be a program: the Function then runs `body` eagerly on every call, and
 // capture_status() says why. A first call that created a variable
 // (VarHandleOp: layers and optimizer slots built on first use) is not kept:
 // the second call records again, as tf.function traces twice then.
