@@ -171,10 +171,14 @@ def _structure_key(x: Any, leaf: Callable[[Any], Any]) -> Any:
     return leaf(x)
 
 
-class _Out(NamedTuple):
-    """An output's place in the returned structure (the template)."""
+class _Out:
+    """An output's place in the returned structure (the template; not a
+    tuple, so that _map takes it for a leaf)."""
 
-    index: int
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
 
 
 # -- the recorder --------------------------------------------------------------
