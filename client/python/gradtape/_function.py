@@ -72,7 +72,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
@@ -496,8 +496,8 @@ class Function:
         real = session._core
         recorder = _Recorder(real, {t._id: i for i, t in enumerate(params)})
         tapes = session._tapes
-        session._core = recorder  # type: ignore[assignment]
-        tapes._core = recorder  # type: ignore[assignment]
+        session._core = recorder
+        tapes._core = recorder
         try:
             result = self._fn(*args, **kwargs)
         except BaseException:
@@ -539,7 +539,7 @@ class Function:
                 program_id = session._new_program_id()
                 define = pb.DefineProgram(
                     program_id=program_id,
-                    params=[pb.ProgramParam(dtype=_dtypes.to_pb_dtype(t.dtype), shape=list(t.shape)) for t in params],
+                    params=[pb.ProgramParam(dtype=cast("pb.DType.ValueType", _dtypes.to_pb_dtype(t.dtype)), shape=list(t.shape)) for t in params],
                     steps=recorder.steps,
                     outputs=[recorder.ref(t._id) for t in outputs],
                 )

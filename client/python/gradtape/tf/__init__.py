@@ -290,15 +290,15 @@ def custom_gradient(f: Optional[Callable[..., Any]] = None) -> Any:
 def function(
     func: Optional[Callable[..., Any]] = None,
     input_signature: Optional[Any] = None,
-    autograph: bool = True,
-    jit_compile: Optional[bool] = None,
-    reduce_retracing: bool = False,
+    autograph: Any = True,
+    jit_compile: Any = None,
+    reduce_retracing: Any = False,
     experimental_implements: Optional[str] = None,
     experimental_autograph_options: Any = None,
     experimental_attributes: Optional[Dict[str, Any]] = None,
-    experimental_relax_shapes: Optional[bool] = None,
-    experimental_compile: Optional[bool] = None,
-    experimental_follow_type_hints: Optional[bool] = None,
+    experimental_relax_shapes: Any = None,
+    experimental_compile: Any = None,
+    experimental_follow_type_hints: Any = None,
     name: Optional[str] = None,
 ) -> Any:
     """tf.function: captured steps (gradtape.function, on the default
@@ -318,7 +318,8 @@ def function(
     experimental_attributes, experimental_follow_type_hints: accepted and
     ignored."""
     def wrap(f: Callable[..., Any]) -> Any:
-        return _function.Function(f, input_signature, bool(reduce_retracing or experimental_relax_shapes), name)
+        relax = reduce_retracing is True or experimental_relax_shapes is True
+        return _function.Function(f, input_signature, relax, name)
 
     return wrap if func is None else wrap(func)
 
