@@ -204,7 +204,7 @@ def test_digits_100_captured_steps_equal_the_eager_ones_bit_for_bit(td: Any, ser
 def test_a_new_shape_dtype_or_python_value_traces_again(gt: gradtape.Session) -> None:
     traced: List[Any] = []
 
-    @gradtape.function
+    @gradtape.function(session=gt)  # (a call with a numpy array names no session)
     def f(x: gradtape.Tensor, scale: float) -> gradtape.Tensor:
         traced.append((x.dtype, x.shape, scale))  # a Python side effect: at tracing only
         return x * scale + x
@@ -239,7 +239,7 @@ def test_side_effects_run_only_when_tracing(gt: gradtape.Session) -> None:
 
 
 def test_input_signature_checks_calls_and_traces_per_concrete_shape(gt: gradtape.Session) -> None:
-    @gradtape.function(input_signature=[gradtape.TensorSpec([None, 2], np.float32)])
+    @gradtape.function(input_signature=[gradtape.TensorSpec([None, 2], np.float32)], session=gt)
     def f(x: gradtape.Tensor) -> gradtape.Tensor:
         return gt.ops.sum(x, axis=[0])
 
@@ -321,15 +321,18 @@ def test_tf_function_takes_tensorflows_arguments(gtf: Any) -> None:
 # -- tapes and failures -------------------------------------------------------------
 
 
-def test_a_call_inside_an_outer_tape_is_differentiable(gt: gradtape.Session) -> None:
+def _outer_gradients(gt: gradtape.Session, read_variable: bool) -> None:
+    """z = f(x) under an outer tape, eager and captured: z, dz/dx and (with
+    `read_variable`) dz/dw of a variable f reads, bit for bit equal."""
     w = gt.Variable(np.array([[0.5, -1.0], [2.0, 0.25]], np.float32))
+    wc = gt.constant(np.array([[0.5, -1.0], [2.0, 0.25]], np.float32))
 
     def f(x: gradtape.Tensor) -> gradtape.Tensor:
         with gt.GradientTape() as inner:
             inner.watch(x)
-            y = gt.ops.sum(gt.ops.tanh(x @ w), axis=[0, 1])
+            y = gt.ops.sum(gt.ops.tanh(x @ (w if read_variable else wc)), axis=[0, 1])
         (dx,) = inner.gradient(y, [x])
-        return y + gt.ops.sum(dx * dx, axis=[0, 1])
+        return y + gt.ops.sum(dx * dx, axis=[0, 1])  # second order through the call
 
     captured = gradtape.function(f)
     x = gt.constant(np.array([[0.3, -0.7]], np.float32))
@@ -339,12 +342,21 @@ def test_a_call_inside_an_outer_tape_is_differentiable(gt: gradtape.Session) -> 
         with gt.GradientTape() as outer:
             outer.watch(x)
             z = fn(x)
-        dx, dw = outer.gradient(z, [x, w])  # w: watched as an accessed variable
-        assert dx is not None and dw is not None
-        results.append((z.numpy(), dx.numpy(), dw.numpy()))
+        sources = [x, w] if read_variable else [x]
+        grads = outer.gradient(z, sources)  # w: watched as an accessed variable
+        assert all(g is not None for g in grads)
+        results.append([z.numpy()] + [g.numpy() for g in grads])
     assert captured.experimental_get_tracing_count() == 1
     for eager, call in zip(*results):
         assert np.array_equal(eager, call)
+
+
+def test_a_call_inside_an_outer_tape_is_differentiable(gt: gradtape.Session) -> None:
+    _outer_gradients(gt, read_variable=False)
+
+
+def test_a_call_inside_an_outer_tape_differentiates_the_variables_it_reads(gt: gradtape.Session) -> None:
+    _outer_gradients(gt, read_variable=True)
 
 
 def test_a_step_failing_at_run_time_raises_at_the_wait_point_and_changes_nothing(gt: gradtape.Session) -> None:
