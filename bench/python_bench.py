@@ -24,7 +24,9 @@ their ratio to the baseline (issue 15's targets):
      served by ``large_tensor_bench --serve``); target time within 1.2x.
 
 Implementations: gradtape native (``connect(native=True)``: the compiled
-extension; "not built" when it is absent), gradtape pure
+extension; "not built" when it is absent), gradtape native, captured (figure
+2 only: the step a gradtape.function, one CallProgram per step once
+recorded), gradtape pure
 (``connect(native=False)``), PyTorch (CPU) on one intra-op thread (the
 baseline) and on its default thread count, and TensorFlow eager
 (``tf.raw_ops.AddV2``; Keras Adam; no tf.function). Each runs in a worker
@@ -72,6 +74,7 @@ ROOT = os.path.dirname(HERE)
 STARTUP_TIMEOUT_S = 30.0
 
 GRADTAPE_IMPLS = (("gradtape native", True), ("gradtape pure", False))
+CAPTURED = "gradtape native, captured"  # the MLP's step as a gradtape.function (figure 2 only)
 TORCH, TORCH_DEFAULT, TF = "PyTorch (local, 1 thread)", "PyTorch (local, default threads)", "TF eager (local)"
 
 
@@ -318,7 +321,7 @@ def batch_orders(n_train: int, batch: int, epochs: int, seed: int) -> List[List[
 Trainer = Callable[[Data, List[np.ndarray], List[List[np.ndarray]]], Tuple[float, float]]
 
 
-def gradtape_trainer(session: gradtape.Session) -> Trainer:
+def gradtape_trainer(session: gradtape.Session, captured: bool = False) -> Trainer:
     def train(data: Data, init: List[np.ndarray], orders: List[List[np.ndarray]]) -> Tuple[float, float]:
         ops: Any = session.ops  # attributes from the server's registry
         x_train, y_train, x_test, y_test = data
@@ -334,25 +337,30 @@ def gradtape_trainer(session: gradtape.Session) -> Trainer:
                     h = ops.relu(h)
             return h
 
+        def train_step(idx: gradtape.Tensor) -> gradtape.Tensor:
+            xb = ops.gather_v2(train_x, idx, axis=0)
+            yb = ops.gather_v2(train_y, idx, axis=0)
+            with session.GradientTape() as tape:
+                logits = model(xb)
+                loss = ops.mean(ops.sparse_softmax_cross_entropy_with_logits(logits, yb).loss, axis=[0])
+            grads = tape.gradient(loss, params)
+            opt.apply_gradients(zip(grads, params))
+            return loss
+
+        # Captured: the first steps (per batch shape) record it, then one CallProgram a step.
+        step = gradtape.function(train_step, session=session) if captured else train_step
         steps, start = 0, 0.0
         for epoch, batches in enumerate(orders):
             if epoch == 1:
                 session.sync()
                 start = time.perf_counter()
             for rows in batches:
-                idx = session.constant(rows)
-                xb = ops.gather_v2(train_x, idx, axis=0)
-                yb = ops.gather_v2(train_y, idx, axis=0)
-                with session.GradientTape() as tape:
-                    logits = model(xb)
-                    loss = ops.mean(ops.sparse_softmax_cross_entropy_with_logits(logits, yb).loss, axis=[0])
-                grads = tape.gradient(loss, params)
-                opt.apply_gradients(zip(grads, params))
+                step(session.constant(rows))
                 steps += epoch > 0
         session.sync()
         elapsed = time.perf_counter() - start
         accuracy = float((model(test_x).numpy().argmax(axis=1) == y_test).mean())
-        del params, train_x, train_y, test_x, opt
+        del params, train_x, train_y, test_x, opt, step
         session.sync()
         return steps / elapsed, accuracy
 
@@ -375,6 +383,18 @@ def torch_trainer(torch: Any) -> Trainer:
                     h = torch.relu(h)
             return h
 
+        def train_step(idx: gradtape.Tensor) -> gradtape.Tensor:
+            xb = ops.gather_v2(train_x, idx, axis=0)
+            yb = ops.gather_v2(train_y, idx, axis=0)
+            with session.GradientTape() as tape:
+                logits = model(xb)
+                loss = ops.mean(ops.sparse_softmax_cross_entropy_with_logits(logits, yb).loss, axis=[0])
+            grads = tape.gradient(loss, params)
+            opt.apply_gradients(zip(grads, params))
+            return loss
+
+        # Captured: the first steps (per batch shape) record it, then one CallProgram a step.
+        step = gradtape.function(train_step, session=session) if captured else train_step
         steps, start = 0, 0.0
         for epoch, batches in enumerate(orders):
             if epoch == 1:
@@ -411,6 +431,18 @@ def tf_trainer(tf: Any) -> Trainer:
                     h = tf.nn.relu(h)
             return h
 
+        def train_step(idx: gradtape.Tensor) -> gradtape.Tensor:
+            xb = ops.gather_v2(train_x, idx, axis=0)
+            yb = ops.gather_v2(train_y, idx, axis=0)
+            with session.GradientTape() as tape:
+                logits = model(xb)
+                loss = ops.mean(ops.sparse_softmax_cross_entropy_with_logits(logits, yb).loss, axis=[0])
+            grads = tape.gradient(loss, params)
+            opt.apply_gradients(zip(grads, params))
+            return loss
+
+        # Captured: the first steps (per batch shape) record it, then one CallProgram a step.
+        step = gradtape.function(train_step, session=session) if captured else train_step
         steps, start = 0, 0.0
         for epoch, batches in enumerate(orders):
             if epoch == 1:
@@ -442,6 +474,7 @@ def tf_trainer(tf: Any) -> Trainer:
 
 WORKERS = (
     ("native", "gradtape native"),
+    ("captured", CAPTURED),
     ("pure", "gradtape pure"),
     ("torch", TORCH),
     ("torch_default", TORCH_DEFAULT),
@@ -454,10 +487,10 @@ def worker_main(kind: str, address: str) -> None:
     chain: Optional[Callable[[bool, int], float]] = None
     trainer: Optional[Trainer] = None
     session: Optional[gradtape.Session] = None
-    if kind in ("native", "pure"):
-        session, note = open_gradtape(address, kind == "native")
+    if kind in ("native", "pure", "captured"):
+        session, note = open_gradtape(address, kind != "pure")
         if session is not None:
-            chain, trainer = gradtape_chain(session), gradtape_trainer(session)
+            chain, trainer = gradtape_chain(session), gradtape_trainer(session, captured=kind == "captured")
     else:
         module, note = import_baseline(kind if kind != "tf" else "tensorflow")
         if module is not None:
@@ -556,6 +589,7 @@ def per_op(pool: Sequence[Worker], reps: int, n: int) -> None:
           f"waiting for the last value; {reps} reps after one warm-up, alternating, medians\n")
     table = Table(["no tape", "recorded"], "us/op")
     times: Dict[Tuple[str, bool], List[float]] = {}
+    pool = [w for w in pool if w.name != CAPTURED]  # a chain of single ops: nothing to capture
     for rep in range(reps + 1):
         for w in pool:
             for recorded in (False, True):

@@ -2,8 +2,10 @@
 client/python/examples/train_transformer.py through gradtape beside the same
 model in local PyTorch, in one run (issue 16; reported, never a CI gate).
 
-Implementations: gradtape native (``connect(native=True)``), gradtape pure
-(``connect(native=False)``), PyTorch CPU on one intra-op thread (the
+Implementations: gradtape native (``connect(native=True)``), gradtape
+native, captured (the same with the step a gradtape.function: one
+CallProgram per step after the warmup's first steps, which record it),
+gradtape pure (``connect(native=False)``), PyTorch CPU on one intra-op thread (the
 baseline, as in bench/python_bench.py) and on its default thread count.
 Every repetition runs each implementation in a fresh worker process, in
 turn (alternating), for --warmup untimed steps and then --steps timed ones,
@@ -39,7 +41,7 @@ import numpy as np
 
 HERE = pathlib.Path(__file__).resolve().parent
 EXAMPLE = HERE.parent / "client" / "python" / "examples" / "train_transformer.py"
-IMPLS = (("native", "gradtape native"), ("pure", "gradtape pure"),
+IMPLS = (("native", "gradtape native"), ("captured", "gradtape native, captured"), ("pure", "gradtape pure"),
          ("torch", "PyTorch, 1 thread"), ("torch_default", "PyTorch, default threads"))
 BASELINE = "PyTorch, 1 thread"
 ONE_THREAD = "gradtape native, server on 1 thread"
@@ -54,7 +56,8 @@ def example() -> Any:
     return module
 
 
-def gradtape_rate(tt: Any, address: str, native: bool, steps: int, warmup: int, batch: int) -> float:
+def gradtape_rate(tt: Any, address: str, native: bool, steps: int, warmup: int, batch: int,
+                  captured: bool = False) -> float:
     import gradtape
 
     cfg = tt.Config()
@@ -67,12 +70,14 @@ def gradtape_rate(tt: Any, address: str, native: bool, steps: int, warmup: int, 
         model = tt.Transformer(session, cfg, len(vocab), seed=0)
         opts = tt.make_optimizers(model, 3e-3, 0.01)
         dropout = tt.DropoutStream(1)
+        step = tt.make_step(model, data, opts, dropout.key, captured)
         loss = None
         for i in range(warmup + steps):
             if i == warmup:
                 float(loss)  # everything before is done
                 start = time.perf_counter()
-            loss = tt.train_step(model, data, tt.batch_starts(rng, len(tokens), batch, cfg.context), opts, dropout)
+            loss = tt.train_step(model, data, tt.batch_starts(rng, len(tokens), batch, cfg.context), opts, dropout,
+                                 step)
         float(loss)
         return steps / (time.perf_counter() - start)
 
@@ -141,8 +146,8 @@ def torch_rate(tt: Any, threads: Optional[int], steps: int, warmup: int, batch: 
 def worker(kind: str, address: str, steps: int, warmup: int, batch: int) -> None:
     tt = example()
     try:
-        if kind in ("native", "pure"):
-            rate = gradtape_rate(tt, address, kind == "native", steps, warmup, batch)
+        if kind in ("native", "pure", "captured"):
+            rate = gradtape_rate(tt, address, kind != "pure", steps, warmup, batch, captured=kind == "captured")
         else:
             rate = torch_rate(tt, 1 if kind == "torch" else None, steps, warmup, batch)
     except ImportError as e:

@@ -10,7 +10,7 @@ only to show the running loss every few steps and to score the test split
 once per epoch.
 
     gradtape-server --address=127.0.0.1:50051 &
-    python client/python/examples/train_digits.py --address 127.0.0.1:50051
+    python client/python/examples/train_digits.py --address 127.0.0.1:50051 [--captured]
 
 Prints steps per second and the held-out accuracy, and writes a PNG plot of
 the training loss and test accuracy per epoch.
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import matplotlib
 
@@ -64,6 +64,29 @@ class MLP:
         return h
 
 
+def make_step(model: MLP, opt: optimizers.Optimizer, train_x: gradtape.Tensor, train_y: gradtape.Tensor,
+              captured: bool = False) -> Callable[[gradtape.Tensor], gradtape.Tensor]:
+    """The training step as a function of the batch's row indices (int32):
+    one Adam step on those rows of the training set; returns the loss (not
+    waited for). With `captured` it is a gradtape.function: its first calls
+    run eagerly and are recorded (Adam creates its slots on the first),
+    later ones are one command each (docs/CAPTURE.md)."""
+    session = model.session
+    ops = session.ops
+
+    def train_step(idx: gradtape.Tensor) -> gradtape.Tensor:
+        xb = ops.gather_v2(train_x, idx, axis=0)
+        yb = ops.gather_v2(train_y, idx, axis=0)
+        with session.GradientTape() as tape:
+            logits = model(xb)
+            loss = ops.mean(ops.sparse_softmax_cross_entropy_with_logits(logits, yb).loss, axis=[0])
+        grads = tape.gradient(loss, model.params)
+        opt.apply_gradients(zip(grads, model.params))
+        return loss
+
+    return gradtape.function(train_step, session=session) if captured else train_step
+
+
 def train(
     address: str,
     epochs: int = 20,
@@ -74,8 +97,11 @@ def train(
     plot: Optional[str] = "train_digits.png",
     loss_every: int = 10,
     progress: bool = True,
+    captured: bool = False,
 ) -> Dict[str, object]:
-    """Trains and returns {"accuracy", "losses", "accuracies", "steps_per_second"}."""
+    """Trains (with `captured`, the step is a gradtape.function) and returns
+    {"accuracy", "losses", "accuracies", "steps_per_second", "params" (the
+    final values)}."""
     digits = load_digits()
     x = (digits.data / 16.0).astype(np.float32)
     y = digits.target.astype(np.int64)
@@ -87,11 +113,11 @@ def train(
     losses: List[float] = []
     accuracies: List[float] = []
     with gradtape.connect(address) as session:
-        ops = session.ops
         train_x, train_y = session.constant(x_train), session.constant(y_train)
         test_x = session.constant(x_test)
         model = MLP(session, [x.shape[1], hidden, hidden, 10], seed)
         opt = optimizers.Adam(learning_rate=learning_rate)
+        train_step = make_step(model, opt, train_x, train_y, captured)
         steps_per_epoch = int(np.ceil(len(x_train) / batch_size))
         total_steps = 0
         train_time = 0.0
@@ -102,15 +128,7 @@ def train(
             epoch_loss = session.constant(np.float32(0.0))
             for step in range(steps_per_epoch):
                 idx = session.constant(order[step * batch_size : (step + 1) * batch_size])
-                xb = ops.gather_v2(train_x, idx, axis=0)
-                yb = ops.gather_v2(train_y, idx, axis=0)
-                with session.GradientTape() as tape:
-                    logits = model(xb)
-                    loss = ops.mean(
-                        ops.sparse_softmax_cross_entropy_with_logits(logits, yb).loss, axis=[0]
-                    )
-                grads = tape.gradient(loss, model.params)
-                opt.apply_gradients(zip(grads, model.params))
+                loss = train_step(idx)
                 epoch_loss = epoch_loss + loss
                 total_steps += 1
                 bar.update(1)
@@ -124,6 +142,7 @@ def train(
             accuracies.append(accuracy)
             bar.set_postfix(epoch=epoch + 1, loss=f"{mean_loss:.4f}", test_acc=f"{accuracy:.4f}")
         bar.close()
+        params = [p.numpy() for p in model.params]
         stats = session.stats()
 
     steps_per_second = total_steps / train_time
@@ -151,6 +170,7 @@ def train(
         "losses": losses,
         "accuracies": accuracies,
         "steps_per_second": steps_per_second,
+        "params": params,
     }
 
 
@@ -164,6 +184,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--plot", default="train_digits.png", help="PNG path ('' for none)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument("--captured", action="store_true",
+                        help="capture the step (gradtape.function): one command per step after the first ones")
     args = parser.parse_args(argv)
     return train(
         args.address,
@@ -174,6 +196,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, object]:
         seed=args.seed,
         plot=args.plot or None,
         progress=not args.no_progress,
+        captured=args.captured,
     )
 
 

@@ -23,11 +23,13 @@ from gradtape import optimizers
 from gradtape._custom import custom_gradient
 from gradtape._default import get_default_session, set_default_session
 from gradtape._forward import ForwardAccumulator
+from gradtape._function import Function, TensorSpec, function
 from gradtape.errors import GradtapeError, SessionLostError
 from gradtape.session import (
     CheckpointInfo,
     GradientTape,
     Ops,
+    ProgramInfo,
     Session,
     SessionStats,
     Tensor,
@@ -40,6 +42,10 @@ from gradtape.session import (
 __all__ = [
     "CheckpointInfo",
     "ForwardAccumulator",
+    "Function",
+    "TensorSpec",
+    "function",
+    "ProgramInfo",
     "custom_gradient",
     "get_default_session",
     "set_default_session",

@@ -416,6 +416,7 @@ class Variable:
         (self._handle,) = session.execute("VarHandleOp", [], attrs)
         self._handle._dtype = _dtypes.RESOURCE
         self._handle._shape = ()
+        session._variables[self._handle.id] = self
         session.execute("AssignVariableOp", [self._handle, value])
         self._read_attrs: List[_backend.EncodedAttr] = [("dtype", _backend.ATTR_TYPE, _dtypes.to_pb_dtype(self._dtype))]
 

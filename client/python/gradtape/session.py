@@ -11,6 +11,7 @@ raise a ``GradtapeError`` for the earliest failed command not reported yet.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import grpc
@@ -30,6 +31,7 @@ __all__ = [
     "GradientTape",
     "OpFunction",
     "Ops",
+    "ProgramInfo",
     "Session",
     "SessionStats",
     "Tensor",
@@ -92,6 +94,9 @@ class Session:
         self._seen_operands: Dict[Tuple[Any, type, np.dtype], bool] = {}
         # Slices seen before: (key, input shape) -> (begin/end/strides, attrs, output shape).
         self._slices: Dict[Any, Tuple[List[Tensor], List[_backend.EncodedAttr], Optional[Tuple[int, ...]]]] = {}
+        # Variables by handle id (captured steps watch them on outer tapes).
+        self._variables: "weakref.WeakValueDictionary[int, Variable]" = weakref.WeakValueDictionary()
+        self._last_program_id = 0
 
     # -- lifecycle -------------------------------------------------------
     @property
@@ -155,6 +160,17 @@ class Session:
             r.commands_applied,
             r.duplicate_commands,
         )
+
+    def programs(self) -> List["ProgramInfo"]:
+        """Wait point: the session's captured-step programs
+        (gradtape.function), as the server holds them (ListPrograms)."""
+        r = self._core.call(pb.Command(list_programs=pb.ListPrograms())).programs
+        return [ProgramInfo(p.program_id, p.params, p.steps, p.outputs, p.bytes, p.calls) for p in r.programs]
+
+    def _new_program_id(self) -> int:
+        """A program id of this session (never reused)."""
+        self._last_program_id += 1
+        return self._last_program_id
 
     @property
     def last_seq(self) -> int:
@@ -546,6 +562,17 @@ class Session:
 
 
 _VariableT = Variable  # (inside Session, `Variable` names the method)
+
+
+class ProgramInfo(NamedTuple):
+    """gradtape.v1.ProgramInfo: one program of the session."""
+
+    program_id: int
+    params: int
+    steps: int
+    outputs: int
+    bytes: int  # charged to the session's memory
+    calls: int  # calls that succeeded
 
 
 class CheckpointInfo(NamedTuple):

@@ -98,8 +98,7 @@ or is composed from server ops as TF composes it):
   which ops a server has.
 
 Not here: float16 and bfloat16 (gradtape has no such dtype),
-tf.function (gradtape is eager by construction; ``tf.function`` is the
-identity decorator here), Keras' model.fit / compile / evaluate, tf.data
+Keras' model.fit / compile / evaluate, tf.data
 and SavedModel (write the training loop with GradientTape and an
 optimizer), string ops, slicing and ``**`` beyond 2 and 0.5 (the Tensor
 protocol, gradtape.Tensor), ``where`` with one argument,
@@ -135,9 +134,10 @@ runs each case with TensorFlow and with this module.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, Optional
 
-from gradtape import _custom, _default
+from gradtape import _custom, _default, _function
+from gradtape._function import TensorSpec
 from gradtape._default import get_default_session, set_default_session
 from gradtape._tensor import Tensor
 from gradtape.session import Session
@@ -287,11 +287,41 @@ def custom_gradient(f: Optional[Callable[..., Any]] = None) -> Any:
     return decorated
 
 
-def function(f: Optional[Callable[..., Any]] = None, **kwargs: Any) -> Any:
-    """tf.function: the identity decorator (gradtape is eager)."""
-    if f is None:
-        return lambda g: g
-    return f
+def function(
+    func: Optional[Callable[..., Any]] = None,
+    input_signature: Optional[Any] = None,
+    autograph: Any = True,
+    jit_compile: Any = None,
+    reduce_retracing: Any = False,
+    experimental_implements: Optional[str] = None,
+    experimental_autograph_options: Any = None,
+    experimental_attributes: Optional[Dict[str, Any]] = None,
+    experimental_relax_shapes: Any = None,
+    experimental_compile: Any = None,
+    experimental_follow_type_hints: Any = None,
+    name: Optional[str] = None,
+) -> Any:
+    """tf.function: captured steps (gradtape.function, on the default
+    session unless a Tensor or Variable argument names another). The first
+    call per input signature runs eagerly and is recorded as a server
+    program; later calls are one CallProgram each. See gradtape._function
+    for what is captured (constants by value, Python side effects only at
+    tracing) and what falls back to eager.
+
+    input_signature: TensorSpecs the arguments must match (TypeError as TF);
+    None dimensions trace once per concrete shape (a program has fixed
+    shapes), so reduce_retracing / experimental_relax_shapes change
+    nothing. autograph: there is no graph, so Python control flow runs as
+    Python at tracing (a branch on a tensor value reads it: that trace
+    falls back to eager). jit_compile / experimental_compile,
+    experimental_implements, experimental_autograph_options,
+    experimental_attributes, experimental_follow_type_hints: accepted and
+    ignored."""
+    def wrap(f: Callable[..., Any]) -> Any:
+        relax = reduce_retracing is True or experimental_relax_shapes is True
+        return _function.Function(f, input_signature, relax, name)
+
+    return wrap if func is None else wrap(func)
 
 
 def _get_default() -> Optional[Session]:
