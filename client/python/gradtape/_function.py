@@ -47,14 +47,12 @@ Not every trace can be a program. The function then keeps running eagerly
 for that signature, with one RuntimeWarning saying why, when the trace
 read a value (``numpy()``, ``float()``, printing a tensor, ``gradient_values``,
 a None check that asks the server), computed a Jacobian, used a forward
-accumulator, a custom gradient (ExecuteWithGradient), a checkpoint,
-``stop_recording`` while a tape of the function records, session stats, or a tape the call did not make (or
-pushed a tape twice). ``stop_recording`` blocks are fine once the
-function's own tapes are popped (an optimizer's update after the
-gradient): they are no program step, so an outer tape records the
-update's ops at a call, where an eager run would not. A trace that created a variable (VarHandleOp: Keras
-layers and optimizer slots are built on their first call) is not kept:
-the next call traces again, as TensorFlow traces twice then.
+accumulator, a custom gradient (ExecuteWithGradient), a checkpoint, session stats, or
+a tape the call did not make (or pushed a tape twice). ``stop_recording``
+blocks are program steps, as in an eager run. A trace that created a
+variable (VarHandleOp: Keras layers and optimizer slots are built on their
+first call) is not kept: the next call traces again, as TensorFlow traces
+twice then.
 
 Tapes made inside the function are the program's own (the server deletes
 them at the end of each call); the tape object of the trace may outlive it,
@@ -279,12 +277,10 @@ class _Recorder:
                 )
                 self._produce(g.result_ids)
                 self.steps.append(pb.ProgramStep(gradient=step))
-        elif kind in ("stop_recording", "start_recording"):
-            # No program step: harmless while no tape of the call records
-            # (an optimizer's update after the gradient); an outer tape
-            # records the call's ops anyway.
-            if not all(self.popped.values()):
-                self._refuse(f"{kind} while a tape made in the function records")
+        elif kind == "stop_recording":
+            self.steps.append(pb.ProgramStep(stop_recording=pb.StopRecording()))
+        elif kind == "start_recording":
+            self.steps.append(pb.ProgramStep(start_recording=pb.StartRecording()))
         else:
             self._refuse(f"a {kind} command")
         return seq
