@@ -383,18 +383,6 @@ def torch_trainer(torch: Any) -> Trainer:
                     h = torch.relu(h)
             return h
 
-        def train_step(idx: gradtape.Tensor) -> gradtape.Tensor:
-            xb = ops.gather_v2(train_x, idx, axis=0)
-            yb = ops.gather_v2(train_y, idx, axis=0)
-            with session.GradientTape() as tape:
-                logits = model(xb)
-                loss = ops.mean(ops.sparse_softmax_cross_entropy_with_logits(logits, yb).loss, axis=[0])
-            grads = tape.gradient(loss, params)
-            opt.apply_gradients(zip(grads, params))
-            return loss
-
-        # Captured: the first steps (per batch shape) record it, then one CallProgram a step.
-        step = gradtape.function(train_step, session=session) if captured else train_step
         steps, start = 0, 0.0
         for epoch, batches in enumerate(orders):
             if epoch == 1:
@@ -431,18 +419,6 @@ def tf_trainer(tf: Any) -> Trainer:
                     h = tf.nn.relu(h)
             return h
 
-        def train_step(idx: gradtape.Tensor) -> gradtape.Tensor:
-            xb = ops.gather_v2(train_x, idx, axis=0)
-            yb = ops.gather_v2(train_y, idx, axis=0)
-            with session.GradientTape() as tape:
-                logits = model(xb)
-                loss = ops.mean(ops.sparse_softmax_cross_entropy_with_logits(logits, yb).loss, axis=[0])
-            grads = tape.gradient(loss, params)
-            opt.apply_gradients(zip(grads, params))
-            return loss
-
-        # Captured: the first steps (per batch shape) record it, then one CallProgram a step.
-        step = gradtape.function(train_step, session=session) if captured else train_step
         steps, start = 0, 0.0
         for epoch, batches in enumerate(orders):
             if epoch == 1:

@@ -385,8 +385,15 @@ absl::Status BiasAddKernel(KernelContext& ctx) {
     const T* x = value.data<T>();
     const T* b = bias.data<T>();
     T* out = y.mutable_data<T>();
-    for (int64_t i = 0; i < value.num_elements(); ++i) {
-      out[i] = x[i] + b[(i / inner) % channels];
+    // Rows of [channels, inner] blocks: no division per element.
+    const int64_t rows = channels * inner == 0
+                             ? 0
+                             : value.num_elements() / (channels * inner);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < channels; ++c) {
+        const int64_t at = (r * channels + c) * inner;
+        for (int64_t j = 0; j < inner; ++j) out[at + j] = x[at + j] + b[c];
+      }
     }
   });
   ctx.set_output(0, std::move(y));
@@ -404,8 +411,17 @@ absl::Status BiasAddGradKernel(KernelContext& ctx) {
     using T = decltype(zero);
     const T* p = dy.data<T>();
     T* out = db.mutable_data<T>();
-    for (int64_t i = 0; i < dy.num_elements(); ++i) {
-      out[(i / inner) % channels] += p[i];
+    // Each channel's sum in element order (rows outer), as one pass over
+    // dy would add them: the same bits as a loop over every element.
+    const int64_t rows =
+        channels * inner == 0 ? 0 : dy.num_elements() / (channels * inner);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < channels; ++c) {
+        const T* from = p + (r * channels + c) * inner;
+        T sum = out[c];
+        for (int64_t j = 0; j < inner; ++j) sum += from[j];
+        out[c] = sum;
+      }
     }
   });
   ctx.set_output(0, std::move(db));
