@@ -390,6 +390,11 @@ absl::Status BiasAddKernel(KernelContext& ctx) {
                              ? 0
                              : value.num_elements() / (channels * inner);
     for (int64_t r = 0; r < rows; ++r) {
+      if (inner == 1) {  // NHWC: a row of channels, vectorised
+        const int64_t at = r * channels;
+        for (int64_t c = 0; c < channels; ++c) out[at + c] = x[at + c] + b[c];
+        continue;
+      }
       for (int64_t c = 0; c < channels; ++c) {
         const int64_t at = (r * channels + c) * inner;
         for (int64_t j = 0; j < inner; ++j) out[at + j] = x[at + j] + b[c];
@@ -416,6 +421,11 @@ absl::Status BiasAddGradKernel(KernelContext& ctx) {
     const int64_t rows =
         channels * inner == 0 ? 0 : dy.num_elements() / (channels * inner);
     for (int64_t r = 0; r < rows; ++r) {
+      if (inner == 1) {  // NHWC: a row added to the sums, vectorised
+        const T* row = p + r * channels;
+        for (int64_t c = 0; c < channels; ++c) out[c] += row[c];
+        continue;
+      }
       for (int64_t c = 0; c < channels; ++c) {
         const T* from = p + (r * channels + c) * inner;
         T sum = out[c];
