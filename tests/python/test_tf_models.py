@@ -403,6 +403,80 @@ def avg_pool_log_softmax_axis1(tf: Any) -> Dict[str, Any]:
 # The runner
 
 
+@program()
+def tf_function_keras_step(tf: Any) -> Dict[str, Any]:
+    """The Keras Sequential of keras_sequential trained five steps by a
+    step under @tf.function, as a TF script writes it (loss, gradient and
+    AdamW's update in one function; the batch an argument). The first call
+    builds AdamW's slots; with gradtape the later calls run as one captured
+    program each (test_tf_function_steps_are_captured checks that)."""
+    ids = tf.constant(np.array([[1, 4, 0], [10, 3, 5]], np.int32))
+    model = _keras_model(tf)
+    model(ids)
+    model.set_weights([fixed(w.shape, 40 + i) for i, w in enumerate(model.get_weights())])
+    opt = tf.keras.optimizers.AdamW(learning_rate=0.01, weight_decay=0.05)
+
+    @tf.function
+    def step(targets: Any) -> Any:
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(ids, training=False) - targets))
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    out: Dict[str, Any] = {}
+    for i in range(5):
+        out[f"loss{i}"] = step(tf.constant(fixed((2, 4), 50 + i, 1.0)))
+    out["weights"] = model.get_weights()
+    return out
+
+
+@program()
+def tf_function_cnn_step(tf: Any) -> Dict[str, Any]:
+    """cnn's model and RMSprop with clip_by_global_norm, the step under
+    @tf.function taking the images and labels, five steps."""
+    w1 = tf.Variable(fixed((3, 3, 2, 4), 2), name="w1")
+    wd = tf.Variable(fixed((4 * 4 * 4, 3), 5), name="wd")
+    bd = tf.Variable(np.zeros(3, np.float32), name="bd")
+    params = [w1, wd, bd]
+    opt = tf.keras.optimizers.RMSprop(learning_rate=0.01, momentum=0.5)
+
+    @tf.function
+    def step(x: Any, labels: Any) -> Any:
+        with tf.GradientTape() as tape:
+            h = tf.nn.relu(tf.nn.conv2d(x, w1, strides=1, padding="SAME"))
+            h = tf.nn.max_pool2d(h, ksize=2, strides=2, padding="VALID")
+            logits = tf.matmul(tf.reshape(h, [4, -1]), wd) + bd
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+        grads = tape.gradient(loss, params)
+        clipped, _ = tf.clip_by_global_norm(grads, 1.0)
+        opt.apply_gradients(zip(clipped, params))
+        return loss
+
+    out: Dict[str, Any] = {}
+    for i in range(5):
+        x = tf.constant(fixed((4, 8, 8, 2), 60 + i, 1.0))
+        labels = tf.constant(np.array([i % 3, 2, 1, (i + 1) % 3], np.int32))
+        out[f"loss{i}"] = step(x, labels)
+    out["weights"] = params
+    return out
+
+
+def test_tf_function_steps_are_captured(gtf: Any) -> None:
+    """With gradtape.tf, the @tf.function steps above run as programs: the
+    session holds one per step function, called for every step after the
+    recorded ones."""
+    import gradtape
+
+    session = gradtape.get_default_session()
+    for name in ("tf_function_keras_step", "tf_function_cnn_step"):
+        before = {p.program_id for p in session.programs()}
+        run(PROGRAMS[name], gtf)
+        new = [p for p in session.programs() if p.program_id not in before]
+        assert len(new) == 1, (name, new)
+        assert new[0].calls >= 3, (name, new[0])
+
+
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_model_program_same_as_tensorflow(name: str, tf: Any, gtf: Any) -> None:
     want = run(PROGRAMS[name], tf)

@@ -186,6 +186,19 @@ def _gather(shapes: Sequence[MaybeShape], attrs: Mapping[str, Any]) -> Optional[
     return [p[:axis] + i + p[axis + 1:]]
 
 
+def _pack(shapes: Sequence[MaybeShape], attrs: Mapping[str, Any]) -> Optional[List[MaybeShape]]:
+    if not shapes or any(x is None or x != shapes[0] for x in shapes):
+        return None
+    s = shapes[0]
+    assert s is not None
+    axis = int(attrs.get("axis", 0))
+    if axis < 0:
+        axis += len(s) + 1
+    if not 0 <= axis <= len(s):
+        return None
+    return [s[:axis] + (len(shapes),) + s[axis:]]
+
+
 def _one_hot(shapes: Sequence[MaybeShape], attrs: Mapping[str, Any]) -> Optional[List[MaybeShape]]:
     s = shapes[0]
     if s is None or "depth" not in attrs or attrs.get("axis", -1) != -1:
@@ -356,6 +369,7 @@ _RULES.update(
         "Transpose": _transpose,
         "Shape": _shape,
         "GatherV2": _gather,
+        "Pack": _pack,
         "OneHot": _one_hot,
         "SparseSoftmaxCrossEntropyWithLogits": _sparse_xent,
         "BiasAddGrad": _bias_add_grad,

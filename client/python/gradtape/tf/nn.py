@@ -612,7 +612,10 @@ def embedding_lookup(params: Any, ids: TensorLike, max_norm: Any = None, name: O
         tapes = params.session._tapes
         if tapes.active:
             tapes.on_read_variable(params)  # watched as a read is (TF does the same)
-        return params.session.execute("ResourceGather", [params.handle, idx], {"dtype": params.dtype})[0]
+        out = params.session.execute("ResourceGather", [params.handle, idx], {"dtype": params.dtype})[0]
+        if idx._shape is not None:  # known without a round trip: ids' shape + the rows'
+            out._shape = tuple(idx._shape) + tuple(params.shape[1:])
+        return out
     return _run("GatherV2", [convert_to_tensor(params), idx], {"axis": 0})
 
 
