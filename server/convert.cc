@@ -243,7 +243,7 @@ namespace {
 
 // Reads one program reference; captured ids are numbered in order of first
 // use in `def`.
-absl::StatusOr<ProgramRef> FromProto(
+absl::StatusOr<ProgramRef> RefFromProto(
     const v1::ProgramRef& ref, const std::string& where, bool ones_allowed,
     ProgramDefinition& def, absl::flat_hash_map<int64_t, int>& captured) {
   switch (ref.ref_case()) {
@@ -270,11 +270,76 @@ absl::Status RefsFromProto(
     const std::string& where, bool ones_allowed, ProgramDefinition& def,
     absl::flat_hash_map<int64_t, int>& captured, std::vector<ProgramRef>* out) {
   for (int j = 0; j < refs.size(); ++j) {
-    ASSIGN_OR_RETURN(ProgramRef ref, FromProto(refs[j], absl::StrCat(where, j),
-                                               ones_allowed, def, captured));
+    ASSIGN_OR_RETURN(ProgramRef ref,
+                     RefFromProto(refs[j], absl::StrCat(where, j), ones_allowed,
+                                  def, captured));
     out->push_back(ref);
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+namespace {
+
+// Step `s` of a definition, its references read into `def`'s captured ids.
+absl::StatusOr<ProgramStep> StepFromProto(
+    const v1::ProgramStep& in, int s, ProgramDefinition& def,
+    absl::flat_hash_map<int64_t, int>& captured) {
+  const std::string where = absl::StrCat("program step ", s);
+  ProgramStep step;
+  switch (in.kind_case()) {
+    case v1::ProgramStep::kOp: {
+      step.op = in.op().op();
+      RETURN_IF_ERROR(RefsFromProto(
+          in.op().inputs(), absl::StrCat(where, " (", step.op, ") input "),
+          false, def, captured, &step.inputs));
+      absl::StatusOr<AttrMap> attrs = AttrsFromProto(in.op().attrs());
+      if (!attrs.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, " (", step.op, "): ", attrs.status().message()));
+      }
+      step.attrs = *std::move(attrs);
+      return step;
+    }
+    case v1::ProgramStep::kPushTape:
+      return ProgramStep::PushTape(in.push_tape().tape(),
+                                   in.push_tape().persistent(),
+                                   in.push_tape().watch_accessed_variables());
+    case v1::ProgramStep::kPopTape:
+      return ProgramStep::PopTape(in.pop_tape().tape());
+    case v1::ProgramStep::kStopRecording:
+      return ProgramStep::Recording(false);
+    case v1::ProgramStep::kStartRecording:
+      return ProgramStep::Recording(true);
+    case v1::ProgramStep::kWatch:
+      step = ProgramStep::Watch(in.watch().tape(), {});
+      RETURN_IF_ERROR(RefsFromProto(in.watch().values(),
+                                    absl::StrCat(where, " (Watch) value "),
+                                    false, def, captured, &step.inputs));
+      return step;
+    case v1::ProgramStep::kGradient: {
+      const v1::ProgramGradient& g = in.gradient();
+      std::vector<ProgramRef> targets, sources, grads;
+      const std::string name = absl::StrCat(where, " (Gradient) ");
+      RETURN_IF_ERROR(RefsFromProto(g.targets(), name + "target ", false, def,
+                                    captured, &targets));
+      RETURN_IF_ERROR(RefsFromProto(g.sources(), name + "source ", false, def,
+                                    captured, &sources));
+      RETURN_IF_ERROR(RefsFromProto(g.output_gradients(),
+                                    name + "output gradient ", true, def,
+                                    captured, &grads));
+      return ProgramStep::Gradient(g.tape(), std::move(targets),
+                                   std::move(sources), std::move(grads),
+                                   FromProto(g.unconnected()));
+    }
+    case v1::ProgramStep::KIND_NOT_SET:
+      break;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(where,
+                   " has no kind set (op, push_tape, watch, gradient, "
+                   "pop_tape, stop_recording, start_recording)"));
 }
 
 }  // namespace
@@ -301,65 +366,8 @@ absl::StatusOr<ProgramDefinition> ProgramFromProto(const v1::DefineProgram& cmd,
   }
   p.steps.reserve(cmd.steps_size());
   for (int s = 0; s < cmd.steps_size(); ++s) {
-    const v1::ProgramStep& in = cmd.steps(s);
-    ProgramStep step;
-    const std::string where = absl::StrCat("program step ", s);
-    switch (in.kind_case()) {
-      case v1::ProgramStep::kOp: {
-        step.op = in.op().op();
-        RETURN_IF_ERROR(RefsFromProto(
-            in.op().inputs(), absl::StrCat(where, " (", step.op, ") input "),
-            false, def, captured, &step.inputs));
-        absl::StatusOr<AttrMap> attrs = AttrsFromProto(in.op().attrs());
-        if (!attrs.ok()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              where, " (", step.op, "): ", attrs.status().message()));
-        }
-        step.attrs = *std::move(attrs);
-        break;
-      }
-      case v1::ProgramStep::kPushTape:
-        step = ProgramStep::PushTape(in.push_tape().tape(),
-                                     in.push_tape().persistent(),
-                                     in.push_tape().watch_accessed_variables());
-        break;
-      case v1::ProgramStep::kPopTape:
-        step = ProgramStep::PopTape(in.pop_tape().tape());
-        break;
-      case v1::ProgramStep::kStopRecording:
-        step = ProgramStep::Recording(false);
-        break;
-      case v1::ProgramStep::kStartRecording:
-        step = ProgramStep::Recording(true);
-        break;
-      case v1::ProgramStep::kWatch:
-        step = ProgramStep::Watch(in.watch().tape(), {});
-        RETURN_IF_ERROR(RefsFromProto(in.watch().values(),
-                                      absl::StrCat(where, " (Watch) value "),
-                                      false, def, captured, &step.inputs));
-        break;
-      case v1::ProgramStep::kGradient: {
-        const v1::ProgramGradient& g = in.gradient();
-        std::vector<ProgramRef> targets, sources, grads;
-        const std::string name = absl::StrCat(where, " (Gradient) ");
-        RETURN_IF_ERROR(RefsFromProto(g.targets(), name + "target ", false, def,
-                                      captured, &targets));
-        RETURN_IF_ERROR(RefsFromProto(g.sources(), name + "source ", false, def,
-                                      captured, &sources));
-        RETURN_IF_ERROR(RefsFromProto(g.output_gradients(),
-                                      name + "output gradient ", true, def,
-                                      captured, &grads));
-        step = ProgramStep::Gradient(g.tape(), std::move(targets),
-                                     std::move(sources), std::move(grads),
-                                     FromProto(g.unconnected()));
-        break;
-      }
-      case v1::ProgramStep::KIND_NOT_SET:
-        return absl::InvalidArgumentError(
-            absl::StrCat(where,
-                         " has no kind set (op, push_tape, watch, gradient, "
-                         "pop_tape)"));
-    }
+    ASSIGN_OR_RETURN(ProgramStep step,
+                     StepFromProto(cmd.steps(s), s, def, captured));
     p.steps.push_back(std::move(step));
   }
   RETURN_IF_ERROR(RefsFromProto(cmd.outputs(), "program output ", false, def,
