@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "core/autodiff/gradient.h"
+#include "core/base/cancellation.h"
 #include "core/base/status_macros.h"
 #include "core/tensor/variable.h"
 
@@ -515,8 +516,14 @@ absl::StatusOr<Tensors> RunProgram(OpExecutor& exec, const Program& program,
   }
   Tensors inputs;
   Tensors outputs;
+  Cancellation* const cancel = CurrentCancellation();
   for (size_t s = 0; s < p.steps.size(); ++s) {
     const ProgramStep& step = p.steps[s];
+    // A call is one command: its deadline or cancellation stops it between
+    // steps too (and the guard undoes what ran).
+    if (cancel != nullptr && cancel->Poll()) {
+      return cancel->Check(StepName(p, s));
+    }
     inputs.clear();
     for (size_t j = 0; j < step.inputs.size(); ++j) {
       const int slot = ValidSlot(p, step.inputs[j]);

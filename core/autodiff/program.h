@@ -23,13 +23,15 @@
 // forgets its id, as when a client releases an intermediate: tapes keep
 // what their backward needs).
 //
-// Failure: args are checked against the params before any step runs. When a
-// step fails, RunProgram returns its error (naming the step index and op)
-// and no outputs, and undoes what the run did: the variables reachable from
-// the params and constants get back the values they had (values are
-// immutable tensors, so keeping them costs nothing until an assignment),
-// the program's tapes are deleted, and the step values are forgotten, which
-// erases their entries from outer tapes.
+// Failure: args are checked against the params before any step runs. The
+// thread's current Cancellation (core/base/cancellation.h) is polled before
+// each step: a deadline passed or a cancellation stops the run there as a
+// failed step would. When a step fails, RunProgram returns its error (naming
+// the step index and op) and no outputs, and undoes what the run did: the
+// variables reachable from the params and constants get back the values they
+// had (values are immutable tensors, so keeping them costs nothing until an
+// assignment), the program's tapes are deleted, and the step values are
+// forgotten, which erases their entries from outer tapes.
 #ifndef GRADTAPE_CORE_AUTODIFF_PROGRAM_H_
 #define GRADTAPE_CORE_AUTODIFF_PROGRAM_H_
 

@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "core/autodiff/gradient.h"
+#include "core/base/cancellation.h"
 #include "core/ops/ops.h"
 #include "core/tensor/variable.h"
 #include "gtest/gtest.h"
@@ -741,6 +742,38 @@ TEST_F(ProgramTrainingTest, CapturedVariablesAndRecordingSteps) {
   ASSERT_TRUE(Validate(p).ok());
   EXPECT_FALSE(RunProgram(exec_, p, {}).ok());
   EXPECT_FALSE(exec_.tapes().stopped());
+}
+
+// A passed deadline or a cancellation stops a run between steps, undone
+// like a failed step; without one the same run trains.
+TEST_F(ProgramTrainingTest, DeadlinesAndCancellationStopARunBetweenSteps) {
+  const Tensor w = NewVariable(5);
+  const Tensor lr = Arg(Tensor::Scalar<double>(0.05));
+  Program p = SgdStep(w, lr);
+  ASSERT_TRUE(Validate(p).ok());
+  const Tensor x = Arg(Random({4, 3}, 1));
+  const Tensor y = Arg(Random({4, 2}, 2));
+  const Tensor before = ValueOf(w);
+  {
+    Cancellation passed(absl::Now() - absl::Seconds(1));
+    ScopedCancellation scope(&passed);
+    absl::StatusOr<Tensors> out = RunProgram(exec_, p, {x, y});
+    EXPECT_EQ(out.status().code(), StatusCode::kDeadlineExceeded);
+    EXPECT_TRUE(
+        absl::StrContains(out.status().message(), "program step 0 (PushTape)"))
+        << out.status();
+  }
+  {
+    Cancellation cancel;
+    cancel.Cancel(StatusCode::kCancelled);
+    ScopedCancellation scope(&cancel);
+    EXPECT_EQ(RunProgram(exec_, p, {x, y}).status().code(),
+              StatusCode::kCancelled);
+  }
+  EXPECT_EQ(ValueOf(w).raw_data(), before.raw_data());
+  EXPECT_EQ(exec_.tapes().num_tapes(), 0u);
+  ASSERT_TRUE(RunProgram(exec_, p, {x, y}).ok());
+  EXPECT_NE(ValueOf(w).raw_data(), before.raw_data());
 }
 
 }  // namespace
