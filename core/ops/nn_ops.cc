@@ -386,9 +386,8 @@ absl::Status BiasAddKernel(KernelContext& ctx) {
     const T* b = bias.data<T>();
     T* out = y.mutable_data<T>();
     // Rows of [channels, inner] blocks: no division per element.
-    const int64_t rows = channels * inner == 0
-                             ? 0
-                             : value.num_elements() / (channels * inner);
+    const int64_t rows =
+        channels * inner == 0 ? 0 : value.num_elements() / (channels * inner);
     for (int64_t r = 0; r < rows; ++r) {
       if (inner == 1) {  // NHWC: a row of channels, vectorised
         const int64_t at = r * channels;

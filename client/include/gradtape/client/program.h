@@ -17,10 +17,11 @@
 // on the first call only.
 //
 // A body that reads a value (Fetch, Stats, a gradient with values) or
-// differentiates a tape it did not push cannot be a program: the Function then runs `body` eagerly on every call, and
-// capture_status() says why. A first call that created a variable
-// (VarHandleOp: layers and optimizer slots built on first use) is not kept:
-// the second call records again, as tf.function traces twice then.
+// differentiates a tape it did not push cannot be a program: the Function then
+// runs `body` eagerly on every call, and capture_status() says why. A first
+// call that created a variable (VarHandleOp: layers and optimizer slots built
+// on first use) is not kept: the second call records again, as tf.function
+// traces twice then.
 //
 // The signature is fixed: the arguments' dtypes and shapes. The server
 // refuses a call whose arguments differ (INVALID_ARGUMENT at the next wait
