@@ -492,18 +492,12 @@ class Function:
         real = session._core
         recorder = _Recorder(real, {t._id: i for i, t in enumerate(params)})
         tapes = session._tapes
-        session._core = recorder
-        tapes._core = recorder
+        session._core = tapes._core = recorder
         try:
-            result = self._fn(*args, **kwargs)
-        except BaseException:
-            session._core = real
-            tapes._core = real
-            recorder.finish()
-            raise
-        session._core = real
-        tapes._core = real
-        try:
+            try:
+                result = self._fn(*args, **kwargs)
+            finally:
+                session._core = tapes._core = real
             outputs: List[Tensor] = []
 
             def to_template(leaf: Any) -> Any:
@@ -515,12 +509,10 @@ class Function:
                 return leaf
 
             template = _map(result, to_template)
-            if recorder.created_variable:
-                pass  # traced again at the next call (the variables exist then)
-            elif recorder.cannot is None and any(i not in recorder.read_handles for i in recorder.outer_watches):
+            if recorder.cannot is None and any(i not in recorder.read_handles for i in recorder.outer_watches):
                 recorder.cannot = "a watch on a tape made outside the function"
             if recorder.created_variable:
-                pass
+                pass  # traced again at the next call (the variables exist then)
             elif recorder.cannot is not None:
                 self._cache[key] = _Eager(recorder.cannot)
                 if not self._warned:
