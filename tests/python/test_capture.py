@@ -24,9 +24,11 @@ Resume and exactly-once with a captured loop: test_resume.py.
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import pathlib
 import sys
+import threading
 import warnings
 from typing import Any, Dict, List, Tuple
 
@@ -221,6 +223,55 @@ def test_a_new_shape_dtype_or_python_value_traces_again(gt: gradtape.Session) ->
     info = gt.programs()
     assert all(p.params == 1 and p.outputs == 1 for p in info)
     assert sum(p.calls for p in info) == 2
+
+
+def test_a_garbage_collected_function_deletes_its_programs(gt: gradtape.Session) -> None:
+    def make() -> Any:
+        @gradtape.function(session=gt)
+        def f(x: gradtape.Tensor) -> gradtape.Tensor:
+            return x * 2.0
+
+        return f
+
+    f = make()
+    x = gt.constant(np.arange(3, dtype=np.float32))
+    f(x)
+    f(gt.constant(np.ones(2, np.float32)))  # a second signature: a second program
+    assert len(gt.programs()) == 2
+    del f
+    gc.collect()
+    assert len(gt.programs()) == 2  # deleted with the next definition, not from the finalizer
+    g = make()
+    assert np.array_equal(g(x).numpy(), [0, 2, 4])
+    (info,) = gt.programs()
+    assert info.program_id == 3
+    assert np.array_equal(g(x).numpy(), [0, 2, 4])  # g's program still runs
+
+
+def test_another_threads_commands_during_a_trace_are_neither_recorded_nor_held(gt: gradtape.Session) -> None:
+    other: List[np.ndarray] = []
+
+    def elsewhere() -> None:
+        y = gt.constant(np.full(2, 5.0, np.float32))
+        z = gt.ops.exp(y) - y  # two ops, sent on this thread's own
+        other.append(z.numpy())
+        del y, z  # releases: sent now, not deferred to the trace's end
+
+    @gradtape.function(session=gt)
+    def f(x: gradtape.Tensor) -> gradtape.Tensor:
+        a = x + 1.0
+        thread = threading.Thread(target=elsewhere)
+        thread.start()
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+        return a * x
+
+    x = gt.constant(np.arange(3, dtype=np.float32))
+    assert np.array_equal(f(x).numpy(), [0, 2, 6])
+    np.testing.assert_allclose(other[0], np.exp(np.float32(5.0)) - 5.0, rtol=1e-6)
+    (info,) = gt.programs()
+    assert info.steps == 2  # AddV2, Mul: the other thread's ops are not steps
+    assert np.array_equal(f(gt.constant(np.ones(3, np.float32))).numpy(), [2, 2, 2])
 
 
 def test_side_effects_run_only_when_tracing(gt: gradtape.Session) -> None:

@@ -61,15 +61,20 @@ its DeleteTape is not part of the program. A call inside an outer
 so it is differentiable; the variables the trace read are watched on the
 outer tapes as an eager run would watch them.
 
-Programs live until their session closes. The recorder swaps the session's
-backend while tracing: do not use the session from another thread during a
-first call.
+A program lives as long as its Function: when the Function is
+garbage-collected, its programs are deleted on the server (DeleteProgram,
+sent with the session's next definition), and all of them go when the
+session closes. While a first call traces, the recorder is the session's
+backend, but it records only what the tracing thread sends: other threads'
+commands pass through it as they would without a trace.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 import warnings
+import weakref
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, cast
 
 import numpy as np
@@ -324,6 +329,28 @@ class _Recorder:
         self.deferred = []
 
 
+class _TracingBackend:
+    """The session's backend while a first call traces: the recorder for
+    the tracing thread, the real backend for every other thread (so another
+    thread's commands are neither recorded nor held back)."""
+
+    def __init__(self, real: _backend.Backend, recorder: _Recorder) -> None:
+        self._real = real
+        self._recorder = recorder
+        self._thread = threading.get_ident()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._recorder if threading.get_ident() == self._thread else self._real, name)
+
+
+def _forget_program(session_ref: "weakref.ReferenceType[Session]", program_id: int) -> None:
+    """A Function was garbage-collected: its session deletes the program at
+    its next definition (Session._new_program_id)."""
+    session = session_ref()
+    if session is not None and not session.closed:
+        session._dead_programs.append(program_id)
+
+
 # -- programs ---------------------------------------------------------------------
 
 
@@ -492,7 +519,7 @@ class Function:
         real = session._core
         recorder = _Recorder(real, {t._id: i for i, t in enumerate(params)})
         tapes = session._tapes
-        session._core = tapes._core = recorder
+        session._core = tapes._core = cast(_backend.Backend, _TracingBackend(real, recorder))
         try:
             try:
                 result = self._fn(*args, **kwargs)
@@ -532,6 +559,7 @@ class Function:
                     outputs=[recorder.ref(t._id) for t in outputs],
                 )
                 real.enqueue(pb.Command(define_program=define))
+                weakref.finalize(self, _forget_program, weakref.ref(session), program_id).atexit = False
                 self._cache[key] = _Program(
                     program_id,
                     template,

@@ -97,6 +97,9 @@ class Session:
         # Variables by handle id (captured steps watch them on outer tapes).
         self._variables: "weakref.WeakValueDictionary[int, Variable]" = weakref.WeakValueDictionary()
         self._last_program_id = 0
+        # Programs of garbage-collected Functions, deleted on the server at
+        # the next definition (appended by a finalizer: any thread, any time).
+        self._dead_programs: List[int] = []
 
     # -- lifecycle -------------------------------------------------------
     @property
@@ -168,7 +171,13 @@ class Session:
         return [ProgramInfo(p.program_id, p.params, p.steps, p.outputs, p.bytes, p.calls) for p in r.programs]
 
     def _new_program_id(self) -> int:
-        """A program id of this session (never reused)."""
+        """A program id of this session (never reused). First sends the
+        DeleteProgram of every program whose Function was garbage-collected
+        (a finalizer only appends to a list: it may run in the middle of
+        another command, so it sends nothing itself)."""
+        while self._dead_programs:
+            dead = self._dead_programs.pop()
+            self._core.enqueue(pb.Command(delete_program=pb.DeleteProgram(program_id=dead)))
         self._last_program_id += 1
         return self._last_program_id
 
