@@ -5,17 +5,68 @@
 // (BatchMatMul's adj_*, conjugate-transposes for complex) passed as flags,
 // so no copy is made. Batched products walk the batch dims with
 // ForEachStrided, whose strides (in matrices) are 0 along a broadcast dim.
+#include <array>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "core/autodiff/forward_mode.h"
 #include "core/autodiff/grad_context.h"
+#include "core/base/cancellation.h"
 #include "core/base/status_macros.h"
 #include "core/ops/gemm.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
+#include "core/ops/parallel.h"
 
 namespace gradtape {
 namespace {
+
+// Gemm splits a product of at least this many multiply-adds between the
+// threads itself (kParallelMinWork in gemm.cc); smaller products of a batch
+// are spread over the threads whole, at least kBatchBlockWork
+// multiply-adds per block (a block of a few microseconds). The attention
+// products of bench/transformer_bench.py (128 products of 64 x 16 x 64)
+// ran on one core before: 14% of a captured training step's kernel time.
+constexpr double kGemmSplitsWork = 1 << 20;
+constexpr double kBatchBlockWork = 1 << 17;
+
+// z[o] = op(x[i]) op(y[j]) for each (o, i, j) of `products` (offsets in
+// matrices). Each product is one Gemm on one thread, so the result does
+// not depend on the thread count. The first error (a cancellation) wins;
+// blocks started after it return at once (Gemm checks it first).
+template <typename T>
+absl::Status BatchedGemm(MatrixOp op_x, MatrixOp op_y, const ProductDims& d,
+                         const std::vector<std::array<int64_t, 3>>& products,
+                         const T* px, int64_t x_size, int64_t xc, const T* py,
+                         int64_t y_size, int64_t yc, T* pz) {
+  const int64_t z_size = d.m * d.n;
+  Cancellation* const cancel = CurrentCancellation();
+  absl::Status status;
+  std::mutex mu;
+  auto run = [&](int64_t begin, int64_t end) {
+    ScopedCancellation scope(cancel);  // on a pool thread too
+    for (int64_t b = begin; b < end; ++b) {
+      const auto& [o, i, j] = products[b];
+      absl::Status s = Gemm<T>(op_x, op_y, d.m, d.n, d.k, px + i * x_size, xc,
+                               py + j * y_size, yc, pz + o * z_size, d.n);
+      if (!s.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (status.ok()) status = std::move(s);
+        return;
+      }
+    }
+  };
+  const double work = static_cast<double>(d.m) * d.n * d.k;
+  const int64_t n = static_cast<int64_t>(products.size());
+  if (work >= kGemmSplitsWork) {
+    run(0, n);
+  } else {
+    ParallelRange(n, static_cast<int64_t>(kBatchBlockWork / (work + 1)) + 1,
+                  run);
+  }
+  return status;
+}
 
 // BatchMatMul (broadcast = false: batch dims must be equal) and
 // BatchMatMulV2 (batch dims broadcast numpy-style).
@@ -62,27 +113,24 @@ absl::Status BatchMatMulKernel(KernelContext& ctx, bool broadcast) {
     return ctx.InvalidArgument("output shape ", ShapeString(out_shape),
                                " is too large");
   }
-  ASSIGN_OR_RETURN(Tensor z, Allocate(ctx, x.dtype(), out_shape));
+  // Written in full: every product writes its matrix (k == 0 too).
+  ASSIGN_OR_RETURN(Tensor z, AllocateOutput(ctx, x.dtype(), out_shape));
   absl::Status status;
   const MatrixOp op_x = adj_x ? MatrixOp::kAdjoint : MatrixOp::kNone;
   const MatrixOp op_y = adj_y ? MatrixOp::kAdjoint : MatrixOp::kNone;
+  const int rank = static_cast<int>(batch.size());
+  const Shape sx = BroadcastStrides(bx, rank);  // in matrices
+  const Shape sy = BroadcastStrides(by, rank);
+  std::vector<std::array<int64_t, 3>> products;
+  ForEachStrided(batch, sx, sy, [&](int64_t o, int64_t i, int64_t j) {
+    products.push_back({o, i, j});
+  });
   DispatchInexact(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const int64_t xr = x.dim(x.rank() - 2), xc = x.dim(x.rank() - 1);
-    const int64_t yr = y.dim(y.rank() - 2), yc = y.dim(y.rank() - 1);
-    const int64_t x_size = xr * xc, y_size = yr * yc, z_size = d.m * d.n;
-    const int rank = static_cast<int>(batch.size());
-    Shape sx = BroadcastStrides(bx, rank);  // in matrices
-    Shape sy = BroadcastStrides(by, rank);
-    const T* px = x.data<T>();
-    const T* py = y.data<T>();
-    T* pz = z.mutable_data<T>();
-    ForEachStrided(batch, sx, sy, [&](int64_t o, int64_t i, int64_t j) {
-      // After a cancellation, the remaining products return at once.
-      absl::Status s = Gemm<T>(op_x, op_y, d.m, d.n, d.k, px + i * x_size, xc,
-                               py + j * y_size, yc, pz + o * z_size, d.n);
-      if (status.ok()) status = std::move(s);
-    });
+    const int64_t xc = x.dim(x.rank() - 1), yc = y.dim(y.rank() - 1);
+    status = BatchedGemm<T>(op_x, op_y, d, products, x.data<T>(),
+                            x.dim(x.rank() - 2) * xc, xc, y.data<T>(),
+                            y.dim(y.rank() - 2) * yc, yc, z.mutable_data<T>());
   });
   RETURN_IF_ERROR(ctx.Annotate(status));
   ctx.set_output(0, std::move(z));

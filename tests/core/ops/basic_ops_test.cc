@@ -2,6 +2,7 @@
 // checks (the gradient check covers the backwards).
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "core/autodiff/op_executor.h"
@@ -172,6 +173,40 @@ TEST_F(OpsTest, SoftmaxAndLoss) {
           {logits, Tensor::FromVector<int32_t>({1}, {3})});
   ASSERT_FALSE(r.ok());
   EXPECT_TRUE(absl::StrContains(r.status().message(), "label 3"));
+}
+
+// Rows of every length around the kernel's lanes (8 partial maxima and
+// sums): values against a plain two-pass reference, large logits shifted by
+// the max, and a NaN anywhere in a row making that row NaN.
+TEST_F(OpsTest, SoftmaxRowsOfEveryLengthMatchTheReference) {
+  for (int64_t n : {1, 2, 7, 8, 9, 15, 16, 17, 31, 64, 67}) {
+    std::vector<double> v(2 * n);
+    for (int64_t i = 0; i < 2 * n; ++i) v[i] = std::sin(1.7 * i + n) * 30;
+    v[n + n / 2] += 1000;  // row 1 holds one large logit
+    for (bool log : {false, true}) {
+      auto r = Run(log ? "LogSoftmax" : "Softmax", {D({2, n}, v)});
+      ASSERT_TRUE(r.ok()) << r.status();
+      const std::vector<double> got = Values((*r)[0]);
+      for (int64_t row = 0; row < 2; ++row) {
+        const double* x = v.data() + row * n;
+        const double max = *std::max_element(x, x + n);
+        double sum = 0;
+        for (int64_t j = 0; j < n; ++j) sum += std::exp(x[j] - max);
+        for (int64_t j = 0; j < n; ++j) {
+          const double want =
+              log ? x[j] - max - std::log(sum) : std::exp(x[j] - max) / sum;
+          EXPECT_NEAR(got[row * n + j], want, 1e-12 * (1 + std::abs(want)))
+              << (log ? "LogSoftmax" : "Softmax") << " n=" << n << " row "
+              << row << " element " << j;
+        }
+      }
+    }
+    std::vector<double> with_nan(v.begin(), v.begin() + n);
+    with_nan[n - 1] = std::nan("");
+    auto r = Run("Softmax", {D({1, n}, with_nan)});
+    ASSERT_TRUE(r.ok()) << r.status();
+    for (double y : Values((*r)[0])) EXPECT_TRUE(std::isnan(y)) << "n=" << n;
+  }
 }
 
 TEST_F(OpsTest, AttrChecks) {

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "core/autodiff/gradient.h"
 #include "core/autodiff/op_executor.h"
+#include "core/base/cancellation.h"
 #include "core/registry/op_registry.h"
 #include "gtest/gtest.h"
 #include "tests/core/ops/op_samples.h"
@@ -141,6 +142,44 @@ TEST_F(LinalgOpsTest, Float32BatchMatMul) {
   EXPECT_EQ((*r)[0].shape(), (Shape{2, 1, 1}));
   EXPECT_EQ((*r)[0].ElementAsDouble(0), 11);
   EXPECT_EQ((*r)[0].ElementAsDouble(1), 17);
+}
+
+// A batch of small products is spread over the threads, a product per
+// Gemm call: each matrix of the result is bit for bit MatMul's of the same
+// operands, whichever thread ran it.
+TEST_F(LinalgOpsTest, BatchOfSmallProductsEqualsEachProductAlone) {
+  constexpr int64_t kBatch = 128, m = 16, k = 8, n = 12;
+  const Tensor x = R({kBatch, m, k}, 61), y = R({kBatch, n, k}, 62);
+  auto r = Run("BatchMatMulV2", {x, y}, {{"adj_y", true}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  const Tensor& z = (*r)[0];
+  ASSERT_EQ(z.shape(), (Shape{kBatch, m, n}));
+  for (int64_t b = 0; b < kBatch; ++b) {
+    const double* px = x.data<double>() + b * m * k;
+    const double* py = y.data<double>() + b * n * k;
+    auto one = Run("MatMul",
+                   {Tensor::FromVector<double>({m, k}, {px, px + m * k}),
+                    Tensor::FromVector<double>({n, k}, {py, py + n * k})},
+                   {{"transpose_b", true}});
+    ASSERT_TRUE(one.ok()) << one.status();
+    for (int64_t i = 0; i < m * n; ++i) {
+      ASSERT_EQ(z.data<double>()[b * m * n + i], (*one)[0].data<double>()[i])
+          << "product " << b << ", element " << i;
+    }
+  }
+}
+
+// A cancelled batch fails naming the op (each block runs under the
+// caller's cancellation, on whichever thread takes it).
+TEST_F(LinalgOpsTest, BatchOfSmallProductsFailsOnCancellation) {
+  Cancellation cancel;
+  cancel.Cancel(absl::StatusCode::kCancelled);
+  ScopedCancellation scope(&cancel);
+  auto r = Run("BatchMatMulV2", {R({128, 16, 8}, 63), R({128, 8, 12}, 64)});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled) << r.status();
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "BatchMatMulV2"))
+      << r.status();
 }
 
 TEST_F(LinalgOpsTest, SparseMatMulEqualsMatMul) {
