@@ -87,6 +87,16 @@ void BroadcastLayout::RowOffsets(int64_t row, int64_t* a, int64_t* b) const {
   *b = ob;
 }
 
+RowCursor::RowCursor(const BroadcastLayout& l, int64_t first)
+    : l_(l), index_(l.shape.size() - 1, 0) {
+  for (int d = static_cast<int>(index_.size()) - 1; d >= 0 && first > 0; --d) {
+    index_[d] = first % l.shape[d];
+    first /= l.shape[d];
+    a_ += index_[d] * l.sa[d];
+    b_ += index_[d] * l.sb[d];
+  }
+}
+
 BroadcastLayout CollapseBroadcast(absl::Span<const int64_t> out,
                                   absl::Span<const int64_t> a,
                                   absl::Span<const int64_t> b) {
