@@ -128,7 +128,8 @@ absl::Status ApplyKernel(KernelContext& ctx, const ApplyLayout& layout,
   std::vector<Tensor> values;
   values.reserve(vars.size());
   for (Variable* var : vars) {
-    ASSIGN_OR_RETURN(Tensor copy, Allocate(ctx, var->dtype, var->shape));
+    // Written in full by the memcpy: not zero-filled first.
+    ASSIGN_OR_RETURN(Tensor copy, AllocateOutput(ctx, var->dtype, var->shape));
     if (copy.num_bytes() > 0) {
       std::memcpy(copy.raw_mutable_data(), var->value.raw_data(),
                   copy.num_bytes());
