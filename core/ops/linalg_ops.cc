@@ -3,12 +3,10 @@
 // Every product is one Gemm (core/ops/gemm.h) per matrix on the row-major
 // buffers, with transposes (MatMul's transpose_*) and adjoints
 // (BatchMatMul's adj_*, conjugate-transposes for complex) passed as flags,
-// so no copy is made. Batched products walk the batch dims with
-// ForEachStrided, whose strides (in matrices) are 0 along a broadcast dim.
-#include <array>
+// so no copy is made. Batched products walk the batch dims with a RowCursor
+// (BatchedGemm), whose strides (in matrices) are 0 along a broadcast dim.
 #include <mutex>
 #include <string>
-#include <vector>
 
 #include "core/autodiff/forward_mode.h"
 #include "core/autodiff/grad_context.h"
@@ -31,34 +29,47 @@ namespace {
 constexpr double kGemmSplitsWork = 1 << 20;
 constexpr double kBatchBlockWork = 1 << 17;
 
-// z[o] = op(x[i]) op(y[j]) for each (o, i, j) of `products` (offsets in
-// matrices). Each product is one Gemm on one thread, so the result does
-// not depend on the thread count. The first error (a cancellation) wins;
-// blocks started after it return at once (Gemm checks it first).
+// z[o] = op(x[i]) op(y[j]) for every product o of the batch dims `batch`
+// (i, j: matrix offsets into x and y, through the strides sx, sy, 0 along a
+// broadcast dim), walked block by block with no list of the products (a
+// batch of a billion 1 x 1 products must not need memory the tensors were
+// not charged for). Each product is one Gemm on one thread, so the result
+// does not depend on the thread count. The first error (a cancellation)
+// wins; blocks started after it return at once (Gemm checks it first).
 template <typename T>
 absl::Status BatchedGemm(MatrixOp op_x, MatrixOp op_y, const ProductDims& d,
-                         const std::vector<std::array<int64_t, 3>>& products,
-                         const T* px, int64_t x_size, int64_t xc, const T* py,
+                         absl::Span<const int64_t> batch,
+                         absl::Span<const int64_t> sx,
+                         absl::Span<const int64_t> sy, const T* px,
+                         int64_t x_size, int64_t xc, const T* py,
                          int64_t y_size, int64_t yc, T* pz) {
+  const int64_t n = NumElements(batch);
+  if (n == 0) return absl::OkStatus();
+  const BroadcastLayout l = CollapseStrides(batch, sx, sy);
+  const int64_t inner = l.inner(), ia = l.sa.back(), ib = l.sb.back();
   const int64_t z_size = d.m * d.n;
   Cancellation* const cancel = CurrentCancellation();
   absl::Status status;
   std::mutex mu;
   auto run = [&](int64_t begin, int64_t end) {
     ScopedCancellation scope(cancel);  // on a pool thread too
-    for (int64_t b = begin; b < end; ++b) {
-      const auto& [o, i, j] = products[b];
-      absl::Status s = Gemm<T>(op_x, op_y, d.m, d.n, d.k, px + i * x_size, xc,
-                               py + j * y_size, yc, pz + o * z_size, d.n);
+    RowCursor row(l, begin / inner);
+    for (int64_t o = begin, k = begin % inner; o < end; ++o) {
+      absl::Status s = Gemm<T>(
+          op_x, op_y, d.m, d.n, d.k, px + (row.a() + k * ia) * x_size, xc,
+          py + (row.b() + k * ib) * y_size, yc, pz + o * z_size, d.n);
       if (!s.ok()) {
         std::lock_guard<std::mutex> lock(mu);
         if (status.ok()) status = std::move(s);
         return;
       }
+      if (++k == inner) {
+        k = 0;
+        row.Next();
+      }
     }
   };
   const double work = static_cast<double>(d.m) * d.n * d.k;
-  const int64_t n = static_cast<int64_t>(products.size());
   if (work >= kGemmSplitsWork) {
     run(0, n);
   } else {
@@ -121,14 +132,10 @@ absl::Status BatchMatMulKernel(KernelContext& ctx, bool broadcast) {
   const int rank = static_cast<int>(batch.size());
   const Shape sx = BroadcastStrides(bx, rank);  // in matrices
   const Shape sy = BroadcastStrides(by, rank);
-  std::vector<std::array<int64_t, 3>> products;
-  ForEachStrided(batch, sx, sy, [&](int64_t o, int64_t i, int64_t j) {
-    products.push_back({o, i, j});
-  });
   DispatchInexact(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const int64_t xc = x.dim(x.rank() - 1), yc = y.dim(y.rank() - 1);
-    status = BatchedGemm<T>(op_x, op_y, d, products, x.data<T>(),
+    status = BatchedGemm<T>(op_x, op_y, d, batch, sx, sy, x.data<T>(),
                             x.dim(x.rank() - 2) * xc, xc, y.data<T>(),
                             y.dim(y.rank() - 2) * yc, yc, z.mutable_data<T>());
   });

@@ -146,25 +146,38 @@ TEST_F(LinalgOpsTest, Float32BatchMatMul) {
 
 // A batch of small products is spread over the threads, a product per
 // Gemm call: each matrix of the result is bit for bit MatMul's of the same
-// operands, whichever thread ran it.
+// operands, whichever thread ran it. Plain batch dims, and broadcast ones
+// (x along dim 1, y along dim 0: offsets that jump at every row).
 TEST_F(LinalgOpsTest, BatchOfSmallProductsEqualsEachProductAlone) {
-  constexpr int64_t kBatch = 128, m = 16, k = 8, n = 12;
-  const Tensor x = R({kBatch, m, k}, 61), y = R({kBatch, n, k}, 62);
-  auto r = Run("BatchMatMulV2", {x, y}, {{"adj_y", true}});
-  ASSERT_TRUE(r.ok()) << r.status();
-  const Tensor& z = (*r)[0];
-  ASSERT_EQ(z.shape(), (Shape{kBatch, m, n}));
-  for (int64_t b = 0; b < kBatch; ++b) {
-    const double* px = x.data<double>() + b * m * k;
-    const double* py = y.data<double>() + b * n * k;
-    auto one = Run("MatMul",
-                   {Tensor::FromVector<double>({m, k}, {px, px + m * k}),
-                    Tensor::FromVector<double>({n, k}, {py, py + n * k})},
-                   {{"transpose_b", true}});
-    ASSERT_TRUE(one.ok()) << one.status();
-    for (int64_t i = 0; i < m * n; ++i) {
-      ASSERT_EQ(z.data<double>()[b * m * n + i], (*one)[0].data<double>()[i])
-          << "product " << b << ", element " << i;
+  constexpr int64_t m = 16, k = 8, n = 12;
+  struct Case {
+    Shape x, y;
+    int64_t rows, cols;  // the batch of the result
+  };
+  // 1032 products of 1536 multiply-adds: 8 blocks of 129, which start in
+  // the middle of the broadcast case's rows of 43.
+  for (const Case& c : {Case{{1032, m, k}, {1032, n, k}, 1, 1032},
+                        Case{{24, 1, m, k}, {43, n, k}, 24, 43}}) {
+    const Tensor x = R(c.x, 61), y = R(c.y, 62);
+    auto r = Run("BatchMatMulV2", {x, y}, {{"adj_y", true}});
+    ASSERT_TRUE(r.ok()) << r.status();
+    const Tensor& z = (*r)[0];
+    ASSERT_EQ(z.num_elements(), c.rows * c.cols * m * n);
+    const bool broadcast = c.rows > 1;
+    for (int64_t b = 0; b < c.rows * c.cols; ++b) {
+      const int64_t xi = broadcast ? b / c.cols : b;
+      const int64_t yi = broadcast ? b % c.cols : b;
+      const double* px = x.data<double>() + xi * m * k;
+      const double* py = y.data<double>() + yi * n * k;
+      auto one = Run("MatMul",
+                     {Tensor::FromVector<double>({m, k}, {px, px + m * k}),
+                      Tensor::FromVector<double>({n, k}, {py, py + n * k})},
+                     {{"transpose_b", true}});
+      ASSERT_TRUE(one.ok()) << one.status();
+      for (int64_t i = 0; i < m * n; ++i) {
+        ASSERT_EQ(z.data<double>()[b * m * n + i], (*one)[0].data<double>()[i])
+            << "product " << b << ", element " << i;
+      }
     }
   }
 }
