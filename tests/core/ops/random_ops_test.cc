@@ -219,7 +219,9 @@ TEST_F(RandomOpsTest, CounterSelectsTheGroup) {
 // counter whose low word carries, gives the numbers of Philox4x32::Next
 // block by block.
 TEST_F(RandomOpsTest, BatchedUniformFloatsMatchBlockByBlock) {
-  for (int64_t c0 : {int64_t{0}, int64_t{-3}}) {  // -3: the low 64 bits carry
+  // 2^32 - 6: word 0 carries into word 1 inside a batch of 16 blocks; -3:
+  // the low 64 bits carry into the high ones.
+  for (int64_t c0 : {int64_t{0}, int64_t{4294967290}, int64_t{-3}}) {
     for (int32_t n : {1, 3, 4, 63, 64, 65, 67, 1000, 200003}) {
       Tensor t =
           V2("StatelessRandomUniformV2", {n}, 77, c0, 9, DType::kFloat32);
