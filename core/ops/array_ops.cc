@@ -3,6 +3,7 @@
 // Transpose's perm, BroadcastTo's shape), gradtape takes an attr of the same
 // name: a remote client knows it statically, and it saves a tensor.
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <numeric>
 #include <type_traits>
@@ -124,12 +125,23 @@ absl::Status CastKernel(KernelContext& ctx) {
       using D = decltype(to);
       const S* px = x.data<S>();
       D* py = y.mutable_data<D>();
-      ParallelRange(x.num_elements(), kElementwiseGrain,
-                    [&](int64_t begin, int64_t end) {
-                      for (int64_t i = begin; i < end; ++i) {
-                        py[i] = CastValue<D>(px[i]);
-                      }
-                    });
+      ParallelRange(
+          x.num_elements(), kElementwiseGrain, [&](int64_t begin, int64_t end) {
+            if constexpr (std::is_same_v<S, bool> && std::is_arithmetic_v<D> &&
+                          !std::is_same_v<D, bool>) {
+              // A bool is one byte holding 0 or 1: read as bytes, which the
+              // compiler vectorises (it does not vectorise loads of bool;
+              // a dropout mask's Cast was 2.5% of a transformer step).
+              const auto* bytes = reinterpret_cast<const uint8_t*>(px);
+              for (int64_t i = begin; i < end; ++i) {
+                py[i] = static_cast<D>(bytes[i]);
+              }
+            } else {
+              for (int64_t i = begin; i < end; ++i) {
+                py[i] = CastValue<D>(px[i]);
+              }
+            }
+          });
     });
   });
   ctx.set_output(0, std::move(y));

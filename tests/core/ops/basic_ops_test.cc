@@ -175,6 +175,26 @@ TEST_F(OpsTest, SoftmaxAndLoss) {
   EXPECT_TRUE(absl::StrContains(r.status().message(), "label 3"));
 }
 
+// Cast from bool (read as bytes) to every numeric dtype, over enough
+// elements to be split between threads.
+TEST_F(OpsTest, CastFromBoolGivesZerosAndOnes) {
+  constexpr int64_t n = 100003;
+  std::vector<bool> bits(n);
+  for (int64_t i = 0; i < n; ++i) bits[i] = (i * 7919) % 3 == 1;
+  Tensor mask = Tensor::Uninitialized(DType::kBool, {n}).value();
+  for (int64_t i = 0; i < n; ++i) mask.mutable_data<bool>()[i] = bits[i];
+  for (DType to : {DType::kFloat32, DType::kFloat64, DType::kInt32,
+                   DType::kInt64, DType::kComplex64}) {
+    auto r = Run("Cast", {mask}, {{"DstT", to}});
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ((*r)[0].dtype(), to);
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ((*r)[0].ElementAsDouble(i), bits[i] ? 1.0 : 0.0)
+          << DTypeName(to) << " element " << i;
+    }
+  }
+}
+
 // Rows of every length around the kernel's lanes (8 partial maxima and
 // sums): values against a plain two-pass reference, large logits shifted by
 // the max, and a NaN anywhere in a row making that row NaN.
