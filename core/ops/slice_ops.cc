@@ -20,8 +20,10 @@
 //      dim (0 if the interval runs against the stride); the output shape is
 //      the processing shape with the new axes inserted and the shrunk dims
 //      removed.
+#include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "core/autodiff/forward_mode.h"
@@ -29,6 +31,7 @@
 #include "core/base/status_macros.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
+#include "core/ops/parallel.h"
 
 namespace gradtape {
 namespace {
@@ -219,20 +222,47 @@ absl::StatusOr<ResolvedSlice> ResolveStridedSlice(
   return r;
 }
 
-// Calls fn(out_index, in_offset) for every element the slice takes from a
-// row-major tensor of `shape`, in output order.
-template <typename Fn>
-void ForEachSliced(const ResolvedSlice& r, absl::Span<const int64_t> shape,
-                   Fn&& fn) {
+// Copies between the slice `r` of a row-major tensor of `shape` (at
+// `tensor`) and a dense row-major buffer of the slice's processing shape (at
+// `dense`): out of the slice when `tensor` is const (StridedSlice, Slice),
+// into it when `dense` is (the gradient's dy). Row by row, over the dims
+// CollapseStrides leaves (a contiguous row is one copy), rows in parallel.
+// A slice takes each element once, so rows never write the same element.
+template <typename TensorT, typename DenseT>
+void CopySlice(const ResolvedSlice& r, absl::Span<const int64_t> shape,
+               TensorT* tensor, DenseT* dense) {
+  constexpr bool kIntoSlice = std::is_const_v<DenseT>;
+  static_assert(kIntoSlice != std::is_const_v<TensorT>);
+  if (NumElements(r.processing_shape) == 0) return;
   const Shape in_strides = RowMajorStrides(shape);
-  int64_t base = 0;
   Shape step(shape.size());
   for (size_t d = 0; d < shape.size(); ++d) {
-    base += r.begin[d] * in_strides[d];
+    tensor += r.begin[d] * in_strides[d];
     step[d] = r.strides[d] * in_strides[d];
   }
-  ForEachStrided(r.processing_shape, step, step,
-                 [&](int64_t o, int64_t a, int64_t) { fn(o, base + a); });
+  const BroadcastLayout l = CollapseStrides(
+      r.processing_shape, step, RowMajorStrides(r.processing_shape));
+  const int64_t inner = l.inner(), st = l.sa.back(), sd = l.sb.back();
+  ParallelRange(l.rows(), std::max<int64_t>(1, kElementwiseGrain / inner),
+                [&](int64_t begin, int64_t end) {
+                  RowCursor row(l, begin);
+                  for (int64_t i = begin; i < end; ++i, row.Next()) {
+                    TensorT* t = tensor + row.a();
+                    DenseT* d = dense + row.b();
+                    if constexpr (kIntoSlice) {
+                      if (st == 1 && sd == 1) {
+                        std::copy(d, d + inner, t);
+                      } else {
+                        for (int64_t k = 0; k < inner; ++k)
+                          t[k * st] = d[k * sd];
+                      }
+                    } else if (st == 1 && sd == 1) {
+                      std::copy(t, t + inner, d);
+                    } else {
+                      for (int64_t k = 0; k < inner; ++k) d[k * sd] = t[k * st];
+                    }
+                  }
+                });
 }
 
 absl::Status StridedSliceKernel(KernelContext& ctx) {
@@ -243,9 +273,7 @@ absl::Status StridedSliceKernel(KernelContext& ctx) {
   ASSIGN_OR_RETURN(Tensor y, AllocateOutput(ctx, x.dtype(), r.final_shape));
   DispatchAny(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const T* px = x.data<T>();
-    T* py = y.mutable_data<T>();
-    ForEachSliced(r, x.shape(), [&](int64_t o, int64_t i) { py[o] = px[i]; });
+    CopySlice(r, x.shape(), x.data<T>(), y.mutable_data<T>());
   });
   ctx.set_output(0, std::move(y));
   return absl::OkStatus();
@@ -268,9 +296,7 @@ absl::Status StridedSliceGradKernel(KernelContext& ctx) {
   }
   DispatchAny(dy.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const T* pdy = dy.data<T>();
-    T* pdx = dx.mutable_data<T>();
-    ForEachSliced(r, shape, [&](int64_t o, int64_t i) { pdx[i] = pdy[o]; });
+    CopySlice(r, shape, dx.mutable_data<T>(), dy.data<T>());
   });
   ctx.set_output(0, std::move(dx));
   return absl::OkStatus();
@@ -321,9 +347,7 @@ absl::Status SliceKernel(KernelContext& ctx) {
   ASSIGN_OR_RETURN(Tensor y, AllocateOutput(ctx, x.dtype(), r.final_shape));
   DispatchAny(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    const T* px = x.data<T>();
-    T* py = y.mutable_data<T>();
-    ForEachSliced(r, x.shape(), [&](int64_t o, int64_t i) { py[o] = px[i]; });
+    CopySlice(r, x.shape(), x.data<T>(), y.mutable_data<T>());
   });
   ctx.set_output(0, std::move(y));
   return absl::OkStatus();

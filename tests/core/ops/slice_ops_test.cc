@@ -219,6 +219,49 @@ TEST_F(SliceOpsTest, StridedSliceGradScattersIntoZeros) {
                 MaskAttrs({}), {"shape"});
 }
 
+// Slices big enough to be copied by rows on several threads: a reversed
+// strided dim, contiguous rows and strided rows, forward against numpy's
+// indexing written out, and the gradient scattering dy back into zeros.
+TEST_F(SliceOpsTest, LargeSlicesCopyRowsInParallel) {
+  const Shape shape = {6, 40, 30, 37};
+  struct Case {
+    std::vector<int32_t> begin, end, strides;
+  };
+  for (const Case& c : {Case{{1, 39, 2, 5}, {5, 0, 29, 37}, {1, -3, 1, 1}},
+                        Case{{0, 0, 0, 0}, {6, 40, 30, 37}, {2, 1, 1, 4}}}) {
+    Shape out(4);
+    for (int d = 0; d < 4; ++d) {
+      const int64_t span = c.end[d] - c.begin[d];
+      out[d] =
+          (span + c.strides[d] + (c.strides[d] > 0 ? -1 : 1)) / c.strides[d];
+    }
+    std::vector<double> want;  // x[b0:e0:s0, ...] of the iota: its offsets
+    for (int64_t i = 0; i < out[0]; ++i)
+      for (int64_t j = 0; j < out[1]; ++j)
+        for (int64_t k = 0; k < out[2]; ++k)
+          for (int64_t l = 0; l < out[3]; ++l) {
+            const int64_t a = c.begin[0] + i * c.strides[0];
+            const int64_t b = c.begin[1] + j * c.strides[1];
+            const int64_t e = c.begin[2] + k * c.strides[2];
+            const int64_t f = c.begin[3] + l * c.strides[3];
+            want.push_back(((a * 40 + b) * 30 + e) * 37 + f);
+          }
+    Tensor y = MustRun("StridedSlice",
+                       {Iota(shape), I32(c.begin), I32(c.end), I32(c.strides)},
+                       MaskAttrs({}));
+    ASSERT_EQ(y.shape(), out);
+    ASSERT_EQ(Values(y), want);
+    // dy = y: each value lands at its own offset, zeros elsewhere.
+    Tensor dx = MustRun(
+        "StridedSliceGrad",
+        {I64({6, 40, 30, 37}), I32(c.begin), I32(c.end), I32(c.strides), y},
+        MaskAttrs({}));
+    std::vector<double> expect(NumElements(shape), 0.0);
+    for (double v : want) expect[static_cast<int64_t>(v)] = v;
+    ASSERT_EQ(Values(dx), expect);
+  }
+}
+
 TEST_F(SliceOpsTest, SliceValuesAndBadInputs) {
   Tensor y = MustRun("Slice", {Iota({3, 4}), I32({1, 1}), I32({2, -1})});
   EXPECT_EQ(y.shape(), (Shape{2, 3}));
