@@ -224,47 +224,76 @@ __attribute__((target("avx512f"))) inline void MulHiLo(__m512i a, __m512i m,
   *hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
 }
 
+constexpr int kLanes = 16;
+
+// The counters of the next 16 blocks of `gen`, word w of block i in lane i
+// of c[w]; gen moves on by 16. Lane i's counter is the counter + i: the low
+// word plus i, carrying into word 1. When the low 64 bits would wrap inside
+// these 16 (words 2 and 3 change), they are set one by one instead.
+__attribute__((target("avx512f"))) inline void Counters16(Philox4x32& gen,
+                                                          __m512i c[4]) {
+  const Philox4x32::Block& base = gen.Counter();
+  if ((uint64_t{base[1]} << 32 | base[0]) <= ~uint64_t{0} - (kLanes - 1)) {
+    const __m512i lane =
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i b0 = _mm512_set1_epi32(static_cast<int>(base[0]));
+    const __m512i b1 = _mm512_set1_epi32(static_cast<int>(base[1]));
+    c[0] = _mm512_add_epi32(b0, lane);
+    const __mmask16 carry = _mm512_cmplt_epu32_mask(c[0], b0);
+    c[1] = _mm512_mask_add_epi32(b1, carry, b1, _mm512_set1_epi32(1));
+    c[2] = _mm512_set1_epi32(static_cast<int>(base[2]));
+    c[3] = _mm512_set1_epi32(static_cast<int>(base[3]));
+    gen.Skip(kLanes);
+    return;
+  }
+  alignas(64) uint32_t w[4][kLanes];
+  for (int i = 0; i < kLanes; ++i) {
+    const Philox4x32::Block& counter = gen.Counter();
+    for (int j = 0; j < 4; ++j) w[j][i] = counter[j];
+    gen.Skip(1);
+  }
+  for (int j = 0; j < 4; ++j) c[j] = _mm512_load_si512(w[j]);
+}
+
+// Stores 16 blocks of 4 floats, block i's being f[0..3][i], as 64
+// consecutive floats (a 4 x 16 transpose): interleave pairs of words, then
+// pairs of pairs (each 128-bit lane L then holds block 4L + r of e[r]),
+// then gather the lanes of blocks 0-3, 4-7, 8-11 and 12-15.
+__attribute__((target("avx512f"))) inline void StoreBlocks16(const __m512 f[4],
+                                                             float* to) {
+  const __m512d a = _mm512_castps_pd(_mm512_unpacklo_ps(f[0], f[1]));
+  const __m512d b = _mm512_castps_pd(_mm512_unpackhi_ps(f[0], f[1]));
+  const __m512d c = _mm512_castps_pd(_mm512_unpacklo_ps(f[2], f[3]));
+  const __m512d d = _mm512_castps_pd(_mm512_unpackhi_ps(f[2], f[3]));
+  const __m512 e0 = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+  const __m512 e1 = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+  const __m512 e2 = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+  const __m512 e3 = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  const __m512 g0 = _mm512_shuffle_f32x4(e0, e1, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m512 g1 = _mm512_shuffle_f32x4(e2, e3, _MM_SHUFFLE(1, 0, 1, 0));
+  const __m512 g2 = _mm512_shuffle_f32x4(e0, e1, _MM_SHUFFLE(3, 2, 3, 2));
+  const __m512 g3 = _mm512_shuffle_f32x4(e2, e3, _MM_SHUFFLE(3, 2, 3, 2));
+  _mm512_storeu_ps(to, _mm512_shuffle_f32x4(g0, g1, _MM_SHUFFLE(2, 0, 2, 0)));
+  _mm512_storeu_ps(to + 16,
+                   _mm512_shuffle_f32x4(g0, g1, _MM_SHUFFLE(3, 1, 3, 1)));
+  _mm512_storeu_ps(to + 32,
+                   _mm512_shuffle_f32x4(g2, g3, _MM_SHUFFLE(2, 0, 2, 0)));
+  _mm512_storeu_ps(to + 48,
+                   _mm512_shuffle_f32x4(g2, g3, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
 __attribute__((target("avx512f"))) void UniformFloatBlocksAvx512(Philox4x32 gen,
                                                                  int64_t blocks,
                                                                  float* out) {
-  constexpr int kLanes = 16;
   const __m512i mul_a = _mm512_set1_epi32(static_cast<int>(Philox4x32::kMulA));
   const __m512i mul_b = _mm512_set1_epi32(static_cast<int>(Philox4x32::kMulB));
   const __m512i mantissa = _mm512_set1_epi32(0x7fffff);
   const __m512i one = _mm512_set1_epi32(127 << 23);
   const __m512 ones = _mm512_set1_ps(1.0f);
-  const __m512i lane =
-      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512i one_word = _mm512_set1_epi32(1);
   int64_t first = 0;
   for (; first + kLanes <= blocks; first += kLanes) {
-    // Lane i's counter is the counter + i: the low word plus i, carrying
-    // into word 1. When the low 64 bits would wrap inside these 16 (words 2
-    // and 3 change), the counters are set one by one instead.
-    const Philox4x32::Block& base = gen.Counter();
-    __m512i c0, c1, c2, c3;
-    if ((uint64_t{base[1]} << 32 | base[0]) <= ~uint64_t{0} - (kLanes - 1)) {
-      const __m512i b0 = _mm512_set1_epi32(static_cast<int>(base[0]));
-      c0 = _mm512_add_epi32(b0, lane);
-      const __mmask16 carry = _mm512_cmplt_epu32_mask(c0, b0);
-      c1 = _mm512_mask_add_epi32(
-          _mm512_set1_epi32(static_cast<int>(base[1])), carry,
-          _mm512_set1_epi32(static_cast<int>(base[1])), one_word);
-      c2 = _mm512_set1_epi32(static_cast<int>(base[2]));
-      c3 = _mm512_set1_epi32(static_cast<int>(base[3]));
-      gen.Skip(kLanes);
-    } else {
-      alignas(64) uint32_t w[4][kLanes];
-      for (int i = 0; i < kLanes; ++i) {
-        const Philox4x32::Block& c = gen.Counter();
-        for (int j = 0; j < 4; ++j) w[j][i] = c[j];
-        gen.Skip(1);
-      }
-      c0 = _mm512_load_si512(w[0]);
-      c1 = _mm512_load_si512(w[1]);
-      c2 = _mm512_load_si512(w[2]);
-      c3 = _mm512_load_si512(w[3]);
-    }
+    __m512i c[4];
+    Counters16(gen, c);
     uint32_t k0 = gen.key()[0], k1 = gen.key()[1];
     for (int round = 0; round < 10; ++round) {
       if (round > 0) {
@@ -272,48 +301,24 @@ __attribute__((target("avx512f"))) void UniformFloatBlocksAvx512(Philox4x32 gen,
         k1 += Philox4x32::kWeylB;
       }
       __m512i hi0, lo0, hi1, lo1;
-      MulHiLo(c0, mul_a, &hi0, &lo0);
-      MulHiLo(c2, mul_b, &hi1, &lo1);
+      MulHiLo(c[0], mul_a, &hi0, &lo0);
+      MulHiLo(c[2], mul_b, &hi1, &lo1);
       const __m512i n0 = _mm512_xor_si512(
-          _mm512_xor_si512(hi1, c1), _mm512_set1_epi32(static_cast<int>(k0)));
+          _mm512_xor_si512(hi1, c[1]), _mm512_set1_epi32(static_cast<int>(k0)));
       const __m512i n2 = _mm512_xor_si512(
-          _mm512_xor_si512(hi0, c3), _mm512_set1_epi32(static_cast<int>(k1)));
-      c0 = n0;
-      c1 = lo1;
-      c2 = n2;
-      c3 = lo0;
+          _mm512_xor_si512(hi0, c[3]), _mm512_set1_epi32(static_cast<int>(k1)));
+      c[0] = n0;
+      c[1] = lo1;
+      c[2] = n2;
+      c[3] = lo0;
     }
     __m512 f[4];
-    const __m512i words[4] = {c0, c1, c2, c3};
     for (int j = 0; j < 4; ++j) {
       const __m512i bits =
-          _mm512_or_si512(one, _mm512_and_si512(words[j], mantissa));
+          _mm512_or_si512(one, _mm512_and_si512(c[j], mantissa));
       f[j] = _mm512_sub_ps(_mm512_castsi512_ps(bits), ones);
     }
-    // Block i's 4 floats are f[0..3][i], stored together (a 4 x 16
-    // transpose): interleave pairs of words, then pairs of pairs (each
-    // 128-bit lane L then holds block 4L + r of e[r]), then gather the
-    // lanes of blocks 0-3, 4-7, 8-11 and 12-15.
-    const __m512d a = _mm512_castps_pd(_mm512_unpacklo_ps(f[0], f[1]));
-    const __m512d b = _mm512_castps_pd(_mm512_unpackhi_ps(f[0], f[1]));
-    const __m512d c = _mm512_castps_pd(_mm512_unpacklo_ps(f[2], f[3]));
-    const __m512d d = _mm512_castps_pd(_mm512_unpackhi_ps(f[2], f[3]));
-    const __m512 e0 = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-    const __m512 e1 = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-    const __m512 e2 = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-    const __m512 e3 = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-    const __m512 g0 = _mm512_shuffle_f32x4(e0, e1, _MM_SHUFFLE(1, 0, 1, 0));
-    const __m512 g1 = _mm512_shuffle_f32x4(e2, e3, _MM_SHUFFLE(1, 0, 1, 0));
-    const __m512 g2 = _mm512_shuffle_f32x4(e0, e1, _MM_SHUFFLE(3, 2, 3, 2));
-    const __m512 g3 = _mm512_shuffle_f32x4(e2, e3, _MM_SHUFFLE(3, 2, 3, 2));
-    float* to = out + 4 * first;
-    _mm512_storeu_ps(to, _mm512_shuffle_f32x4(g0, g1, _MM_SHUFFLE(2, 0, 2, 0)));
-    _mm512_storeu_ps(to + 16,
-                     _mm512_shuffle_f32x4(g0, g1, _MM_SHUFFLE(3, 1, 3, 1)));
-    _mm512_storeu_ps(to + 32,
-                     _mm512_shuffle_f32x4(g2, g3, _MM_SHUFFLE(2, 0, 2, 0)));
-    _mm512_storeu_ps(to + 48,
-                     _mm512_shuffle_f32x4(g2, g3, _MM_SHUFFLE(3, 1, 3, 1)));
+    StoreBlocks16(f, out + 4 * first);
   }
   UniformFloatBlocksScalar(gen, blocks - first, out + 4 * first);
 }
