@@ -3,6 +3,7 @@
 // line per case, median of --reps runs:
 //   matmul n=<n> <gflops> GFLOP/s
 //   elementwise op=<op> elems=<n> <gbs> GB/s   (bytes read + written)
+//   transformer op=<op> <what> <us> us   (the transformer step's kernels)
 //   window op=<op> data_format=<NHWC|NCHW> input=<shape> <ms> ms
 // (the window lines: a convolution layer and a max pooling in both layouts
 // on the same data, so the cost of channels-first, which runs the
@@ -67,6 +68,73 @@ void Check(const absl::Status& s) {
   }
 }
 
+Tensor Ints(std::vector<int32_t> v) {
+  const int64_t n = static_cast<int64_t>(v.size());
+  return Tensor::FromVector<int32_t>({n}, std::move(v));
+}
+
+// The kernels the character transformer's training step spends most time
+// in (bench/transformer_bench.py's model, batch 32: docs/PERFORMANCE.md,
+// change 29), at its shapes, one line each:
+//   transformer op=<op> <what> <us> us
+void TransformerKernels(OpExecutor& ctx, int reps) {
+  auto filled = [](Shape shape, double v) {
+    return Tensor::Filled(DType::kFloat32, shape, v).value();
+  };
+  const Tensor scores = filled({32, 4, 64, 64}, 0.5);
+  const Tensor head = filled({32, 4, 64, 16}, 0.25);
+  const Tensor qkv = filled({3, 32, 4, 64, 16}, 0.5);
+  const Tensor x = filled({32, 64, 64}, 0.5);
+  Tensors mask;
+  Check(
+      ctx.Execute("GreaterEqual", {scores, filled({}, 0.5)}, AttrMap(), &mask));
+  AttrMap shrink{{"shrink_axis_mask", int64_t{1}}};
+  struct Case {
+    const char* op;
+    const char* what;
+    std::vector<Tensor> in;
+    AttrMap attrs;
+  };
+  const Case cases[] = {
+      {"BatchMatMulV2", "[32,4,64,64] x [32,4,64,16]", {scores, head}, {}},
+      {"BatchMatMulV2",
+       "[32,4,64,16] x [32,4,64,16]^T",
+       {head, head},
+       {{"adj_y", true}}},
+      {"Softmax", "[32,4,64,64]", {scores}, {}},
+      {"StatelessRandomUniformV2",
+       "[32,4,64,64]",
+       {Ints({32, 4, 64, 64}), Tensor::FromVector<int64_t>({1}, {7}),
+        Tensor::FromVector<int64_t>({2}, {3, 1}), Tensor::Scalar<int32_t>(1)},
+       {{"dtype", DType::kFloat32}}},
+      {"Cast",
+       "bool [32,4,64,64] to float32",
+       {mask[0]},
+       {{"DstT", DType::kFloat32}}},
+      {"StridedSlice",
+       "[3,32,4,64,16][0]",
+       {qkv, Ints({0}), Ints({1}), Ints({1})},
+       shrink},
+      {"StridedSliceGrad",
+       "[32,4,64,16] into [3,32,4,64,16][0]",
+       {Ints({3, 32, 4, 64, 16}), Ints({0}), Ints({1}), Ints({1}), head},
+       shrink},
+      {"Transpose",
+       "[32,64,3,4,16] perm [2,0,3,1,4]",
+       {filled({32, 64, 3, 4, 16}, 0.5)},
+       {{"perm", std::vector<int64_t>{2, 0, 3, 1, 4}}}},
+      {"Mul", "[32,64,64] x [32,64,1]", {x, filled({32, 64, 1}, 2.0)}, {}},
+  };
+  Tensors out;
+  for (const Case& c : cases) {
+    double s = MedianSeconds(reps * 4, [&] {
+      out.clear();
+      Check(ctx.Execute(c.op, c.in, c.attrs, &out));
+    });
+    std::printf("transformer op=%s %s %.1f us\n", c.op, c.what, s * 1e6);
+  }
+}
+
 }  // namespace
 }  // namespace gradtape
 
@@ -108,6 +176,7 @@ int main(int argc, char** argv) {
     std::printf("elementwise op=%s elems=%lld %.2f GB/s\n", c.op,
                 static_cast<long long>(elems), bytes / s / 1e9);
   }
+  TransformerKernels(ctx, reps);
   // A ResNet-style 3x3 layer and a 2x2 max pooling, channels-last and
   // channels-first (the same values transposed).
   struct Window {
