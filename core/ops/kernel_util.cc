@@ -70,23 +70,6 @@ int64_t BroadcastLayout::rows() const {
   return n;
 }
 
-void BroadcastLayout::RowOffsets(int64_t row, int64_t* a, int64_t* b) const {
-  if (shape.size() == 2) {
-    *a = row * sa[0];
-    *b = row * sb[0];
-    return;
-  }
-  int64_t oa = 0, ob = 0;
-  for (int d = static_cast<int>(shape.size()) - 2; d >= 0 && row > 0; --d) {
-    const int64_t i = row % shape[d];
-    row /= shape[d];
-    oa += i * sa[d];
-    ob += i * sb[d];
-  }
-  *a = oa;
-  *b = ob;
-}
-
 RowCursor::RowCursor(const BroadcastLayout& l, int64_t first)
     : l_(l), index_(l.shape.size() - 1, 0) {
   for (int d = static_cast<int>(index_.size()) - 1; d >= 0 && first > 0; --d) {

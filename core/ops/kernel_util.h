@@ -69,15 +69,13 @@ struct BroadcastLayout {
   Shape shape, sa, sb;
   int64_t inner() const { return shape.back(); }
   int64_t rows() const;  // elements / inner()
-  // Offsets into a and b of the first element of row `row`.
-  void RowOffsets(int64_t row, int64_t* a, int64_t* b) const;
 };
 
-// The offsets of consecutive rows of a layout from row `first` on: what
-// RowOffsets gives each row, by stepping the outer dims' index (an
-// odometer) rather than dividing by every dim for every row (which, on rows
-// of 16 to 64 elements, cost more than the row: transposes and broadcasts
-// of rank 3 and up).
+// The offsets into a and b of the first element of consecutive rows of a
+// layout, from row `first` on. The constructor divides `first` by the outer
+// dims once; Next steps their index (an odometer). Dividing for every row
+// cost more than the row itself on rows of 16 to 64 elements (transposes
+// and broadcasts of rank 3 and up).
 class RowCursor {
  public:
   RowCursor(const BroadcastLayout& l, int64_t first);

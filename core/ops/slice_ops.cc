@@ -23,7 +23,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
-#include <type_traits>
 #include <vector>
 
 #include "core/autodiff/forward_mode.h"
@@ -222,24 +221,43 @@ absl::StatusOr<ResolvedSlice> ResolveStridedSlice(
   return r;
 }
 
-// Copies between the slice `r` of a row-major tensor of `shape` (at
-// `tensor`) and a dense row-major buffer of the slice's processing shape (at
-// `dense`): out of the slice when `tensor` is const (StridedSlice, Slice),
-// into it when `dense` is (the gradient's dy). Row by row, over the dims
-// CollapseStrides leaves (a contiguous row is one copy), rows in parallel.
-// A slice takes each element once, so rows never write the same element.
-template <typename TensorT, typename DenseT>
-void CopySlice(const ResolvedSlice& r, absl::Span<const int64_t> shape,
-               TensorT* tensor, DenseT* dense) {
-  constexpr bool kIntoSlice = std::is_const_v<DenseT>;
-  static_assert(kIntoSlice != std::is_const_v<TensorT>);
-  if (NumElements(r.processing_shape) == 0) return;
+// The slice `r` of a row-major tensor of `shape` starts at element
+// *base of it and steps through it by *step (in elements, per dim of the
+// processing shape).
+void SliceStrides(const ResolvedSlice& r, absl::Span<const int64_t> shape,
+                  int64_t* base, Shape* step) {
   const Shape in_strides = RowMajorStrides(shape);
-  Shape step(shape.size());
+  *base = 0;
+  step->resize(shape.size());
   for (size_t d = 0; d < shape.size(); ++d) {
-    tensor += r.begin[d] * in_strides[d];
-    step[d] = r.strides[d] * in_strides[d];
+    *base += r.begin[d] * in_strides[d];
+    (*step)[d] = r.strides[d] * in_strides[d];
   }
+}
+
+// y = the slice `r` of x (a row-major tensor of `shape`), in the order of
+// the processing shape: StridedCopy, by rows, in parallel.
+template <typename T>
+void CopyOutOfSlice(const ResolvedSlice& r, absl::Span<const int64_t> shape,
+                    const T* x, T* y) {
+  int64_t base;
+  Shape step;
+  SliceStrides(r, shape, &base, &step);
+  StridedCopy<T>(r.processing_shape, step, x + base, y);
+}
+
+// The reverse of CopyOutOfSlice: writes dy (dense, in the order of the
+// processing shape) into the slice `r` of dx. Row by row over the dims
+// CollapseStrides leaves (a contiguous row is one copy), rows in parallel;
+// a slice takes each element once, so rows never write the same element.
+template <typename T>
+void CopyIntoSlice(const ResolvedSlice& r, absl::Span<const int64_t> shape,
+                   const T* dy, T* dx) {
+  if (NumElements(r.processing_shape) == 0) return;
+  int64_t base;
+  Shape step;
+  SliceStrides(r, shape, &base, &step);
+  dx += base;
   const BroadcastLayout l = CollapseStrides(
       r.processing_shape, step, RowMajorStrides(r.processing_shape));
   const int64_t inner = l.inner(), st = l.sa.back(), sd = l.sb.back();
@@ -247,19 +265,13 @@ void CopySlice(const ResolvedSlice& r, absl::Span<const int64_t> shape,
                 [&](int64_t begin, int64_t end) {
                   RowCursor row(l, begin);
                   for (int64_t i = begin; i < end; ++i, row.Next()) {
-                    TensorT* t = tensor + row.a();
-                    DenseT* d = dense + row.b();
-                    if constexpr (kIntoSlice) {
-                      if (st == 1 && sd == 1) {
-                        std::copy(d, d + inner, t);
-                      } else {
-                        for (int64_t k = 0; k < inner; ++k)
-                          t[k * st] = d[k * sd];
-                      }
-                    } else if (st == 1 && sd == 1) {
-                      std::copy(t, t + inner, d);
+                    T* to = dx + row.a();
+                    const T* from = dy + row.b();
+                    if (st == 1 && sd == 1) {
+                      std::copy(from, from + inner, to);
                     } else {
-                      for (int64_t k = 0; k < inner; ++k) d[k * sd] = t[k * st];
+                      for (int64_t k = 0; k < inner; ++k)
+                        to[k * st] = from[k * sd];
                     }
                   }
                 });
@@ -273,7 +285,7 @@ absl::Status StridedSliceKernel(KernelContext& ctx) {
   ASSIGN_OR_RETURN(Tensor y, AllocateOutput(ctx, x.dtype(), r.final_shape));
   DispatchAny(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    CopySlice(r, x.shape(), x.data<T>(), y.mutable_data<T>());
+    CopyOutOfSlice(r, x.shape(), x.data<T>(), y.mutable_data<T>());
   });
   ctx.set_output(0, std::move(y));
   return absl::OkStatus();
@@ -303,7 +315,7 @@ absl::Status StridedSliceGradKernel(KernelContext& ctx) {
                   [&](int64_t begin, int64_t end) {
                     std::fill(pdx + begin, pdx + end, zero);
                   });
-    CopySlice(r, shape, pdx, dy.data<T>());
+    CopyIntoSlice(r, shape, dy.data<T>(), pdx);
   });
   ctx.set_output(0, std::move(dx));
   return absl::OkStatus();
@@ -354,7 +366,7 @@ absl::Status SliceKernel(KernelContext& ctx) {
   ASSIGN_OR_RETURN(Tensor y, AllocateOutput(ctx, x.dtype(), r.final_shape));
   DispatchAny(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    CopySlice(r, x.shape(), x.data<T>(), y.mutable_data<T>());
+    CopyOutOfSlice(r, x.shape(), x.data<T>(), y.mutable_data<T>());
   });
   ctx.set_output(0, std::move(y));
   return absl::OkStatus();
