@@ -44,8 +44,14 @@ echo "== ghz load test (tests/load: Run fixed ids 4 s, Run templated ids 3 s, St
 bash tests/load/run_ghz.sh --duration=4s tests/load/run_unary_fixed.json 2>&1 | tee "$LOGS/ghz" || status=1
 bash tests/load/run_ghz.sh --duration=3s tests/load/run_unary.json tests/load/stream.json 2>&1 | tee -a "$LOGS/ghz" || status=1
 bash tests/load/run_ghz.sh --tls --duration=2s tests/load/run_unary_fixed.json 2>&1 | tee -a "$LOGS/ghz" || status=1
-echo "== soak (tests/load/soak.sh --minutes=1: ghz, Python training and session churn on one server; fails on errors or RSS drift > 5%)"
-bash tests/load/soak.sh --minutes=1 --out="$ROOT/build/soak" 2>&1 | tee "$LOGS/soak" || status=1
+# The RSS limit is 15% here, not soak.sh's 5%: in a 1-minute run the drift
+# windows are 16 s medians next to the reaper's malloc_trim and the load's
+# changing mix, and ten runs on one machine moved between -8.1% and +8.3%
+# with no leak (docs/RELIABILITY.md, Soak). Leaks are caught here by the
+# live bytes coming back to 0 and by LeakSanitizer in the ASan ctest below;
+# the 5% limit is for runs of 30 minutes.
+echo "== soak (tests/load/soak.sh --minutes=1: ghz, Python training and session churn on one server; fails on errors or RSS drift > 15%)"
+bash tests/load/soak.sh --minutes=1 --max-drift=15 --out="$ROOT/build/soak" 2>&1 | tee "$LOGS/soak" || status=1
 # The same C++ suite under ASan + UBSan, and the fuzzers, from one build:
 # clang-14 with scripts/fuzz.sh's flags (-O1, ASan + UBSan + libFuzzer's
 # coverage instrumentation, GRADTAPE_FUZZ), so fuzz.sh finds its targets
