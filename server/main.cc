@@ -25,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/ops/gemm.h"
 #include "core/tensor/tensor.h"
 #include "server/memory_budget.h"
 #include "server/server.h"
@@ -277,6 +278,11 @@ int main(int argc, char** argv) {
   gradtape::SetTensorLimits(limits);
   std::fprintf(stderr, "gradtape-server: %s\n",
                gradtape::server::DescribeMemorySettings(*memory).c_str());
+  std::fprintf(stderr, "gradtape-server: GEMM kernels OpenBLAS %s%s\n",
+               gradtape::BlasCoreName(),
+               gradtape::BlasCoreTypeFromCpu()
+                   ? " (OPENBLAS_CORETYPE from the CPU's features)"
+                   : "");
   absl::StatusOr<std::unique_ptr<gradtape::server::Server>> server =
       gradtape::server::Server::Start(*options);
   if (!server.ok()) {

@@ -21,6 +21,9 @@
 
 #include <cblas.h>  // declarations only: the library is opened at run time
 #include <dlfcn.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -123,6 +126,24 @@ bool FitsBlasInt(std::initializer_list<int64_t> values) {
 // does the threading, and OpenBLAS threads under it would oversubscribe.
 const bool kSingleThreaded =
     setenv("OPENBLAS_NUM_THREADS", "1", /*overwrite=*/1) == 0;
+
+// OpenBLAS (DYNAMIC_ARCH) picks its kernels by CPU family and model. A model
+// newer than the library falls back to its Prescott (SSE3) kernels: Debian
+// 12's 0.3.21 does so on an Emerald Rapids Xeon (family 6, model 207), where
+// kernel_bench's f32 MatMul ran at 30-34 GFLOP/s with them and 190-260 with
+// the AVX-512 ones (docs/PERFORMANCE.md, change 30). So, before main and
+// only when the environment names no core type, OPENBLAS_CORETYPE is set
+// from the CPU's features to the kernels 0.3.21 itself picks for the CPUs
+// it knows with those features (CpuBlasCoreType: AVX-512 ones for
+// Skylake-X to Sapphire Rapids and Zen 4, Haswell's for Intel's AVX2 CPUs).
+// A user's setting is kept.
+const bool kCoreTypeFromCpu = [] {
+  const char* chosen = CpuBlasCoreType();
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr || *chosen == '\0') {
+    return false;
+  }
+  return setenv("OPENBLAS_CORETYPE", chosen, /*overwrite=*/0) == 0;
+}();
 
 // The OpenBLAS entry points Gemm uses; null if the library is missing (then
 // every product runs on Eigen).
@@ -327,6 +348,33 @@ template absl::Status Gemm<std::complex<double>>(
     MatrixOp, MatrixOp, int64_t, int64_t, int64_t, const std::complex<double>*,
     int64_t, const std::complex<double>*, int64_t, std::complex<double>*,
     int64_t, std::complex<double>);
+
+const char* CpuBlasCoreType() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();  // runs before main, maybe before libgcc's own init
+  // __builtin_cpu_supports also checks that the OS saves the registers.
+  const bool avx512 =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+      __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  if (avx512) {
+    // CPUID leaf 7, subleaf 1, EAX bit 5: AVX512_BF16.
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool bf16 = __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 &&
+                      (eax & (1u << 5)) != 0;
+    return bf16 ? "Cooperlake" : "SkylakeX";
+  }
+  // Intel's AVX2 CPUs all get Haswell's; AMD's without AVX-512 (Zen 1-3)
+  // are known to 0.3.21 and keep its Zen choice.
+  if (__builtin_cpu_is("intel") && __builtin_cpu_supports("avx2") &&
+      __builtin_cpu_supports("fma")) {
+    return "Haswell";
+  }
+#endif
+  return "";
+}
+
+bool BlasCoreTypeFromCpu() { return kCoreTypeFromCpu; }
 
 const char* BlasCoreName() {
   if (!BlasAvailable()) return "none (OpenBLAS not found; Eigen)";

@@ -76,6 +76,16 @@ extern template absl::Status Gemm<std::complex<double>>(
 // product then runs on Eigen). Loads the library.
 const char* BlasCoreName();
 
+// The OpenBLAS core type this CPU's features call for ("Cooperlake" for
+// AVX-512 with BF16, "SkylakeX" for AVX-512 F/CD/BW/DQ/VL, "Haswell" for an
+// Intel CPU with AVX2 and FMA, "" otherwise): what gemm.cc sets
+// OPENBLAS_CORETYPE to before main when the environment does not, because
+// OpenBLAS falls back to its SSE3 kernels on a CPU model newer than it.
+// BlasCoreTypeFromCpu(): whether it did (false when the environment named a
+// core type or the CPU calls for none).
+const char* CpuBlasCoreType();
+bool BlasCoreTypeFromCpu();
+
 }  // namespace gradtape
 
 #endif  // GRADTAPE_CORE_OPS_GEMM_H_

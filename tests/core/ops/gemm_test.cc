@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <limits>
 #include <random>
+#include <string>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -155,6 +156,23 @@ TEST(GemmTest, FlagsAreTransposes) {
                   .ok());
   EXPECT_EQ(c, want);
   EXPECT_EQ(c, (std::vector<double>{14, 32, 32, 77}));
+}
+
+// OpenBLAS falls back to its SSE3 (Prescott) kernels on a CPU model newer
+// than it; gemm.cc names the kernels the CPU's features call for before the
+// library loads, unless the environment named them (then they are the
+// user's, whatever they are).
+TEST(GemmTest, OpenBlasRunsTheKernelsTheCpuCallsFor) {
+  const std::string chosen = CpuBlasCoreType();
+  const std::string loaded = BlasCoreName();
+  if (loaded.rfind("none", 0) == 0) GTEST_SKIP() << loaded;
+  if (!BlasCoreTypeFromCpu()) {
+    GTEST_SKIP() << "OPENBLAS_CORETYPE came from the environment or the CPU "
+                    "calls for no kernels in particular ("
+                 << chosen << "); OpenBLAS runs " << loaded;
+  }
+  EXPECT_EQ(loaded, chosen);
+  EXPECT_NE(loaded, "Prescott");
 }
 
 TEST(GemmTest, EmptyInnerDimensionScalesC) {
