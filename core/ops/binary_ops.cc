@@ -22,8 +22,8 @@ Op Addition(Op op) {
   return std::move(
       Binary(std::move(op))
           .Forward([](KernelContext& ctx) {
-            return BinaryKernel<DTypes::kArithmetic>(
-                ctx, [](auto a, auto b) { return a + b; });
+            return BinaryKernel<DTypes::kArithmetic>(ctx,
+                                                     ArithFn<VecArith::kAdd>());
           })
           // dx = dy, dy' = dy (each summed over its broadcast axes)
           .Backward([](GradContext& g) {
@@ -45,8 +45,8 @@ Op Division(Op op) {
   return std::move(
       Binary(std::move(op))
           .Forward([](KernelContext& ctx) {
-            return BinaryKernel<DTypes::kInexact>(
-                ctx, [](auto a, auto b) { return a / b; });
+            return BinaryKernel<DTypes::kInexact>(ctx,
+                                                  ArithFn<VecArith::kDiv>());
           })
           // dx = dz / conj(y), dy = -dz * conj(x) / conj(y)^2
           .Backward([](GradContext& g) {
@@ -175,7 +175,7 @@ void RegisterBinaryOps(OpRegistry& r) {
   r.Add(Binary(Op("Sub"))
             .Forward([](KernelContext& ctx) {
               return BinaryKernel<DTypes::kArithmetic>(
-                  ctx, [](auto a, auto b) { return a - b; });
+                  ctx, ArithFn<VecArith::kSub>());
             })
             // dx = dz, dy = -dz
             .Backward([](GradContext& g) {
@@ -194,7 +194,7 @@ void RegisterBinaryOps(OpRegistry& r) {
   r.Add(Binary(Op("Mul"))
             .Forward([](KernelContext& ctx) {
               return BinaryKernel<DTypes::kArithmetic>(
-                  ctx, [](auto a, auto b) { return a * b; });
+                  ctx, ArithFn<VecArith::kMul>());
             })
             // dx = dz * conj(y), dy = dz * conj(x)  (conj: complex only)
             .Backward([](GradContext& g) {

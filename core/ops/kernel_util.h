@@ -6,11 +6,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/base/status_macros.h"
 #include "core/ops/parallel.h"
+#include "core/ops/vector_math.h"
 #include "core/registry/op_registry.h"
 #include "core/tensor/tensor.h"
 
@@ -134,11 +136,38 @@ void StridedCopy(absl::Span<const int64_t> shape,
                 });
 }
 
+// The four arithmetic operations as BinaryKernel functions: on float32 and
+// float64 rows of unit or broadcast stride they run as VecBinary, the loop
+// compiled for the CPU's widest vectors (this file is built for the
+// baseline ISA); other dtypes and strides use the operator.
+template <VecArith kOp>
+struct ArithFn {
+  static constexpr VecArith kVec = kOp;
+  template <typename T>
+  T operator()(T a, T b) const {
+    if constexpr (kOp == VecArith::kAdd) return a + b;
+    if constexpr (kOp == VecArith::kSub) return a - b;
+    if constexpr (kOp == VecArith::kMul) return a * b;
+    if constexpr (kOp == VecArith::kDiv) return a / b;
+  }
+};
+template <typename F>
+struct IsArithFn : std::false_type {};
+template <VecArith kOp>
+struct IsArithFn<ArithFn<kOp>> : std::true_type {};
+
 // z[i] = f(a[i * sa], b[i * sb]) for i in [0, n), with the unit-stride and
 // broadcast-scalar cases as separate loops the compiler vectorizes.
 template <typename T, typename F>
 void BinaryRow(int64_t n, const T* a, int64_t sa, const T* b, int64_t sb, T* z,
                F f) {
+  if constexpr (IsArithFn<F>::value &&
+                (std::is_same_v<T, float> || std::is_same_v<T, double>)) {
+    if ((sa == 0 || sa == 1) && (sb == 0 || sb == 1) && sa + sb > 0) {
+      VecBinary(F::kVec, a, sa, b, sb, z, n);
+      return;
+    }
+  }
   if (sa == 1 && sb == 1) {
     for (int64_t i = 0; i < n; ++i) z[i] = f(a[i], b[i]);
   } else if (sa == 1 && sb == 0) {

@@ -13,7 +13,8 @@
 // Each loop is written once (always_inline templates) and instantiated in
 // functions compiled for AVX-512, AVX2 + FMA and the baseline; GCC
 // vectorizes it for each. The polynomial uses fused multiply-adds where the
-// ISA has them, so results may differ by an ulp between CPUs.
+// ISA has them, so results may differ by an ulp between CPUs. VecBinary's
+// single operations are correctly rounded on every ISA: the same bits.
 #include "core/ops/vector_math.h"
 
 #include <cstdint>
@@ -236,25 +237,72 @@ GRADTAPE_INLINE void SigmoidLoop(const T* __restrict x, T* __restrict y,
   }
 }
 
+// z[i] = a[i * sa] op b[i * sb] with sa, sb in {0, 1}, not both 0: each
+// stride case its own loop, so the compiler vectorizes all three.
+template <VecArith kOp, typename T>
+GRADTAPE_INLINE T Arith(T a, T b) {
+  if constexpr (kOp == VecArith::kAdd) return a + b;
+  if constexpr (kOp == VecArith::kSub) return a - b;
+  if constexpr (kOp == VecArith::kMul) return a * b;
+  if constexpr (kOp == VecArith::kDiv) return a / b;
+}
+
+template <VecArith kOp, typename T>
+GRADTAPE_INLINE void ArithLoop(const T* a, int64_t sa, const T* b, int64_t sb,
+                               T* __restrict z, int64_t n) {
+  if (sa == 1 && sb == 1) {
+    for (int64_t i = 0; i < n; ++i) z[i] = Arith<kOp>(a[i], b[i]);
+  } else if (sa == 1) {
+    const T s = b[0];
+    for (int64_t i = 0; i < n; ++i) z[i] = Arith<kOp>(a[i], s);
+  } else {
+    const T s = a[0];
+    for (int64_t i = 0; i < n; ++i) z[i] = Arith<kOp>(s, b[i]);
+  }
+}
+
+template <typename T>
+GRADTAPE_INLINE void ArithSwitch(VecArith op, const T* a, int64_t sa,
+                                 const T* b, int64_t sb, T* z, int64_t n) {
+  switch (op) {
+    case VecArith::kAdd:
+      return ArithLoop<VecArith::kAdd>(a, sa, b, sb, z, n);
+    case VecArith::kSub:
+      return ArithLoop<VecArith::kSub>(a, sa, b, sb, z, n);
+    case VecArith::kMul:
+      return ArithLoop<VecArith::kMul>(a, sa, b, sb, z, n);
+    case VecArith::kDiv:
+      return ArithLoop<VecArith::kDiv>(a, sa, b, sb, z, n);
+  }
+}
+
 // One set of entry points per ISA.
-#define GRADTAPE_VECTOR_MATH_VARIANTS(Suffix, kFma, Attr)            \
-  Attr void Exp##Suffix(const float* x, float* y, int64_t n) {       \
-    ExpLoop<kFma>(x, y, n);                                          \
-  }                                                                  \
-  Attr void Exp##Suffix(const double* x, double* y, int64_t n) {     \
-    ExpLoop<kFma>(x, y, n);                                          \
-  }                                                                  \
-  Attr void Sigmoid##Suffix(const float* x, float* y, int64_t n) {   \
-    SigmoidLoop<kFma>(x, y, n);                                      \
-  }                                                                  \
-  Attr void Sigmoid##Suffix(const double* x, double* y, int64_t n) { \
-    SigmoidLoop<kFma>(x, y, n);                                      \
-  }                                                                  \
-  Attr void Log##Suffix(const float* x, float* y, int64_t n) {       \
-    LogLoop<kFma>(x, y, n);                                          \
-  }                                                                  \
-  Attr void Log##Suffix(const double* x, double* y, int64_t n) {     \
-    LogLoop<kFma>(x, y, n);                                          \
+#define GRADTAPE_VECTOR_MATH_VARIANTS(Suffix, kFma, Attr)                      \
+  Attr void Arith##Suffix(VecArith op, const float* a, int64_t sa,             \
+                          const float* b, int64_t sb, float* z, int64_t n) {   \
+    ArithSwitch(op, a, sa, b, sb, z, n);                                       \
+  }                                                                            \
+  Attr void Arith##Suffix(VecArith op, const double* a, int64_t sa,            \
+                          const double* b, int64_t sb, double* z, int64_t n) { \
+    ArithSwitch(op, a, sa, b, sb, z, n);                                       \
+  }                                                                            \
+  Attr void Exp##Suffix(const float* x, float* y, int64_t n) {                 \
+    ExpLoop<kFma>(x, y, n);                                                    \
+  }                                                                            \
+  Attr void Exp##Suffix(const double* x, double* y, int64_t n) {               \
+    ExpLoop<kFma>(x, y, n);                                                    \
+  }                                                                            \
+  Attr void Sigmoid##Suffix(const float* x, float* y, int64_t n) {             \
+    SigmoidLoop<kFma>(x, y, n);                                                \
+  }                                                                            \
+  Attr void Sigmoid##Suffix(const double* x, double* y, int64_t n) {           \
+    SigmoidLoop<kFma>(x, y, n);                                                \
+  }                                                                            \
+  Attr void Log##Suffix(const float* x, float* y, int64_t n) {                 \
+    LogLoop<kFma>(x, y, n);                                                    \
+  }                                                                            \
+  Attr void Log##Suffix(const double* x, double* y, int64_t n) {               \
+    LogLoop<kFma>(x, y, n);                                                    \
   }
 
 GRADTAPE_VECTOR_MATH_VARIANTS(Baseline, false, )
@@ -333,6 +381,31 @@ void VecLogFor(Isa isa, const double* x, double* y, int64_t n) {
 }
 #undef GRADTAPE_DISPATCH
 
+#ifdef GRADTAPE_X86_DISPATCH
+#define GRADTAPE_DISPATCH_ARITH()                  \
+  switch (isa) {                                   \
+    case Isa::kAvx512:                             \
+      return ArithAvx512(op, a, sa, b, sb, z, n);  \
+    case Isa::kAvx2Fma:                            \
+      return ArithAvx2Fma(op, a, sa, b, sb, z, n); \
+    case Isa::kBaseline:                           \
+      break;                                       \
+  }                                                \
+  return ArithBaseline(op, a, sa, b, sb, z, n)
+#else
+#define GRADTAPE_DISPATCH_ARITH() return ArithBaseline(op, a, sa, b, sb, z, n)
+#endif
+
+void VecArithFor(Isa isa, VecArith op, const float* a, int64_t sa,
+                 const float* b, int64_t sb, float* z, int64_t n) {
+  GRADTAPE_DISPATCH_ARITH();
+}
+void VecArithFor(Isa isa, VecArith op, const double* a, int64_t sa,
+                 const double* b, int64_t sb, double* z, int64_t n) {
+  GRADTAPE_DISPATCH_ARITH();
+}
+#undef GRADTAPE_DISPATCH_ARITH
+
 }  // namespace vector_math_internal
 
 using vector_math_internal::SelectedIsa;
@@ -354,6 +427,15 @@ void VecLog(const float* x, float* y, int64_t n) {
 }
 void VecLog(const double* x, double* y, int64_t n) {
   vector_math_internal::VecLogFor(SelectedIsa(), x, y, n);
+}
+
+void VecBinary(VecArith op, const float* a, int64_t sa, const float* b,
+               int64_t sb, float* z, int64_t n) {
+  vector_math_internal::VecArithFor(SelectedIsa(), op, a, sa, b, sb, z, n);
+}
+void VecBinary(VecArith op, const double* a, int64_t sa, const double* b,
+               int64_t sb, double* z, int64_t n) {
+  vector_math_internal::VecArithFor(SelectedIsa(), op, a, sa, b, sb, z, n);
 }
 
 const char* VectorMathIsa() {

@@ -1,7 +1,7 @@
-// Elementwise transcendental functions over float32 and float64 arrays,
-// compiled for several instruction sets and picked at run time from the CPU
-// (AVX-512, AVX2 + FMA, or the portable SSE2 baseline), so a portable binary
-// still uses the wide units of the machine it runs on.
+// Elementwise transcendental functions and arithmetic over float32 and
+// float64 arrays, compiled for several instruction sets and picked at run
+// time from the CPU (AVX-512, AVX2 + FMA, or the portable SSE2 baseline), so
+// a portable binary still uses the wide units of the machine it runs on.
 //
 // The functions are plain loops with no Eigen, compiled per ISA through
 // function target attributes; no template code is instantiated under a
@@ -31,6 +31,16 @@ void VecSigmoid(const double* x, double* y, int64_t n);
 void VecLog(const float* x, float* y, int64_t n);
 void VecLog(const double* x, double* y, int64_t n);
 
+// z[i] = a[i * sa] op b[i * sb] for i in [0, n), each stride 0 (a scalar
+// broadcast) or 1, not both 0; z must not overlap a or b. One IEEE
+// operation per element, so the same bits as a scalar loop on every ISA:
+// the wide loop of a binary kernel's row (BinaryRow, kernel_util.h).
+enum class VecArith { kAdd, kSub, kMul, kDiv };
+void VecBinary(VecArith op, const float* a, int64_t sa, const float* b,
+               int64_t sb, float* z, int64_t n);
+void VecBinary(VecArith op, const double* a, int64_t sa, const double* b,
+               int64_t sb, double* z, int64_t n);
+
 // The instruction set the functions above run with on this CPU: "avx512",
 // "avx2+fma" or "baseline" (SSE2 on x86-64), for benchmark reports.
 const char* VectorMathIsa();
@@ -51,6 +61,10 @@ void VecSigmoidFor(Isa isa, const float* x, float* y, int64_t n);
 void VecSigmoidFor(Isa isa, const double* x, double* y, int64_t n);
 void VecLogFor(Isa isa, const float* x, float* y, int64_t n);
 void VecLogFor(Isa isa, const double* x, double* y, int64_t n);
+void VecArithFor(Isa isa, VecArith op, const float* a, int64_t sa,
+                 const float* b, int64_t sb, float* z, int64_t n);
+void VecArithFor(Isa isa, VecArith op, const double* a, int64_t sa,
+                 const double* b, int64_t sb, double* z, int64_t n);
 
 }  // namespace vector_math_internal
 }  // namespace gradtape

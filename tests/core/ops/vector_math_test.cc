@@ -1,7 +1,8 @@
 // VecExp, VecSigmoid and VecLog (core/ops/vector_math.h) for every ISA
 // variant this CPU runs: ulp error against libm over a dense sweep, exact
 // results at the edges (overflow, underflow, infinities, zeros, NaN),
-// subnormals, and the Exp, Sigmoid and Log ops on top of them.
+// subnormals, and the Exp, Sigmoid and Log ops on top of them; VecBinary's
+// bits against the scalar operators.
 #include "core/ops/vector_math.h"
 
 #include <cmath>
@@ -319,6 +320,64 @@ TEST(VectorMathTest, ExpSigmoidAndLogOps) {
     }
   }
 }
+
+// VecBinary: every ISA gives the scalar operators' bits (one IEEE operation
+// per element), for each stride case, lengths around the vector widths, and
+// values with zeros, subnormals, infinities and NaN.
+template <typename T>
+void CheckArith() {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<T> uniform(T(-4), T(4));
+  const T special[] = {T(0),
+                       -T(0),
+                       std::numeric_limits<T>::denorm_min(),
+                       std::numeric_limits<T>::min() / T(3),
+                       std::numeric_limits<T>::max(),
+                       std::numeric_limits<T>::infinity(),
+                       -std::numeric_limits<T>::infinity(),
+                       std::numeric_limits<T>::quiet_NaN()};
+  const VecArith ops[] = {VecArith::kAdd, VecArith::kSub, VecArith::kMul,
+                          VecArith::kDiv};
+  auto scalar = [](VecArith op, T a, T b) {
+    switch (op) {
+      case VecArith::kAdd:
+        return a + b;
+      case VecArith::kSub:
+        return a - b;
+      case VecArith::kMul:
+        return a * b;
+      case VecArith::kDiv:
+        return a / b;
+    }
+    return T(0);
+  };
+  for (int64_t n : {0, 1, 3, 7, 8, 15, 16, 17, 31, 33, 64, 67, 1000}) {
+    std::vector<T> a(n), b(n);
+    for (int64_t i = 0; i < n; ++i) {
+      a[i] = i % 5 == 0 ? special[(i / 5) % 8] : uniform(rng);
+      b[i] = i % 7 == 3 ? special[(i / 7) % 8] : uniform(rng);
+    }
+    const int64_t strides[][2] = {{1, 1}, {1, 0}, {0, 1}};
+    for (const auto& st : strides) {
+      if (n == 0 && (st[0] == 0 || st[1] == 0)) continue;
+      for (VecArith op : ops) {
+        std::vector<T> want(n);
+        for (int64_t i = 0; i < n; ++i)
+          want[i] = scalar(op, a[i * st[0]], b[i * st[1]]);
+        for (Isa isa : SupportedIsas()) {
+          std::vector<T> got(n, T(-7));
+          vector_math_internal::VecArithFor(isa, op, a.data(), st[0], b.data(),
+                                            st[1], got.data(), n);
+          ASSERT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(T)), 0)
+              << Name(isa) << " op " << static_cast<int>(op) << " n " << n
+              << " strides " << st[0] << "," << st[1];
+        }
+      }
+    }
+  }
+}
+TEST(VectorMathTest, ArithFloatIsBitExact) { CheckArith<float>(); }
+TEST(VectorMathTest, ArithDoubleIsBitExact) { CheckArith<double>(); }
 
 }  // namespace
 }  // namespace gradtape
