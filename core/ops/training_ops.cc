@@ -153,6 +153,71 @@ absl::Status ApplyKernel(KernelContext& ctx, const ApplyLayout& layout,
   return absl::OkStatus();
 }
 
+// ResourceApplyAdam. float32 and float64 take one pass (VecAdam: the wide
+// loop for the CPU, the same bits as the generic update) from the old
+// values straight into the new buffers, with no copies first; complex
+// variables take ApplyKernel's generic update.
+absl::Status AdamKernel(KernelContext& ctx) {
+  const bool nesterov = ctx.attrs().Bool("use_nesterov");
+  const ApplyLayout layout{3, 9};
+  auto generic = [nesterov](auto& a) {
+    using T = typename std::decay_t<decltype(a.scalar)>::value_type;
+    const T beta1_power = a.scalar[3], beta2_power = a.scalar[4];
+    const T lr = a.scalar[5], beta1 = a.scalar[6];
+    const T beta2 = a.scalar[7], epsilon = a.scalar[8];
+    const T alpha = lr * std::sqrt(T(1) - beta2_power) / (T(1) - beta1_power);
+    a.var[1] += (a.grad - a.var[1]) * (T(1) - beta1);
+    a.var[2] += (a.grad.square() - a.var[2]) * (T(1) - beta2);
+    if (nesterov) {
+      a.var[0] -= ((a.grad * (T(1) - beta1) + beta1 * a.var[1]) * alpha) /
+                  (a.var[2].sqrt() + epsilon);
+    } else {
+      a.var[0] -= (a.var[1] * alpha) / (a.var[2].sqrt() + epsilon);
+    }
+  };
+  const DType dtype = ctx.input(layout.grad).dtype();
+  if (dtype != DType::kFloat32 && dtype != DType::kFloat64) {
+    return ApplyKernel(ctx, layout, generic);
+  }
+  std::vector<Variable*> vars;
+  DType var_dtype = DType::kInvalid;
+  RETURN_IF_ERROR(CheckApply(ctx, layout, &vars, &var_dtype));
+  std::vector<Tensor> out;
+  for (Variable* var : vars) {
+    ASSIGN_OR_RETURN(Tensor t, AllocateOutput(ctx, var->dtype, var->shape));
+    out.push_back(std::move(t));
+  }
+  DispatchFloat(var_dtype, [&](auto zero) {
+    using T = decltype(zero);
+    const T beta1_power = ctx.input(3).data<T>()[0];
+    const T beta2_power = ctx.input(4).data<T>()[0];
+    const T lr = ctx.input(5).data<T>()[0], beta1 = ctx.input(6).data<T>()[0];
+    const T beta2 = ctx.input(7).data<T>()[0];
+    AdamStep<T> step;
+    step.one_minus_beta1 = T(1) - beta1;
+    step.one_minus_beta2 = T(1) - beta2;
+    step.beta1 = beta1;
+    step.alpha = lr * std::sqrt(T(1) - beta2_power) / (T(1) - beta1_power);
+    step.epsilon = ctx.input(8).data<T>()[0];
+    step.nesterov = nesterov;
+    const T* var = vars[0]->value.data<T>();
+    const T* m = vars[1]->value.data<T>();
+    const T* v = vars[2]->value.data<T>();
+    const T* g = ctx.input(layout.grad).data<T>();
+    T* var_out = out[0].mutable_data<T>();
+    T* m_out = out[1].mutable_data<T>();
+    T* v_out = out[2].mutable_data<T>();
+    ParallelRange(out[0].num_elements(), kElementwiseGrain,
+                  [&](int64_t begin, int64_t end) {
+                    VecAdam(step, var + begin, m + begin, v + begin, g + begin,
+                            var_out + begin, m_out + begin, v_out + begin,
+                            end - begin);
+                  });
+  });
+  for (size_t i = 0; i < vars.size(); ++i) vars[i]->value = std::move(out[i]);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void RegisterTrainingOps(OpRegistry& r) {
@@ -204,26 +269,7 @@ void RegisterTrainingOps(OpRegistry& r) {
             .Attr("T", DType::kInvalid)
             .Attr("use_locking", false)
             .Attr("use_nesterov", false)
-            .Forward([](KernelContext& ctx) {
-              const bool nesterov = ctx.attrs().Bool("use_nesterov");
-              return ApplyKernel(ctx, {3, 9}, [nesterov](auto& a) {
-                using T = typename std::decay_t<decltype(a.scalar)>::value_type;
-                const T beta1_power = a.scalar[3], beta2_power = a.scalar[4];
-                const T lr = a.scalar[5], beta1 = a.scalar[6];
-                const T beta2 = a.scalar[7], epsilon = a.scalar[8];
-                const T alpha =
-                    lr * std::sqrt(T(1) - beta2_power) / (T(1) - beta1_power);
-                a.var[1] += (a.grad - a.var[1]) * (T(1) - beta1);
-                a.var[2] += (a.grad.square() - a.var[2]) * (T(1) - beta2);
-                if (nesterov) {
-                  a.var[0] -=
-                      ((a.grad * (T(1) - beta1) + beta1 * a.var[1]) * alpha) /
-                      (a.var[2].sqrt() + epsilon);
-                } else {
-                  a.var[0] -= (a.var[1] * alpha) / (a.var[2].sqrt() + epsilon);
-                }
-              });
-            })
+            .Forward(AdamKernel)
             .NotDifferentiable()
             .Summary("Adam (use_nesterov for NAdam-style), in place; "
                      "beta1_power and beta2_power are beta^t"));

@@ -17,6 +17,7 @@
 // single operations are correctly rounded on every ISA: the same bits.
 #include "core/ops/vector_math.h"
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
@@ -276,8 +277,55 @@ GRADTAPE_INLINE void ArithSwitch(VecArith op, const T* a, int64_t sa,
   }
 }
 
+// VecAdam's loop. No contraction into fused multiply-adds, which clang
+// does within an expression by default (GCC's ISO mode does not): the AVX2
+// and AVX-512 variants must round as the baseline does.
+template <typename T>
+GRADTAPE_INLINE void AdamLoop(const AdamStep<T>& step, const T* var, const T* m,
+                              const T* v, const T* g, T* __restrict var_out,
+                              T* __restrict m_out, T* __restrict v_out,
+                              int64_t n) {
+#ifdef __clang__
+#pragma clang fp contract(off)
+#endif
+  const T c1 = step.one_minus_beta1, c2 = step.one_minus_beta2;
+  const T beta1 = step.beta1, alpha = step.alpha, eps = step.epsilon;
+  if (step.nesterov) {
+    for (int64_t i = 0; i < n; ++i) {
+      const T gi = g[i];
+      const T mi = m[i] + (gi - m[i]) * c1;
+      const T vi = v[i] + (gi * gi - v[i]) * c2;
+      m_out[i] = mi;
+      v_out[i] = vi;
+      var_out[i] =
+          var[i] - ((gi * c1 + beta1 * mi) * alpha) / (std::sqrt(vi) + eps);
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      const T gi = g[i];
+      const T mi = m[i] + (gi - m[i]) * c1;
+      const T vi = v[i] + (gi * gi - v[i]) * c2;
+      m_out[i] = mi;
+      v_out[i] = vi;
+      var_out[i] = var[i] - (mi * alpha) / (std::sqrt(vi) + eps);
+    }
+  }
+}
+
 // One set of entry points per ISA.
 #define GRADTAPE_VECTOR_MATH_VARIANTS(Suffix, kFma, Attr)                      \
+  Attr void Adam##Suffix(const AdamStep<float>& step, const float* var,        \
+                         const float* m, const float* v, const float* g,       \
+                         float* var_out, float* m_out, float* v_out,           \
+                         int64_t n) {                                          \
+    AdamLoop(step, var, m, v, g, var_out, m_out, v_out, n);                    \
+  }                                                                            \
+  Attr void Adam##Suffix(const AdamStep<double>& step, const double* var,      \
+                         const double* m, const double* v, const double* g,    \
+                         double* var_out, double* m_out, double* v_out,        \
+                         int64_t n) {                                          \
+    AdamLoop(step, var, m, v, g, var_out, m_out, v_out, n);                    \
+  }                                                                            \
   Attr void Arith##Suffix(VecArith op, const float* a, int64_t sa,             \
                           const float* b, int64_t sb, float* z, int64_t n) {   \
     ArithSwitch(op, a, sa, b, sb, z, n);                                       \
@@ -396,6 +444,33 @@ void VecLogFor(Isa isa, const double* x, double* y, int64_t n) {
 #define GRADTAPE_DISPATCH_ARITH() return ArithBaseline(op, a, sa, b, sb, z, n)
 #endif
 
+#ifdef GRADTAPE_X86_DISPATCH
+#define GRADTAPE_DISPATCH_ADAM()                                        \
+  switch (isa) {                                                        \
+    case Isa::kAvx512:                                                  \
+      return AdamAvx512(step, var, m, v, g, var_out, m_out, v_out, n);  \
+    case Isa::kAvx2Fma:                                                 \
+      return AdamAvx2Fma(step, var, m, v, g, var_out, m_out, v_out, n); \
+    case Isa::kBaseline:                                                \
+      break;                                                            \
+  }                                                                     \
+  return AdamBaseline(step, var, m, v, g, var_out, m_out, v_out, n)
+#else
+#define GRADTAPE_DISPATCH_ADAM() \
+  return AdamBaseline(step, var, m, v, g, var_out, m_out, v_out, n)
+#endif
+void VecAdamFor(Isa isa, const AdamStep<float>& step, const float* var,
+                const float* m, const float* v, const float* g, float* var_out,
+                float* m_out, float* v_out, int64_t n) {
+  GRADTAPE_DISPATCH_ADAM();
+}
+void VecAdamFor(Isa isa, const AdamStep<double>& step, const double* var,
+                const double* m, const double* v, const double* g,
+                double* var_out, double* m_out, double* v_out, int64_t n) {
+  GRADTAPE_DISPATCH_ADAM();
+}
+#undef GRADTAPE_DISPATCH_ADAM
+
 void VecArithFor(Isa isa, VecArith op, const float* a, int64_t sa,
                  const float* b, int64_t sb, float* z, int64_t n) {
   GRADTAPE_DISPATCH_ARITH();
@@ -427,6 +502,19 @@ void VecLog(const float* x, float* y, int64_t n) {
 }
 void VecLog(const double* x, double* y, int64_t n) {
   vector_math_internal::VecLogFor(SelectedIsa(), x, y, n);
+}
+
+void VecAdam(const AdamStep<float>& step, const float* var, const float* m,
+             const float* v, const float* g, float* var_out, float* m_out,
+             float* v_out, int64_t n) {
+  vector_math_internal::VecAdamFor(SelectedIsa(), step, var, m, v, g, var_out,
+                                   m_out, v_out, n);
+}
+void VecAdam(const AdamStep<double>& step, const double* var, const double* m,
+             const double* v, const double* g, double* var_out, double* m_out,
+             double* v_out, int64_t n) {
+  vector_math_internal::VecAdamFor(SelectedIsa(), step, var, m, v, g, var_out,
+                                   m_out, v_out, n);
 }
 
 void VecBinary(VecArith op, const float* a, int64_t sa, const float* b,

@@ -41,6 +41,27 @@ void VecBinary(VecArith op, const float* a, int64_t sa, const float* b,
 void VecBinary(VecArith op, const double* a, int64_t sa, const double* b,
                int64_t sb, double* z, int64_t n);
 
+// One Adam step over n elements (ResourceApplyAdam, core/ops/training_ops.cc),
+// reading the old values and writing the new ones in one pass:
+//   m' = m + (g - m) * one_minus_beta1
+//   v' = v + (g * g - v) * one_minus_beta2
+//   var' = var - (m' * alpha) / (sqrt(v') + epsilon), or with nesterov
+//   var' = var - ((g * one_minus_beta1 + beta1 * m') * alpha) /
+//                (sqrt(v') + epsilon)
+// in that order of operations, each rounded once (no fused multiply-add):
+// the same bits on every ISA. Outputs must not overlap inputs.
+template <typename T>
+struct AdamStep {
+  T one_minus_beta1, one_minus_beta2, beta1, alpha, epsilon;
+  bool nesterov = false;
+};
+void VecAdam(const AdamStep<float>& step, const float* var, const float* m,
+             const float* v, const float* g, float* var_out, float* m_out,
+             float* v_out, int64_t n);
+void VecAdam(const AdamStep<double>& step, const double* var, const double* m,
+             const double* v, const double* g, double* var_out, double* m_out,
+             double* v_out, int64_t n);
+
 // The instruction set the functions above run with on this CPU: "avx512",
 // "avx2+fma" or "baseline" (SSE2 on x86-64), for benchmark reports.
 const char* VectorMathIsa();
@@ -61,6 +82,12 @@ void VecSigmoidFor(Isa isa, const float* x, float* y, int64_t n);
 void VecSigmoidFor(Isa isa, const double* x, double* y, int64_t n);
 void VecLogFor(Isa isa, const float* x, float* y, int64_t n);
 void VecLogFor(Isa isa, const double* x, double* y, int64_t n);
+void VecAdamFor(Isa isa, const AdamStep<float>& step, const float* var,
+                const float* m, const float* v, const float* g, float* var_out,
+                float* m_out, float* v_out, int64_t n);
+void VecAdamFor(Isa isa, const AdamStep<double>& step, const double* var,
+                const double* m, const double* v, const double* g,
+                double* var_out, double* m_out, double* v_out, int64_t n);
 void VecArithFor(Isa isa, VecArith op, const float* a, int64_t sa,
                  const float* b, int64_t sb, float* z, int64_t n);
 void VecArithFor(Isa isa, VecArith op, const double* a, int64_t sa,

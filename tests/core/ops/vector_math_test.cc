@@ -2,7 +2,7 @@
 // variant this CPU runs: ulp error against libm over a dense sweep, exact
 // results at the edges (overflow, underflow, infinities, zeros, NaN),
 // subnormals, and the Exp, Sigmoid and Log ops on top of them; VecBinary's
-// bits against the scalar operators.
+// and VecAdam's bits against the scalar operators.
 #include "core/ops/vector_math.h"
 
 #include <cmath>
@@ -378,6 +378,62 @@ void CheckArith() {
 }
 TEST(VectorMathTest, ArithFloatIsBitExact) { CheckArith<float>(); }
 TEST(VectorMathTest, ArithDoubleIsBitExact) { CheckArith<double>(); }
+
+// VecAdam: every ISA gives the scalar formulas' bits (each operation rounded
+// once, the square root correctly rounded), with and without nesterov, for
+// lengths around the vector widths and gradients with zeros, subnormals and
+// large values.
+template <typename T>
+void CheckAdam() {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<T> uniform(T(-1), T(1));
+  for (bool nesterov : {false, true}) {
+    AdamStep<T> step;
+    step.one_minus_beta1 = T(1) - T(0.9);
+    step.one_minus_beta2 = T(1) - T(0.999);
+    step.beta1 = T(0.9);
+    step.alpha = T(1e-3) * std::sqrt(T(1) - T(0.998)) / (T(1) - T(0.81));
+    step.epsilon = T(1e-7);
+    step.nesterov = nesterov;
+    for (int64_t n : {0, 1, 7, 16, 17, 33, 67, 1000}) {
+      std::vector<T> var(n), m(n), v(n), g(n);
+      for (int64_t i = 0; i < n; ++i) {
+        var[i] = uniform(rng);
+        m[i] = uniform(rng) * T(1e-2);
+        v[i] = std::abs(uniform(rng)) * T(1e-4);
+        g[i] = i % 9 == 0   ? T(0)
+               : i % 9 == 4 ? std::numeric_limits<T>::denorm_min() * T(i)
+               : i % 9 == 7 ? T(1e30)
+                            : uniform(rng) * T(1e-2);
+      }
+      std::vector<T> want_var(n), want_m(n), want_v(n);
+      for (int64_t i = 0; i < n; ++i) {
+        const T c1 = step.one_minus_beta1, c2 = step.one_minus_beta2;
+        want_m[i] = m[i] + (g[i] - m[i]) * c1;
+        want_v[i] = v[i] + (g[i] * g[i] - v[i]) * c2;
+        const T num = nesterov
+                          ? (g[i] * c1 + step.beta1 * want_m[i]) * step.alpha
+                          : want_m[i] * step.alpha;
+        want_var[i] = var[i] - num / (std::sqrt(want_v[i]) + step.epsilon);
+      }
+      for (Isa isa : SupportedIsas()) {
+        std::vector<T> got_var(n, T(-7)), got_m(n, T(-7)), got_v(n, T(-7));
+        vector_math_internal::VecAdamFor(isa, step, var.data(), m.data(),
+                                         v.data(), g.data(), got_var.data(),
+                                         got_m.data(), got_v.data(), n);
+        const size_t bytes = n * sizeof(T);
+        EXPECT_EQ(std::memcmp(got_m.data(), want_m.data(), bytes), 0)
+            << Name(isa) << " m, n " << n << " nesterov " << nesterov;
+        EXPECT_EQ(std::memcmp(got_v.data(), want_v.data(), bytes), 0)
+            << Name(isa) << " v, n " << n << " nesterov " << nesterov;
+        EXPECT_EQ(std::memcmp(got_var.data(), want_var.data(), bytes), 0)
+            << Name(isa) << " var, n " << n << " nesterov " << nesterov;
+      }
+    }
+  }
+}
+TEST(VectorMathTest, AdamFloatIsBitExact) { CheckAdam<float>(); }
+TEST(VectorMathTest, AdamDoubleIsBitExact) { CheckAdam<double>(); }
 
 }  // namespace
 }  // namespace gradtape
