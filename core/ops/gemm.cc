@@ -134,8 +134,9 @@ const bool kSingleThreaded =
 // the AVX-512 ones (docs/PERFORMANCE.md, change 30). So, before main and
 // only when the environment names no core type, OPENBLAS_CORETYPE is set
 // from the CPU's features to the kernels 0.3.21 itself picks for the CPUs
-// it knows with those features (CpuBlasCoreType: AVX-512 ones for
-// Skylake-X to Sapphire Rapids and Zen 4, Haswell's for Intel's AVX2 CPUs).
+// it knows with those features (CpuBlasCoreType; its source maps Skylake-X
+// and Ice Lake to SkylakeX and Intel's AVX2 models to Haswell, and on the
+// AVX-512 EPYC of the table below it chose Cooperlake).
 // A user's setting is kept.
 const bool kCoreTypeFromCpu = [] {
   const char* chosen = CpuBlasCoreType();

@@ -139,7 +139,10 @@ void StridedCopy(absl::Span<const int64_t> shape,
 // The four arithmetic operations as BinaryKernel functions: on float32 and
 // float64 rows of unit or broadcast stride they run as VecBinary, the loop
 // compiled for the CPU's widest vectors (this file is built for the
-// baseline ISA); other dtypes and strides use the operator.
+// baseline ISA); other dtypes and strides use the operator. (vector_math.cc
+// has its own copy of this switch: a template shared with the per-ISA
+// functions could be emitted with AVX-512 code and linked into baseline
+// callers.)
 template <VecArith kOp>
 struct ArithFn {
   static constexpr VecArith kVec = kOp;

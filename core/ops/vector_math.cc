@@ -394,92 +394,59 @@ Isa SelectedIsa() {
   return isa;
 }
 
+// Calls Fn's variant for `isa` with the given arguments.
 #ifdef GRADTAPE_X86_DISPATCH
-#define GRADTAPE_DISPATCH(Fn)      \
-  switch (isa) {                   \
-    case Isa::kAvx512:             \
-      return Fn##Avx512(x, y, n);  \
-    case Isa::kAvx2Fma:            \
-      return Fn##Avx2Fma(x, y, n); \
-    case Isa::kBaseline:           \
-      break;                       \
-  }                                \
-  return Fn##Baseline(x, y, n)
+#define GRADTAPE_DISPATCH(Fn, ...)     \
+  switch (isa) {                       \
+    case Isa::kAvx512:                 \
+      return Fn##Avx512(__VA_ARGS__);  \
+    case Isa::kAvx2Fma:                \
+      return Fn##Avx2Fma(__VA_ARGS__); \
+    case Isa::kBaseline:               \
+      break;                           \
+  }                                    \
+  return Fn##Baseline(__VA_ARGS__)
 #else
-#define GRADTAPE_DISPATCH(Fn) return Fn##Baseline(x, y, n)
+#define GRADTAPE_DISPATCH(Fn, ...) return Fn##Baseline(__VA_ARGS__)
 #endif
 
 void VecExpFor(Isa isa, const float* x, float* y, int64_t n) {
-  GRADTAPE_DISPATCH(Exp);
+  GRADTAPE_DISPATCH(Exp, x, y, n);
 }
 void VecExpFor(Isa isa, const double* x, double* y, int64_t n) {
-  GRADTAPE_DISPATCH(Exp);
+  GRADTAPE_DISPATCH(Exp, x, y, n);
 }
 void VecSigmoidFor(Isa isa, const float* x, float* y, int64_t n) {
-  GRADTAPE_DISPATCH(Sigmoid);
+  GRADTAPE_DISPATCH(Sigmoid, x, y, n);
 }
 void VecSigmoidFor(Isa isa, const double* x, double* y, int64_t n) {
-  GRADTAPE_DISPATCH(Sigmoid);
+  GRADTAPE_DISPATCH(Sigmoid, x, y, n);
 }
 void VecLogFor(Isa isa, const float* x, float* y, int64_t n) {
-  GRADTAPE_DISPATCH(Log);
+  GRADTAPE_DISPATCH(Log, x, y, n);
 }
 void VecLogFor(Isa isa, const double* x, double* y, int64_t n) {
-  GRADTAPE_DISPATCH(Log);
+  GRADTAPE_DISPATCH(Log, x, y, n);
 }
-#undef GRADTAPE_DISPATCH
-
-#ifdef GRADTAPE_X86_DISPATCH
-#define GRADTAPE_DISPATCH_ARITH()                  \
-  switch (isa) {                                   \
-    case Isa::kAvx512:                             \
-      return ArithAvx512(op, a, sa, b, sb, z, n);  \
-    case Isa::kAvx2Fma:                            \
-      return ArithAvx2Fma(op, a, sa, b, sb, z, n); \
-    case Isa::kBaseline:                           \
-      break;                                       \
-  }                                                \
-  return ArithBaseline(op, a, sa, b, sb, z, n)
-#else
-#define GRADTAPE_DISPATCH_ARITH() return ArithBaseline(op, a, sa, b, sb, z, n)
-#endif
-
-#ifdef GRADTAPE_X86_DISPATCH
-#define GRADTAPE_DISPATCH_ADAM()                                        \
-  switch (isa) {                                                        \
-    case Isa::kAvx512:                                                  \
-      return AdamAvx512(step, var, m, v, g, var_out, m_out, v_out, n);  \
-    case Isa::kAvx2Fma:                                                 \
-      return AdamAvx2Fma(step, var, m, v, g, var_out, m_out, v_out, n); \
-    case Isa::kBaseline:                                                \
-      break;                                                            \
-  }                                                                     \
-  return AdamBaseline(step, var, m, v, g, var_out, m_out, v_out, n)
-#else
-#define GRADTAPE_DISPATCH_ADAM() \
-  return AdamBaseline(step, var, m, v, g, var_out, m_out, v_out, n)
-#endif
 void VecAdamFor(Isa isa, const AdamStep<float>& step, const float* var,
                 const float* m, const float* v, const float* g, float* var_out,
                 float* m_out, float* v_out, int64_t n) {
-  GRADTAPE_DISPATCH_ADAM();
+  GRADTAPE_DISPATCH(Adam, step, var, m, v, g, var_out, m_out, v_out, n);
 }
 void VecAdamFor(Isa isa, const AdamStep<double>& step, const double* var,
                 const double* m, const double* v, const double* g,
                 double* var_out, double* m_out, double* v_out, int64_t n) {
-  GRADTAPE_DISPATCH_ADAM();
+  GRADTAPE_DISPATCH(Adam, step, var, m, v, g, var_out, m_out, v_out, n);
 }
-#undef GRADTAPE_DISPATCH_ADAM
-
 void VecArithFor(Isa isa, VecArith op, const float* a, int64_t sa,
                  const float* b, int64_t sb, float* z, int64_t n) {
-  GRADTAPE_DISPATCH_ARITH();
+  GRADTAPE_DISPATCH(Arith, op, a, sa, b, sb, z, n);
 }
 void VecArithFor(Isa isa, VecArith op, const double* a, int64_t sa,
                  const double* b, int64_t sb, double* z, int64_t n) {
-  GRADTAPE_DISPATCH_ARITH();
+  GRADTAPE_DISPATCH(Arith, op, a, sa, b, sb, z, n);
 }
-#undef GRADTAPE_DISPATCH_ARITH
+#undef GRADTAPE_DISPATCH
 
 }  // namespace vector_math_internal
 
