@@ -88,6 +88,13 @@ void TransformerKernels(OpExecutor& ctx, int reps) {
   Tensors mask;
   Check(
       ctx.Execute("GreaterEqual", {scores, filled({}, 0.5)}, AttrMap(), &mask));
+  // The model's scores after its causal mask: -1e9 above the diagonal.
+  std::vector<float> causal(32 * 4 * 64 * 64, 0.5f);
+  for (size_t i = 0; i < causal.size(); ++i) {
+    if (i % 64 > (i / 64) % 64) causal[i] = -1e9f;
+  }
+  const Tensor masked =
+      Tensor::FromVector<float>({32, 4, 64, 64}, std::move(causal));
   AttrMap shrink{{"shrink_axis_mask", int64_t{1}}};
   struct Case {
     const char* op;
@@ -102,6 +109,7 @@ void TransformerKernels(OpExecutor& ctx, int reps) {
        {head, head},
        {{"adj_y", true}}},
       {"Softmax", "[32,4,64,64]", {scores}, {}},
+      {"Softmax", "[32,4,64,64] causal-masked", {masked}, {}},
       {"StatelessRandomUniformV2",
        "[32,4,64,64]",
        {Ints({32, 4, 64, 64}), Tensor::FromVector<int64_t>({1}, {7}),

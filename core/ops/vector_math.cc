@@ -108,11 +108,17 @@ GRADTAPE_INLINE T Pow2FromMagic(T k_plus_magic) {
   return __builtin_bit_cast(T, (k + C::kBias) << C::kMantissaBits);
 }
 
+// Below kLo the result is 0. Those lanes compute on 0 instead and take 0 at
+// the end: computed from kLo, the last product underflows to 0, and an
+// underflowing multiply costs a microcode assist of ~100 cycles on x86. A
+// causal attention mask makes half a softmax's inputs -1e9, and that made
+// VecExp 10x slower on such rows (docs/PERFORMANCE.md, change 31).
 template <bool kFma, typename T>
 GRADTAPE_INLINE T Exp(T x) {
   using C = ExpConstants<T>;
+  const bool zero = x < C::kLo;
   T xc = x < C::kHi ? x : C::kHi;  // NaN -> kHi; fixed below
-  xc = xc > C::kLo ? xc : C::kLo;
+  xc = zero ? T(0) : xc;
   const T t = MulAdd<kFma>(xc, C::kLog2e, C::kMagic);
   const T n = t - C::kMagic;  // round(x / ln 2)
   T r = MulAdd<kFma>(n, -C::kLn2Hi, xc);
@@ -122,7 +128,7 @@ GRADTAPE_INLINE T Exp(T x) {
   const T n2_magic = (n - n1) + C::kMagic;
   const T y =
       ExpReduced<kFma>(r) * Pow2FromMagic(n1_magic) * Pow2FromMagic(n2_magic);
-  return x == x ? y : x;
+  return x == x ? (zero ? T(0) : y) : x;
 }
 
 // ln x = e ln 2 + ln m with x = m 2^e, m in [sqrt(1/2), sqrt(2)): ln m =
