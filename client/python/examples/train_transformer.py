@@ -171,7 +171,9 @@ class Transformer:
         qkv = ops.reshape(x, shape=[batch * t, d]) @ self.vars[prefix + ".w_qkv"] + self.vars[prefix + ".b_qkv"]
         # [batch * t, 3 * d] -> [3, batch, heads, t, head_dim]
         qkv = ops.transpose(ops.reshape(qkv, shape=[batch, t, 3, h, hd]), perm=[2, 0, 3, 1, 4])
-        q, k, v = qkv[0], qkv[1], qkv[2]
+        # One Unpack, not three slices: its gradient is one Pack, where the
+        # slices' was three zero-padded StridedSliceGrads and two AddV2s.
+        q, k, v = ops.unpack(qkv, num=3)
         scores = ops.batch_mat_mul_v2(q, k, adj_y=True) * np.float32(1.0 / math.sqrt(hd))
         mask = self.mask if t == cfg.context else self.mask[:t, :t]
         probs = ops.softmax(scores + mask)
