@@ -384,6 +384,8 @@ void ToProto(absl::Span<const ProgramInfo> programs, v1::ProgramList* out) {
     p->set_outputs(info.outputs);
     p->set_bytes(info.bytes);
     p->set_calls(info.calls);
+    p->set_plan_steps(info.plan_steps);
+    p->set_not_planned(info.not_planned);
   }
 }
 

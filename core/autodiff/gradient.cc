@@ -95,7 +95,7 @@ class GradientSums {
 };
 
 // Step 3: ones (or the given output gradient) for every target.
-absl::Status Seed(absl::Span<const Tensor> targets,
+absl::Status Seed(OpExecutor& exec, absl::Span<const Tensor> targets,
                   absl::Span<const Tensor> output_gradients,
                   GradientSums& sums) {
   for (size_t i = 0; i < targets.size(); ++i) {
@@ -110,6 +110,7 @@ absl::Status Seed(absl::Span<const Tensor> targets,
                           absl::StrCat("the seed (ones) of target ", i, ": ",
                                        ones.status().message()));
     }
+    exec.NoteConstant(*ones);
     RETURN_IF_ERROR(sums.Add(t.id(), *std::move(ones)));
   }
   return absl::OkStatus();
@@ -270,7 +271,7 @@ absl::StatusOr<std::vector<Tensor>> RunGradient(
   TapeSet::ScopedSuspend suspend(exec.tapes(),
                                  tape.persistent() ? nullptr : &tape);
   GradientSums sums(exec);
-  absl::Status status = Seed(targets, output_gradients, sums);
+  absl::Status status = Seed(exec, targets, output_gradients, sums);
   if (status.ok()) status = Walk(exec, tape, plan, sums);
   if (!tape.persistent()) tape.MarkUsed();
   absl::StatusOr<std::vector<Tensor>> results =

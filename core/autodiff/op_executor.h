@@ -93,6 +93,25 @@ class OpExecutor {
     std::vector<int64_t>* outer_;
   };
 
+  // Sees every op Execute runs and every constant a backward makes, while
+  // set: a program's plan is traced this way (core/autodiff/program_plan.h).
+  class Observer {
+   public:
+    virtual ~Observer() = default;
+    // After `op` (as declared; `attrs` resolved) ran and its outputs got ids.
+    virtual void Executed(const OpDef& op, const AttrMap& attrs,
+                          absl::Span<const Tensor> inputs,
+                          const Tensors& outputs) = 0;
+    // `t` (no id) was made from a dtype, a shape and one value (a gradient's
+    // seed, RuleContext::Filled), not from any tensor's values.
+    virtual void Constant(const Tensor& t) = 0;
+  };
+  Observer* observer() const { return observer_; }
+  void set_observer(Observer* observer) { observer_ = observer; }
+  void NoteConstant(const Tensor& t) {
+    if (observer_ != nullptr) observer_->Constant(t);
+  }
+
   // Gives `t` a fresh id: the tensor enters the session.
   Tensor Adopt(Tensor t) {
     t.set_id(++last_id_);
@@ -108,6 +127,7 @@ class OpExecutor {
   int64_t memory_limit_ = 0;
   // While a gradient runs: ids of the tensors its backward functions made.
   std::vector<int64_t>* created_ids_ = nullptr;
+  Observer* observer_ = nullptr;
 };
 
 }  // namespace gradtape

@@ -325,20 +325,6 @@ absl::Status CheckArgs(const Program& p, absl::Span<const Tensor> args) {
   return absl::OkStatus();
 }
 
-// The slot of a reference of a validated program.
-int ValidSlot(const Program& p, const ProgramRef& ref) {
-  switch (ref.kind) {
-    case ProgramRef::kParam:
-      return ref.index;
-    case ProgramRef::kConstant:
-      return static_cast<int>(p.params.size()) + ref.index;
-    case ProgramRef::kStep:
-      return p.step_slot[ref.index] + ref.output;
-    case ProgramRef::kOnes:
-      break;
-  }
-  return -1;
-}
 
 // The values of one run, by slot; forgets what it owns (constants and step
 // outputs, which have ids only this run knows) when dropped, and everything
@@ -495,10 +481,60 @@ absl::Status RunTapeStep(OpExecutor& exec, const Program& p, size_t s,
   return absl::InternalError("not a tape step");
 }
 
+
+// FAILED_PRECONDITION if an output of op step s has another shape than the
+// plan traced (Program::expected_shapes).
+absl::Status CheckExpectedShapes(const Program& p, size_t s,
+                                 const Tensors& outputs) {
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const Shape& want = p.expected_shapes[p.step_slot[s] + k];
+    if (outputs[k].shape() != want) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("output ", k, " is ", outputs[k].DebugString(),
+                       "; the plan was traced with ", ShapeString(want)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Runs step s on `inputs`; a gradient step with `tracer` as the executor's
+// observer, which then sees the step's inputs and outputs.
+absl::Status RunStep(OpExecutor& exec, const Program& p, size_t s,
+                     const Tensors& inputs, RunGuard& guard, RunValues& values,
+                     ProgramTracer* tracer) {
+  const ProgramStep& step = p.steps[s];
+  if (step.kind == ProgramStep::kOp) {
+    Tensors outputs;
+    RETURN_IF_ERROR(exec.Execute(*p.step_ops[s], inputs, step.attrs, &outputs));
+    if (!p.expected_shapes.empty()) {
+      RETURN_IF_ERROR(CheckExpectedShapes(p, s, outputs));
+    }
+    if (tracer != nullptr) tracer->StepRan(static_cast<int>(s), inputs, outputs);
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      values.at(p.step_slot[s] + static_cast<int>(k)) = std::move(outputs[k]);
+    }
+    return absl::OkStatus();
+  }
+  OpExecutor::Observer* outer = exec.observer();
+  if (tracer != nullptr) exec.set_observer(tracer);
+  absl::Status st = RunTapeStep(exec, p, s, inputs, guard, values);
+  exec.set_observer(outer);
+  if (tracer != nullptr && st.ok()) {
+    const int first = p.step_slot[s];
+    const int n = (s + 1 < p.steps.size() ? p.step_slot[s + 1] : p.num_slots) -
+                  first;
+    std::vector<Tensor> outputs;
+    for (int k = 0; k < n; ++k) outputs.push_back(values.at(first + k));
+    tracer->StepRan(static_cast<int>(s), inputs, outputs);
+  }
+  return st;
+}
+
 }  // namespace
 
 absl::StatusOr<Tensors> RunProgram(OpExecutor& exec, const Program& program,
-                                   absl::Span<const Tensor> args) {
+                                   absl::Span<const Tensor> args,
+                                   ProgramTracer* tracer) {
   const Program& p = program;
   if (!p.validated || p.step_ops.size() != p.steps.size()) {
     return absl::FailedPreconditionError("program was not validated");
@@ -515,7 +551,6 @@ absl::StatusOr<Tensors> RunProgram(OpExecutor& exec, const Program& program,
     }
   }
   Tensors inputs;
-  Tensors outputs;
   Cancellation* const cancel = CurrentCancellation();
   for (size_t s = 0; s < p.steps.size(); ++s) {
     const ProgramStep& step = p.steps[s];
@@ -526,7 +561,7 @@ absl::StatusOr<Tensors> RunProgram(OpExecutor& exec, const Program& program,
     }
     inputs.clear();
     for (size_t j = 0; j < step.inputs.size(); ++j) {
-      const int slot = ValidSlot(p, step.inputs[j]);
+      const int slot = p.Slot(step.inputs[j]);
       if (slot < 0) {  // kOnes
         inputs.emplace_back();
         continue;
@@ -539,19 +574,11 @@ absl::StatusOr<Tensors> RunProgram(OpExecutor& exec, const Program& program,
       }
       inputs.push_back(values.at(slot));
     }
-    absl::Status st =
-        step.kind == ProgramStep::kOp
-            ? exec.Execute(*p.step_ops[s], inputs, step.attrs, &outputs)
-            : RunTapeStep(exec, p, s, inputs, guard, values);
+    absl::Status st = RunStep(exec, p, s, inputs, guard, values, tracer);
     inputs.clear();
     if (!st.ok()) {
       return absl::Status(st.code(),
                           absl::StrCat(StepName(p, s), ": ", st.message()));
-    }
-    if (step.kind == ProgramStep::kOp) {
-      for (size_t k = 0; k < outputs.size(); ++k) {
-        values.at(p.step_slot[s] + static_cast<int>(k)) = std::move(outputs[k]);
-      }
     }
     for (int slot : p.drop_after[s]) values.Drop(slot);
   }
@@ -559,7 +586,7 @@ absl::StatusOr<Tensors> RunProgram(OpExecutor& exec, const Program& program,
   std::vector<int> kept;
   const int first_step_slot = num_params + static_cast<int>(p.constants.size());
   for (const ProgramRef& ref : p.outputs) {
-    const int slot = ValidSlot(p, ref);
+    const int slot = p.Slot(ref);
     // A param or constant returned gets an id of its own: its tensor keeps
     // the one the caller or the program holds.
     result.push_back(slot < first_step_slot ? exec.Adopt(values.at(slot))
@@ -608,6 +635,20 @@ absl::string_view ProgramStep::Name() const {
   return "?";
 }
 
+int Program::Slot(const ProgramRef& ref) const {
+  switch (ref.kind) {
+    case ProgramRef::kParam:
+      return ref.index;
+    case ProgramRef::kConstant:
+      return static_cast<int>(params.size()) + ref.index;
+    case ProgramRef::kStep:
+      return step_slot[ref.index] + ref.output;
+    case ProgramRef::kOnes:
+      break;
+  }
+  return -1;
+}
+
 int64_t Program::StructureBytes() const {
   int64_t bytes = sizeof(Program);
   bytes += static_cast<int64_t>(params.size()) * sizeof(ProgramParam);
@@ -634,6 +675,9 @@ int64_t Program::StructureBytes() const {
   }
   // last_reader and the drop lists: one int each per slot.
   bytes += 2 * static_cast<int64_t>(num_slots) * sizeof(int);
+  for (const Shape& shape : expected_shapes) {
+    bytes += sizeof(Shape) + static_cast<int64_t>(shape.size()) * sizeof(int64_t);
+  }
   return bytes;
 }
 

@@ -161,6 +161,13 @@ struct Program {
   std::vector<std::vector<int>> drop_after;
   int num_tapes = 0;  // 1 + the largest tape number used
   bool validated = false;
+  // Set by a plan (core/autodiff/program_plan.h), else empty: per slot, the
+  // shape each step output had when the plan was traced. A run fails with
+  // FAILED_PRECONDITION at the first op step whose output differs.
+  std::vector<Shape> expected_shapes;
+
+  // The slot `ref` names in a validated program; -1 for kOnes.
+  int Slot(const ProgramRef& ref) const;
 
   // What the program's structure costs in memory (steps, references,
   // attrs, derived fields; not its constants' buffers): what a session
@@ -190,8 +197,18 @@ absl::Status ValidateProgram(const OpRegistry& registry, Program* program,
 // invalid Tensor for a None gradient. On a step's error, the
 // error prefixed with "program step <s> (<op>): ", with the run undone (see
 // the file comment).
+// With `tracer`, also reports each step to it, and the ops a gradient step
+// runs (as the executor's observer during that step): how a plan is traced.
+class ProgramTracer : public OpExecutor::Observer {
+ public:
+  // Step s ran on `inputs` and gave `outputs` (a gradient step: its results;
+  // the other tape steps: none).
+  virtual void StepRan(int s, absl::Span<const Tensor> inputs,
+                       absl::Span<const Tensor> outputs) = 0;
+};
 absl::StatusOr<Tensors> RunProgram(OpExecutor& exec, const Program& program,
-                                   absl::Span<const Tensor> args);
+                                   absl::Span<const Tensor> args,
+                                   ProgramTracer* tracer = nullptr);
 
 }  // namespace gradtape
 

@@ -42,6 +42,7 @@ Tensor RuleContext::Filled(DType dtype, absl::Span<const int64_t> shape,
         absl::StrCat("in ", kind_, " ", op_name_, ": ", t.status().message())));
     return Tensor();
   }
+  ctx_.NoteConstant(*t);
   return *std::move(t);
 }
 

@@ -45,6 +45,7 @@ Session::Session(const OpRegistry& registry, SessionOptions options)
       exec_(registry) {
   exec_.SetMemoryLimit(account_, options.memory_limit_bytes);
   checkpoint_dir_ = options.checkpoint_dir;
+  plan_programs_ = options.plan_programs;
 }
 
 Session::~Session() {

@@ -30,6 +30,7 @@
 #include "core/autodiff/custom_gradient.h"
 #include "core/autodiff/op_executor.h"
 #include "core/autodiff/program.h"
+#include "core/autodiff/program_plan.h"
 #include "core/registry/op_registry.h"
 #include "core/session/checkpoint.h"
 #include "core/session/command.h"
@@ -46,6 +47,10 @@ struct SessionOptions {
   // Where SaveCheckpoint / RestoreCheckpoint read and write files; empty:
   // checkpoints are disabled (FAILED_PRECONDITION).
   std::string checkpoint_dir;
+  // Plan each program's gradient at its first call (PlannedProgram,
+  // core/autodiff/program_plan.h); off: every call runs the program's tape
+  // steps as defined.
+  bool plan_programs = true;
 };
 
 struct SessionStats {
@@ -95,8 +100,11 @@ struct ProgramInfo {
   int params = 0;
   int steps = 0;
   int outputs = 0;
-  int64_t bytes = 0;  // charged to the session
+  int64_t bytes = 0;  // charged to the session (its plan's included)
   int64_t calls = 0;  // that succeeded
+  int64_t plan_steps = 0;   // 0: no plan
+  std::string not_planned;  // why there is no plan (empty: there is one,
+                            // or the next call may make it)
 };
 
 struct JacobianRequest {
@@ -369,6 +377,7 @@ class Session {
 
   struct StoredProgram {
     Program program;
+    std::unique_ptr<PlannedProgram> planned;  // of `program`
     int64_t bytes = 0;  // charged to account_
     int64_t calls = 0;
   };
@@ -385,6 +394,7 @@ class Session {
   mutable std::weak_ptr<const std::string> poisoned_read_reason_;
   int64_t last_seq_ = 0;
   std::string checkpoint_dir_;
+  bool plan_programs_ = true;
 };
 
 template <typename NoneReason>

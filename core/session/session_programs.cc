@@ -49,6 +49,8 @@ absl::Status Session::DefineProgram(int64_t seq, int64_t program_id,
           where);
     }
     stored->program = std::move(program);
+    stored->planned = std::make_unique<PlannedProgram>(
+        stored->program, account_, plan_programs_);
     programs_.emplace(program_id, std::move(stored));
     return absl::OkStatus();
   });
@@ -91,7 +93,7 @@ absl::Status Session::CallProgram(int64_t seq, int64_t program_id,
         }
         RETURN_IF_ERROR(CheckFreeOutputs(cmd, outputs));
         ASSIGN_OR_RETURN(Tensors results,
-                         cmd.Annotate(RunProgram(exec_, program, in), where));
+                         cmd.Annotate(stored.planned->Run(exec_, in), where));
         // One id, one handle: an output that is an input, or the same value
         // twice, gets its own copy of the id.
         absl::flat_hash_set<int64_t> held;
@@ -134,10 +136,13 @@ std::vector<ProgramInfo> Session::ListPrograms(int64_t seq) {
                 list.reserve(programs_.size());
                 for (const auto& [id, stored] : programs_) {
                   const Program& p = stored->program;
+                  const PlannedProgram& planned = *stored->planned;
                   list.push_back({id, static_cast<int>(p.params.size()),
                                   static_cast<int>(p.steps.size()),
                                   static_cast<int>(p.outputs.size()),
-                                  stored->bytes, stored->calls});
+                                  stored->bytes + planned.plan_bytes(),
+                                  stored->calls, planned.plan_steps(),
+                                  planned.not_planned()});
                 }
                 std::sort(list.begin(), list.end(),
                           [](const ProgramInfo& a, const ProgramInfo& b) {

@@ -144,7 +144,8 @@ def test_a_trace_defines_the_program_of_what_it_sent(gt: gradtape.Session) -> No
 # -- bit for bit with eager training ----------------------------------------------
 
 
-def _transformer_run(tt: Any, address: str, captured: bool) -> Tuple[List[np.ndarray], Dict[str, np.ndarray], int]:
+def _transformer_run(tt: Any, address: str,
+                     captured: bool) -> Tuple[List[np.ndarray], Dict[str, np.ndarray], List[gradtape.ProgramInfo]]:
     cfg = tt.Config(n_layer=1, d_model=16, n_head=2, context=16, d_ff=32, dropout=0.1)
     text = tt.load_text()[:20000]
     vocab = tt.Vocab(text)
@@ -160,14 +161,18 @@ def _transformer_run(tt: Any, address: str, captured: bool) -> Tuple[List[np.nda
                   for _ in range(STEPS)]
         values = [l.numpy() for l in losses]
         params = {n: v.numpy() for n, v in model.vars.items()}
-        programs = len(s.programs()) if captured else 0
+        programs = s.programs() if captured else []
     return values, params, programs
 
 
 def test_transformer_100_captured_steps_equal_the_eager_ones_bit_for_bit(tt: Any, server_address: str) -> None:
     eager, eager_params, _ = _transformer_run(tt, server_address, captured=False)
     captured, captured_params, programs = _transformer_run(tt, server_address, captured=True)
-    assert programs == 1  # AdamW's slots made on the first call: that trace is not kept
+    assert len(programs) == 1  # AdamW's slots made on the first call: that trace is not kept
+    # Its calls after the first ran the plan: the gradient's ops as steps,
+    # no tape.
+    (info,) = programs
+    assert info.not_planned == "" and info.plan_steps > info.steps
     assert eager[-1] < eager[0]  # it trains
     differing = [i for i, (a, b) in enumerate(zip(eager, captured)) if not np.array_equal(a, b)]
     assert not differing, f"{len(differing)} losses differ, the first at step {differing[0]}"
@@ -175,7 +180,8 @@ def test_transformer_100_captured_steps_equal_the_eager_ones_bit_for_bit(tt: Any
         assert np.array_equal(value, captured_params[name]), name
 
 
-def _digits_run(td: Any, address: str, captured: bool) -> Tuple[List[np.ndarray], List[np.ndarray]]:
+def _digits_run(td: Any, address: str,
+                captured: bool) -> Tuple[List[np.ndarray], List[np.ndarray], List[gradtape.ProgramInfo]]:
     from sklearn.datasets import load_digits
 
     d = load_digits()
@@ -187,12 +193,13 @@ def _digits_run(td: Any, address: str, captured: bool) -> Tuple[List[np.ndarray]
         model = td.MLP(s, [64, 32, 32, 10], seed=5)
         step = td.make_step(model, optimizers.Adam(learning_rate=1e-2), train_x, train_y, captured)
         losses = [step(s.constant(rng.integers(0, len(x), size=32).astype(np.int32))) for _ in range(STEPS)]
-        return [l.numpy() for l in losses], [p.numpy() for p in model.params]
+        return [l.numpy() for l in losses], [p.numpy() for p in model.params], s.programs()
 
 
 def test_digits_100_captured_steps_equal_the_eager_ones_bit_for_bit(td: Any, server_address: str) -> None:
-    eager, eager_params = _digits_run(td, server_address, captured=False)
-    captured, captured_params = _digits_run(td, server_address, captured=True)
+    eager, eager_params, _ = _digits_run(td, server_address, captured=False)
+    captured, captured_params, programs = _digits_run(td, server_address, captured=True)
+    assert [p.not_planned for p in programs] == [""] and programs[0].plan_steps > programs[0].steps
     assert eager[-1] < eager[0]
     differing = [i for i, (a, b) in enumerate(zip(eager, captured)) if not np.array_equal(a, b)]
     assert not differing, f"{len(differing)} losses differ, the first at step {differing[0]}"

@@ -354,6 +354,9 @@ def train(
         session.sync()
         elapsed = time.perf_counter() - start
         bar.close()
+        plans = [f"program {p.program_id} ({p.steps} steps): " +
+                 (f"gradient planned, {p.plan_steps} steps with no tape" if p.plan_steps
+                  else f"not planned ({p.not_planned})") for p in session.programs()]
         params = {name: v.numpy() for name, v in model.vars.items()}
         sample = generate(model, vocab, "The server ", sample_length, 0.8, rng)
     steps_per_second = steps / elapsed
@@ -363,6 +366,8 @@ def train(
           f"vocabulary {len(vocab)}) "
           f"in {elapsed:.1f} s: {steps_per_second:.2f} steps/s")
     print(f"training loss {first:.3f} (first 10 steps) -> {last:.3f} (last 50 steps), nats per character")
+    for line in plans:
+        print(line)
     print("sample:\n" + sample)
     if plot:
         import matplotlib

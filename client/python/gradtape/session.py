@@ -168,7 +168,8 @@ class Session:
         """Wait point: the session's captured-step programs
         (gradtape.function), as the server holds them (ListPrograms)."""
         r = self._core.call(pb.Command(list_programs=pb.ListPrograms())).programs
-        return [ProgramInfo(p.program_id, p.params, p.steps, p.outputs, p.bytes, p.calls) for p in r.programs]
+        return [ProgramInfo(p.program_id, p.params, p.steps, p.outputs, p.bytes, p.calls,
+                            p.plan_steps, p.not_planned) for p in r.programs]
 
     def _new_program_id(self) -> int:
         """A program id of this session (never reused). First sends the
@@ -580,8 +581,11 @@ class ProgramInfo(NamedTuple):
     params: int
     steps: int
     outputs: int
-    bytes: int  # charged to the session's memory
+    bytes: int  # charged to the session's memory (the plan's too)
     calls: int  # calls that succeeded
+    plan_steps: int = 0  # the plan's steps (its gradient planned); 0: none
+    not_planned: str = ""  # why there is no plan (empty: there is one, or
+    # the next call makes it)
 
 
 class CheckpointInfo(NamedTuple):
