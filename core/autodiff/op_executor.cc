@@ -61,7 +61,8 @@ absl::Status OpExecutor::Execute(
     out.set_id(++last_id_);
     if (created_ids_ != nullptr) created_ids_->push_back(out.id());
   }
-  if (observer_ != nullptr) observer_->Executed(declared, attrs, inputs, *outputs);
+  if (observer_ != nullptr)
+    observer_->Executed(declared, attrs, inputs, *outputs);
   // The fast path: no tape could record, so inputs are never looked at.
   if (tapes_.CouldRecord() && (op.differentiable() || custom != nullptr)) {
     tapes_.Record(op, attrs, inputs, *outputs, std::move(custom), instance);

@@ -325,7 +325,6 @@ absl::Status CheckArgs(const Program& p, absl::Span<const Tensor> args) {
   return absl::OkStatus();
 }
 
-
 // The values of one run, by slot; forgets what it owns (constants and step
 // outputs, which have ids only this run knows) when dropped, and everything
 // left unless released to the caller.
@@ -481,7 +480,6 @@ absl::Status RunTapeStep(OpExecutor& exec, const Program& p, size_t s,
   return absl::InternalError("not a tape step");
 }
 
-
 // FAILED_PRECONDITION if an output of op step s has another shape than the
 // plan traced (Program::expected_shapes).
 absl::Status CheckExpectedShapes(const Program& p, size_t s,
@@ -491,7 +489,8 @@ absl::Status CheckExpectedShapes(const Program& p, size_t s,
     if (outputs[k].shape() != want) {
       return absl::FailedPreconditionError(
           absl::StrCat("output ", k, " is ", outputs[k].DebugString(),
-                       "; the plan was traced with ", ShapeString(want)));
+                       "; the plan was traced with ",
+                       DTypeName(outputs[k].dtype()), ShapeString(want)));
     }
   }
   return absl::OkStatus();
@@ -509,7 +508,8 @@ absl::Status RunStep(OpExecutor& exec, const Program& p, size_t s,
     if (!p.expected_shapes.empty()) {
       RETURN_IF_ERROR(CheckExpectedShapes(p, s, outputs));
     }
-    if (tracer != nullptr) tracer->StepRan(static_cast<int>(s), inputs, outputs);
+    if (tracer != nullptr)
+      tracer->StepRan(static_cast<int>(s), inputs, outputs);
     for (size_t k = 0; k < outputs.size(); ++k) {
       values.at(p.step_slot[s] + static_cast<int>(k)) = std::move(outputs[k]);
     }
@@ -521,8 +521,8 @@ absl::Status RunStep(OpExecutor& exec, const Program& p, size_t s,
   exec.set_observer(outer);
   if (tracer != nullptr && st.ok()) {
     const int first = p.step_slot[s];
-    const int n = (s + 1 < p.steps.size() ? p.step_slot[s + 1] : p.num_slots) -
-                  first;
+    const int n =
+        (s + 1 < p.steps.size() ? p.step_slot[s + 1] : p.num_slots) - first;
     std::vector<Tensor> outputs;
     for (int k = 0; k < n; ++k) outputs.push_back(values.at(first + k));
     tracer->StepRan(static_cast<int>(s), inputs, outputs);
@@ -676,7 +676,8 @@ int64_t Program::StructureBytes() const {
   // last_reader and the drop lists: one int each per slot.
   bytes += 2 * static_cast<int64_t>(num_slots) * sizeof(int);
   for (const Shape& shape : expected_shapes) {
-    bytes += sizeof(Shape) + static_cast<int64_t>(shape.size()) * sizeof(int64_t);
+    bytes +=
+        sizeof(Shape) + static_cast<int64_t>(shape.size()) * sizeof(int64_t);
   }
   return bytes;
 }

@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "core/tensor/variable.h"
 
 namespace gradtape {
@@ -134,8 +135,7 @@ void PlanBuilder::OpStepRan(int s, absl::Span<const Tensor> inputs,
     tracked = tracked || tracked_[slot];
     planned.inputs[j] = slot_ref_[slot];
   }
-  for (size_t j = 0; tracked && op.differentiable() && j < inputs.size();
-       ++j) {
+  for (size_t j = 0; tracked && op.differentiable() && j < inputs.size(); ++j) {
     if (!IsTrainable(inputs[j].dtype()) && dynamic_[p_.Slot(step.inputs[j])] &&
         !BackwardReadsOnlyThroughOps(op, step.attrs, static_cast<int>(j))) {
       return Fail(absl::StrCat(
@@ -164,8 +164,7 @@ void PlanBuilder::Executed(const OpDef& op, const AttrMap& attrs,
     ProgramRef ref;
     if (!RefOf(inputs[j], &ref)) {
       return Fail(absl::StrCat("a backward's ", op.name, " read ",
-                               inputs[j].DebugString(), " (id ",
-                               inputs[j].id(),
+                               inputs[j].DebugString(), " (id ", inputs[j].id(),
                                "), neither a value of the program nor a "
                                "constant"));
     }
@@ -181,8 +180,8 @@ bool PlanBuilder::RefOf(const Tensor& t, ProgramRef* ref) {
       return true;
     }
     // A value under a new id (a gradient passed through gets one).
-    auto it = t.num_elements() > 0 ? by_buffer_.find(t.raw_data())
-                                   : by_buffer_.end();
+    auto it =
+        t.num_elements() > 0 ? by_buffer_.find(t.raw_data()) : by_buffer_.end();
     if (it == by_buffer_.end() || it->second.dtype != t.dtype() ||
         it->second.shape != t.shape()) {
       return false;
@@ -296,8 +295,11 @@ absl::StatusOr<Tensors> PlannedProgram::Run(OpExecutor& exec,
   // or shows the plan did not fit this call.
   absl::StatusOr<Tensors> defined = RunProgram(exec, program_, args);
   if (defined.ok()) {
-    Drop(absl::StrCat("a planned call failed where the program ran: ",
-                      planned.status().message()));
+    // Its steps are the plan's, not the program's.
+    absl::string_view why = planned.status().message();
+    absl::ConsumePrefix(&why, "program ");
+    Drop(absl::StrCat("a planned call failed where the program ran: plan ",
+                      why));
   }
   return defined;
 }

@@ -100,8 +100,8 @@ struct ProgramInfo {
   int params = 0;
   int steps = 0;
   int outputs = 0;
-  int64_t bytes = 0;  // charged to the session (its plan's included)
-  int64_t calls = 0;  // that succeeded
+  int64_t bytes = 0;        // charged to the session (its plan's included)
+  int64_t calls = 0;        // that succeeded
   int64_t plan_steps = 0;   // 0: no plan
   std::string not_planned;  // why there is no plan (empty: there is one,
                             // or the next call may make it)
@@ -378,7 +378,7 @@ class Session {
   struct StoredProgram {
     Program program;
     std::unique_ptr<PlannedProgram> planned;  // of `program`
-    int64_t bytes = 0;  // charged to account_
+    int64_t bytes = 0;                        // charged to account_
     int64_t calls = 0;
   };
 

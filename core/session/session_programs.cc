@@ -130,26 +130,26 @@ absl::Status Session::DeleteProgram(int64_t seq, int64_t program_id) {
 }
 
 std::vector<ProgramInfo> Session::ListPrograms(int64_t seq) {
-  return *Run(seq, "ListPrograms", {},
-              [&](const Command&) -> absl::StatusOr<std::vector<ProgramInfo>> {
-                std::vector<ProgramInfo> list;
-                list.reserve(programs_.size());
-                for (const auto& [id, stored] : programs_) {
-                  const Program& p = stored->program;
-                  const PlannedProgram& planned = *stored->planned;
-                  list.push_back({id, static_cast<int>(p.params.size()),
-                                  static_cast<int>(p.steps.size()),
-                                  static_cast<int>(p.outputs.size()),
-                                  stored->bytes + planned.plan_bytes(),
-                                  stored->calls, planned.plan_steps(),
-                                  planned.not_planned()});
-                }
-                std::sort(list.begin(), list.end(),
-                          [](const ProgramInfo& a, const ProgramInfo& b) {
-                            return a.id < b.id;
-                          });
-                return list;
-              });
+  return *Run(
+      seq, "ListPrograms", {},
+      [&](const Command&) -> absl::StatusOr<std::vector<ProgramInfo>> {
+        std::vector<ProgramInfo> list;
+        list.reserve(programs_.size());
+        for (const auto& [id, stored] : programs_) {
+          const Program& p = stored->program;
+          const PlannedProgram& planned = *stored->planned;
+          list.push_back({id, static_cast<int>(p.params.size()),
+                          static_cast<int>(p.steps.size()),
+                          static_cast<int>(p.outputs.size()),
+                          stored->bytes + planned.plan_bytes(), stored->calls,
+                          planned.plan_steps(), planned.not_planned()});
+        }
+        std::sort(list.begin(), list.end(),
+                  [](const ProgramInfo& a, const ProgramInfo& b) {
+                    return a.id < b.id;
+                  });
+        return list;
+      });
 }
 
 }  // namespace gradtape

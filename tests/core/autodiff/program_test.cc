@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "core/autodiff/gradient.h"
+#include "core/autodiff/program_plan.h"
 #include "core/base/cancellation.h"
 #include "core/ops/ops.h"
 #include "core/tensor/variable.h"
@@ -774,6 +775,193 @@ TEST_F(ProgramTrainingTest, DeadlinesAndCancellationStopARunBetweenSteps) {
   EXPECT_EQ(exec_.tapes().num_tapes(), 0u);
   ASSERT_TRUE(RunProgram(exec_, p, {x, y}).ok());
   EXPECT_NE(ValueOf(w).raw_data(), before.raw_data());
+}
+
+// --- Plans: the gradient planned at the first call (program_plan.h) --------
+
+// The plan of the SGD step trains like the same commands run eagerly, bit
+// for bit, from its second call on; it has no tape steps, so no tape exists
+// while it runs.
+TEST_F(ProgramTrainingTest, APlanTrainsLikeTheEagerCommandsBitForBit) {
+  const Tensor w_program = NewVariable(5);
+  const Tensor w_eager = NewVariable(5);
+  const Tensor lr = Arg(Tensor::Scalar<double>(0.05));
+  Program p = SgdStep(w_program, lr);
+  ASSERT_TRUE(Validate(p).ok());
+  PlannedProgram planned(p, nullptr);
+  EXPECT_FALSE(planned.planned());
+  for (int step = 0; step < 5; ++step) {
+    const Tensor x = Arg(Random({4, 3}, 100 + step));
+    const Tensor y = Arg(Random({4, 2}, 200 + step));
+    absl::StatusOr<Tensors> out = planned.Run(exec_, {x, y});
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_TRUE(planned.planned()) << planned.not_planned();
+    const Tensor loss = SgdStepEager(w_eager, lr, x, y, 7);
+    EXPECT_TRUE(SameBits((*out)[0], loss)) << step;
+    EXPECT_TRUE(SameBits(ValueOf(w_program), ValueOf(w_eager))) << step;
+  }
+  // The 6 op steps, with the gradient's backward ops for the 3 tape steps.
+  EXPECT_GT(planned.plan_steps(), 6);
+  EXPECT_EQ(planned.not_planned(), "");
+  EXPECT_EQ(exec_.tapes().num_tapes(), 0u);
+}
+
+// A call that a tape outside the program could record runs as defined (the
+// tape records the program's ops), and makes no plan; the next one does.
+TEST_F(ProgramTrainingTest, ACallUnderAnOuterTapeRunsAsDefined) {
+  const Tensor w = NewVariable(5);
+  const Tensor lr = Arg(Tensor::Scalar<double>(0.05));
+  Program p = SgdStep(w, lr);
+  ASSERT_TRUE(Validate(p).ok());
+  PlannedProgram planned(p, nullptr);
+  const Tensor x = Arg(Random({4, 3}, 1));
+  const Tensor y = Arg(Random({4, 2}, 2));
+  ASSERT_TRUE(exec_.tapes().Push(9, false, false).ok());
+  (*exec_.tapes().Find(9))->Watch(x);
+  ASSERT_TRUE(planned.Run(exec_, {x, y}).ok());
+  EXPECT_GT((*exec_.tapes().Find(9))->num_entries(), 0u);
+  ASSERT_TRUE(exec_.tapes().Delete(9).ok());
+  EXPECT_FALSE(planned.planned());
+  EXPECT_EQ(planned.not_planned(), "");
+  ASSERT_TRUE(planned.Run(exec_, {x, y}).ok());
+  EXPECT_TRUE(planned.planned());
+}
+
+// A differentiable op's integer input computed from a param (Tile's
+// multiples): its backward could read it, so no plan; the calls still run.
+TEST_F(ProgramTest, AnIntegerInputFromTheParamsMeansNoPlan) {
+  using R = ProgramRef;
+  Program p;
+  p.params = {{DType::kFloat64, {2}}, {DType::kInt32, {1}}};
+  p.steps = {ProgramStep::PushTape(0),
+             ProgramStep::Watch(0, {R::Param(0)}),
+             {"Tile", {R::Param(0), R::Param(1)}, {}},
+             {"Sum", {R::Step(2)}, {}},
+             ProgramStep::PopTape(0),
+             ProgramStep::Gradient(0, {R::Step(3)}, {R::Param(0)})};
+  p.outputs = {R::Step(5)};
+  ASSERT_TRUE(Validate(p).ok());
+  PlannedProgram planned(p, nullptr);
+  const Tensor x = Arg(Random({2}, 1));
+  for (int32_t m : {3, 4}) {
+    absl::StatusOr<Tensors> g =
+        planned.Run(exec_, {x, Arg(Tensor::FromVector<int32_t>({1}, {m}))});
+    ASSERT_TRUE(g.ok()) << g.status();
+    EXPECT_EQ((*g)[0].data<double>()[0], m);
+  }
+  EXPECT_FALSE(planned.planned());
+  EXPECT_EQ(planned.not_planned(),
+            "step 2 (Tile) input 1 is int32[1] computed from the call's "
+            "inputs; its backward may read it");
+}
+
+// A step whose shape depends on a param's value: the plan is traced with
+// one shape; a call that gives another fails the plan's shape check, runs
+// as defined (right results) and drops the plan for good.
+TEST_F(ProgramTest, AStepOfAnotherShapeDropsThePlan) {
+  using R = ProgramRef;
+  Program p;
+  p.params = {{DType::kFloat64, {}}, {DType::kInt32, {}}};
+  p.constants = {Arg(Tensor::Scalar<int32_t>(0)),
+                 Arg(Tensor::Scalar<int32_t>(1))};
+  p.steps = {ProgramStep::PushTape(0),
+             ProgramStep::Watch(0, {R::Param(0)}),
+             {"Range",
+              {R::Constant(0), R::Param(1), R::Constant(1)},
+              {{"Tidx", DType::kInt32}}},
+             {"Cast", {R::Step(2)}, {{"DstT", DType::kFloat64}}},
+             {"Mul", {R::Param(0), R::Step(3)}, {}},
+             {"Sum", {R::Step(4)}, {}},
+             ProgramStep::PopTape(0),
+             ProgramStep::Gradient(0, {R::Step(5)}, {R::Param(0)})};
+  p.outputs = {R::Step(7)};
+  ASSERT_TRUE(Validate(p).ok());
+  PlannedProgram planned(p, nullptr);
+  const Tensor x = Arg(Tensor::Scalar<double>(2));
+  auto grad = [&](int32_t limit) {
+    absl::StatusOr<Tensors> g =
+        planned.Run(exec_, {x, Arg(Tensor::Scalar<int32_t>(limit))});
+    EXPECT_TRUE(g.ok()) << g.status();
+    return g.ok() ? (*g)[0].data<double>()[0] : -1.0;
+  };
+  EXPECT_EQ(grad(3), 3.0);  // 0 + 1 + 2
+  EXPECT_EQ(grad(3), 3.0);
+  EXPECT_TRUE(planned.planned()) << planned.not_planned();
+  EXPECT_EQ(grad(5), 10.0);
+  EXPECT_FALSE(planned.planned());
+  EXPECT_EQ(planned.not_planned(),
+            "a planned call failed where the program ran: plan step 0 "
+            "(Range): output 0 is int32[5]; the plan was traced with int32[3]");
+  EXPECT_EQ(grad(4), 6.0);
+}
+
+// A planned call that fails (an index out of range) is undone and fails as
+// the program defined fails, naming its step; the plan stays.
+TEST_F(ProgramTrainingTest, AFailingPlannedCallFailsAsDefinedAndKeepsThePlan) {
+  using R = ProgramRef;
+  const Tensor w = NewVariable(5);
+  const Tensor lr = Arg(Tensor::Scalar<double>(0.05));
+  Program p;
+  p.params = {{DType::kInt32, {2}}};
+  p.constants = {w, lr};
+  p.steps = {ProgramStep::PushTape(0),
+             {"ResourceGather",
+              {R::Constant(0), R::Param(0)},
+              {{"dtype", DType::kFloat64}}},
+             {"Sum", {R::Step(1)}, {}},
+             ProgramStep::PopTape(0),
+             ProgramStep::Gradient(0, {R::Step(2)}, {R::Constant(0)}),
+             {"ResourceApplyGradientDescent",
+              {R::Constant(0), R::Constant(1), R::Step(4)},
+              {}}};
+  p.outputs = {R::Step(2)};
+  ASSERT_TRUE(Validate(p).ok());
+  PlannedProgram planned(p, nullptr);
+  const Tensor rows = Arg(Tensor::FromVector<int32_t>({2}, {0, 2}));
+  ASSERT_TRUE(planned.Run(exec_, {rows}).ok());
+  ASSERT_TRUE(planned.Run(exec_, {rows}).ok());
+  ASSERT_TRUE(planned.planned()) << planned.not_planned();
+  const Tensor before = ValueOf(w);
+  const Tensor bad = Arg(Tensor::FromVector<int32_t>({2}, {0, 7}));
+  absl::StatusOr<Tensors> out = planned.Run(exec_, {bad});
+  absl::StatusOr<Tensors> defined = RunProgram(exec_, p, {bad});
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status(), defined.status());
+  EXPECT_TRUE(absl::StrContains(out.status().message(),
+                                "program step 1 (ResourceGather)"))
+      << out.status();
+  EXPECT_EQ(ValueOf(w).raw_data(), before.raw_data());
+  EXPECT_TRUE(planned.planned());
+  EXPECT_EQ(exec_.tapes().num_tapes(), 0u);
+}
+
+// The plan's structure is charged to the account while the plan lives; an
+// account that cannot take it gets no plan, and the calls run as defined.
+TEST_F(ProgramTrainingTest, APlanIsChargedAndRefusedPastTheLimit) {
+  const Tensor w = NewVariable(5);
+  const Tensor lr = Arg(Tensor::Scalar<double>(0.05));
+  Program p = SgdStep(w, lr);
+  ASSERT_TRUE(Validate(p).ok());
+  const Tensor x = Arg(Random({4, 3}, 1));
+  const Tensor y = Arg(Random({4, 2}, 2));
+  auto account = std::make_shared<MemoryAccount>();
+  {
+    PlannedProgram planned(p, account);
+    ASSERT_TRUE(planned.Run(exec_, {x, y}).ok());
+    ASSERT_TRUE(planned.planned()) << planned.not_planned();
+    EXPECT_GT(planned.plan_bytes(), 0);
+    EXPECT_EQ(account->bytes(), planned.plan_bytes());
+  }
+  EXPECT_EQ(account->bytes(), 0);
+  account->set_limit(64);
+  PlannedProgram refused(p, account);
+  ASSERT_TRUE(refused.Run(exec_, {x, y}).ok());
+  EXPECT_FALSE(refused.planned());
+  EXPECT_TRUE(
+      absl::StrContains(refused.not_planned(), "would pass the memory limit"))
+      << refused.not_planned();
+  EXPECT_EQ(account->bytes(), 0);
+  ASSERT_TRUE(refused.Run(exec_, {x, y}).ok());
 }
 
 }  // namespace
