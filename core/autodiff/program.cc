@@ -194,6 +194,15 @@ absl::Status ValidateTapeStep(const ProgramLimits& lim, Program& p, int s,
 absl::Status ValidateStep(const OpRegistry& registry, const ProgramLimits& lim,
                           Program& p, int s, std::vector<TapeState>& tapes) {
   ProgramStep& step = p.steps[s];
+  if (step.kind == ProgramStep::kFused) {
+    if (step.loop == nullptr || registry.fused_loop_kernel() == nullptr ||
+        static_cast<int>(step.inputs.size()) != step.loop->num_inputs) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(StepName(p, s), " is not a runnable fused loop"));
+    }
+    RETURN_IF_ERROR(ReadInputs(p, s, step.inputs.size()));
+    return AddOutputs(lim, p, s, nullptr, step.loop->outputs.size());
+  }
   if (step.kind != ProgramStep::kOp) return ValidateTapeStep(lim, p, s, tapes);
   const OpDef* op = registry.Find(step.op);
   if (op == nullptr) {
@@ -475,6 +484,7 @@ absl::Status RunTapeStep(OpExecutor& exec, const Program& p, size_t s,
       return absl::OkStatus();
     }
     case ProgramStep::kOp:
+    case ProgramStep::kFused:
       break;
   }
   return absl::InternalError("not a tape step");
@@ -502,9 +512,17 @@ absl::Status RunStep(OpExecutor& exec, const Program& p, size_t s,
                      const Tensors& inputs, RunGuard& guard, RunValues& values,
                      ProgramTracer* tracer) {
   const ProgramStep& step = p.steps[s];
-  if (step.kind == ProgramStep::kOp) {
+  if (step.kind == ProgramStep::kOp || step.kind == ProgramStep::kFused) {
     Tensors outputs;
-    RETURN_IF_ERROR(exec.Execute(*p.step_ops[s], inputs, step.attrs, &outputs));
+    if (step.kind == ProgramStep::kOp) {
+      RETURN_IF_ERROR(
+          exec.Execute(*p.step_ops[s], inputs, step.attrs, &outputs));
+    } else {
+      RETURN_IF_ERROR(
+          exec.registry().fused_loop_kernel()(*step.loop, inputs, &outputs));
+      RETURN_IF_ERROR(exec.CheckMemoryLimit("FusedLoop"));
+      for (Tensor& t : outputs) t = exec.Adopt(std::move(t));
+    }
     if (!p.expected_shapes.empty()) {
       RETURN_IF_ERROR(CheckExpectedShapes(p, s, outputs));
     }
@@ -631,6 +649,8 @@ absl::string_view ProgramStep::Name() const {
       return "StopRecording";
     case kStartRecording:
       return "StartRecording";
+    case kFused:
+      return "FusedLoop";
   }
   return "?";
 }
@@ -669,6 +689,12 @@ int64_t Program::StructureBytes() const {
       } else if (const auto* list = std::get_if<std::vector<int64_t>>(&value)) {
         bytes += static_cast<int64_t>(list->capacity()) * sizeof(int64_t);
       }
+    }
+    if (step.loop != nullptr) {
+      bytes += sizeof(FusedLoop) +
+               static_cast<int64_t>(step.loop->ops.size()) *
+                   sizeof(FusedLoop::Op) +
+               static_cast<int64_t>(step.loop->outputs.size()) * sizeof(int);
     }
     // Derived: step_ops, step_slot, drop_after's vector.
     bytes += sizeof(void*) + sizeof(int) + sizeof(std::vector<int>);

@@ -36,6 +36,7 @@
 #define GRADTAPE_CORE_AUTODIFF_PROGRAM_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -71,7 +72,10 @@ struct ProgramStep {
     kGradient,
     kPopTape,
     kStopRecording,
-    kStartRecording
+    kStartRecording,
+    // Only in plans (core/autodiff/program_plan.h), never from a client:
+    // `loop`, run by the registry's fused loop kernel.
+    kFused
   };
   // kOp: the op; the other kinds leave it empty.
   std::string op;
@@ -89,6 +93,7 @@ struct ProgramStep {
   int num_targets = 0;
   int num_sources = 0;
   Unconnected unconnected = Unconnected::kNone;
+  std::shared_ptr<const FusedLoop> loop;  // kFused
 
   static ProgramStep PushTape(int tape, bool persistent = false,
                               bool watch_accessed_variables = true) {

@@ -25,6 +25,145 @@ bool BackwardReadsOnlyThroughOps(const OpDef& op, const AttrMap& attrs,
   return false;
 }
 
+struct StepOutput {
+  DType dtype;
+  Shape shape;
+};
+
+// At most this many ops in one loop (each keeps a block of scratch).
+constexpr int kMaxLoopOps = 32;
+
+// Step s's fused loop code, if it is an elementwise float op a loop runs.
+std::optional<FusedLoop::Code> LoopCode(
+    const Program& p, const std::vector<std::vector<StepOutput>>& outs,
+    int s) {
+  const ProgramStep& step = p.steps[s];
+  if (step.kind != ProgramStep::kOp || outs[s].size() != 1 ||
+      (outs[s][0].dtype != DType::kFloat32 &&
+       outs[s][0].dtype != DType::kFloat64)) {
+    return std::nullopt;
+  }
+  std::optional<FusedLoop::Code> code = FusedLoop::CodeOf(step.op);
+  if (code && step.inputs.size() != (FusedLoop::IsUnary(*code) ? 1u : 2u)) {
+    return std::nullopt;
+  }
+  return code;
+}
+
+// Steps [first, last] (elementwise, one dtype and shape) as one kFused
+// step; `outside_reader[s]`: step s's value is read after the run or is a
+// program output. False if none is (nothing to write).
+bool MakeLoop(const Program& p, int first, int last,
+              const std::vector<bool>& outside_reader, ProgramStep* fused) {
+  auto loop = std::make_shared<FusedLoop>();
+  std::vector<ProgramRef>& inputs = fused->inputs;
+  auto is_member = [&](const ProgramRef& ref) {
+    return ref.kind == ProgramRef::kStep && ref.index >= first &&
+           ref.index <= last;
+  };
+  for (int s = first; s <= last; ++s) {
+    for (const ProgramRef& ref : p.steps[s].inputs) {
+      const bool seen = std::any_of(
+          inputs.begin(), inputs.end(), [&](const ProgramRef& in) {
+            return in.kind == ref.kind && in.index == ref.index &&
+                   in.output == ref.output;
+          });
+      if (!is_member(ref) && !seen) inputs.push_back(ref);
+    }
+  }
+  loop->num_inputs = static_cast<int>(inputs.size());
+  auto operand = [&](const ProgramRef& ref) {
+    if (is_member(ref)) return loop->num_inputs + (ref.index - first);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const ProgramRef& in = inputs[i];
+      if (in.kind == ref.kind && in.index == ref.index &&
+          in.output == ref.output) {
+        return static_cast<int>(i);
+      }
+    }
+    return -1;  // not reached: every non-member input was added
+  };
+  for (int s = first; s <= last; ++s) {
+    const ProgramStep& step = p.steps[s];
+    const FusedLoop::Code code = *FusedLoop::CodeOf(step.op);
+    const int a = operand(step.inputs[0]);
+    loop->ops.push_back(
+        {code, a, FusedLoop::IsUnary(code) ? a : operand(step.inputs[1])});
+    if (outside_reader[s]) loop->outputs.push_back(s - first);
+  }
+  fused->kind = ProgramStep::kFused;
+  fused->loop = std::move(loop);
+  return !fused->loop->outputs.empty();
+}
+
+// Replaces each run of two or more consecutive elementwise steps of one
+// dtype and output shape (FusedLoop::CodeOf) with one fused loop, which
+// writes out only the values read after the run. The steps of a run are
+// consecutive, so the loop runs where they did: every value it reads is
+// made before it, every value it writes is read after.
+void FuseElementwise(Program& plan,
+                     std::vector<std::vector<StepOutput>>& outs) {
+  const int n = static_cast<int>(plan.steps.size());
+  // For each step, the last step that reads its output 0 (n: an output).
+  std::vector<int> last_reader(n, -1);
+  for (int s = 0; s < n; ++s) {
+    for (const ProgramRef& ref : plan.steps[s].inputs) {
+      if (ref.kind == ProgramRef::kStep) last_reader[ref.index] = s;
+    }
+  }
+  for (const ProgramRef& ref : plan.outputs) {
+    if (ref.kind == ProgramRef::kStep) last_reader[ref.index] = n;
+  }
+  std::vector<ProgramStep> steps;
+  std::vector<std::vector<StepOutput>> new_outs;
+  // Old step s, output k -> its reference in the new steps.
+  std::vector<std::vector<ProgramRef>> moved(n);
+  auto remap = [&](std::vector<ProgramRef>& refs) {
+    for (ProgramRef& ref : refs) {
+      if (ref.kind == ProgramRef::kStep) ref = moved[ref.index][ref.output];
+    }
+  };
+  for (int s = 0; s < n;) {
+    int last = s;
+    if (LoopCode(plan, outs, s)) {
+      while (last + 1 < n && last + 1 - s < kMaxLoopOps &&
+             LoopCode(plan, outs, last + 1) &&
+             outs[last + 1][0].dtype == outs[s][0].dtype &&
+             outs[last + 1][0].shape == outs[s][0].shape) {
+        ++last;
+      }
+    }
+    std::vector<bool> outside(n, false);
+    for (int m = s; m <= last; ++m) outside[m] = last_reader[m] > last;
+    ProgramStep fused;
+    const int at = static_cast<int>(steps.size());
+    if (last > s && MakeLoop(plan, s, last, outside, &fused)) {
+      remap(fused.inputs);
+      int k = 0;
+      for (int m = s; m <= last; ++m) {
+        moved[m] = {outside[m] ? ProgramRef::Step(at, k++) : ProgramRef()};
+      }
+      new_outs.push_back(std::vector<StepOutput>(k, outs[s][0]));
+      steps.push_back(std::move(fused));
+    } else {
+      for (int m = s; m <= last; ++m) {
+        ProgramStep step = std::move(plan.steps[m]);
+        remap(step.inputs);
+        const int index = static_cast<int>(steps.size());
+        for (size_t k = 0; k < outs[m].size(); ++k) {
+          moved[m].push_back(ProgramRef::Step(index, static_cast<int>(k)));
+        }
+        steps.push_back(std::move(step));
+        new_outs.push_back(std::move(outs[m]));
+      }
+    }
+    s = last + 1;
+  }
+  remap(plan.outputs);
+  plan.steps = std::move(steps);
+  outs = std::move(new_outs);
+}
+
 // Writes the plan while the program runs as defined (see the header).
 class PlanBuilder : public ProgramTracer {
  public:
@@ -61,7 +200,7 @@ class PlanBuilder : public ProgramTracer {
 
   const Program& p_;
   std::unique_ptr<Program> plan_ = std::make_unique<Program>();
-  std::vector<std::vector<Shape>> step_shapes_;  // per plan step
+  std::vector<std::vector<StepOutput>> step_outputs_;  // per plan step
   // Per slot of the program: its value in the plan; whether it depends on
   // the call (params, variables' values, gradients); whether a tape could
   // have recorded it (watched, or computed from a variable or a watched
@@ -205,7 +344,7 @@ bool PlanBuilder::RefOf(const Tensor& t, ProgramRef* ref) {
 
 void PlanBuilder::AddStep(ProgramStep step, absl::Span<const Tensor> outputs) {
   const int s = static_cast<int>(plan_->steps.size());
-  std::vector<Shape> shapes;
+  std::vector<StepOutput> shapes;
   for (size_t k = 0; k < outputs.size(); ++k) {
     const Tensor& t = outputs[k];
     const ProgramRef ref = ProgramRef::Step(s, static_cast<int>(k));
@@ -216,10 +355,10 @@ void PlanBuilder::AddStep(ProgramStep step, absl::Span<const Tensor> outputs) {
       by_buffer_.insert_or_assign(t.raw_data(),
                                   Known{ref, t.dtype(), t.shape()});
     }
-    shapes.push_back(t.shape());
+    shapes.push_back({t.dtype(), t.shape()});
   }
   plan_->steps.push_back(std::move(step));
-  step_shapes_.push_back(std::move(shapes));
+  step_outputs_.push_back(std::move(shapes));
 }
 
 absl::StatusOr<std::unique_ptr<Program>> PlanBuilder::Finish(
@@ -227,6 +366,9 @@ absl::StatusOr<std::unique_ptr<Program>> PlanBuilder::Finish(
   if (!failure_.empty()) return absl::FailedPreconditionError(failure_);
   for (const ProgramRef& ref : p_.outputs) {
     plan_->outputs.push_back(slot_ref_[p_.Slot(ref)]);
+  }
+  if (registry.fused_loop_kernel() != nullptr) {
+    FuseElementwise(*plan_, step_outputs_);
   }
   // The backward adds steps: room for them beyond a definition's limits
   // (the plan's memory is charged all the same).
@@ -239,9 +381,10 @@ absl::StatusOr<std::unique_ptr<Program>> PlanBuilder::Finish(
         absl::StrCat("the plan is not valid: ", st.message()));
   }
   plan_->expected_shapes.resize(plan_->num_slots);
-  for (size_t s = 0; s < step_shapes_.size(); ++s) {
-    for (size_t k = 0; k < step_shapes_[s].size(); ++k) {
-      plan_->expected_shapes[plan_->step_slot[s] + k] = step_shapes_[s][k];
+  for (size_t s = 0; s < step_outputs_.size(); ++s) {
+    for (size_t k = 0; k < step_outputs_[s].size(); ++k) {
+      plan_->expected_shapes[plan_->step_slot[s] + k] =
+          step_outputs_[s][k].shape;
     }
   }
   return std::move(plan_);

@@ -1,5 +1,7 @@
 #include "core/ops/ops.h"
 
+#include "core/ops/fused_loop.h"
+
 namespace gradtape {
 
 void RegisterAllOps(OpRegistry& registry) {
@@ -24,6 +26,7 @@ void RegisterAllOps(OpRegistry& registry) {
   RegisterRandomOps(registry);
   RegisterGatherOps(registry);
   RegisterConcatOps(registry);
+  registry.set_fused_loop_kernel(&RunFusedLoop);
 }
 
 const OpRegistry& DefaultRegistry() {

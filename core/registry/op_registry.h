@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "core/registry/fused_loop.h"
 #include "core/tensor/attrs.h"
 #include "core/tensor/tensor.h"
 
@@ -305,8 +306,16 @@ class OpRegistry {
   // In registration order.
   const std::vector<std::unique_ptr<OpDef>>& ops() const { return ops_; }
 
+  // The kernel of fused elementwise loops (core/registry/fused_loop.h), set
+  // with the ops; null: plans fuse nothing.
+  FusedLoopKernel fused_loop_kernel() const { return fused_loop_kernel_; }
+  void set_fused_loop_kernel(FusedLoopKernel kernel) {
+    fused_loop_kernel_ = kernel;
+  }
+
  private:
   std::vector<std::unique_ptr<OpDef>> ops_;
+  FusedLoopKernel fused_loop_kernel_ = nullptr;
   absl::flat_hash_map<std::string, const OpDef*> by_name_;
 };
 

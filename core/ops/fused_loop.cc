@@ -1,0 +1,245 @@
+#include "core/ops/fused_loop.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
+#include "core/ops/parallel.h"
+#include "core/ops/vector_math.h"
+
+namespace gradtape {
+namespace {
+
+static_assert(static_cast<int>(FusedLoop::kAdd) ==
+                      static_cast<int>(VecArith::kAdd) &&
+                  static_cast<int>(FusedLoop::kDiv) ==
+                      static_cast<int>(VecArith::kDiv),
+              "the arithmetic codes are VecArith's");
+
+// Elements per block of a loop over full-size and scalar inputs: the scratch
+// of a few ops stays in the core's caches.
+constexpr int64_t kFusedBlock = 1024;
+
+absl::Status Invalid(absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat("fused loop: ", why));
+}
+
+// The numpy broadcast of `a` and `b`, or nothing.
+std::optional<Shape> Broadcast(const Shape& a, const Shape& b) {
+  const size_t rank = std::max(a.size(), b.size());
+  Shape out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    const int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    const int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    if (da != db && da != 1 && db != 1) return std::nullopt;
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+// Strides of a tensor of shape `in` walked over `out` (right-aligned, 0
+// where it broadcasts).
+std::vector<int64_t> StridesAgainst(const Shape& in, const Shape& out) {
+  std::vector<int64_t> strides(out.size(), 0);
+  int64_t stride = 1;
+  for (size_t k = 0; k < in.size(); ++k) {
+    const size_t d_in = in.size() - 1 - k, d_out = out.size() - 1 - k;
+    if (in[d_in] != 1) strides[d_out] = stride;
+    stride *= in[d_in];
+  }
+  return strides;
+}
+
+// The loop's shape: every input broadcasts to it and every op gives it.
+absl::StatusOr<Shape> CheckLoop(const FusedLoop& loop,
+                                absl::Span<const Tensor> inputs) {
+  const int ni = loop.num_inputs, nr = static_cast<int>(loop.ops.size());
+  if (ni < 1 || static_cast<int>(inputs.size()) != ni || nr < 1) {
+    return Invalid(absl::StrCat("takes ", ni, " inputs, got ", inputs.size()));
+  }
+  Shape out;
+  for (const Tensor& t : inputs) {
+    if (t.dtype() != inputs[0].dtype() ||
+        (t.dtype() != DType::kFloat32 && t.dtype() != DType::kFloat64)) {
+      return Invalid(absl::StrCat("input ", t.DebugString(),
+                                  ": inputs are float32 or float64, one "
+                                  "dtype"));
+    }
+    std::optional<Shape> b = Broadcast(out, t.shape());
+    if (!b) return Invalid(absl::StrCat("input ", t.DebugString(),
+                                        " does not broadcast"));
+    out = *b;
+  }
+  for (int r = 0; r < nr; ++r) {
+    const FusedLoop::Op& op = loop.ops[r];
+    auto shape_of = [&](int x) -> std::optional<Shape> {
+      if (x < 0 || x >= ni + r) return std::nullopt;
+      return x < ni ? inputs[x].shape() : out;
+    };
+    std::optional<Shape> a = shape_of(op.a);
+    std::optional<Shape> b = FusedLoop::IsUnary(op.code) ? a : shape_of(op.b);
+    std::optional<Shape> z = a && b ? Broadcast(*a, *b) : std::nullopt;
+    if (!z || *z != out) {
+      return Invalid(absl::StrCat("op ", r, " does not give the loop's shape ",
+                                  ShapeString(out)));
+    }
+  }
+  std::vector<bool> seen(nr, false);
+  for (int r : loop.outputs) {
+    if (r < 0 || r >= nr || seen[r]) return Invalid("bad outputs");
+    seen[r] = true;
+  }
+  return out;
+}
+
+template <typename T>
+struct Operand {
+  const T* p;
+  int64_t stride;  // 0 or 1
+};
+
+template <typename T>
+void RunOp(FusedLoop::Code code, Operand<T> a, Operand<T> b, T* z, int64_t n) {
+  if (a.stride == 0 && (FusedLoop::IsUnary(code) || b.stride == 0)) {
+    T v;  // one value for the whole block
+    RunOp<T>(code, {a.p, 1}, {b.p, 1}, &v, 1);
+    std::fill(z, z + n, v);
+    return;
+  }
+  switch (code) {
+    case FusedLoop::kNeg:
+      for (int64_t i = 0; i < n; ++i) z[i] = -a.p[i];
+      return;
+    case FusedLoop::kSquare:
+      VecBinary(VecArith::kMul, a.p, 1, a.p, 1, z, n);
+      return;
+    case FusedLoop::kExp:
+      VecExp(a.p, z, n);
+      return;
+    default:
+      VecBinary(static_cast<VecArith>(code), a.p, a.stride, b.p, b.stride, z,
+                n);
+  }
+}
+
+// Walks the rows of `out` (all dims but the last, or blocks of a flat loop)
+// keeping each input's offset.
+class Rows {
+ public:
+  Rows(const Shape& out, std::vector<std::vector<int64_t>> strides, bool flat,
+       int64_t inner)
+      : out_(out), strides_(std::move(strides)), flat_(flat), inner_(inner) {}
+  void Seek(int64_t row, std::vector<int64_t>& offsets) {
+    index_.assign(flat_ || out_.empty() ? 0 : out_.size() - 1, 0);
+    for (int d = static_cast<int>(index_.size()) - 1; d >= 0; --d) {
+      index_[d] = row % out_[d];
+      row /= out_[d];
+    }
+    for (size_t i = 0; i < strides_.size(); ++i) {
+      offsets[i] = 0;
+      for (size_t d = 0; d < index_.size(); ++d) {
+        offsets[i] += index_[d] * strides_[i][d];
+      }
+    }
+  }
+  void Next(std::vector<int64_t>& offsets) {
+    if (flat_) {
+      for (size_t i = 0; i < strides_.size(); ++i) {
+        offsets[i] += inner_ * strides_[i].back();
+      }
+      return;
+    }
+    for (int d = static_cast<int>(index_.size()) - 1; d >= 0; --d) {
+      for (size_t i = 0; i < strides_.size(); ++i) offsets[i] += strides_[i][d];
+      if (++index_[d] < out_[d]) return;
+      for (size_t i = 0; i < strides_.size(); ++i) {
+        offsets[i] -= strides_[i][d] * out_[d];
+      }
+      index_[d] = 0;
+    }
+  }
+
+ private:
+  const Shape& out_;
+  const std::vector<std::vector<int64_t>> strides_;
+  const bool flat_;
+  const int64_t inner_;
+  Shape index_;
+};
+
+template <typename T>
+void Loop(const FusedLoop& loop, absl::Span<const Tensor> inputs,
+          const Shape& out, Tensors& outputs) {
+  const int64_t n = NumElements(out);
+  const int ni = loop.num_inputs, nr = static_cast<int>(loop.ops.size());
+  // Full-size and one-element inputs only: blocks of the flat loop (a
+  // one-element input has stride 0); else one row of the last dim at a time.
+  const bool flat =
+      out.empty() ||
+      std::all_of(inputs.begin(), inputs.end(), [&](const Tensor& t) {
+        return t.num_elements() == n || t.num_elements() == 1;
+      });
+  std::vector<std::vector<int64_t>> strides;
+  for (const Tensor& t : inputs) {
+    strides.push_back(flat ? std::vector<int64_t>{t.num_elements() == n ? 1 : 0}
+                           : StridesAgainst(t.shape(), out));
+  }
+  const int64_t inner = flat ? std::min(n, kFusedBlock) : out.back();
+  const int64_t rows = (n + inner - 1) / inner;
+  std::vector<T*> written(nr, nullptr);
+  for (size_t k = 0; k < loop.outputs.size(); ++k) {
+    written[loop.outputs[k]] = outputs[k].mutable_data<T>();
+  }
+  ParallelRange(
+      rows, std::max<int64_t>(1, kElementwiseGrain / (inner * nr)),
+      [&](int64_t begin, int64_t end) {
+        std::vector<T> scratch(static_cast<size_t>(nr) * inner);
+        std::vector<T*> result(nr);
+        std::vector<int64_t> offsets(ni);
+        Rows walk(out, strides, flat, inner);
+        walk.Seek(flat ? 0 : begin, offsets);
+        if (flat) {
+          for (int i = 0; i < ni; ++i) offsets[i] = begin * inner * strides[i][0];
+        }
+        for (int64_t row = begin; row < end; ++row, walk.Next(offsets)) {
+          const int64_t len = std::min(inner, n - row * inner);
+          auto operand = [&](int x) -> Operand<T> {
+            if (x >= ni) return {result[x - ni], 1};
+            return {inputs[x].data<T>() + offsets[x], strides[x].back()};
+          };
+          for (int r = 0; r < nr; ++r) {
+            result[r] = written[r] != nullptr ? written[r] + row * inner
+                                              : scratch.data() + r * inner;
+            const FusedLoop::Op& op = loop.ops[r];
+            const Operand<T> a = operand(op.a);
+            RunOp<T>(op.code, a,
+                     FusedLoop::IsUnary(op.code) ? a : operand(op.b),
+                     result[r], len);
+          }
+        }
+      });
+}
+
+}  // namespace
+
+absl::Status RunFusedLoop(const FusedLoop& loop,
+                          absl::Span<const Tensor> inputs, Tensors* outputs) {
+  ASSIGN_OR_RETURN(Shape out, CheckLoop(loop, inputs));
+  const DType dtype = inputs[0].dtype();
+  outputs->clear();
+  for (size_t k = 0; k < loop.outputs.size(); ++k) {
+    // Every element of a written result is written below.
+    ASSIGN_OR_RETURN(Tensor t, Tensor::Uninitialized(dtype, out));
+    outputs->push_back(std::move(t));
+  }
+  if (NumElements(out) == 0) return absl::OkStatus();
+  if (dtype == DType::kFloat32) {
+    Loop<float>(loop, inputs, out, *outputs);
+  } else {
+    Loop<double>(loop, inputs, out, *outputs);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gradtape

@@ -1,0 +1,57 @@
+// A fused elementwise loop: several float ops over one shape run as one
+// pass, a block of each row at a time, with the values only the loop reads
+// kept in per-thread scratch instead of tensors. A program's plan
+// (core/autodiff/program_plan.h) replaces runs of elementwise steps with one
+// (docs/CAPTURE.md). Each element of each op is computed by the same
+// function the op's own kernel uses (one IEEE operation for the arithmetic
+// and Neg, VecExp for Exp), so a loop gives the ops' results bit for bit.
+//
+// Only plans build loops (never the wire), from steps whose ops, dtypes and
+// shapes a traced run showed; the kernel still checks every shape.
+#ifndef GRADTAPE_CORE_REGISTRY_FUSED_LOOP_H_
+#define GRADTAPE_CORE_REGISTRY_FUSED_LOOP_H_
+
+#include <optional>
+#include <vector>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "core/tensor/tensor.h"
+
+namespace gradtape {
+
+using Tensors = absl::InlinedVector<Tensor, 2>;  // as in op_registry.h
+
+struct FusedLoop {
+  enum Code { kAdd, kSub, kMul, kDiv, kNeg, kSquare, kExp };
+  // An operand below num_inputs is that input; above, the result of op
+  // (operand - num_inputs), an earlier op. Unary ops read `a` only.
+  struct Op {
+    Code code;
+    int a = 0;
+    int b = 0;
+  };
+  int num_inputs = 0;
+  std::vector<Op> ops;
+  // The results the loop writes out as tensors (the others stay in
+  // scratch), in the order of the loop's outputs.
+  std::vector<int> outputs;
+
+  // The code of a float op a loop can run: AddV2, Add, Sub, Mul, RealDiv,
+  // Div, Neg, Square, Exp.
+  static std::optional<Code> CodeOf(absl::string_view op_name);
+  static bool IsUnary(Code code) { return code >= kNeg; }
+};
+
+// Runs `loop` on `inputs` (float32 or float64, one dtype, shapes that
+// broadcast to the shape every op gives); `outputs` gets the written
+// results, fresh tensors without ids. INVALID_ARGUMENT for other inputs.
+using FusedLoopKernel = absl::Status (*)(const FusedLoop& loop,
+                                         absl::Span<const Tensor> inputs,
+                                         Tensors* outputs);
+
+}  // namespace gradtape
+
+#endif  // GRADTAPE_CORE_REGISTRY_FUSED_LOOP_H_
