@@ -46,6 +46,12 @@ ABSL_FLAG(int64_t, session_memory_limit_mb, -1,
 ABSL_FLAG(std::string, checkpoint_dir, "/tmp/gradtape-checkpoints",
           "directory of SaveCheckpoint / RestoreCheckpoint files (created on "
           "the first save); empty disables checkpoints");
+ABSL_FLAG(bool, plan_programs, true,
+          "plan a captured program's gradient at its first call: later calls "
+          "run its backward ops with no tape (docs/CAPTURE.md)");
+ABSL_FLAG(bool, fuse_programs, true,
+          "run runs of elementwise steps of a planned program as one fused "
+          "loop (same bits; docs/CAPTURE.md)");
 ABSL_FLAG(int, max_message_mb, 256,
           "largest message received or sent, in MiB (a reply that would be "
           "larger refuses the commands whose values do not fit)");
@@ -192,6 +198,8 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const MemorySettings& memory) {
   options.session_memory_limit_bytes = memory.session_limit_bytes;
   options.keep_alive_seconds = absl::GetFlag(FLAGS_keep_alive_seconds);
   options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  options.plan_programs = absl::GetFlag(FLAGS_plan_programs);
+  options.fuse_programs = absl::GetFlag(FLAGS_fuse_programs);
   TransportFromFlags(options);
   options.api_keys_file = absl::GetFlag(FLAGS_api_keys_file);
   options.worker_threads = absl::GetFlag(FLAGS_worker_threads);

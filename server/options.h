@@ -22,6 +22,10 @@ struct ServerOptions {
   // Directory of SaveCheckpoint / RestoreCheckpoint files, shared by all
   // sessions (created on the first save); empty disables checkpoints.
   std::string checkpoint_dir;
+  // Captured programs: plan each one's gradient at its first call, and fuse
+  // its elementwise steps (SessionOptions).
+  bool plan_programs = true;
+  bool fuse_programs = true;
   // Largest message received or sent (tensors travel inside messages). A
   // batch's reply holds at most this less kReplyMarginBytes of results: a
   // command whose returned values would not fit fails alone with

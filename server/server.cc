@@ -150,6 +150,8 @@ void Server::CreateService(const ServerOptions& options) {
   session_options.session_memory_limit_bytes =
       options.session_memory_limit_bytes;
   session_options.checkpoint_dir = options.checkpoint_dir;
+  session_options.plan_programs = options.plan_programs;
+  session_options.fuse_programs = options.fuse_programs;
   session_options.default_lease = absl::Seconds(options.keep_alive_seconds);
   session_options.result_cache_bytes = options.result_cache_bytes;
   session_options.metrics = metrics_.get();

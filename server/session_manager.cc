@@ -190,6 +190,8 @@ absl::StatusOr<SessionManager::Created> SessionManager::Create(
   SessionOptions session_options;
   session_options.memory_limit_bytes = options_.session_memory_limit_bytes;
   session_options.checkpoint_dir = options_.checkpoint_dir;
+  session_options.plan_programs = options_.plan_programs;
+  session_options.fuse_programs = options_.fuse_programs;
   if (tenant != nullptr) {
     session_options.parent_account = tenant->account();
     // Checkpoint names are a tenant's own: another tenant cannot restore or

@@ -145,6 +145,8 @@ struct SessionManagerOptions {
   int max_sessions = 1024;
   int64_t session_memory_limit_bytes = 0;  // 0: unlimited
   std::string checkpoint_dir;              // empty: checkpoints disabled
+  bool plan_programs = true;               // SessionOptions
+  bool fuse_programs = true;
   absl::Duration default_lease = absl::Seconds(300);
   absl::Duration reap_interval = absl::Seconds(1);
   // Exactly-once: the results a session keeps until the client acknowledges

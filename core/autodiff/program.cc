@@ -691,10 +691,10 @@ int64_t Program::StructureBytes() const {
       }
     }
     if (step.loop != nullptr) {
-      bytes += sizeof(FusedLoop) +
-               static_cast<int64_t>(step.loop->ops.size()) *
-                   sizeof(FusedLoop::Op) +
-               static_cast<int64_t>(step.loop->outputs.size()) * sizeof(int);
+      bytes +=
+          sizeof(FusedLoop) +
+          static_cast<int64_t>(step.loop->ops.size()) * sizeof(FusedLoop::Op) +
+          static_cast<int64_t>(step.loop->outputs.size()) * sizeof(int);
     }
     // Derived: step_ops, step_slot, drop_after's vector.
     bytes += sizeof(void*) + sizeof(int) + sizeof(std::vector<int>);

@@ -35,8 +35,7 @@ constexpr int kMaxLoopOps = 32;
 
 // Step s's fused loop code, if it is an elementwise float op a loop runs.
 std::optional<FusedLoop::Code> LoopCode(
-    const Program& p, const std::vector<std::vector<StepOutput>>& outs,
-    int s) {
+    const Program& p, const std::vector<std::vector<StepOutput>>& outs, int s) {
   const ProgramStep& step = p.steps[s];
   if (step.kind != ProgramStep::kOp || outs[s].size() != 1 ||
       (outs[s][0].dtype != DType::kFloat32 &&
@@ -50,57 +49,92 @@ std::optional<FusedLoop::Code> LoopCode(
   return code;
 }
 
-// Steps [first, last] (elementwise, one dtype and shape) as one kFused
-// step; `outside_reader[s]`: step s's value is read after the run or is a
-// program output. False if none is (nothing to write).
-bool MakeLoop(const Program& p, int first, int last,
-              const std::vector<bool>& outside_reader, ProgramStep* fused) {
+// How many steps a loop's members may be apart: steps between them that
+// read none of them run before the loop.
+constexpr int kMaxSkipped = 8;
+
+// `members` (ascending step indices; elementwise, one dtype and shape) as
+// one kFused step; `outside[s]`: member s's value is read after the last
+// member or is a program output. False if none is (nothing to write).
+bool MakeLoop(const Program& p, const std::vector<int>& members,
+              const std::vector<bool>& outside, ProgramStep* fused) {
   auto loop = std::make_shared<FusedLoop>();
   std::vector<ProgramRef>& inputs = fused->inputs;
-  auto is_member = [&](const ProgramRef& ref) {
-    return ref.kind == ProgramRef::kStep && ref.index >= first &&
-           ref.index <= last;
+  auto member = [&](const ProgramRef& ref) -> int {
+    if (ref.kind != ProgramRef::kStep) return -1;
+    auto it = std::find(members.begin(), members.end(), ref.index);
+    return it == members.end() ? -1 : static_cast<int>(it - members.begin());
   };
-  for (int s = first; s <= last; ++s) {
+  auto input = [&](const ProgramRef& ref) -> int {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (inputs[i].kind == ref.kind && inputs[i].index == ref.index &&
+          inputs[i].output == ref.output) {
+        return static_cast<int>(i);
+      }
+    }
+    return -1;
+  };
+  for (int s : members) {
     for (const ProgramRef& ref : p.steps[s].inputs) {
-      const bool seen = std::any_of(
-          inputs.begin(), inputs.end(), [&](const ProgramRef& in) {
-            return in.kind == ref.kind && in.index == ref.index &&
-                   in.output == ref.output;
-          });
-      if (!is_member(ref) && !seen) inputs.push_back(ref);
+      if (member(ref) < 0 && input(ref) < 0) inputs.push_back(ref);
     }
   }
   loop->num_inputs = static_cast<int>(inputs.size());
   auto operand = [&](const ProgramRef& ref) {
-    if (is_member(ref)) return loop->num_inputs + (ref.index - first);
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      const ProgramRef& in = inputs[i];
-      if (in.kind == ref.kind && in.index == ref.index &&
-          in.output == ref.output) {
-        return static_cast<int>(i);
-      }
-    }
-    return -1;  // not reached: every non-member input was added
+    const int m = member(ref);
+    return m >= 0 ? loop->num_inputs + m : input(ref);
   };
-  for (int s = first; s <= last; ++s) {
-    const ProgramStep& step = p.steps[s];
+  for (size_t r = 0; r < members.size(); ++r) {
+    const ProgramStep& step = p.steps[members[r]];
     const FusedLoop::Code code = *FusedLoop::CodeOf(step.op);
     const int a = operand(step.inputs[0]);
     loop->ops.push_back(
         {code, a, FusedLoop::IsUnary(code) ? a : operand(step.inputs[1])});
-    if (outside_reader[s]) loop->outputs.push_back(s - first);
+    if (outside[members[r]]) loop->outputs.push_back(static_cast<int>(r));
   }
   fused->kind = ProgramStep::kFused;
   fused->loop = std::move(loop);
   return !fused->loop->outputs.empty();
 }
 
-// Replaces each run of two or more consecutive elementwise steps of one
-// dtype and output shape (FusedLoop::CodeOf) with one fused loop, which
-// writes out only the values read after the run. The steps of a run are
-// consecutive, so the loop runs where they did: every value it reads is
-// made before it, every value it writes is read after.
+// From elementwise step s: the steps of its loop (its own dtype and shape)
+// in `members`, and those between them that read none of them (they run
+// before the loop) in `skipped`.
+void CollectLoop(const Program& plan,
+                 const std::vector<std::vector<StepOutput>>& outs, int s,
+                 std::vector<int>* members, std::vector<int>* skipped) {
+  const int n = static_cast<int>(plan.steps.size());
+  *members = {s};
+  skipped->clear();
+  auto reads_member = [&](int k) {
+    return std::any_of(plan.steps[k].inputs.begin(), plan.steps[k].inputs.end(),
+                       [&](const ProgramRef& r) {
+                         return r.kind == ProgramRef::kStep &&
+                                std::find(members->begin(), members->end(),
+                                          r.index) != members->end();
+                       });
+  };
+  for (int k = s + 1; k < n && members->size() < kMaxLoopOps; ++k) {
+    if (LoopCode(plan, outs, k) && outs[k][0].dtype == outs[s][0].dtype &&
+        outs[k][0].shape == outs[s][0].shape) {
+      members->push_back(k);
+    } else if (reads_member(k) || skipped->size() >= kMaxSkipped) {
+      break;
+    } else {
+      skipped->push_back(k);
+    }
+  }
+  while (!skipped->empty() && skipped->back() > members->back()) {
+    skipped->pop_back();
+  }
+}
+
+// Replaces elementwise steps of one dtype and output shape
+// (FusedLoop::CodeOf), two or more at most kMaxSkipped steps apart, with
+// one fused loop, which writes out only the values read after it. The loop
+// runs where its last member did; the steps between its members read none
+// of them and run before it: every value the loop reads is made before it,
+// every value it writes is read after.
 void FuseElementwise(Program& plan,
                      std::vector<std::vector<StepOutput>>& outs) {
   const int n = static_cast<int>(plan.steps.size());
@@ -123,41 +157,38 @@ void FuseElementwise(Program& plan,
       if (ref.kind == ProgramRef::kStep) ref = moved[ref.index][ref.output];
     }
   };
-  for (int s = 0; s < n;) {
-    int last = s;
-    if (LoopCode(plan, outs, s)) {
-      while (last + 1 < n && last + 1 - s < kMaxLoopOps &&
-             LoopCode(plan, outs, last + 1) &&
-             outs[last + 1][0].dtype == outs[s][0].dtype &&
-             outs[last + 1][0].shape == outs[s][0].shape) {
-        ++last;
-      }
+  auto copy = [&](int m) {
+    ProgramStep step = std::move(plan.steps[m]);
+    remap(step.inputs);
+    const int index = static_cast<int>(steps.size());
+    for (size_t k = 0; k < outs[m].size(); ++k) {
+      moved[m].push_back(ProgramRef::Step(index, static_cast<int>(k)));
     }
-    std::vector<bool> outside(n, false);
-    for (int m = s; m <= last; ++m) outside[m] = last_reader[m] > last;
+    steps.push_back(std::move(step));
+    new_outs.push_back(std::move(outs[m]));
+  };
+  std::vector<bool> done(n, false), outside(n, false);
+  std::vector<int> members, skipped;
+  for (int s = 0; s < n; ++s) {
+    if (done[s]) continue;
     ProgramStep fused;
-    const int at = static_cast<int>(steps.size());
-    if (last > s && MakeLoop(plan, s, last, outside, &fused)) {
-      remap(fused.inputs);
-      int k = 0;
-      for (int m = s; m <= last; ++m) {
-        moved[m] = {outside[m] ? ProgramRef::Step(at, k++) : ProgramRef()};
-      }
-      new_outs.push_back(std::vector<StepOutput>(k, outs[s][0]));
-      steps.push_back(std::move(fused));
-    } else {
-      for (int m = s; m <= last; ++m) {
-        ProgramStep step = std::move(plan.steps[m]);
-        remap(step.inputs);
-        const int index = static_cast<int>(steps.size());
-        for (size_t k = 0; k < outs[m].size(); ++k) {
-          moved[m].push_back(ProgramRef::Step(index, static_cast<int>(k)));
-        }
-        steps.push_back(std::move(step));
-        new_outs.push_back(std::move(outs[m]));
-      }
+    members.clear();
+    if (LoopCode(plan, outs, s)) CollectLoop(plan, outs, s, &members, &skipped);
+    for (int m : members) outside[m] = last_reader[m] > members.back();
+    if (members.size() < 2 || !MakeLoop(plan, members, outside, &fused)) {
+      copy(s);
+      continue;
     }
-    s = last + 1;
+    for (int k : skipped) copy(k), done[k] = true;
+    remap(fused.inputs);
+    const int at = static_cast<int>(steps.size());
+    int k = 0;
+    for (int m : members) {
+      moved[m] = {outside[m] ? ProgramRef::Step(at, k++) : ProgramRef()};
+      done[m] = true;
+    }
+    new_outs.push_back(std::vector<StepOutput>(k, outs[s][0]));
+    steps.push_back(std::move(fused));
   }
   remap(plan.outputs);
   plan.steps = std::move(steps);
@@ -180,7 +211,8 @@ class PlanBuilder : public ProgramTracer {
   }
 
   // The plan (validated), or FAILED_PRECONDITION saying why there is none.
-  absl::StatusOr<std::unique_ptr<Program>> Finish(const OpRegistry& registry);
+  absl::StatusOr<std::unique_ptr<Program>> Finish(const OpRegistry& registry,
+                                                  bool fuse);
 
  private:
   struct Known {
@@ -362,12 +394,12 @@ void PlanBuilder::AddStep(ProgramStep step, absl::Span<const Tensor> outputs) {
 }
 
 absl::StatusOr<std::unique_ptr<Program>> PlanBuilder::Finish(
-    const OpRegistry& registry) {
+    const OpRegistry& registry, bool fuse) {
   if (!failure_.empty()) return absl::FailedPreconditionError(failure_);
   for (const ProgramRef& ref : p_.outputs) {
     plan_->outputs.push_back(slot_ref_[p_.Slot(ref)]);
   }
-  if (registry.fused_loop_kernel() != nullptr) {
+  if (fuse && registry.fused_loop_kernel() != nullptr) {
     FuseElementwise(*plan_, step_outputs_);
   }
   // The backward adds steps: room for them beyond a definition's limits
@@ -400,8 +432,8 @@ bool HasGradientStep(const Program& p) {
 
 PlannedProgram::PlannedProgram(const Program& program,
                                std::shared_ptr<MemoryAccount> account,
-                               bool enabled)
-    : program_(program), account_(std::move(account)) {
+                               bool enabled, bool fuse)
+    : program_(program), account_(std::move(account)), fuse_(fuse) {
   if (!enabled) {
     not_planned_ = "plans are off";
   } else if (!HasGradientStep(program)) {
@@ -453,7 +485,7 @@ absl::StatusOr<Tensors> PlannedProgram::RunAndTrace(
   absl::StatusOr<Tensors> results = RunProgram(exec, program_, args, &builder);
   if (!results.ok()) return results;  // a later call traces again
   absl::StatusOr<std::unique_ptr<Program>> plan =
-      builder.Finish(exec.registry());
+      builder.Finish(exec.registry(), fuse_);
   if (!plan.ok()) {
     not_planned_ = std::string(plan.status().message());
     return results;

@@ -55,8 +55,10 @@ class PlannedProgram {
  public:
   // `program`: validated; it must outlive this. The plan's structure is
   // charged to `account` (no plan if that is refused); null: not charged.
+  // `fuse`: runs of elementwise steps become fused loops
+  // (core/registry/fused_loop.h).
   PlannedProgram(const Program& program, std::shared_ptr<MemoryAccount> account,
-                 bool enabled = true);
+                 bool enabled = true, bool fuse = true);
   PlannedProgram(const PlannedProgram&) = delete;
   PlannedProgram& operator=(const PlannedProgram&) = delete;
   ~PlannedProgram();
@@ -92,6 +94,7 @@ class PlannedProgram {
   std::vector<VariableShape> variables_;
   int64_t plan_bytes_ = 0;
   std::string not_planned_;
+  bool fuse_ = true;
 };
 
 }  // namespace gradtape

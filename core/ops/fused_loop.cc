@@ -67,8 +67,9 @@ absl::StatusOr<Shape> CheckLoop(const FusedLoop& loop,
                                   "dtype"));
     }
     std::optional<Shape> b = Broadcast(out, t.shape());
-    if (!b) return Invalid(absl::StrCat("input ", t.DebugString(),
-                                        " does not broadcast"));
+    if (!b)
+      return Invalid(
+          absl::StrCat("input ", t.DebugString(), " does not broadcast"));
     out = *b;
   }
   for (int r = 0; r < nr; ++r) {
@@ -200,7 +201,8 @@ void Loop(const FusedLoop& loop, absl::Span<const Tensor> inputs,
         Rows walk(out, strides, flat, inner);
         walk.Seek(flat ? 0 : begin, offsets);
         if (flat) {
-          for (int i = 0; i < ni; ++i) offsets[i] = begin * inner * strides[i][0];
+          for (int i = 0; i < ni; ++i)
+            offsets[i] = begin * inner * strides[i][0];
         }
         for (int64_t row = begin; row < end; ++row, walk.Next(offsets)) {
           const int64_t len = std::min(inner, n - row * inner);
@@ -214,8 +216,8 @@ void Loop(const FusedLoop& loop, absl::Span<const Tensor> inputs,
             const FusedLoop::Op& op = loop.ops[r];
             const Operand<T> a = operand(op.a);
             RunOp<T>(op.code, a,
-                     FusedLoop::IsUnary(op.code) ? a : operand(op.b),
-                     result[r], len);
+                     FusedLoop::IsUnary(op.code) ? a : operand(op.b), result[r],
+                     len);
           }
         }
       });

@@ -46,6 +46,7 @@ Session::Session(const OpRegistry& registry, SessionOptions options)
   exec_.SetMemoryLimit(account_, options.memory_limit_bytes);
   checkpoint_dir_ = options.checkpoint_dir;
   plan_programs_ = options.plan_programs;
+  fuse_programs_ = options.fuse_programs;
 }
 
 Session::~Session() {

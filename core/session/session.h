@@ -51,6 +51,8 @@ struct SessionOptions {
   // core/autodiff/program_plan.h); off: every call runs the program's tape
   // steps as defined.
   bool plan_programs = true;
+  // In those plans, run runs of elementwise steps as one fused loop.
+  bool fuse_programs = true;
 };
 
 struct SessionStats {
@@ -395,6 +397,7 @@ class Session {
   int64_t last_seq_ = 0;
   std::string checkpoint_dir_;
   bool plan_programs_ = true;
+  bool fuse_programs_ = true;
 };
 
 template <typename NoneReason>

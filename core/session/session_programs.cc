@@ -50,7 +50,7 @@ absl::Status Session::DefineProgram(int64_t seq, int64_t program_id,
     }
     stored->program = std::move(program);
     stored->planned = std::make_unique<PlannedProgram>(
-        stored->program, account_, plan_programs_);
+        stored->program, account_, plan_programs_, fuse_programs_);
     programs_.emplace(program_id, std::move(stored));
     return absl::OkStatus();
   });

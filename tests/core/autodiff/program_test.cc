@@ -806,6 +806,31 @@ TEST_F(ProgramTrainingTest, APlanTrainsLikeTheEagerCommandsBitForBit) {
   EXPECT_EQ(exec_.tapes().num_tapes(), 0u);
 }
 
+// Fusing the plan's elementwise runs (Sub and Square in the forward pass,
+// the Muls of their backward) leaves fewer steps and the same bits.
+TEST_F(ProgramTrainingTest, FusedLoopsGiveTheUnfusedPlansBits) {
+  const Tensor w_fused = NewVariable(5);
+  const Tensor w_unfused = NewVariable(5);
+  const Tensor lr = Arg(Tensor::Scalar<double>(0.05));
+  Program p_fused = SgdStep(w_fused, lr);
+  Program p_unfused = SgdStep(w_unfused, lr);
+  ASSERT_TRUE(Validate(p_fused).ok());
+  ASSERT_TRUE(Validate(p_unfused).ok());
+  PlannedProgram fused(p_fused, nullptr, true, true);
+  PlannedProgram unfused(p_unfused, nullptr, true, false);
+  for (int step = 0; step < 4; ++step) {
+    const Tensor x = Arg(Random({4, 3}, 100 + step));
+    const Tensor y = Arg(Random({4, 2}, 200 + step));
+    absl::StatusOr<Tensors> a = fused.Run(exec_, {x, y});
+    absl::StatusOr<Tensors> b = unfused.Run(exec_, {x, y});
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+    EXPECT_TRUE(SameBits((*a)[0], (*b)[0])) << step;
+    EXPECT_TRUE(SameBits(ValueOf(w_fused), ValueOf(w_unfused))) << step;
+  }
+  ASSERT_TRUE(fused.planned() && unfused.planned());
+  EXPECT_LT(fused.plan_steps(), unfused.plan_steps());
+}
+
 // A call that a tape outside the program could record runs as defined (the
 // tape records the program's ops), and makes no plan; the next one does.
 TEST_F(ProgramTrainingTest, ACallUnderAnOuterTapeRunsAsDefined) {

@@ -1,0 +1,156 @@
+// Fused elementwise loops (core/ops/fused_loop.h): every written result
+// equals the same ops run one by one through their kernels, bit for bit,
+// for full-size, scalar, row- and column-broadcast inputs, flat blocks and
+// rows, float32 and float64, serial and parallel sizes; bad loops are
+// refused.
+#include "core/ops/fused_loop.h"
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "tests/core/ops/op_test_util.h"
+
+namespace gradtape::testing {
+namespace {
+
+using Code = FusedLoop::Code;
+
+bool SameBits(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
+         (a.num_bytes() == 0 ||
+          std::memcmp(a.raw_data(), b.raw_data(), a.num_bytes()) == 0);
+}
+
+Tensor Random(DType dtype, Shape shape, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> dist(-2.0, 2.0);
+  std::vector<double> v(NumElements(shape));
+  for (double& x : v) x = dist(gen);
+  return dtype == DType::kFloat32
+             ? Tensor::FromVector<float>(shape,
+                                         std::vector<float>(v.begin(), v.end()))
+             : Tensor::FromVector<double>(shape, v);
+}
+
+const char* OpName(Code code) {
+  static const char* const kNames[] = {"AddV2", "Sub",    "Mul", "RealDiv",
+                                       "Neg",   "Square", "Exp"};
+  return kNames[code];
+}
+
+class FusedLoopTest : public OpTest {
+ protected:
+  // Runs `loop` fused and op by op; expects every written result to match.
+  void ExpectSameAsOps(const FusedLoop& loop, const std::vector<Tensor>& in) {
+    Tensors fused;
+    absl::Status s = RunFusedLoop(loop, in, &fused);
+    ASSERT_TRUE(s.ok()) << s;
+    std::vector<Tensor> values = in;
+    for (const FusedLoop::Op& op : loop.ops) {
+      std::vector<Tensor> args = {values[op.a]};
+      if (!FusedLoop::IsUnary(op.code)) args.push_back(values[op.b]);
+      absl::StatusOr<Tensor> r = Run1(OpName(op.code), args);
+      ASSERT_TRUE(r.ok()) << r.status();
+      values.push_back(*r);
+    }
+    ASSERT_EQ(fused.size(), loop.outputs.size());
+    for (size_t k = 0; k < loop.outputs.size(); ++k) {
+      const Tensor& want = values[loop.num_inputs + loop.outputs[k]];
+      EXPECT_TRUE(SameBits(fused[k], want))
+          << "output " << k << ": " << fused[k].DebugString() << " vs "
+          << want.DebugString();
+    }
+  }
+};
+
+// x * y + b, then (that - c) / x, Neg, Square, Exp; the inputs: full x and
+// y, a row vector b, a column c, a scalar s.
+FusedLoop AllOps() {
+  FusedLoop loop;
+  loop.num_inputs = 5;                // x, y, b, c, s
+  loop.ops = {{Code::kMul, 0, 1},     // 5: x * y
+              {Code::kAdd, 5, 2},     // 6: + b
+              {Code::kSub, 6, 3},     // 7: - c
+              {Code::kDiv, 7, 0},     // 8: / x
+              {Code::kNeg, 8, 0},     // 9
+              {Code::kSquare, 9, 0},  // 10
+              {Code::kMul, 10, 4},    // 11: * s
+              {Code::kExp, 11, 0},    // 12
+              {Code::kSub, 4, 12}};   // 13: s - that
+  loop.outputs = {8, 1, 3};           // results 13, 6, 8, out of order
+  return loop;
+}
+
+TEST_F(FusedLoopTest, RowsWithBroadcastsEqualTheOpsBitForBit) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (Shape shape : {Shape{37, 70}, Shape{300, 1000}, Shape{3, 5, 64}}) {
+      SCOPED_TRACE(ShapeString(shape));
+      const int64_t cols = shape.back();
+      Shape column = shape;
+      column.back() = 1;
+      ExpectSameAsOps(AllOps(),
+                      {Random(dtype, shape, 1), Random(dtype, shape, 2),
+                       Random(dtype, {cols}, 3), Random(dtype, column, 4),
+                       Random(dtype, {}, 5)});
+    }
+  }
+}
+
+TEST_F(FusedLoopTest, FlatBlocksEqualTheOpsBitForBit) {
+  FusedLoop loop = AllOps();
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    // 3 full inputs and 2 one-element ones: blocks of the flat loop, the
+    // last one short (300,007 is not a multiple of the block).
+    for (Shape shape : {Shape{300007}, Shape{7, 9}, Shape{}}) {
+      SCOPED_TRACE(ShapeString(shape));
+      ExpectSameAsOps(loop,
+                      {Random(dtype, shape, 1), Random(dtype, shape, 2),
+                       Random(dtype, shape, 3),
+                       Random(dtype, shape.empty() ? Shape{} : Shape{1}, 4),
+                       Random(dtype, {}, 5)});
+    }
+  }
+}
+
+TEST_F(FusedLoopTest, EmptyShapesGiveEmptyOutputs) {
+  FusedLoop loop;
+  loop.num_inputs = 2;
+  loop.ops = {{Code::kAdd, 0, 1}, {Code::kExp, 2, 0}};
+  loop.outputs = {1};
+  ExpectSameAsOps(loop, {Random(DType::kFloat32, {0, 4}, 1),
+                         Random(DType::kFloat32, {4}, 2)});
+}
+
+TEST_F(FusedLoopTest, RefusesBadLoops) {
+  const Tensor a = Random(DType::kFloat32, {3, 4}, 1);
+  const Tensor v = Random(DType::kFloat32, {4}, 2);
+  const Tensor d = Random(DType::kFloat64, {3, 4}, 3);
+  const Tensor w = Random(DType::kFloat32, {5}, 4);
+  const Tensor ints = Tensor::FromVector<int32_t>({4}, {1, 2, 3, 4});
+  struct Case {
+    FusedLoop loop;
+    std::vector<Tensor> in;
+    const char* message;
+  };
+  const Case cases[] = {
+      {{2, {{Code::kAdd, 0, 1}}, {0}}, {a, d}, "one dtype"},
+      {{1, {{Code::kNeg, 0, 0}}, {0}}, {ints}, "float32 or float64"},
+      {{2, {{Code::kAdd, 0, 1}}, {0}}, {a, w}, "does not broadcast"},
+      {{2, {{Code::kNeg, 1, 0}}, {0}}, {a, v}, "op 0 does not give"},
+      {{1, {{Code::kAdd, 0, 1}}, {0}}, {a}, "op 0 does not give"},
+      {{1, {{Code::kAdd, 0, 0}}, {1}}, {a}, "bad outputs"},
+      {{1, {{Code::kAdd, 0, 0}}, {0, 0}}, {a}, "bad outputs"},
+      {{2, {{Code::kAdd, 0, 0}}, {0}}, {a}, "takes 2 inputs, got 1"},
+  };
+  for (const Case& c : cases) {
+    Tensors out;
+    absl::Status s = RunFusedLoop(c.loop, c.in, &out);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_TRUE(absl::StrContains(s.message(), c.message)) << s;
+  }
+}
+
+}  // namespace
+}  // namespace gradtape::testing
