@@ -124,15 +124,14 @@ void RunOp(FusedLoop::Code code, Operand<T> a, Operand<T> b, T* z, int64_t n) {
   }
 }
 
-// Walks the rows of `out` (all dims but the last, or blocks of a flat loop)
-// keeping each input's offset.
+// Each input's offset at a row of `out` (a row: the last dim), walked as
+// an odometer over the other dims.
 class Rows {
  public:
-  Rows(const Shape& out, std::vector<std::vector<int64_t>> strides, bool flat,
-       int64_t inner)
-      : out_(out), strides_(std::move(strides)), flat_(flat), inner_(inner) {}
+  Rows(const Shape& out, const std::vector<std::vector<int64_t>>& strides)
+      : out_(out), strides_(strides) {}
   void Seek(int64_t row, std::vector<int64_t>& offsets) {
-    index_.assign(flat_ || out_.empty() ? 0 : out_.size() - 1, 0);
+    index_.assign(out_.size() - 1, 0);
     for (int d = static_cast<int>(index_.size()) - 1; d >= 0; --d) {
       index_[d] = row % out_[d];
       row /= out_[d];
@@ -145,12 +144,6 @@ class Rows {
     }
   }
   void Next(std::vector<int64_t>& offsets) {
-    if (flat_) {
-      for (size_t i = 0; i < strides_.size(); ++i) {
-        offsets[i] += inner_ * strides_[i].back();
-      }
-      return;
-    }
     for (int d = static_cast<int>(index_.size()) - 1; d >= 0; --d) {
       for (size_t i = 0; i < strides_.size(); ++i) offsets[i] += strides_[i][d];
       if (++index_[d] < out_[d]) return;
@@ -163,10 +156,25 @@ class Rows {
 
  private:
   const Shape& out_;
-  const std::vector<std::vector<int64_t>> strides_;
-  const bool flat_;
-  const int64_t inner_;
+  const std::vector<std::vector<int64_t>>& strides_;
   Shape index_;
+};
+
+// The blocks a loop runs in: whole rows, as many as fit kFusedBlock
+// elements, or pieces of kFusedBlock of one longer row. With only full-size
+// and one-element inputs the loop is one row of every element.
+struct Blocks {
+  Blocks(const Shape& out, bool flat) {
+    const int64_t n = NumElements(out);
+    inner = flat ? n : out.back();
+    rows = n / inner;
+    piece = std::min(inner, kFusedBlock);
+    pieces = (inner + piece - 1) / piece;
+    rows_per_block = pieces > 1 ? 1 : std::max<int64_t>(1, kFusedBlock / inner);
+    count = pieces > 1 ? rows * pieces
+                       : (rows + rows_per_block - 1) / rows_per_block;
+  }
+  int64_t inner, rows, piece, pieces, rows_per_block, count;
 };
 
 template <typename T>
@@ -174,50 +182,78 @@ void Loop(const FusedLoop& loop, absl::Span<const Tensor> inputs,
           const Shape& out, Tensors& outputs) {
   const int64_t n = NumElements(out);
   const int ni = loop.num_inputs, nr = static_cast<int>(loop.ops.size());
-  // Full-size and one-element inputs only: blocks of the flat loop (a
-  // one-element input has stride 0); else one row of the last dim at a time.
   const bool flat =
       out.empty() ||
       std::all_of(inputs.begin(), inputs.end(), [&](const Tensor& t) {
         return t.num_elements() == n || t.num_elements() == 1;
       });
+  const Blocks blocks(out, flat);
   std::vector<std::vector<int64_t>> strides;
+  std::vector<const T*> base;
   for (const Tensor& t : inputs) {
-    strides.push_back(flat ? std::vector<int64_t>{t.num_elements() == n ? 1 : 0}
-                           : StridesAgainst(t.shape(), out));
+    strides.push_back(StridesAgainst(t.shape(), out));
+    base.push_back(t.data<T>());
   }
-  const int64_t inner = flat ? std::min(n, kFusedBlock) : out.back();
-  const int64_t rows = (n + inner - 1) / inner;
   std::vector<T*> written(nr, nullptr);
   for (size_t k = 0; k < loop.outputs.size(); ++k) {
     written[loop.outputs[k]] = outputs[k].mutable_data<T>();
   }
+  const int64_t block = blocks.rows_per_block * blocks.piece;
   ParallelRange(
-      rows, std::max<int64_t>(1, kElementwiseGrain / (inner * nr)),
+      blocks.count, std::max<int64_t>(1, kElementwiseGrain / (block * nr)),
       [&](int64_t begin, int64_t end) {
-        std::vector<T> scratch(static_cast<size_t>(nr) * inner);
-        std::vector<T*> result(nr);
+        std::vector<T> scratch(static_cast<size_t>(nr + ni) * block);
+        std::vector<Operand<T>> operands(ni + nr);
         std::vector<int64_t> offsets(ni);
-        Rows walk(out, strides, flat, inner);
-        walk.Seek(flat ? 0 : begin, offsets);
-        if (flat) {
-          for (int i = 0; i < ni; ++i)
-            offsets[i] = begin * inner * strides[i][0];
-        }
-        for (int64_t row = begin; row < end; ++row, walk.Next(offsets)) {
-          const int64_t len = std::min(inner, n - row * inner);
-          auto operand = [&](int x) -> Operand<T> {
-            if (x >= ni) return {result[x - ni], 1};
-            return {inputs[x].data<T>() + offsets[x], strides[x].back()};
-          };
+        Rows walk(out, strides);
+        for (int64_t b = begin; b < end; ++b) {
+          // Rows [row, row + nrows), elements [col, col + len) of each.
+          const int64_t row =
+              blocks.pieces > 1 ? b / blocks.pieces : b * blocks.rows_per_block;
+          const int64_t col =
+              blocks.pieces > 1 ? (b % blocks.pieces) * blocks.piece : 0;
+          const int64_t nrows =
+              std::min(blocks.rows_per_block, blocks.rows - row);
+          const int64_t len = nrows > 1
+                                  ? nrows * blocks.inner
+                                  : std::min(blocks.piece, blocks.inner - col);
+          const int64_t first = row * blocks.inner + col;
+          if (!flat) walk.Seek(row, offsets);
+          bool broadcast = false;
+          for (int i = 0; i < ni; ++i) {
+            const int64_t size = inputs[i].num_elements();
+            if (size == n || size == 1) {
+              operands[i] = {base[i] + (size == n ? first : 0),
+                             size == n && n > 1 ? 1 : 0};
+            } else if (nrows == 1) {  // a broadcast input's row as it is
+              const int64_t stride = strides[i].back();
+              operands[i] = {base[i] + offsets[i] + col * stride, stride};
+            } else {  // its rows copied out, below
+              operands[i] = {scratch.data() + (nr + i) * block, 1};
+              broadcast = true;
+            }
+          }
+          for (int64_t r = 0; broadcast && r < nrows; ++r, walk.Next(offsets)) {
+            for (int i = 0; i < ni; ++i) {
+              const int64_t size = inputs[i].num_elements();
+              if (size == n || size == 1) continue;
+              T* dst = scratch.data() + (nr + i) * block + r * blocks.inner;
+              const T* src = base[i] + offsets[i];
+              if (strides[i].back() == 1) {
+                std::copy(src, src + blocks.inner, dst);
+              } else {
+                std::fill(dst, dst + blocks.inner, *src);
+              }
+            }
+          }
           for (int r = 0; r < nr; ++r) {
-            result[r] = written[r] != nullptr ? written[r] + row * inner
-                                              : scratch.data() + r * inner;
+            T* z = written[r] != nullptr ? written[r] + first
+                                         : scratch.data() + r * block;
             const FusedLoop::Op& op = loop.ops[r];
-            const Operand<T> a = operand(op.a);
+            const Operand<T> a = operands[op.a];
             RunOp<T>(op.code, a,
-                     FusedLoop::IsUnary(op.code) ? a : operand(op.b), result[r],
-                     len);
+                     FusedLoop::IsUnary(op.code) ? a : operands[op.b], z, len);
+            operands[ni + r] = {z, 1};
           }
         }
       });

@@ -85,7 +85,8 @@ FusedLoop AllOps() {
 
 TEST_F(FusedLoopTest, RowsWithBroadcastsEqualTheOpsBitForBit) {
   for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
-    for (Shape shape : {Shape{37, 70}, Shape{300, 1000}, Shape{3, 5, 64}}) {
+    for (Shape shape :
+         {Shape{37, 70}, Shape{300, 1000}, Shape{3, 5, 64}, Shape{3, 2500}}) {
       SCOPED_TRACE(ShapeString(shape));
       const int64_t cols = shape.back();
       Shape column = shape;
