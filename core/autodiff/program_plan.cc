@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "core/tensor/variable.h"
@@ -434,6 +435,11 @@ PlannedProgram::PlannedProgram(const Program& program,
                                std::shared_ptr<MemoryAccount> account,
                                bool enabled, bool fuse)
     : program_(program), account_(std::move(account)), fuse_(fuse) {
+  for (const Tensor& t : program.constants) {
+    if (!constant_ids_.insert(t.id()).second) {
+      not_planned_ = "two of its constants are one tensor";
+    }
+  }
   if (!enabled) {
     not_planned_ = "plans are off";
   } else if (!HasGradientStep(program)) {
@@ -456,7 +462,8 @@ absl::StatusOr<Tensors> PlannedProgram::Run(OpExecutor& exec,
   const bool watched = exec.tapes().CouldRecord() ||
                        exec.accumulators().CouldAccumulate() ||
                        exec.observer() != nullptr;
-  if (watched || (plan_ == nullptr && !not_planned_.empty())) {
+  if (watched || (plan_ == nullptr && !not_planned_.empty()) ||
+      Aliased(args)) {
     return RunProgram(exec, program_, args);
   }
   if (plan_ == nullptr) return RunAndTrace(exec, args);
@@ -504,6 +511,19 @@ absl::StatusOr<Tensors> PlannedProgram::RunAndTrace(
     }
   }
   return results;
+}
+
+// One tensor as two params, or as a param and a constant: a tape sees one
+// value where a plan traced two (their gradients would be summed), so such
+// a call runs as defined and traces nothing.
+bool PlannedProgram::Aliased(absl::Span<const Tensor> args) const {
+  absl::flat_hash_set<int64_t> ids;
+  for (const Tensor& t : args) {
+    if (constant_ids_.contains(t.id()) || !ids.insert(t.id()).second) {
+      return true;
+    }
+  }
+  return false;
 }
 
 bool PlannedProgram::VariablesUnchanged() const {

@@ -30,6 +30,9 @@
 // - Every step value has the shape it had when traced: checked after each
 //   op step of a planned call (Program::expected_shapes). The variables the
 //   program holds keep the dtype and shape they had: checked before each.
+// - Distinct params and constants are distinct tensors: a call that passes
+//   one tensor twice, or a constant as a param, runs as defined (a tape
+//   sums what the plan traced as two values).
 // - A planned call that fails is undone (as any call) and the program runs
 //   as defined, so a failure reads as the defined program's. When that run
 //   succeeds, the plan did not fit this call and is dropped for good.
@@ -41,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "core/autodiff/op_executor.h"
@@ -85,6 +89,7 @@ class PlannedProgram {
   };
   absl::StatusOr<Tensors> RunAndTrace(OpExecutor& exec,
                                       absl::Span<const Tensor> args);
+  bool Aliased(absl::Span<const Tensor> args) const;
   bool VariablesUnchanged() const;
   void Drop(std::string why);
 
@@ -95,6 +100,7 @@ class PlannedProgram {
   int64_t plan_bytes_ = 0;
   std::string not_planned_;
   bool fuse_ = true;
+  absl::flat_hash_set<int64_t> constant_ids_;
 };
 
 }  // namespace gradtape

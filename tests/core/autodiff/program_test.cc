@@ -852,6 +852,37 @@ TEST_F(ProgramTrainingTest, ACallUnderAnOuterTapeRunsAsDefined) {
   EXPECT_TRUE(planned.planned());
 }
 
+// One tensor passed as both params of a * b: the tape sees one value and
+// gives 2a for each; a plan traced with two values would give a. Such a
+// call runs as defined; the plan stays for the others.
+TEST_F(ProgramTest, ACallPassingOneTensorTwiceRunsAsDefined) {
+  using R = ProgramRef;
+  Program p;
+  p.params = {{DType::kFloat64, {3}}, {DType::kFloat64, {3}}};
+  p.steps = {ProgramStep::PushTape(0),
+             ProgramStep::Watch(0, {R::Param(0), R::Param(1)}),
+             {"Mul", {R::Param(0), R::Param(1)}, {}},
+             {"Sum", {R::Step(2)}, {}},
+             ProgramStep::PopTape(0),
+             ProgramStep::Gradient(0, {R::Step(3)}, {R::Param(0), R::Param(1)})};
+  p.outputs = {R::Step(5, 0), R::Step(5, 1)};
+  ASSERT_TRUE(Validate(p).ok());
+  PlannedProgram planned(p, nullptr);
+  const Tensor a = Arg(Random({3}, 1));
+  const Tensor b = Arg(Random({3}, 2));
+  ASSERT_TRUE(planned.Run(exec_, {a, b}).ok());
+  ASSERT_TRUE(planned.planned()) << planned.not_planned();
+  absl::StatusOr<Tensors> twice = planned.Run(exec_, {a, a});
+  absl::StatusOr<Tensors> defined = RunProgram(exec_, p, {a, a});
+  ASSERT_TRUE(twice.ok() && defined.ok());
+  EXPECT_TRUE(SameBits((*twice)[0], (*defined)[0]));
+  EXPECT_EQ((*twice)[0].data<double>()[0], 2 * a.data<double>()[0]);
+  absl::StatusOr<Tensors> apart = planned.Run(exec_, {a, b});
+  ASSERT_TRUE(apart.ok());
+  EXPECT_TRUE(SameBits((*apart)[0], b));
+  EXPECT_TRUE(planned.planned());
+}
+
 // A differentiable op's integer input computed from a param (Tile's
 // multiples): its backward could read it, so no plan; the calls still run.
 TEST_F(ProgramTest, AnIntegerInputFromTheParamsMeansNoPlan) {
