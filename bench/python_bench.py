@@ -95,12 +95,13 @@ def verdict(ok: bool) -> str:
 
 
 @contextlib.contextmanager
-def gradtape_server(binary: str, env: Optional[Dict[str, str]] = None) -> Iterator[str]:
+def gradtape_server(binary: str, env: Optional[Dict[str, str]] = None,
+                    flags: Sequence[str] = ()) -> Iterator[str]:
     """Starts gradtape-server on 127.0.0.1 (port 0), with `env` added to the
-    environment, yields its address and always stops it (SIGTERM, then
-    SIGKILL after 30 s)."""
+    environment and `flags` to its command line, yields its address and
+    always stops it (SIGTERM, then SIGKILL after 30 s)."""
     proc = subprocess.Popen(
-        [binary, "--address=127.0.0.1:0"],
+        [binary, "--address=127.0.0.1:0", *flags],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -19,13 +19,18 @@ lr 3e-3 wd 0.01), same batch size and batch order. Medians are printed with
 their ratio to PyTorch 1 thread. The server is the Release gradtape-server
 on 127.0.0.1 (port 0), started and stopped here.
 
+With --plans, two more servers run the captured step: one with
+--plan_programs=false (every call runs the program's tape steps) and one
+with --fuse_programs=false (planned, no fused loops); the table's last lines
+are the default server's captured rate over theirs (docs/CAPTURE.md).
+
 With --scaling, a second server runs with GRADTAPE_INTRA_OP_THREADS=1 and
 "gradtape native, server on 1 thread" joins the rotation; the table's last
 line is the step time with the default thread count over the time with one
 (issue 26's target: at most 0.75x on 2 cores).
 
   python bench/transformer_bench.py [--server-bin build/server/gradtape-server]
-      [--reps 3] [--steps 100] [--warmup 10] [--batch 32] [--scaling]
+      [--reps 3] [--steps 100] [--warmup 10] [--batch 32] [--scaling] [--plans]
       [--impls native,captured,torch_default,torch_compile,jax]
 """
 
@@ -56,6 +61,10 @@ IMPLS = (("native", "gradtape native"), ("captured", "gradtape native, captured"
 RIVALS = ("PyTorch, default threads", "PyTorch torch.compile, default threads", "JAX jit, default threads")
 BASELINE = "PyTorch, 1 thread"
 ONE_THREAD = "gradtape native, server on 1 thread"
+# --plans: the captured step on servers with plans off, and unfused.
+PLANS_OFF = "gradtape native, captured, plans off"
+UNFUSED = "gradtape native, captured, plans not fused"
+PLAN_FLAGS = {PLANS_OFF: ["--plan_programs=false"], UNFUSED: ["--fuse_programs=false"]}
 
 
 def example() -> Any:
@@ -269,6 +278,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--scaling", action="store_true", help="also the server on one intra-op thread")
+    parser.add_argument("--plans", action="store_true", help="also captured with plans off, and unfused")
     parser.add_argument("--impls", help="comma-separated kinds (default: all)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--address", help=argparse.SUPPRESS)
@@ -284,18 +294,20 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     print(f"load average at the start: {load_average()}")
     chosen = set(args.impls.split(",")) if args.impls else {kind for kind, _ in IMPLS}
     impls = [(k, n) for k, n in IMPLS if k in chosen] + ([("native", ONE_THREAD)] if args.scaling else [])
+    impls += [("captured", name) for name in PLAN_FLAGS] if args.plans else []
     with contextlib.ExitStack() as stack:
         address = stack.enter_context(gradtape_server(args.server_bin))
-        one_thread = (
-            stack.enter_context(gradtape_server(args.server_bin, {"GRADTAPE_INTRA_OP_THREADS": "1"}))
-            if args.scaling
-            else None
-        )
+        servers = {name: address for _, name in impls}
+        if args.scaling:
+            servers[ONE_THREAD] = stack.enter_context(
+                gradtape_server(args.server_bin, {"GRADTAPE_INTRA_OP_THREADS": "1"}))
+        for name, flags in PLAN_FLAGS.items() if args.plans else ():
+            servers[name] = stack.enter_context(gradtape_server(args.server_bin, flags=flags))
         for _ in range(args.reps):
             for kind, name in impls:
                 if name in missing:
                     continue
-                rate = run_worker(kind, one_thread if name == ONE_THREAD else address, args)
+                rate = run_worker(kind, servers[name], args)
                 if rate is None:
                     missing[name] = "not installed"
                 else:
@@ -325,6 +337,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             ratio = statistics.median(rates[captured]) / rivals[best]
             print(f"captured over the best rival ({best}, {rivals[best]:.1f} steps/s): {ratio:.2f}x "
                   f"(issue 29 target > 1x: {'met' if ratio > 1 else 'NOT met'}; rivals run: {', '.join(rivals)})")
+    for name in PLAN_FLAGS if args.plans else ():
+        if captured in rates and name in rates:
+            ratio = statistics.median(rates[captured]) / statistics.median(rates[name])
+            print(f"captured (planned, fused) over {name}: {ratio:.2f}x")
     if args.scaling and ONE_THREAD in rates and "gradtape native" in rates:
         ratio = statistics.median(rates[ONE_THREAD]) / statistics.median(rates["gradtape native"])
         print(f"\nstep time with the server's default intra-op threads over one thread: {ratio:.2f}x "
