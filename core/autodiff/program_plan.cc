@@ -462,8 +462,7 @@ absl::StatusOr<Tensors> PlannedProgram::Run(OpExecutor& exec,
   const bool watched = exec.tapes().CouldRecord() ||
                        exec.accumulators().CouldAccumulate() ||
                        exec.observer() != nullptr;
-  if (watched || (plan_ == nullptr && !not_planned_.empty()) ||
-      Aliased(args)) {
+  if (watched || (plan_ == nullptr && !not_planned_.empty()) || Aliased(args)) {
     return RunProgram(exec, program_, args);
   }
   if (plan_ == nullptr) return RunAndTrace(exec, args);

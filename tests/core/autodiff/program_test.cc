@@ -859,12 +859,13 @@ TEST_F(ProgramTest, ACallPassingOneTensorTwiceRunsAsDefined) {
   using R = ProgramRef;
   Program p;
   p.params = {{DType::kFloat64, {3}}, {DType::kFloat64, {3}}};
-  p.steps = {ProgramStep::PushTape(0),
-             ProgramStep::Watch(0, {R::Param(0), R::Param(1)}),
-             {"Mul", {R::Param(0), R::Param(1)}, {}},
-             {"Sum", {R::Step(2)}, {}},
-             ProgramStep::PopTape(0),
-             ProgramStep::Gradient(0, {R::Step(3)}, {R::Param(0), R::Param(1)})};
+  p.steps = {
+      ProgramStep::PushTape(0),
+      ProgramStep::Watch(0, {R::Param(0), R::Param(1)}),
+      {"Mul", {R::Param(0), R::Param(1)}, {}},
+      {"Sum", {R::Step(2)}, {}},
+      ProgramStep::PopTape(0),
+      ProgramStep::Gradient(0, {R::Step(3)}, {R::Param(0), R::Param(1)})};
   p.outputs = {R::Step(5, 0), R::Step(5, 1)};
   ASSERT_TRUE(Validate(p).ok());
   PlannedProgram planned(p, nullptr);
