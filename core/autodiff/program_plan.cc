@@ -185,7 +185,9 @@ void FuseElementwise(Program& plan,
     const int at = static_cast<int>(steps.size());
     int k = 0;
     for (int m : members) {
-      moved[m] = {outside[m] ? ProgramRef::Step(at, k++) : ProgramRef()};
+      // Read only inside the loop: a reference validation would refuse.
+      moved[m] = {outside[m] ? ProgramRef::Step(at, k++)
+                             : ProgramRef::Step(-1)};
       done[m] = true;
     }
     new_outs.push_back(std::vector<StepOutput>(k, outs[s][0]));
@@ -440,10 +442,21 @@ PlannedProgram::PlannedProgram(const Program& program,
       not_planned_ = "two of its constants are one tensor";
     }
   }
+  const bool second_order =
+      program.num_tapes > 1 ||
+      std::any_of(program.steps.begin(), program.steps.end(),
+                  [](const ProgramStep& step) {
+                    return step.kind == ProgramStep::kPushTape &&
+                           step.persistent;
+                  });
   if (!enabled) {
     not_planned_ = "plans are off";
   } else if (!HasGradientStep(program)) {
     not_planned_ = "the program takes no gradient";
+  } else if (second_order) {
+    // A tape could record a backward's ops, and a gradient differentiate
+    // them: their integer inputs are not checked as the op steps' are.
+    not_planned_ = "it has more than one tape, or a persistent one";
   }
 }
 

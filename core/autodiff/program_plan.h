@@ -30,6 +30,9 @@
 // - Every step value has the shape it had when traced: checked after each
 //   op step of a planned call (Program::expected_shapes). The variables the
 //   program holds keep the dtype and shape they had: checked before each.
+// - One tape, not persistent: no backward's ops are recorded and
+//   differentiated in turn (their integer inputs are not checked as the op
+//   steps' are). Programs with more are not planned.
 // - Distinct params and constants are distinct tensors: a call that passes
 //   one tensor twice, or a constant as a param, runs as defined (a tape
 //   sums what the plan traced as two values).

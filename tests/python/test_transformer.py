@@ -7,6 +7,7 @@ stated threshold with dropout on."""
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import math
 import pathlib
@@ -111,9 +112,20 @@ def _tf_losses(tf: Any, tt: Any, cfg: Any, weights: Dict[str, np.ndarray], token
     return losses
 
 
+# The text the TensorFlow comparison trains on: the example's own text
+# (README.md and docs/*.md) as it stood at the commit that froze it. The
+# docs change with nearly every commit, and 20 float32 steps at lr 3e-3 on
+# batches of 8 are chaotic past a loss spike: a spike multiplies the two
+# frameworks' last-bit differences by ~1000 (4.5e-4 relative at one step,
+# 3e-7 at the others, on one edit's text). A fixed text keeps the
+# comparison about the engine, not about the last doc edit.
+FROZEN_TEXT = pathlib.Path(__file__).parent / "testdata" / "transformer_text.txt.gz"
+
+
 def test_first_20_losses_match_tensorflow(gt: gradtape.Session, tt: Any, tf: Any) -> None:
     cfg = tt.Config(dropout=0.0)
-    text = tt.load_text()
+    with gzip.open(FROZEN_TEXT, "rt", encoding="utf-8") as f:
+        text = f.read()
     vocab = tt.Vocab(text)
     tokens = vocab.encode(text)
     rng = np.random.default_rng(3)

@@ -831,6 +831,24 @@ TEST_F(ProgramTrainingTest, FusedLoopsGiveTheUnfusedPlansBits) {
   EXPECT_LT(fused.plan_steps(), unfused.plan_steps());
 }
 
+// A persistent tape (or a second one) could record a backward's ops for a
+// gradient to differentiate: such a program is not planned, and runs.
+TEST_F(ProgramTrainingTest, APersistentTapeMeansNoPlan) {
+  const Tensor w = NewVariable(5);
+  const Tensor lr = Arg(Tensor::Scalar<double>(0.05));
+  Program p = SgdStep(w, lr);
+  p.steps[0] = ProgramStep::PushTape(0, /*persistent=*/true);
+  ASSERT_TRUE(Validate(p).ok());
+  PlannedProgram planned(p, nullptr);
+  const Tensor x = Arg(Random({4, 3}, 1));
+  const Tensor y = Arg(Random({4, 2}, 2));
+  ASSERT_TRUE(planned.Run(exec_, {x, y}).ok());
+  ASSERT_TRUE(planned.Run(exec_, {x, y}).ok());
+  EXPECT_FALSE(planned.planned());
+  EXPECT_EQ(planned.not_planned(),
+            "it has more than one tape, or a persistent one");
+}
+
 // A call that a tape outside the program could record runs as defined (the
 // tape records the program's ops), and makes no plan; the next one does.
 TEST_F(ProgramTrainingTest, ACallUnderAnOuterTapeRunsAsDefined) {
