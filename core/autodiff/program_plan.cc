@@ -34,20 +34,61 @@ struct StepOutput {
 // At most this many ops in one loop (each keeps a block of scratch).
 constexpr int kMaxLoopOps = 32;
 
-// Step s's fused loop code, if it is an elementwise float op a loop runs.
-std::optional<FusedLoop::Code> LoopCode(
-    const Program& p, const std::vector<std::vector<StepOutput>>& outs, int s) {
+// The dtype of a plan value, if it is known.
+std::optional<DType> DTypeOf(const Program& p,
+                             const std::vector<std::vector<StepOutput>>& outs,
+                             const ProgramRef& ref) {
+  switch (ref.kind) {
+    case ProgramRef::kParam:
+      return p.params[ref.index].dtype;
+    case ProgramRef::kConstant:
+      return p.constants[ref.index].dtype();
+    case ProgramRef::kStep:
+      if (ref.index < 0 ||
+          ref.output >= static_cast<int>(outs[ref.index].size())) {
+        return std::nullopt;
+      }
+      return outs[ref.index][ref.output].dtype;
+    default:
+      return std::nullopt;
+  }
+}
+
+// A step a loop can run: its code and the loop's dtype (float32 or
+// float64: a comparison's inputs', every other op's output).
+struct LoopOp {
+  FusedLoop::Code code;
+  DType dtype;
+};
+
+// Step s as a loop op, if it is one: an elementwise float op, a comparison
+// of floats, or a Cast of a bool to a float (it joins a loop only after its
+// comparison, CollectLoop).
+std::optional<LoopOp> LoopCode(const Program& p,
+                               const std::vector<std::vector<StepOutput>>& outs,
+                               int s) {
   const ProgramStep& step = p.steps[s];
-  if (step.kind != ProgramStep::kOp || outs[s].size() != 1 ||
-      (outs[s][0].dtype != DType::kFloat32 &&
-       outs[s][0].dtype != DType::kFloat64)) {
-    return std::nullopt;
-  }
+  if (step.kind != ProgramStep::kOp || outs[s].size() != 1) return std::nullopt;
   std::optional<FusedLoop::Code> code = FusedLoop::CodeOf(step.op);
-  if (code && step.inputs.size() != (FusedLoop::IsUnary(*code) ? 1u : 2u)) {
+  if (!code || step.inputs.size() != (FusedLoop::IsUnary(*code) ? 1u : 2u)) {
     return std::nullopt;
   }
-  return code;
+  auto is_float = [](std::optional<DType> d) {
+    return d == DType::kFloat32 || d == DType::kFloat64;
+  };
+  const std::optional<DType> a = DTypeOf(p, outs, step.inputs[0]);
+  if (FusedLoop::IsComparison(*code)) {
+    if (!is_float(a) || DTypeOf(p, outs, step.inputs[1]) != a ||
+        outs[s][0].dtype != DType::kBool) {
+      return std::nullopt;
+    }
+    return LoopOp{*code, *a};
+  }
+  if (!is_float(outs[s][0].dtype) ||
+      (*code == FusedLoop::kCopy && a != DType::kBool)) {
+    return std::nullopt;
+  }
+  return LoopOp{*code, outs[s][0].dtype};
 }
 
 // How many steps a loop's members may be apart: steps between them that
@@ -98,6 +139,14 @@ bool MakeLoop(const Program& p, const std::vector<int>& members,
   return !fused->loop->outputs.empty();
 }
 
+// Drops the skipped steps after the last member (they stay where they are).
+void TrimLoop(std::vector<int>* members, std::vector<int>* skipped) {
+  while (!skipped->empty() &&
+         (members->empty() || skipped->back() > members->back())) {
+    skipped->pop_back();
+  }
+}
+
 // From elementwise step s: the steps of its loop (its own dtype and shape)
 // in `members`, and those between them that read none of them (they run
 // before the loop) in `skipped`.
@@ -105,19 +154,23 @@ void CollectLoop(const Program& plan,
                  const std::vector<std::vector<StepOutput>>& outs, int s,
                  std::vector<int>* members, std::vector<int>* skipped) {
   const int n = static_cast<int>(plan.steps.size());
+  const LoopOp first = *LoopCode(plan, outs, s);
   *members = {s};
   skipped->clear();
+  auto is_member = [&](const ProgramRef& r) {
+    return r.kind == ProgramRef::kStep &&
+           std::find(members->begin(), members->end(), r.index) !=
+               members->end();
+  };
   auto reads_member = [&](int k) {
     return std::any_of(plan.steps[k].inputs.begin(), plan.steps[k].inputs.end(),
-                       [&](const ProgramRef& r) {
-                         return r.kind == ProgramRef::kStep &&
-                                std::find(members->begin(), members->end(),
-                                          r.index) != members->end();
-                       });
+                       is_member);
   };
   for (int k = s + 1; k < n && members->size() < kMaxLoopOps; ++k) {
-    if (LoopCode(plan, outs, k) && outs[k][0].dtype == outs[s][0].dtype &&
-        outs[k][0].shape == outs[s][0].shape) {
+    const std::optional<LoopOp> op = LoopCode(plan, outs, k);
+    if (op && op->dtype == first.dtype &&
+        outs[k][0].shape == outs[s][0].shape &&
+        (op->code != FusedLoop::kCopy || is_member(plan.steps[k].inputs[0]))) {
       members->push_back(k);
     } else if (reads_member(k) || skipped->size() >= kMaxSkipped) {
       break;
@@ -125,8 +178,21 @@ void CollectLoop(const Program& plan,
       skipped->push_back(k);
     }
   }
-  while (!skipped->empty() && skipped->back() > members->back()) {
-    skipped->pop_back();
+  TrimLoop(members, skipped);
+}
+
+// Ends the loop before its first comparison read after it (or by a
+// program output): a comparison's 0/1 never leaves its loop.
+void TrimComparisons(const Program& plan, const std::vector<int>& last_reader,
+                     std::vector<int>* members, std::vector<int>* skipped) {
+  for (size_t r = 0; r < members->size(); ++r) {
+    const int m = (*members)[r];
+    if (FusedLoop::IsComparison(*FusedLoop::CodeOf(plan.steps[m].op)) &&
+        last_reader[m] > members->back()) {
+      members->resize(r);
+      TrimLoop(members, skipped);
+      r = static_cast<size_t>(-1);  // the end moved: check from the start
+    }
   }
 }
 
@@ -174,7 +240,11 @@ void FuseElementwise(Program& plan,
     if (done[s]) continue;
     ProgramStep fused;
     members.clear();
-    if (LoopCode(plan, outs, s)) CollectLoop(plan, outs, s, &members, &skipped);
+    const std::optional<LoopOp> op = LoopCode(plan, outs, s);
+    if (op && op->code != FusedLoop::kCopy) {
+      CollectLoop(plan, outs, s, &members, &skipped);
+      TrimComparisons(plan, last_reader, &members, &skipped);
+    }
     for (int m : members) outside[m] = last_reader[m] > members.back();
     if (members.size() < 2 || !MakeLoop(plan, members, outside, &fused)) {
       copy(s);
@@ -184,13 +254,15 @@ void FuseElementwise(Program& plan,
     remap(fused.inputs);
     const int at = static_cast<int>(steps.size());
     int k = 0;
+    std::optional<StepOutput> written;  // every one has the loop's
     for (int m : members) {
+      if (outside[m] && !written) written = outs[m][0];
       // Read only inside the loop: a reference validation would refuse.
       moved[m] = {outside[m] ? ProgramRef::Step(at, k++)
                              : ProgramRef::Step(-1)};
       done[m] = true;
     }
-    new_outs.push_back(std::vector<StepOutput>(k, outs[s][0]));
+    new_outs.push_back(std::vector<StepOutput>(k, *written));
     steps.push_back(std::move(fused));
   }
   remap(plan.outputs);

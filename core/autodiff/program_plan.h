@@ -81,6 +81,8 @@ class PlannedProgram {
   const std::string& not_planned() const { return not_planned_; }
   // Steps of the plan (0 without one).
   int64_t plan_steps() const;
+  // The plan, or null.
+  const Program* plan() const { return plan_.get(); }
   // The plan's structure, charged to the account.
   int64_t plan_bytes() const { return plan_bytes_; }
 

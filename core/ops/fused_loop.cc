@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
+#include "core/ops/kernel_util.h"
 #include "core/ops/parallel.h"
 #include "core/ops/vector_math.h"
 
@@ -36,19 +37,6 @@ std::optional<Shape> Broadcast(const Shape& a, const Shape& b) {
     out[i] = da == 1 ? db : da;
   }
   return out;
-}
-
-// Strides of a tensor of shape `in` walked over `out` (right-aligned, 0
-// where it broadcasts).
-std::vector<int64_t> StridesAgainst(const Shape& in, const Shape& out) {
-  std::vector<int64_t> strides(out.size(), 0);
-  int64_t stride = 1;
-  for (size_t k = 0; k < in.size(); ++k) {
-    const size_t d_in = in.size() - 1 - k, d_out = out.size() - 1 - k;
-    if (in[d_in] != 1) strides[d_out] = stride;
-    stride *= in[d_in];
-  }
-  return strides;
 }
 
 // The loop's shape: every input broadcasts to it and every op gives it.
@@ -100,6 +88,14 @@ struct Operand {
   int64_t stride;  // 0 or 1
 };
 
+// z[i] = f(a[i], b[i]) ? 1 : 0: a comparison as the Cast of its bool.
+template <typename T, typename F>
+void Compare(Operand<T> a, Operand<T> b, T* z, int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i) {
+    z[i] = f(a.p[i * a.stride], b.p[i * b.stride]) ? T(1) : T(0);
+  }
+}
+
 template <typename T>
 void RunOp(FusedLoop::Code code, Operand<T> a, Operand<T> b, T* z, int64_t n) {
   if (a.stride == 0 && (FusedLoop::IsUnary(code) || b.stride == 0)) {
@@ -108,6 +104,7 @@ void RunOp(FusedLoop::Code code, Operand<T> a, Operand<T> b, T* z, int64_t n) {
     std::fill(z, z + n, v);
     return;
   }
+  // The comparisons are the op kernels' own (comparison_ops.cc).
   switch (code) {
     case FusedLoop::kNeg:
       for (int64_t i = 0; i < n; ++i) z[i] = -a.p[i];
@@ -118,6 +115,21 @@ void RunOp(FusedLoop::Code code, Operand<T> a, Operand<T> b, T* z, int64_t n) {
     case FusedLoop::kExp:
       VecExp(a.p, z, n);
       return;
+    case FusedLoop::kCopy:
+      std::copy(a.p, a.p + n, z);
+      return;
+    case FusedLoop::kEqual:
+      return Compare(a, b, z, n, [](T x, T y) { return x == y; });
+    case FusedLoop::kNotEqual:
+      return Compare(a, b, z, n, [](T x, T y) { return x != y; });
+    case FusedLoop::kGreater:
+      return Compare(a, b, z, n, [](T x, T y) { return x > y; });
+    case FusedLoop::kGreaterEqual:
+      return Compare(a, b, z, n, [](T x, T y) { return x >= y; });
+    case FusedLoop::kLess:
+      return Compare(a, b, z, n, [](T x, T y) { return x < y; });
+    case FusedLoop::kLessEqual:
+      return Compare(a, b, z, n, [](T x, T y) { return x <= y; });
     default:
       VecBinary(static_cast<VecArith>(code), a.p, a.stride, b.p, b.stride, z,
                 n);
@@ -128,7 +140,7 @@ void RunOp(FusedLoop::Code code, Operand<T> a, Operand<T> b, T* z, int64_t n) {
 // an odometer over the other dims.
 class Rows {
  public:
-  Rows(const Shape& out, const std::vector<std::vector<int64_t>>& strides)
+  Rows(const Shape& out, const std::vector<Shape>& strides)
       : out_(out), strides_(strides) {}
   void Seek(int64_t row, std::vector<int64_t>& offsets) {
     index_.assign(out_.size() - 1, 0);
@@ -156,7 +168,7 @@ class Rows {
 
  private:
   const Shape& out_;
-  const std::vector<std::vector<int64_t>>& strides_;
+  const std::vector<Shape>& strides_;
   Shape index_;
 };
 
@@ -177,87 +189,120 @@ struct Blocks {
   int64_t inner, rows, piece, pieces, rows_per_block, count;
 };
 
+// One run of a loop: its blocks in parallel, each through every op.
 template <typename T>
-void Loop(const FusedLoop& loop, absl::Span<const Tensor> inputs,
-          const Shape& out, Tensors& outputs) {
-  const int64_t n = NumElements(out);
-  const int ni = loop.num_inputs, nr = static_cast<int>(loop.ops.size());
-  const bool flat =
-      out.empty() ||
-      std::all_of(inputs.begin(), inputs.end(), [&](const Tensor& t) {
-        return t.num_elements() == n || t.num_elements() == 1;
-      });
-  const Blocks blocks(out, flat);
-  std::vector<std::vector<int64_t>> strides;
-  std::vector<const T*> base;
-  for (const Tensor& t : inputs) {
-    strides.push_back(StridesAgainst(t.shape(), out));
-    base.push_back(t.data<T>());
+class LoopRun {
+ public:
+  LoopRun(const FusedLoop& loop, absl::Span<const Tensor> inputs,
+          const Shape& out, Tensors& outputs)
+      : loop_(loop),
+        inputs_(inputs),
+        out_(out),
+        n_(NumElements(out)),
+        ni_(loop.num_inputs),
+        nr_(static_cast<int>(loop.ops.size())),
+        flat_(out.empty() || std::all_of(inputs.begin(), inputs.end(),
+                                         [&](const Tensor& t) {
+                                           return t.num_elements() == n_ ||
+                                                  t.num_elements() == 1;
+                                         })),
+        blocks_(out, flat_),
+        block_(blocks_.rows_per_block * blocks_.piece),
+        written_(nr_, nullptr) {
+    for (const Tensor& t : inputs) {
+      strides_.push_back(BroadcastStrides(t.shape(), out.size()));
+      base_.push_back(t.data<T>());
+    }
+    for (size_t k = 0; k < loop.outputs.size(); ++k) {
+      written_[loop.outputs[k]] = outputs[k].mutable_data<T>();
+    }
   }
-  std::vector<T*> written(nr, nullptr);
-  for (size_t k = 0; k < loop.outputs.size(); ++k) {
-    written[loop.outputs[k]] = outputs[k].mutable_data<T>();
+
+  void Run() {
+    ParallelRange(blocks_.count,
+                  std::max<int64_t>(1, kElementwiseGrain / (block_ * nr_)),
+                  [&](int64_t begin, int64_t end) { RunBlocks(begin, end); });
   }
-  const int64_t block = blocks.rows_per_block * blocks.piece;
-  ParallelRange(
-      blocks.count, std::max<int64_t>(1, kElementwiseGrain / (block * nr)),
-      [&](int64_t begin, int64_t end) {
-        std::vector<T> scratch(static_cast<size_t>(nr + ni) * block);
-        std::vector<Operand<T>> operands(ni + nr);
-        std::vector<int64_t> offsets(ni);
-        Rows walk(out, strides);
-        for (int64_t b = begin; b < end; ++b) {
-          // Rows [row, row + nrows), elements [col, col + len) of each.
-          const int64_t row =
-              blocks.pieces > 1 ? b / blocks.pieces : b * blocks.rows_per_block;
-          const int64_t col =
-              blocks.pieces > 1 ? (b % blocks.pieces) * blocks.piece : 0;
-          const int64_t nrows =
-              std::min(blocks.rows_per_block, blocks.rows - row);
-          const int64_t len = nrows > 1
-                                  ? nrows * blocks.inner
-                                  : std::min(blocks.piece, blocks.inner - col);
-          const int64_t first = row * blocks.inner + col;
-          if (!flat) walk.Seek(row, offsets);
-          bool broadcast = false;
-          for (int i = 0; i < ni; ++i) {
-            const int64_t size = inputs[i].num_elements();
-            if (size == n || size == 1) {
-              operands[i] = {base[i] + (size == n ? first : 0),
-                             size == n && n > 1 ? 1 : 0};
-            } else if (nrows == 1) {  // a broadcast input's row as it is
-              const int64_t stride = strides[i].back();
-              operands[i] = {base[i] + offsets[i] + col * stride, stride};
-            } else {  // its rows copied out, below
-              operands[i] = {scratch.data() + (nr + i) * block, 1};
-              broadcast = true;
-            }
-          }
-          for (int64_t r = 0; broadcast && r < nrows; ++r, walk.Next(offsets)) {
-            for (int i = 0; i < ni; ++i) {
-              const int64_t size = inputs[i].num_elements();
-              if (size == n || size == 1) continue;
-              T* dst = scratch.data() + (nr + i) * block + r * blocks.inner;
-              const T* src = base[i] + offsets[i];
-              if (strides[i].back() == 1) {
-                std::copy(src, src + blocks.inner, dst);
-              } else {
-                std::fill(dst, dst + blocks.inner, *src);
-              }
-            }
-          }
-          for (int r = 0; r < nr; ++r) {
-            T* z = written[r] != nullptr ? written[r] + first
-                                         : scratch.data() + r * block;
-            const FusedLoop::Op& op = loop.ops[r];
-            const Operand<T> a = operands[op.a];
-            RunOp<T>(op.code, a,
-                     FusedLoop::IsUnary(op.code) ? a : operands[op.b], z, len);
-            operands[ni + r] = {z, 1};
-          }
+
+ private:
+  void RunBlocks(int64_t begin, int64_t end) {
+    std::vector<T> scratch(static_cast<size_t>(nr_ + ni_) * block_);
+    std::vector<Operand<T>> operands(ni_ + nr_);
+    std::vector<int64_t> offsets(ni_);
+    Rows walk(out_, strides_);
+    for (int64_t b = begin; b < end; ++b) {
+      // Rows [row, row + nrows), elements [col, col + len) of each.
+      const int64_t row =
+          blocks_.pieces > 1 ? b / blocks_.pieces : b * blocks_.rows_per_block;
+      const int64_t col =
+          blocks_.pieces > 1 ? (b % blocks_.pieces) * blocks_.piece : 0;
+      const int64_t nrows =
+          std::min(blocks_.rows_per_block, blocks_.rows - row);
+      const int64_t len = nrows > 1
+                              ? nrows * blocks_.inner
+                              : std::min(blocks_.piece, blocks_.inner - col);
+      const int64_t first = row * blocks_.inner + col;
+      if (!flat_) walk.Seek(row, offsets);
+      PlaceInputs(first, col, nrows, scratch.data(), offsets, walk, operands);
+      for (int r = 0; r < nr_; ++r) {
+        T* z = written_[r] != nullptr ? written_[r] + first
+                                      : scratch.data() + r * block_;
+        const FusedLoop::Op& op = loop_.ops[r];
+        const Operand<T> a = operands[op.a];
+        RunOp<T>(op.code, a, FusedLoop::IsUnary(op.code) ? a : operands[op.b],
+                 z, len);
+        operands[ni_ + r] = {z, 1};
+      }
+    }
+  }
+
+  // Points the input operands at the block's elements: full-size and
+  // one-element inputs in place, a broadcast input's row in place when the
+  // block is one row, else its rows copied into scratch.
+  void PlaceInputs(int64_t first, int64_t col, int64_t nrows, T* scratch,
+                   std::vector<int64_t>& offsets, Rows& walk,
+                   std::vector<Operand<T>>& operands) {
+    bool broadcast = false;
+    for (int i = 0; i < ni_; ++i) {
+      const int64_t size = inputs_[i].num_elements();
+      if (size == n_ || size == 1) {
+        operands[i] = {base_[i] + (size == n_ ? first : 0),
+                       size == n_ && n_ > 1 ? 1 : 0};
+      } else if (nrows == 1) {
+        const int64_t stride = strides_[i].back();
+        operands[i] = {base_[i] + offsets[i] + col * stride, stride};
+      } else {
+        operands[i] = {scratch + (nr_ + i) * block_, 1};
+        broadcast = true;
+      }
+    }
+    for (int64_t r = 0; broadcast && r < nrows; ++r, walk.Next(offsets)) {
+      for (int i = 0; i < ni_; ++i) {
+        const int64_t size = inputs_[i].num_elements();
+        if (size == n_ || size == 1) continue;
+        T* dst = scratch + (nr_ + i) * block_ + r * blocks_.inner;
+        const T* src = base_[i] + offsets[i];
+        if (strides_[i].back() == 1) {
+          std::copy(src, src + blocks_.inner, dst);
+        } else {
+          std::fill(dst, dst + blocks_.inner, *src);
         }
-      });
-}
+      }
+    }
+  }
+
+  const FusedLoop& loop_;
+  absl::Span<const Tensor> inputs_;
+  const Shape& out_;
+  const int64_t n_;
+  const int ni_, nr_;
+  const bool flat_;
+  const Blocks blocks_;
+  const int64_t block_;
+  std::vector<Shape> strides_;
+  std::vector<const T*> base_;
+  std::vector<T*> written_;
+};
 
 }  // namespace
 
@@ -273,9 +318,9 @@ absl::Status RunFusedLoop(const FusedLoop& loop,
   }
   if (NumElements(out) == 0) return absl::OkStatus();
   if (dtype == DType::kFloat32) {
-    Loop<float>(loop, inputs, out, *outputs);
+    LoopRun<float>(loop, inputs, out, *outputs).Run();
   } else {
-    Loop<double>(loop, inputs, out, *outputs);
+    LoopRun<double>(loop, inputs, out, *outputs).Run();
   }
   return absl::OkStatus();
 }

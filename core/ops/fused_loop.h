@@ -5,7 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "core/registry/fused_loop.h"
+#include "core/registry/op_registry.h"
 #include "core/tensor/tensor.h"
 
 namespace gradtape {

@@ -22,10 +22,26 @@
 
 namespace gradtape {
 
-using Tensors = absl::InlinedVector<Tensor, 2>;  // as in op_registry.h
-
 struct FusedLoop {
-  enum Code { kAdd, kSub, kMul, kDiv, kNeg, kSquare, kExp };
+  // A comparison's result is 1 or 0 in the loop's dtype (the bool a Cast
+  // then makes float), so a loop holds one only if its readers are all
+  // Casts to that dtype in the same loop (kCopy): it is never written out.
+  enum Code {
+    kAdd,
+    kSub,
+    kMul,
+    kDiv,
+    kEqual,
+    kNotEqual,
+    kGreater,
+    kGreaterEqual,
+    kLess,
+    kLessEqual,
+    kNeg,
+    kSquare,
+    kExp,
+    kCopy
+  };
   // An operand below num_inputs is that input; above, the result of op
   // (operand - num_inputs), an earlier op. Unary ops read `a` only.
   struct Op {
@@ -39,18 +55,23 @@ struct FusedLoop {
   // scratch), in the order of the loop's outputs.
   std::vector<int> outputs;
 
-  // The code of a float op a loop can run: AddV2, Add, Sub, Mul, RealDiv,
-  // Div, Neg, Square, Exp.
+  // The code of an op a loop can run: AddV2, Add, Sub, Mul, RealDiv, Div,
+  // Neg, Square, Exp (float in, float out); Equal, NotEqual, Greater,
+  // GreaterEqual, Less, LessEqual (float in, bool out); Cast (kCopy: only
+  // of a comparison's bool to the loop's float).
   static std::optional<Code> CodeOf(absl::string_view op_name);
   static bool IsUnary(Code code) { return code >= kNeg; }
+  static bool IsComparison(Code code) {
+    return code >= kEqual && code <= kLessEqual;
+  }
 };
 
 // Runs `loop` on `inputs` (float32 or float64, one dtype, shapes that
 // broadcast to the shape every op gives); `outputs` gets the written
 // results, fresh tensors without ids. INVALID_ARGUMENT for other inputs.
-using FusedLoopKernel = absl::Status (*)(const FusedLoop& loop,
-                                         absl::Span<const Tensor> inputs,
-                                         Tensors* outputs);
+using FusedLoopKernel =
+    absl::Status (*)(const FusedLoop& loop, absl::Span<const Tensor> inputs,
+                     absl::InlinedVector<Tensor, 2>* outputs);
 
 }  // namespace gradtape
 

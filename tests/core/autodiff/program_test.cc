@@ -831,6 +831,80 @@ TEST_F(ProgramTrainingTest, FusedLoopsGiveTheUnfusedPlansBits) {
   EXPECT_LT(fused.plan_steps(), unfused.plan_steps());
 }
 
+// SgdStep with dropout on the prediction: x @ w * (Cast(u >= rate) *
+// scale), u a param; the mask a program output too when `mask_is_output`.
+Program DropoutStep(const Tensor& w, const Tensor& lr, const Tensor& rate,
+                    const Tensor& scale, bool mask_is_output) {
+  using R = ProgramRef;
+  Program p;
+  p.params = {{DType::kFloat64, {4, 3}},
+              {DType::kFloat64, {4, 2}},
+              {DType::kFloat64, {4, 2}}};
+  p.constants = {w, lr, rate, scale};
+  p.steps = {ProgramStep::PushTape(0),
+             {"ReadVariableOp", {R::Constant(0)}, {{"dtype", DType::kFloat64}}},
+             {"MatMul", {R::Param(0), R::Step(1)}, {}},
+             {"GreaterEqual", {R::Param(2), R::Constant(2)}, {}},
+             {"Cast", {R::Step(3)}, {{"DstT", DType::kFloat64}}},
+             {"Mul", {R::Step(4), R::Constant(3)}, {}},
+             {"Mul", {R::Step(2), R::Step(5)}, {}},
+             {"Sub", {R::Step(6), R::Param(1)}, {}},
+             {"Square", {R::Step(7)}, {}},
+             {"Sum", {R::Step(8)}, {}},
+             ProgramStep::PopTape(0),
+             ProgramStep::Gradient(0, {R::Step(9)}, {R::Constant(0)}),
+             {"ResourceApplyGradientDescent",
+              {R::Constant(0), R::Constant(1), R::Step(11)},
+              {}}};
+  p.outputs = {R::Step(9)};
+  if (mask_is_output) p.outputs.push_back(R::Step(3));
+  return p;
+}
+
+bool HasOpStep(const Program& p, absl::string_view op) {
+  return std::any_of(p.steps.begin(), p.steps.end(),
+                     [&](const ProgramStep& s) { return s.op == op; });
+}
+
+// Dropout's mask joins the loop of the Muls around it: the fused plan has
+// no GreaterEqual or Cast step, and the unfused plan's bits. A comparison
+// also read after its loop (here: a program output) stays a step.
+TEST_F(ProgramTrainingTest, DropoutMasksJoinFusedLoops) {
+  for (bool mask_is_output : {false, true}) {
+    SCOPED_TRACE(mask_is_output);
+    const Tensor w_fused = NewVariable(5);
+    const Tensor w_unfused = NewVariable(5);
+    const Tensor lr = Arg(Tensor::Scalar<double>(0.05));
+    const Tensor rate = Arg(Tensor::Scalar<double>(0.3));
+    const Tensor scale = Arg(Tensor::Scalar<double>(1 / 0.7));
+    Program p_fused = DropoutStep(w_fused, lr, rate, scale, mask_is_output);
+    Program p_unfused = DropoutStep(w_unfused, lr, rate, scale, mask_is_output);
+    ASSERT_TRUE(Validate(p_fused).ok());
+    ASSERT_TRUE(Validate(p_unfused).ok());
+    PlannedProgram fused(p_fused, nullptr, true, true);
+    PlannedProgram unfused(p_unfused, nullptr, true, false);
+    for (int step = 0; step < 4; ++step) {
+      const Tensor x = Arg(Random({4, 3}, 100 + step));
+      const Tensor y = Arg(Random({4, 2}, 200 + step));
+      const Tensor u = Arg(Random({4, 2}, 300 + step));
+      absl::StatusOr<Tensors> a = fused.Run(exec_, {x, y, u});
+      absl::StatusOr<Tensors> b = unfused.Run(exec_, {x, y, u});
+      ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+      ASSERT_EQ(a->size(), b->size());
+      for (size_t k = 0; k < a->size(); ++k) {
+        EXPECT_TRUE(SameBits((*a)[k], (*b)[k])) << step << " output " << k;
+      }
+      EXPECT_TRUE(SameBits(ValueOf(w_fused), ValueOf(w_unfused))) << step;
+    }
+    ASSERT_TRUE(fused.planned() && unfused.planned())
+        << fused.not_planned() << unfused.not_planned();
+    EXPECT_TRUE(HasOpStep(*unfused.plan(), "GreaterEqual"));
+    EXPECT_TRUE(HasOpStep(*unfused.plan(), "Cast"));
+    EXPECT_EQ(HasOpStep(*fused.plan(), "GreaterEqual"), mask_is_output);
+    EXPECT_EQ(HasOpStep(*fused.plan(), "Cast"), mask_is_output);
+  }
+}
+
 // A persistent tape (or a second one) could record a backward's ops for a
 // gradient to differentiate: such a program is not planned, and runs.
 TEST_F(ProgramTrainingTest, APersistentTapeMeansNoPlan) {

@@ -5,6 +5,7 @@
 // refused.
 #include "core/ops/fused_loop.h"
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -34,9 +35,26 @@ Tensor Random(DType dtype, Shape shape, uint32_t seed) {
              : Tensor::FromVector<double>(shape, v);
 }
 
+// `t` with every 7th element NaN or 0.25 (ties with a 0.25 rate).
+Tensor WithNaNsAndTies(const Tensor& t) {
+  std::vector<double> v(t.num_elements());
+  for (int64_t i = 0; i < t.num_elements(); ++i) {
+    v[i] =
+        t.dtype() == DType::kFloat32 ? t.data<float>()[i] : t.data<double>()[i];
+    if (i % 7 == 3) v[i] = i % 2 == 0 ? std::nan("") : 0.25;
+  }
+  return t.dtype() == DType::kFloat32
+             ? Tensor::FromVector<float>(t.shape(),
+                                         std::vector<float>(v.begin(), v.end()))
+             : Tensor::FromVector<double>(t.shape(), v);
+}
+
 const char* OpName(Code code) {
-  static const char* const kNames[] = {"AddV2", "Sub",    "Mul", "RealDiv",
-                                       "Neg",   "Square", "Exp"};
+  static const char* const kNames[] = {
+      "AddV2",    "Sub",     "Mul",          "RealDiv", "Equal",
+      "NotEqual", "Greater", "GreaterEqual", "Less",    "LessEqual",
+      "Neg",      "Square",  "Exp",          "Cast"};
+  static_assert(sizeof(kNames) / sizeof(kNames[0]) == Code::kCopy + 1);
   return kNames[code];
 }
 
@@ -51,7 +69,10 @@ class FusedLoopTest : public OpTest {
     for (const FusedLoop::Op& op : loop.ops) {
       std::vector<Tensor> args = {values[op.a]};
       if (!FusedLoop::IsUnary(op.code)) args.push_back(values[op.b]);
-      absl::StatusOr<Tensor> r = Run1(OpName(op.code), args);
+      // A loop's kCopy is a Cast of a comparison's bool to the loop dtype.
+      AttrMap attrs;
+      if (op.code == Code::kCopy) attrs.Set("DstT", in[0].dtype());
+      absl::StatusOr<Tensor> r = Run1(OpName(op.code), args, attrs);
       ASSERT_TRUE(r.ok()) << r.status();
       values.push_back(*r);
     }
@@ -111,6 +132,46 @@ TEST_F(FusedLoopTest, FlatBlocksEqualTheOpsBitForBit) {
                        Random(dtype, shape, 3),
                        Random(dtype, shape.empty() ? Shape{} : Shape{1}, 4),
                        Random(dtype, {}, 5)});
+    }
+  }
+}
+
+// Dropout's mask (x * Cast(u >= rate) * scale) and every other comparison,
+// against a row, a column and a scalar, with NaNs and ties among the
+// values: each comparison's 0/1 is the Cast of the op's bool.
+TEST_F(FusedLoopTest, ComparisonsCastToTheLoopDtypeEqualTheOpsBitForBit) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (Shape shape : {Shape{37, 70}, Shape{300, 1000}, Shape{5000}}) {
+      SCOPED_TRACE(ShapeString(shape));
+      Shape column = shape;
+      column.back() = 1;
+      Tensor u = Random(dtype, shape, 1);
+      Tensor x = Random(dtype, shape, 2);
+      Tensor row = Random(dtype, {shape.back()}, 3);
+      Tensor col = Random(dtype, column, 4);
+      u = WithNaNsAndTies(u);
+      row = WithNaNsAndTies(row);
+      FusedLoop loop;
+      loop.num_inputs = 6;                      // u, x, row, col, rate, scale
+      loop.ops = {{Code::kGreaterEqual, 0, 4},  // 6: u >= rate
+                  {Code::kCopy, 6, 0},          // 7: as dtype
+                  {Code::kMul, 7, 5},           // 8: * scale
+                  {Code::kMul, 1, 8},           // 9: x * that
+                  {Code::kGreater, 0, 2},       // 10: u > row
+                  {Code::kCopy, 10, 0},         // 11
+                  {Code::kLess, 3, 1},          // 12: col < x
+                  {Code::kCopy, 12, 0},         // 13
+                  {Code::kLessEqual, 1, 0},     // 14: x <= u
+                  {Code::kCopy, 14, 0},         // 15
+                  {Code::kEqual, 0, 2},         // 16: u == row
+                  {Code::kCopy, 16, 0},         // 17
+                  {Code::kNotEqual, 4, 0},      // 18: rate != u
+                  {Code::kCopy, 18, 0}};        // 19
+      loop.outputs = {2, 3, 5, 7, 9, 11, 13};
+      const Tensor rate = dtype == DType::kFloat32
+                              ? Tensor::Scalar<float>(0.25f)
+                              : Tensor::Scalar<double>(0.25);
+      ExpectSameAsOps(loop, {u, x, row, col, rate, Random(dtype, {}, 6)});
     }
   }
 }
