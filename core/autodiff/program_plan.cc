@@ -232,7 +232,7 @@ void FuseElementwise(Program& plan,
       moved[m].push_back(ProgramRef::Step(index, static_cast<int>(k)));
     }
     steps.push_back(std::move(step));
-    new_outs.push_back(std::move(outs[m]));
+    new_outs.push_back(outs[m]);  // a copy: LoopCode reads outs later
   };
   std::vector<bool> done(n, false), outside(n, false);
   std::vector<int> members, skipped;

@@ -832,7 +832,8 @@ TEST_F(ProgramTrainingTest, FusedLoopsGiveTheUnfusedPlansBits) {
 }
 
 // SgdStep with dropout on the prediction: x @ w * (Cast(u >= rate) *
-// scale), u a param; the mask a program output too when `mask_is_output`.
+// scale), u from a step (as a random op's would be); the mask a program
+// output too when `mask_is_output`.
 Program DropoutStep(const Tensor& w, const Tensor& lr, const Tensor& rate,
                     const Tensor& scale, bool mask_is_output) {
   using R = ProgramRef;
@@ -841,23 +842,25 @@ Program DropoutStep(const Tensor& w, const Tensor& lr, const Tensor& rate,
               {DType::kFloat64, {4, 2}},
               {DType::kFloat64, {4, 2}}};
   p.constants = {w, lr, rate, scale};
-  p.steps = {ProgramStep::PushTape(0),
-             {"ReadVariableOp", {R::Constant(0)}, {{"dtype", DType::kFloat64}}},
-             {"MatMul", {R::Param(0), R::Step(1)}, {}},
-             {"GreaterEqual", {R::Param(2), R::Constant(2)}, {}},
-             {"Cast", {R::Step(3)}, {{"DstT", DType::kFloat64}}},
-             {"Mul", {R::Step(4), R::Constant(3)}, {}},
-             {"Mul", {R::Step(2), R::Step(5)}, {}},
-             {"Sub", {R::Step(6), R::Param(1)}, {}},
-             {"Square", {R::Step(7)}, {}},
-             {"Sum", {R::Step(8)}, {}},
-             ProgramStep::PopTape(0),
-             ProgramStep::Gradient(0, {R::Step(9)}, {R::Constant(0)}),
-             {"ResourceApplyGradientDescent",
-              {R::Constant(0), R::Constant(1), R::Step(11)},
-              {}}};
-  p.outputs = {R::Step(9)};
-  if (mask_is_output) p.outputs.push_back(R::Step(3));
+  p.steps = {
+      ProgramStep::PushTape(0),
+      {"ReadVariableOp", {R::Constant(0)}, {{"dtype", DType::kFloat64}}},
+      {"MatMul", {R::Param(0), R::Step(1)}, {}},
+      {"Identity", {R::Param(2)}, {}},
+      {"GreaterEqual", {R::Step(3), R::Constant(2)}, {}},
+      {"Cast", {R::Step(4)}, {{"DstT", DType::kFloat64}}},
+      {"Mul", {R::Step(5), R::Constant(3)}, {}},
+      {"Mul", {R::Step(2), R::Step(6)}, {}},
+      {"Sub", {R::Step(7), R::Param(1)}, {}},
+      {"Square", {R::Step(8)}, {}},
+      {"Sum", {R::Step(9)}, {}},
+      ProgramStep::PopTape(0),
+      ProgramStep::Gradient(0, {R::Step(10)}, {R::Constant(0)}),
+      {"ResourceApplyGradientDescent",
+       {R::Constant(0), R::Constant(1), R::Step(12)},
+       {}}};
+  p.outputs = {R::Step(10)};
+  if (mask_is_output) p.outputs.push_back(R::Step(4));
   return p;
 }
 
