@@ -54,6 +54,8 @@ std::optional<DType> DTypeOf(const Program& p,
   }
 }
 
+bool IsCast(const ProgramStep& step) { return step.op == "Cast"; }
+
 // A step a loop can run: its code and the loop's dtype (float32 or
 // float64: a comparison's inputs', every other op's output).
 struct LoopOp {
@@ -84,8 +86,10 @@ std::optional<LoopOp> LoopCode(const Program& p,
     }
     return LoopOp{*code, *a};
   }
+  // kCopy: a Cast of a bool, or a BroadcastTo.
   if (!is_float(outs[s][0].dtype) ||
-      (*code == FusedLoop::kCopy && a != DType::kBool)) {
+      (*code == FusedLoop::kCopy &&
+       a != (IsCast(step) ? DType::kBool : outs[s][0].dtype))) {
     return std::nullopt;
   }
   return LoopOp{*code, outs[s][0].dtype};
@@ -99,8 +103,10 @@ constexpr int kMaxSkipped = 8;
 // one kFused step; `outside[s]`: member s's value is read after the last
 // member or is a program output. False if none is (nothing to write).
 bool MakeLoop(const Program& p, const std::vector<int>& members,
-              const std::vector<bool>& outside, ProgramStep* fused) {
+              const std::vector<bool>& outside, const Shape& shape,
+              ProgramStep* fused) {
   auto loop = std::make_shared<FusedLoop>();
+  loop->shape = shape;
   std::vector<ProgramRef>& inputs = fused->inputs;
   auto member = [&](const ProgramRef& ref) -> int {
     if (ref.kind != ProgramRef::kStep) return -1;
@@ -170,7 +176,7 @@ void CollectLoop(const Program& plan,
     const std::optional<LoopOp> op = LoopCode(plan, outs, k);
     if (op && op->dtype == first.dtype &&
         outs[k][0].shape == outs[s][0].shape &&
-        (op->code != FusedLoop::kCopy || is_member(plan.steps[k].inputs[0]))) {
+        (!IsCast(plan.steps[k]) || is_member(plan.steps[k].inputs[0]))) {
       members->push_back(k);
     } else if (reads_member(k) || skipped->size() >= kMaxSkipped) {
       break;
@@ -241,12 +247,13 @@ void FuseElementwise(Program& plan,
     ProgramStep fused;
     members.clear();
     const std::optional<LoopOp> op = LoopCode(plan, outs, s);
-    if (op && op->code != FusedLoop::kCopy) {
+    if (op && !IsCast(plan.steps[s])) {  // a Cast follows its comparison
       CollectLoop(plan, outs, s, &members, &skipped);
       TrimComparisons(plan, last_reader, &members, &skipped);
     }
     for (int m : members) outside[m] = last_reader[m] > members.back();
-    if (members.size() < 2 || !MakeLoop(plan, members, outside, &fused)) {
+    if (members.size() < 2 ||
+        !MakeLoop(plan, members, outside, outs[s][0].shape, &fused)) {
       copy(s);
       continue;
     }

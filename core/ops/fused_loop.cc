@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <vector>
 
+#include "Eigen/Core"
 #include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/parallel.h"
 #include "core/ops/vector_math.h"
+#include "unsupported/Eigen/SpecialFunctions"
 
 namespace gradtape {
 namespace {
@@ -46,7 +48,7 @@ absl::StatusOr<Shape> CheckLoop(const FusedLoop& loop,
   if (ni < 1 || static_cast<int>(inputs.size()) != ni || nr < 1) {
     return Invalid(absl::StrCat("takes ", ni, " inputs, got ", inputs.size()));
   }
-  Shape out;
+  Shape out = loop.shape.value_or(Shape{});
   for (const Tensor& t : inputs) {
     if (t.dtype() != inputs[0].dtype() ||
         (t.dtype() != DType::kFloat32 && t.dtype() != DType::kFloat64)) {
@@ -55,9 +57,10 @@ absl::StatusOr<Shape> CheckLoop(const FusedLoop& loop,
                                   "dtype"));
     }
     std::optional<Shape> b = Broadcast(out, t.shape());
-    if (!b)
-      return Invalid(
-          absl::StrCat("input ", t.DebugString(), " does not broadcast"));
+    if (!b || (loop.shape && *b != out)) {
+      return Invalid(absl::StrCat("input ", t.DebugString(),
+                                  " does not broadcast to the loop's shape"));
+    }
     out = *b;
   }
   for (int r = 0; r < nr; ++r) {
@@ -67,7 +70,10 @@ absl::StatusOr<Shape> CheckLoop(const FusedLoop& loop,
       return x < ni ? inputs[x].shape() : out;
     };
     std::optional<Shape> a = shape_of(op.a);
-    std::optional<Shape> b = FusedLoop::IsUnary(op.code) ? a : shape_of(op.b);
+    // kCopy broadcasts its operand to the loop's shape.
+    std::optional<Shape> b = op.code == FusedLoop::kCopy   ? out
+                             : FusedLoop::IsUnary(op.code) ? a
+                                                           : shape_of(op.b);
     std::optional<Shape> z = a && b ? Broadcast(*a, *b) : std::nullopt;
     if (!z || *z != out) {
       return Invalid(absl::StrCat("op ", r, " does not give the loop's shape ",
@@ -115,6 +121,11 @@ void RunOp(FusedLoop::Code code, Operand<T> a, Operand<T> b, T* z, int64_t n) {
     case FusedLoop::kExp:
       VecExp(a.p, z, n);
       return;
+    case FusedLoop::kErf: {  // the Erf kernel's own Eigen function
+      using Array = Eigen::Array<T, Eigen::Dynamic, 1>;
+      Eigen::Map<Array>(z, n) = Eigen::Map<const Array>(a.p, n).erf();
+      return;
+    }
     case FusedLoop::kCopy:
       std::copy(a.p, a.p + n, z);
       return;

@@ -10,13 +10,14 @@ std::optional<FusedLoop::Code> FusedLoop::CodeOf(absl::string_view op_name) {
   if (op_name == "Neg") return kNeg;
   if (op_name == "Square") return kSquare;
   if (op_name == "Exp") return kExp;
+  if (op_name == "Erf") return kErf;
   if (op_name == "Equal") return kEqual;
   if (op_name == "NotEqual") return kNotEqual;
   if (op_name == "Greater") return kGreater;
   if (op_name == "GreaterEqual") return kGreaterEqual;
   if (op_name == "Less") return kLess;
   if (op_name == "LessEqual") return kLessEqual;
-  if (op_name == "Cast") return kCopy;
+  if (op_name == "Cast" || op_name == "BroadcastTo") return kCopy;
   return std::nullopt;
 }
 

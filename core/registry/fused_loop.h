@@ -40,6 +40,7 @@ struct FusedLoop {
     kNeg,
     kSquare,
     kExp,
+    kErf,
     kCopy
   };
   // An operand below num_inputs is that input; above, the result of op
@@ -54,11 +55,14 @@ struct FusedLoop {
   // The results the loop writes out as tensors (the others stay in
   // scratch), in the order of the loop's outputs.
   std::vector<int> outputs;
+  // The loop's shape; none: the broadcast of its inputs' shapes.
+  std::optional<Shape> shape;
 
   // The code of an op a loop can run: AddV2, Add, Sub, Mul, RealDiv, Div,
-  // Neg, Square, Exp (float in, float out); Equal, NotEqual, Greater,
+  // Neg, Square, Exp, Erf (float in, float out); Equal, NotEqual, Greater,
   // GreaterEqual, Less, LessEqual (float in, bool out); Cast (kCopy: only
-  // of a comparison's bool to the loop's float).
+  // of a comparison's bool to the loop's float) and BroadcastTo (kCopy: its
+  // input broadcast to the loop's shape).
   static std::optional<Code> CodeOf(absl::string_view op_name);
   static bool IsUnary(Code code) { return code >= kNeg; }
   static bool IsComparison(Code code) {

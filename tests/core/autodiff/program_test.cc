@@ -842,23 +842,22 @@ Program DropoutStep(const Tensor& w, const Tensor& lr, const Tensor& rate,
               {DType::kFloat64, {4, 2}},
               {DType::kFloat64, {4, 2}}};
   p.constants = {w, lr, rate, scale};
-  p.steps = {
-      ProgramStep::PushTape(0),
-      {"ReadVariableOp", {R::Constant(0)}, {{"dtype", DType::kFloat64}}},
-      {"MatMul", {R::Param(0), R::Step(1)}, {}},
-      {"Identity", {R::Param(2)}, {}},
-      {"GreaterEqual", {R::Step(3), R::Constant(2)}, {}},
-      {"Cast", {R::Step(4)}, {{"DstT", DType::kFloat64}}},
-      {"Mul", {R::Step(5), R::Constant(3)}, {}},
-      {"Mul", {R::Step(2), R::Step(6)}, {}},
-      {"Sub", {R::Step(7), R::Param(1)}, {}},
-      {"Square", {R::Step(8)}, {}},
-      {"Sum", {R::Step(9)}, {}},
-      ProgramStep::PopTape(0),
-      ProgramStep::Gradient(0, {R::Step(10)}, {R::Constant(0)}),
-      {"ResourceApplyGradientDescent",
-       {R::Constant(0), R::Constant(1), R::Step(12)},
-       {}}};
+  p.steps = {ProgramStep::PushTape(0),
+             {"ReadVariableOp", {R::Constant(0)}, {{"dtype", DType::kFloat64}}},
+             {"MatMul", {R::Param(0), R::Step(1)}, {}},
+             {"Identity", {R::Param(2)}, {}},
+             {"GreaterEqual", {R::Step(3), R::Constant(2)}, {}},
+             {"Cast", {R::Step(4)}, {{"DstT", DType::kFloat64}}},
+             {"Mul", {R::Step(5), R::Constant(3)}, {}},
+             {"Mul", {R::Step(2), R::Step(6)}, {}},
+             {"Sub", {R::Step(7), R::Param(1)}, {}},
+             {"Square", {R::Step(8)}, {}},
+             {"Sum", {R::Step(9)}, {}},
+             ProgramStep::PopTape(0),
+             ProgramStep::Gradient(0, {R::Step(10)}, {R::Constant(0)}),
+             {"ResourceApplyGradientDescent",
+              {R::Constant(0), R::Constant(1), R::Step(12)},
+              {}}};
   p.outputs = {R::Step(10)};
   if (mask_is_output) p.outputs.push_back(R::Step(4));
   return p;
@@ -906,6 +905,48 @@ TEST_F(ProgramTrainingTest, DropoutMasksJoinFusedLoops) {
     EXPECT_EQ(HasOpStep(*fused.plan(), "GreaterEqual"), mask_is_output);
     EXPECT_EQ(HasOpStep(*fused.plan(), "Cast"), mask_is_output);
   }
+}
+
+// Centering (h - mean(h) over each row, a layer norm's first part): the
+// backward's BroadcastTo of the mean's gradient joins a loop as a copy of
+// the column; the fused plan has no BroadcastTo step and the unfused
+// plan's bits.
+TEST_F(ProgramTrainingTest, BroadcastsOfAGradientJoinFusedLoops) {
+  using R = ProgramRef;
+  const Tensor w_fused = NewVariable(5);
+  const Tensor w_unfused = NewVariable(5);
+  const Tensor lr = Arg(Tensor::Scalar<double>(0.05));
+  auto centering = [&](const Tensor& w) {
+    Program p = SgdStep(w, lr);
+    const AttrMap mean_attrs = {{"axis", std::vector<int64_t>{1}},
+                                {"keep_dims", true}};
+    p.steps[3] = {"Mean", {R::Step(2)}, mean_attrs};
+    p.steps[4] = {"Sub", {R::Step(2), R::Step(3)}, {}};
+    p.steps.insert(p.steps.begin() + 5, {"Square", {R::Step(4)}, {}});
+    p.steps[6] = {"Sum", {R::Step(5)}, {}};
+    p.steps[8] = ProgramStep::Gradient(0, {R::Step(6)}, {R::Constant(0)});
+    p.steps[9].inputs[2] = R::Step(8);
+    p.outputs = {R::Step(6)};
+    return p;
+  };
+  Program p_fused = centering(w_fused);
+  Program p_unfused = centering(w_unfused);
+  ASSERT_TRUE(Validate(p_fused).ok()) << Validate(p_fused);
+  ASSERT_TRUE(Validate(p_unfused).ok());
+  PlannedProgram fused(p_fused, nullptr, true, true);
+  PlannedProgram unfused(p_unfused, nullptr, true, false);
+  for (int step = 0; step < 4; ++step) {
+    const Tensor x = Arg(Random({4, 3}, 100 + step));
+    const Tensor y = Arg(Random({4, 2}, 200 + step));
+    absl::StatusOr<Tensors> a = fused.Run(exec_, {x, y});
+    absl::StatusOr<Tensors> b = unfused.Run(exec_, {x, y});
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+    EXPECT_TRUE(SameBits((*a)[0], (*b)[0])) << step;
+    EXPECT_TRUE(SameBits(ValueOf(w_fused), ValueOf(w_unfused))) << step;
+  }
+  ASSERT_TRUE(fused.planned() && unfused.planned());
+  EXPECT_TRUE(HasOpStep(*unfused.plan(), "BroadcastTo"));
+  EXPECT_FALSE(HasOpStep(*fused.plan(), "BroadcastTo"));
 }
 
 // A persistent tape (or a second one) could record a backward's ops for a

@@ -53,7 +53,7 @@ const char* OpName(Code code) {
   static const char* const kNames[] = {
       "AddV2",    "Sub",     "Mul",          "RealDiv", "Equal",
       "NotEqual", "Greater", "GreaterEqual", "Less",    "LessEqual",
-      "Neg",      "Square",  "Exp",          "Cast"};
+      "Neg",      "Square",  "Exp",          "Erf",     "Cast"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == Code::kCopy + 1);
   return kNames[code];
 }
@@ -69,10 +69,18 @@ class FusedLoopTest : public OpTest {
     for (const FusedLoop::Op& op : loop.ops) {
       std::vector<Tensor> args = {values[op.a]};
       if (!FusedLoop::IsUnary(op.code)) args.push_back(values[op.b]);
-      // A loop's kCopy is a Cast of a comparison's bool to the loop dtype.
+      // A loop's kCopy is a Cast of a comparison's bool to the loop dtype,
+      // or a BroadcastTo of anything else to the loop's shape.
+      const char* name = OpName(op.code);
       AttrMap attrs;
-      if (op.code == Code::kCopy) attrs.Set("DstT", in[0].dtype());
-      absl::StatusOr<Tensor> r = Run1(OpName(op.code), args, attrs);
+      if (op.code == Code::kCopy && values[op.a].dtype() == DType::kBool) {
+        attrs.Set("DstT", in[0].dtype());
+      } else if (op.code == Code::kCopy) {
+        name = "BroadcastTo";
+        const Shape& shape = *loop.shape;
+        attrs.Set("shape", std::vector<int64_t>(shape.begin(), shape.end()));
+      }
+      absl::StatusOr<Tensor> r = Run1(name, args, attrs);
       ASSERT_TRUE(r.ok()) << r.status();
       values.push_back(*r);
     }
@@ -86,7 +94,7 @@ class FusedLoopTest : public OpTest {
   }
 };
 
-// x * y + b, then (that - c) / x, Neg, Square, Exp; the inputs: full x and
+// x * y + b, then (that - c) / x, Neg, Square, Exp; Erf; the inputs: full x and
 // y, a row vector b, a column c, a scalar s.
 FusedLoop AllOps() {
   FusedLoop loop;
@@ -99,8 +107,9 @@ FusedLoop AllOps() {
               {Code::kSquare, 9, 0},  // 10
               {Code::kMul, 10, 4},    // 11: * s
               {Code::kExp, 11, 0},    // 12
-              {Code::kSub, 4, 12}};   // 13: s - that
-  loop.outputs = {8, 1, 3};           // results 13, 6, 8, out of order
+              {Code::kSub, 4, 12},    // 13: s - that
+              {Code::kErf, 7, 0}};    // 14: erf(x * y + b - c)
+  loop.outputs = {8, 1, 3, 9};        // results 13, 6, 8, 14, out of order
   return loop;
 }
 
@@ -176,6 +185,30 @@ TEST_F(FusedLoopTest, ComparisonsCastToTheLoopDtypeEqualTheOpsBitForBit) {
   }
 }
 
+// BroadcastTo as a loop's kCopy: a column, a row and a scalar broadcast to
+// the loop's shape, which no input has (the loop's `shape` says it).
+TEST_F(FusedLoopTest, BroadcastsToTheLoopsShapeEqualTheOpsBitForBit) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (Shape shape : {Shape{37, 70}, Shape{3, 2500}, Shape{2, 3, 1000}}) {
+      SCOPED_TRACE(ShapeString(shape));
+      Shape column = shape;
+      column.back() = 1;
+      FusedLoop loop;
+      loop.shape = shape;
+      loop.num_inputs = 3;              // column, row, scalar
+      loop.ops = {{Code::kCopy, 0, 0},  // 3: the column, broadcast
+                  {Code::kMul, 3, 1},   // 4: * the row
+                  {Code::kCopy, 2, 0},  // 5: the scalar, broadcast
+                  {Code::kSub, 4, 5},   // 6
+                  {Code::kCopy, 6, 0}};
+      loop.outputs = {0, 2, 3, 4};
+      ExpectSameAsOps(
+          loop, {Random(dtype, column, 1), Random(dtype, {shape.back()}, 2),
+                 Random(dtype, {}, 3)});
+    }
+  }
+}
+
 TEST_F(FusedLoopTest, EmptyShapesGiveEmptyOutputs) {
   FusedLoop loop;
   loop.num_inputs = 2;
@@ -200,6 +233,10 @@ TEST_F(FusedLoopTest, RefusesBadLoops) {
       {{2, {{Code::kAdd, 0, 1}}, {0}}, {a, d}, "one dtype"},
       {{1, {{Code::kNeg, 0, 0}}, {0}}, {ints}, "float32 or float64"},
       {{2, {{Code::kAdd, 0, 1}}, {0}}, {a, w}, "does not broadcast"},
+      {{1, {{Code::kCopy, 0, 0}}, {0}, Shape{4, 3}},
+       {a},
+       "does not broadcast to the loop's shape"},
+      {{1, {{Code::kNeg, 0, 0}}, {0}, Shape{3, 4}}, {v}, "op 0 does not give"},
       {{2, {{Code::kNeg, 1, 0}}, {0}}, {a, v}, "op 0 does not give"},
       {{1, {{Code::kAdd, 0, 1}}, {0}}, {a}, "op 0 does not give"},
       {{1, {{Code::kAdd, 0, 0}}, {1}}, {a}, "bad outputs"},
