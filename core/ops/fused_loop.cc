@@ -16,9 +16,9 @@ namespace {
 
 static_assert(static_cast<int>(FusedLoop::kAdd) ==
                       static_cast<int>(VecArith::kAdd) &&
-                  static_cast<int>(FusedLoop::kDiv) ==
-                      static_cast<int>(VecArith::kDiv),
-              "the arithmetic codes are VecArith's");
+                  static_cast<int>(FusedLoop::kLessEqual) ==
+                      static_cast<int>(VecArith::kLessEqual),
+              "the arithmetic and comparison codes are VecArith's");
 
 // Elements per block of a loop over full-size and scalar inputs: the scratch
 // of a few ops stays in the core's caches.
@@ -94,14 +94,6 @@ struct Operand {
   int64_t stride;  // 0 or 1
 };
 
-// z[i] = f(a[i], b[i]) ? 1 : 0: a comparison as the Cast of its bool.
-template <typename T, typename F>
-void Compare(Operand<T> a, Operand<T> b, T* z, int64_t n, F f) {
-  for (int64_t i = 0; i < n; ++i) {
-    z[i] = f(a.p[i * a.stride], b.p[i * b.stride]) ? T(1) : T(0);
-  }
-}
-
 template <typename T>
 void RunOp(FusedLoop::Code code, Operand<T> a, Operand<T> b, T* z, int64_t n) {
   if (a.stride == 0 && (FusedLoop::IsUnary(code) || b.stride == 0)) {
@@ -110,7 +102,6 @@ void RunOp(FusedLoop::Code code, Operand<T> a, Operand<T> b, T* z, int64_t n) {
     std::fill(z, z + n, v);
     return;
   }
-  // The comparisons are the op kernels' own (comparison_ops.cc).
   switch (code) {
     case FusedLoop::kNeg:
       for (int64_t i = 0; i < n; ++i) z[i] = -a.p[i];
@@ -129,19 +120,7 @@ void RunOp(FusedLoop::Code code, Operand<T> a, Operand<T> b, T* z, int64_t n) {
     case FusedLoop::kCopy:
       std::copy(a.p, a.p + n, z);
       return;
-    case FusedLoop::kEqual:
-      return Compare(a, b, z, n, [](T x, T y) { return x == y; });
-    case FusedLoop::kNotEqual:
-      return Compare(a, b, z, n, [](T x, T y) { return x != y; });
-    case FusedLoop::kGreater:
-      return Compare(a, b, z, n, [](T x, T y) { return x > y; });
-    case FusedLoop::kGreaterEqual:
-      return Compare(a, b, z, n, [](T x, T y) { return x >= y; });
-    case FusedLoop::kLess:
-      return Compare(a, b, z, n, [](T x, T y) { return x < y; });
-    case FusedLoop::kLessEqual:
-      return Compare(a, b, z, n, [](T x, T y) { return x <= y; });
-    default:
+    default:  // the arithmetic, and the comparisons' 1 or 0
       VecBinary(static_cast<VecArith>(code), a.p, a.stride, b.p, b.stride, z,
                 n);
   }

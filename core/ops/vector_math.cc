@@ -252,6 +252,12 @@ GRADTAPE_INLINE T Arith(T a, T b) {
   if constexpr (kOp == VecArith::kSub) return a - b;
   if constexpr (kOp == VecArith::kMul) return a * b;
   if constexpr (kOp == VecArith::kDiv) return a / b;
+  if constexpr (kOp == VecArith::kEqual) return a == b ? T(1) : T(0);
+  if constexpr (kOp == VecArith::kNotEqual) return a != b ? T(1) : T(0);
+  if constexpr (kOp == VecArith::kGreater) return a > b ? T(1) : T(0);
+  if constexpr (kOp == VecArith::kGreaterEqual) return a >= b ? T(1) : T(0);
+  if constexpr (kOp == VecArith::kLess) return a < b ? T(1) : T(0);
+  if constexpr (kOp == VecArith::kLessEqual) return a <= b ? T(1) : T(0);
 }
 
 template <VecArith kOp, typename T>
@@ -280,6 +286,18 @@ GRADTAPE_INLINE void ArithSwitch(VecArith op, const T* a, int64_t sa,
       return ArithLoop<VecArith::kMul>(a, sa, b, sb, z, n);
     case VecArith::kDiv:
       return ArithLoop<VecArith::kDiv>(a, sa, b, sb, z, n);
+    case VecArith::kEqual:
+      return ArithLoop<VecArith::kEqual>(a, sa, b, sb, z, n);
+    case VecArith::kNotEqual:
+      return ArithLoop<VecArith::kNotEqual>(a, sa, b, sb, z, n);
+    case VecArith::kGreater:
+      return ArithLoop<VecArith::kGreater>(a, sa, b, sb, z, n);
+    case VecArith::kGreaterEqual:
+      return ArithLoop<VecArith::kGreaterEqual>(a, sa, b, sb, z, n);
+    case VecArith::kLess:
+      return ArithLoop<VecArith::kLess>(a, sa, b, sb, z, n);
+    case VecArith::kLessEqual:
+      return ArithLoop<VecArith::kLessEqual>(a, sa, b, sb, z, n);
   }
 }
 

@@ -34,8 +34,21 @@ void VecLog(const double* x, double* y, int64_t n);
 // z[i] = a[i * sa] op b[i * sb] for i in [0, n), each stride 0 (a scalar
 // broadcast) or 1, not both 0; z must not overlap a or b. One IEEE
 // operation per element, so the same bits as a scalar loop on every ISA:
-// the wide loop of a binary kernel's row (BinaryRow, kernel_util.h).
-enum class VecArith { kAdd, kSub, kMul, kDiv };
+// the wide loop of a binary kernel's row (BinaryRow, kernel_util.h). The
+// comparisons give 1 or 0 (a comparison's bool cast to T: fused loops,
+// core/ops/fused_loop.cc).
+enum class VecArith {
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kEqual,
+  kNotEqual,
+  kGreater,
+  kGreaterEqual,
+  kLess,
+  kLessEqual
+};
 void VecBinary(VecArith op, const float* a, int64_t sa, const float* b,
                int64_t sb, float* z, int64_t n);
 void VecBinary(VecArith op, const double* a, int64_t sa, const double* b,

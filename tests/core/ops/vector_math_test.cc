@@ -323,8 +323,8 @@ bool SameBits(const std::vector<T>& a, const std::vector<T>& b) {
 }
 
 // VecBinary: every ISA gives the scalar operators' bits (one IEEE operation
-// per element), for each stride case, lengths around the vector widths, and
-// values with zeros, subnormals, infinities and NaN.
+// per element; a comparison's 1 or 0), for each stride case, lengths around the
+// vector widths, and values with zeros, subnormals, infinities and NaN.
 template <typename T>
 void CheckArith() {
   std::mt19937 rng(7);
@@ -337,8 +337,11 @@ void CheckArith() {
                        std::numeric_limits<T>::infinity(),
                        -std::numeric_limits<T>::infinity(),
                        std::numeric_limits<T>::quiet_NaN()};
-  const VecArith ops[] = {VecArith::kAdd, VecArith::kSub, VecArith::kMul,
-                          VecArith::kDiv};
+  const VecArith ops[] = {VecArith::kAdd,     VecArith::kSub,
+                          VecArith::kMul,     VecArith::kDiv,
+                          VecArith::kEqual,   VecArith::kNotEqual,
+                          VecArith::kGreater, VecArith::kGreaterEqual,
+                          VecArith::kLess,    VecArith::kLessEqual};
   auto scalar = [](VecArith op, T a, T b) {
     switch (op) {
       case VecArith::kAdd:
@@ -349,6 +352,18 @@ void CheckArith() {
         return a * b;
       case VecArith::kDiv:
         return a / b;
+      case VecArith::kEqual:
+        return T(a == b);
+      case VecArith::kNotEqual:
+        return T(a != b);
+      case VecArith::kGreater:
+        return T(a > b);
+      case VecArith::kGreaterEqual:
+        return T(a >= b);
+      case VecArith::kLess:
+        return T(a < b);
+      case VecArith::kLessEqual:
+        return T(a <= b);
     }
     return T(0);
   };
