@@ -5,8 +5,11 @@
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -806,29 +809,77 @@ TEST_F(ProgramTrainingTest, APlanTrainsLikeTheEagerCommandsBitForBit) {
   EXPECT_EQ(exec_.tapes().num_tapes(), 0u);
 }
 
+// Plans `make(w)` fused and unfused, on twin variables w, and calls each
+// four times on `args(call)`: the same outputs and weights, bit for bit.
+// Returns the fused plan's and the unfused plan's op names.
+using MakeProgram = std::function<Program(const Tensor& w)>;
+using MakeArgs = std::function<std::vector<Tensor>(int call)>;
+
+class FusedPlanTest : public ProgramTrainingTest {
+ protected:
+  struct PlanOps {
+    std::set<std::string> fused, unfused;
+    int64_t fused_steps = 0, unfused_steps = 0;
+  };
+
+  PlanOps ExpectFusedSameAsUnfused(const MakeProgram& make,
+                                   const MakeArgs& args) {
+    const Tensor w_fused = NewVariable(5);
+    const Tensor w_unfused = NewVariable(5);
+    Program p_fused = make(w_fused);
+    Program p_unfused = make(w_unfused);
+    EXPECT_TRUE(Validate(p_fused).ok());
+    EXPECT_TRUE(Validate(p_unfused).ok());
+    PlannedProgram fused(p_fused, nullptr, true, true);
+    PlannedProgram unfused(p_unfused, nullptr, true, false);
+    for (int call = 0; call < 4; ++call) {
+      const std::vector<Tensor> in = args(call);
+      absl::StatusOr<Tensors> a = fused.Run(exec_, in);
+      absl::StatusOr<Tensors> b = unfused.Run(exec_, in);
+      if (!a.ok() || !b.ok() || a->size() != b->size()) {
+        ADD_FAILURE() << a.status() << b.status();
+        return {};
+      }
+      for (size_t k = 0; k < a->size(); ++k) {
+        EXPECT_TRUE(SameBits((*a)[k], (*b)[k])) << call << " output " << k;
+      }
+      EXPECT_TRUE(SameBits(ValueOf(w_fused), ValueOf(w_unfused))) << call;
+    }
+    if (!fused.planned() || !unfused.planned()) {
+      ADD_FAILURE() << fused.not_planned() << unfused.not_planned();
+      return {};
+    }
+    PlanOps ops;
+    for (const ProgramStep& step : fused.plan()->steps)
+      ops.fused.insert(step.op);
+    for (const ProgramStep& step : unfused.plan()->steps) {
+      ops.unfused.insert(step.op);
+    }
+    ops.fused_steps = fused.plan_steps();
+    ops.unfused_steps = unfused.plan_steps();
+    return ops;
+  }
+
+  // x [4, 3] and y [4, 2], then `extra` more [4, 2] args, per call.
+  std::vector<Tensor> Args(int call, int extra = 0) {
+    std::vector<Tensor> in = {Arg(Random({4, 3}, 100 + call)),
+                              Arg(Random({4, 2}, 200 + call))};
+    for (int e = 0; e < extra; ++e) {
+      in.push_back(Arg(Random({4, 2}, 300 + 100 * e + call)));
+    }
+    return in;
+  }
+};
+
 // Fusing the plan's elementwise runs (Sub and Square in the forward pass,
 // the Muls of their backward) leaves fewer steps and the same bits.
-TEST_F(ProgramTrainingTest, FusedLoopsGiveTheUnfusedPlansBits) {
-  const Tensor w_fused = NewVariable(5);
-  const Tensor w_unfused = NewVariable(5);
+TEST_F(FusedPlanTest, FusedLoopsGiveTheUnfusedPlansBits) {
   const Tensor lr = Arg(Tensor::Scalar<double>(0.05));
-  Program p_fused = SgdStep(w_fused, lr);
-  Program p_unfused = SgdStep(w_unfused, lr);
-  ASSERT_TRUE(Validate(p_fused).ok());
-  ASSERT_TRUE(Validate(p_unfused).ok());
-  PlannedProgram fused(p_fused, nullptr, true, true);
-  PlannedProgram unfused(p_unfused, nullptr, true, false);
-  for (int step = 0; step < 4; ++step) {
-    const Tensor x = Arg(Random({4, 3}, 100 + step));
-    const Tensor y = Arg(Random({4, 2}, 200 + step));
-    absl::StatusOr<Tensors> a = fused.Run(exec_, {x, y});
-    absl::StatusOr<Tensors> b = unfused.Run(exec_, {x, y});
-    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
-    EXPECT_TRUE(SameBits((*a)[0], (*b)[0])) << step;
-    EXPECT_TRUE(SameBits(ValueOf(w_fused), ValueOf(w_unfused))) << step;
-  }
-  ASSERT_TRUE(fused.planned() && unfused.planned());
-  EXPECT_LT(fused.plan_steps(), unfused.plan_steps());
+  const PlanOps ops =
+      ExpectFusedSameAsUnfused([&](const Tensor& w) { return SgdStep(w, lr); },
+                               [&](int call) { return Args(call); });
+  EXPECT_GT(ops.unfused_steps, 0);
+  EXPECT_LT(ops.fused_steps, ops.unfused_steps);
 }
 
 // SgdStep with dropout on the prediction: x @ w * (Cast(u >= rate) *
@@ -863,47 +914,24 @@ Program DropoutStep(const Tensor& w, const Tensor& lr, const Tensor& rate,
   return p;
 }
 
-bool HasOpStep(const Program& p, absl::string_view op) {
-  return std::any_of(p.steps.begin(), p.steps.end(),
-                     [&](const ProgramStep& s) { return s.op == op; });
-}
-
 // Dropout's mask joins the loop of the Muls around it: the fused plan has
 // no GreaterEqual or Cast step, and the unfused plan's bits. A comparison
 // also read after its loop (here: a program output) stays a step.
-TEST_F(ProgramTrainingTest, DropoutMasksJoinFusedLoops) {
+TEST_F(FusedPlanTest, DropoutMasksJoinFusedLoops) {
+  const Tensor lr = Arg(Tensor::Scalar<double>(0.05));
+  const Tensor rate = Arg(Tensor::Scalar<double>(0.3));
+  const Tensor scale = Arg(Tensor::Scalar<double>(1 / 0.7));
   for (bool mask_is_output : {false, true}) {
     SCOPED_TRACE(mask_is_output);
-    const Tensor w_fused = NewVariable(5);
-    const Tensor w_unfused = NewVariable(5);
-    const Tensor lr = Arg(Tensor::Scalar<double>(0.05));
-    const Tensor rate = Arg(Tensor::Scalar<double>(0.3));
-    const Tensor scale = Arg(Tensor::Scalar<double>(1 / 0.7));
-    Program p_fused = DropoutStep(w_fused, lr, rate, scale, mask_is_output);
-    Program p_unfused = DropoutStep(w_unfused, lr, rate, scale, mask_is_output);
-    ASSERT_TRUE(Validate(p_fused).ok());
-    ASSERT_TRUE(Validate(p_unfused).ok());
-    PlannedProgram fused(p_fused, nullptr, true, true);
-    PlannedProgram unfused(p_unfused, nullptr, true, false);
-    for (int step = 0; step < 4; ++step) {
-      const Tensor x = Arg(Random({4, 3}, 100 + step));
-      const Tensor y = Arg(Random({4, 2}, 200 + step));
-      const Tensor u = Arg(Random({4, 2}, 300 + step));
-      absl::StatusOr<Tensors> a = fused.Run(exec_, {x, y, u});
-      absl::StatusOr<Tensors> b = unfused.Run(exec_, {x, y, u});
-      ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
-      ASSERT_EQ(a->size(), b->size());
-      for (size_t k = 0; k < a->size(); ++k) {
-        EXPECT_TRUE(SameBits((*a)[k], (*b)[k])) << step << " output " << k;
-      }
-      EXPECT_TRUE(SameBits(ValueOf(w_fused), ValueOf(w_unfused))) << step;
-    }
-    ASSERT_TRUE(fused.planned() && unfused.planned())
-        << fused.not_planned() << unfused.not_planned();
-    EXPECT_TRUE(HasOpStep(*unfused.plan(), "GreaterEqual"));
-    EXPECT_TRUE(HasOpStep(*unfused.plan(), "Cast"));
-    EXPECT_EQ(HasOpStep(*fused.plan(), "GreaterEqual"), mask_is_output);
-    EXPECT_EQ(HasOpStep(*fused.plan(), "Cast"), mask_is_output);
+    const PlanOps ops = ExpectFusedSameAsUnfused(
+        [&](const Tensor& w) {
+          return DropoutStep(w, lr, rate, scale, mask_is_output);
+        },
+        [&](int call) { return Args(call, 1); });
+    EXPECT_EQ(ops.unfused.count("GreaterEqual"), 1u);
+    EXPECT_EQ(ops.unfused.count("Cast"), 1u);
+    EXPECT_EQ(ops.fused.count("GreaterEqual"), mask_is_output ? 1u : 0u);
+    EXPECT_EQ(ops.fused.count("Cast"), mask_is_output ? 1u : 0u);
   }
 }
 
@@ -911,10 +939,8 @@ TEST_F(ProgramTrainingTest, DropoutMasksJoinFusedLoops) {
 // backward's BroadcastTo of the mean's gradient joins a loop as a copy of
 // the column; the fused plan has no BroadcastTo step and the unfused
 // plan's bits.
-TEST_F(ProgramTrainingTest, BroadcastsOfAGradientJoinFusedLoops) {
+TEST_F(FusedPlanTest, BroadcastsOfAGradientJoinFusedLoops) {
   using R = ProgramRef;
-  const Tensor w_fused = NewVariable(5);
-  const Tensor w_unfused = NewVariable(5);
   const Tensor lr = Arg(Tensor::Scalar<double>(0.05));
   auto centering = [&](const Tensor& w) {
     Program p = SgdStep(w, lr);
@@ -929,24 +955,10 @@ TEST_F(ProgramTrainingTest, BroadcastsOfAGradientJoinFusedLoops) {
     p.outputs = {R::Step(6)};
     return p;
   };
-  Program p_fused = centering(w_fused);
-  Program p_unfused = centering(w_unfused);
-  ASSERT_TRUE(Validate(p_fused).ok()) << Validate(p_fused);
-  ASSERT_TRUE(Validate(p_unfused).ok());
-  PlannedProgram fused(p_fused, nullptr, true, true);
-  PlannedProgram unfused(p_unfused, nullptr, true, false);
-  for (int step = 0; step < 4; ++step) {
-    const Tensor x = Arg(Random({4, 3}, 100 + step));
-    const Tensor y = Arg(Random({4, 2}, 200 + step));
-    absl::StatusOr<Tensors> a = fused.Run(exec_, {x, y});
-    absl::StatusOr<Tensors> b = unfused.Run(exec_, {x, y});
-    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
-    EXPECT_TRUE(SameBits((*a)[0], (*b)[0])) << step;
-    EXPECT_TRUE(SameBits(ValueOf(w_fused), ValueOf(w_unfused))) << step;
-  }
-  ASSERT_TRUE(fused.planned() && unfused.planned());
-  EXPECT_TRUE(HasOpStep(*unfused.plan(), "BroadcastTo"));
-  EXPECT_FALSE(HasOpStep(*fused.plan(), "BroadcastTo"));
+  const PlanOps ops =
+      ExpectFusedSameAsUnfused(centering, [&](int call) { return Args(call); });
+  EXPECT_EQ(ops.unfused.count("BroadcastTo"), 1u);
+  EXPECT_EQ(ops.fused.count("BroadcastTo"), 0u);
 }
 
 // A persistent tape (or a second one) could record a backward's ops for a
