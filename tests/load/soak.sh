@@ -19,7 +19,8 @@
 #     every call must have been OK and `gradtape-ghz-sessions check` must
 #     find no poisoned id, no tape and no live tensor;
 #   - --trainers Python training processes (soak_clients.py train: the
-#     Python client, an Adam MLP, one session per 500 steps, closed);
+#     Python client, an Adam MLP, one session per 500 steps, closed; the
+#     odd-numbered trainers capture the step, which must be planned);
 #   - session churn (soak_clients.py churn): --churn-rate sessions a second
 #     created with a 2 s lease, used (Run; every third also a Stream left
 #     open with a tape) and abandoned without CloseSession; every tenth is

@@ -9,7 +9,9 @@ train: until S seconds have passed, opens a session with the Python client
 Adam; synthetic data put once per session) for --steps steps, checks that
 every fetched loss is finite and that the last is below the first, closes
 the session and starts again. So sessions are created, trained and closed
-for the whole run.
+for the whole run. Odd-numbered workers capture the step
+(gradtape.function: a program the server plans and fuses,
+docs/CAPTURE.md) and check, before closing, that it was planned.
 
 churn: until S seconds have passed, --rate times a second, creates a session
 with a --lease seconds lease on its own channel, uses it (a Run batch: put,
@@ -53,8 +55,11 @@ def glorot(rng: np.random.Generator, fan_in: int, fan_out: int) -> np.ndarray:
     return rng.uniform(-limit, limit, size=(fan_in, fan_out)).astype(np.float32)
 
 
-def train_session(address: str, seed: int, steps: int, batch: int = 32) -> Tuple[float, float]:
-    """One session: trains `steps` Adam steps, returns (first, last) loss."""
+def train_session(address: str, seed: int, steps: int, batch: int = 32,
+                  captured: bool = False) -> Tuple[float, float]:
+    """One session: trains `steps` Adam steps, returns (first, last) loss.
+    With `captured` the step is a gradtape.function, which must end up
+    planned."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((512, 32)).astype(np.float32)
     teacher = rng.standard_normal((32, 10)).astype(np.float32)
@@ -69,8 +74,8 @@ def train_session(address: str, seed: int, steps: int, batch: int = 32) -> Tuple
             params.append(session.Variable(glorot(rng, fan_in, fan_out)))
             params.append(session.Variable(np.zeros(fan_out, dtype=np.float32)))
         opt = optimizers.Adam(learning_rate=1e-2)
-        for step in range(steps):
-            idx = session.constant(rng.integers(0, len(x), size=batch).astype(np.int32))
+
+        def train_step(idx: gradtape.Tensor) -> gradtape.Tensor:
             xb = ops.gather_v2(train_x, idx, axis=0)
             yb = ops.gather_v2(train_y, idx, axis=0)
             with session.GradientTape() as tape:
@@ -82,11 +87,20 @@ def train_session(address: str, seed: int, steps: int, batch: int = 32) -> Tuple
                 loss = ops.mean(ops.sparse_softmax_cross_entropy_with_logits(h, yb).loss, axis=[0])
             grads = tape.gradient(loss, params)
             opt.apply_gradients(zip(grads, params))
+            return loss
+
+        run_step = gradtape.function(train_step, session=session) if captured else train_step
+        for step in range(steps):
+            idx = session.constant(rng.integers(0, len(x), size=batch).astype(np.int32))
+            loss = run_step(idx)
             if step % 10 == 0 or step == steps - 1:  # a wait point
                 value = float(loss)
                 if not np.isfinite(value):
                     raise RuntimeError(f"session {session.id} step {step}: loss {value}")
                 losses.append(value)
+        if captured and not any(p.plan_steps > 0 for p in session.programs()):
+            raise RuntimeError(f"session {session.id}: the captured step was not planned: "
+                               f"{[p.not_planned for p in session.programs()]}")
     if not losses[-1] < losses[0]:
         raise RuntimeError(f"loss did not fall in {steps} steps: {losses[0]} -> {losses[-1]}")
     return losses[0], losses[-1]
@@ -97,10 +111,12 @@ def train(args: argparse.Namespace) -> str:
     sessions = steps = 0
     first = last = float("nan")
     while time.monotonic() < deadline:
-        first, last = train_session(args.address, args.worker * 100003 + sessions, args.steps)
+        first, last = train_session(args.address, args.worker * 100003 + sessions, args.steps,
+                                    captured=args.worker % 2 == 1)
         sessions += 1
         steps += args.steps
-    return (f"train {args.worker}: {sessions} sessions, {steps} Adam steps, "
+    kind = "captured" if args.worker % 2 == 1 else "eager"
+    return (f"train {args.worker}: {sessions} sessions, {steps} {kind} Adam steps, "
             f"loss {first:.3f} -> {last:.3f} in the last session")
 
 
