@@ -132,6 +132,17 @@ void TransformerKernels(OpExecutor& ctx, int reps) {
        {filled({32, 64, 3, 4, 16}, 0.5)},
        {{"perm", std::vector<int64_t>{2, 0, 3, 1, 4}}}},
       {"Mul", "[32,64,64] x [32,64,1]", {x, filled({32, 64, 1}, 2.0)}, {}},
+      {"Sum",
+       "[2048,256] over axis 0 (a bias gradient)",
+       {filled({2048, 256}, 0.5)},
+       {{"axis", std::vector<int64_t>{0}}}},
+      {"Sum",
+       "[32,64,64] over axes 0, 1",
+       {x},
+       {{"axis", std::vector<int64_t>{0, 1}}}},
+      {"Erf", "[2048,256]", {filled({2048, 256}, 0.5)}, {}},
+      {"Unpack", "[3,32,4,64,16] num=3", {qkv}, {{"num", int64_t{3}}}},
+      {"Pack", "3 x [32,4,64,16]", {head, head, head}, {{"N", int64_t{3}}}},
   };
   Tensors out;
   for (const Case& c : cases) {

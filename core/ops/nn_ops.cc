@@ -29,44 +29,6 @@ Rows LastAxisRows(const Tensor& x) {
   return {cols == 0 ? 0 : x.num_elements() / cols, cols};
 }
 
-// The max and the sum of a row x[0, n) through kRowLanes partial results,
-// one dependency chain per lane (which the compiler vectorises; a single
-// running max or sum is one long chain: it was most of Softmax's time on
-// rows of 64), combined in a fixed order, so the result depends on n only,
-// never on the thread count. A NaN anywhere makes the softmax row NaN
-// whichever lane keeps it (the sum is NaN).
-constexpr int kRowLanes = 8;
-template <typename T>
-T RowMax(const T* x, int64_t n) {
-  T max = x[0];
-  int64_t j = 1;
-  if (n >= 2 * kRowLanes) {
-    T lanes[kRowLanes];
-    for (int l = 0; l < kRowLanes; ++l) lanes[l] = x[l];
-    for (j = kRowLanes; j + kRowLanes <= n; j += kRowLanes) {
-      for (int l = 0; l < kRowLanes; ++l) {
-        lanes[l] = lanes[l] < x[j + l] ? x[j + l] : lanes[l];
-      }
-    }
-    max = lanes[0];
-    for (int l = 1; l < kRowLanes; ++l) max = std::max(max, lanes[l]);
-  }
-  for (; j < n; ++j) max = std::max(max, x[j]);
-  return max;
-}
-template <typename T>
-T RowSum(const T* x, int64_t n) {
-  T lanes[kRowLanes] = {};
-  int64_t j = 0;
-  for (; j + kRowLanes <= n; j += kRowLanes) {
-    for (int l = 0; l < kRowLanes; ++l) lanes[l] += x[j + l];
-  }
-  T sum = 0;
-  for (int l = 0; l < kRowLanes; ++l) sum += lanes[l];
-  for (; j < n; ++j) sum += x[j];
-  return sum;
-}
-
 absl::Status SoftmaxKernel(KernelContext& ctx, bool log) {
   RETURN_IF_ERROR(ctx.RequireFloat(0));
   const Tensor& x = ctx.input(0);
@@ -80,29 +42,13 @@ absl::Status SoftmaxKernel(KernelContext& ctx, bool log) {
     using T = decltype(zero);
     const T* px = x.data<T>();
     T* py = y.mutable_data<T>();
-    // Rows in parallel; within a row, x - max then one vectorised exp
-    // (VecExp) into the output, summed in order.
+    // Rows in parallel, each block's rows through VecSoftmaxRows.
     ParallelRange(r.rows,
                   std::max<int64_t>(1, kElementwiseGrain / (4 * r.cols + 1)),
                   [&](int64_t begin, int64_t end) {
                     std::vector<T> shifted(r.cols);
-                    for (int64_t i = begin; i < end; ++i) {
-                      const T* in = px + i * r.cols;
-                      T* out = py + i * r.cols;
-                      const T max = RowMax(in, r.cols);
-                      for (int64_t j = 0; j < r.cols; ++j)
-                        shifted[j] = in[j] - max;
-                      VecExp(shifted.data(), out, r.cols);
-                      const T sum = RowSum(out, r.cols);
-                      if (log) {
-                        const T log_sum = std::log(sum);
-                        for (int64_t j = 0; j < r.cols; ++j) {
-                          out[j] = shifted[j] - log_sum;
-                        }
-                      } else {
-                        for (int64_t j = 0; j < r.cols; ++j) out[j] /= sum;
-                      }
-                    }
+                    VecSoftmaxRows(px + begin * r.cols, py + begin * r.cols,
+                                   shifted.data(), end - begin, r.cols, log);
                   });
   });
   ctx.set_output(0, std::move(y));

@@ -232,6 +232,65 @@ GRADTAPE_INLINE void ExpLoop(const T* __restrict x, T* __restrict y,
   for (int64_t i = 0; i < n; ++i) y[i] = Exp<kFma>(x[i]);
 }
 
+// The max and the sum of x[0, n) through kRowLanes partial results (one
+// dependency chain per lane, vectorised), combined in a fixed order: the
+// same result on every ISA. A NaN in a row makes its sum NaN.
+constexpr int kRowLanes = 8;
+template <typename T>
+GRADTAPE_INLINE T RowMax(const T* x, int64_t n) {
+  T max = x[0];
+  int64_t j = 1;
+  if (n >= 2 * kRowLanes) {
+    T lanes[kRowLanes];
+    for (int l = 0; l < kRowLanes; ++l) lanes[l] = x[l];
+    for (j = kRowLanes; j + kRowLanes <= n; j += kRowLanes) {
+      for (int l = 0; l < kRowLanes; ++l) {
+        lanes[l] = lanes[l] < x[j + l] ? x[j + l] : lanes[l];
+      }
+    }
+    max = lanes[0];
+    for (int l = 1; l < kRowLanes; ++l) max = max < lanes[l] ? lanes[l] : max;
+  }
+  for (; j < n; ++j) max = max < x[j] ? x[j] : max;
+  return max;
+}
+template <typename T>
+GRADTAPE_INLINE T RowSum(const T* x, int64_t n) {
+  T lanes[kRowLanes] = {};
+  int64_t j = 0;
+  for (; j + kRowLanes <= n; j += kRowLanes) {
+    for (int l = 0; l < kRowLanes; ++l) lanes[l] += x[j + l];
+  }
+  T sum = 0;
+  for (int l = 0; l < kRowLanes; ++l) sum += lanes[l];
+  for (; j < n; ++j) sum += x[j];
+  return sum;
+}
+
+// VecSoftmaxRows' loop: per row, x - max into `shifted`, e^ that into y,
+// then y * (1 / sum) (TensorFlow's order: the reciprocal once per row), or
+// for log, shifted - ln sum.
+template <bool kFma, typename T>
+GRADTAPE_INLINE void SoftmaxLoop(const T* x, T* __restrict y,
+                                 T* __restrict shifted, int64_t rows,
+                                 int64_t cols, bool log) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const T* in = x + i * cols;
+    T* out = y + i * cols;
+    const T max = RowMax(in, cols);
+    for (int64_t j = 0; j < cols; ++j) shifted[j] = in[j] - max;
+    ExpLoop<kFma>(shifted, out, cols);
+    const T sum = RowSum(out, cols);
+    if (log) {
+      const T log_sum = std::log(sum);
+      for (int64_t j = 0; j < cols; ++j) out[j] = shifted[j] - log_sum;
+    } else {
+      const T inverse = T(1) / sum;
+      for (int64_t j = 0; j < cols; ++j) out[j] *= inverse;
+    }
+  }
+}
+
 // 1 / (1 + e^-x) for x >= 0, e^x / (1 + e^x) below: e^-|x| never
 // overflows, so results down to the subnormals keep their precision.
 template <bool kFma, typename T>
@@ -375,6 +434,14 @@ GRADTAPE_INLINE void AdamLoop(const AdamStep<T>& step, const T* var, const T* m,
   }                                                                            \
   Attr void Log##Suffix(const double* x, double* y, int64_t n) {               \
     LogLoop<kFma>(x, y, n);                                                    \
+  }                                                                            \
+  Attr void Softmax##Suffix(const float* x, float* y, float* shifted,          \
+                            int64_t rows, int64_t cols, bool log) {            \
+    SoftmaxLoop<kFma>(x, y, shifted, rows, cols, log);                         \
+  }                                                                            \
+  Attr void Softmax##Suffix(const double* x, double* y, double* shifted,       \
+                            int64_t rows, int64_t cols, bool log) {            \
+    SoftmaxLoop<kFma>(x, y, shifted, rows, cols, log);                         \
   }
 
 GRADTAPE_VECTOR_MATH_VARIANTS(Baseline, false, )
@@ -470,6 +537,14 @@ void VecArithFor(Isa isa, VecArith op, const double* a, int64_t sa,
                  const double* b, int64_t sb, double* z, int64_t n) {
   GRADTAPE_DISPATCH(Arith, op, a, sa, b, sb, z, n);
 }
+void VecSoftmaxRowsFor(Isa isa, const float* x, float* y, float* shifted,
+                       int64_t rows, int64_t cols, bool log) {
+  GRADTAPE_DISPATCH(Softmax, x, y, shifted, rows, cols, log);
+}
+void VecSoftmaxRowsFor(Isa isa, const double* x, double* y, double* shifted,
+                       int64_t rows, int64_t cols, bool log) {
+  GRADTAPE_DISPATCH(Softmax, x, y, shifted, rows, cols, log);
+}
 #undef GRADTAPE_DISPATCH
 
 }  // namespace vector_math_internal
@@ -493,6 +568,17 @@ void VecLog(const float* x, float* y, int64_t n) {
 }
 void VecLog(const double* x, double* y, int64_t n) {
   vector_math_internal::VecLogFor(SelectedIsa(), x, y, n);
+}
+
+void VecSoftmaxRows(const float* x, float* y, float* shifted, int64_t rows,
+                    int64_t cols, bool log) {
+  vector_math_internal::VecSoftmaxRowsFor(SelectedIsa(), x, y, shifted, rows,
+                                          cols, log);
+}
+void VecSoftmaxRows(const double* x, double* y, double* shifted, int64_t rows,
+                    int64_t cols, bool log) {
+  vector_math_internal::VecSoftmaxRowsFor(SelectedIsa(), x, y, shifted, rows,
+                                          cols, log);
 }
 
 void VecAdam(const AdamStep<float>& step, const float* var, const float* m,

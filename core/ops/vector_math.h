@@ -31,6 +31,17 @@ void VecSigmoid(const double* x, double* y, int64_t n);
 void VecLog(const float* x, float* y, int64_t n);
 void VecLog(const double* x, double* y, int64_t n);
 
+// The softmax (log false) or log-softmax (log true) of each of `rows`
+// contiguous rows of `cols` >= 1 elements, x into y (Softmax and LogSoftmax,
+// core/ops/nn_ops.cc): per row m = max, s = the sum of e^(x - m) (VecExp's
+// exp, summed through 8 lanes in a fixed order), then y = e^(x - m) * (1 / s)
+// or y = (x - m) - ln s. `shifted` is scratch of `cols` elements; none of x,
+// y and shifted overlap.
+void VecSoftmaxRows(const float* x, float* y, float* shifted, int64_t rows,
+                    int64_t cols, bool log);
+void VecSoftmaxRows(const double* x, double* y, double* shifted, int64_t rows,
+                    int64_t cols, bool log);
+
 // z[i] = a[i * sa] op b[i * sb] for i in [0, n), each stride 0 (a scalar
 // broadcast) or 1, not both 0; z must not overlap a or b. One IEEE
 // operation per element, so the same bits as a scalar loop on every ISA:
@@ -95,6 +106,10 @@ void VecSigmoidFor(Isa isa, const float* x, float* y, int64_t n);
 void VecSigmoidFor(Isa isa, const double* x, double* y, int64_t n);
 void VecLogFor(Isa isa, const float* x, float* y, int64_t n);
 void VecLogFor(Isa isa, const double* x, double* y, int64_t n);
+void VecSoftmaxRowsFor(Isa isa, const float* x, float* y, float* shifted,
+                       int64_t rows, int64_t cols, bool log);
+void VecSoftmaxRowsFor(Isa isa, const double* x, double* y, double* shifted,
+                       int64_t rows, int64_t cols, bool log);
 void VecAdamFor(Isa isa, const AdamStep<float>& step, const float* var,
                 const float* m, const float* v, const float* g, float* var_out,
                 float* m_out, float* v_out, int64_t n);

@@ -2,7 +2,8 @@
 // variant this CPU runs: ulp error against libm over a dense sweep, exact
 // results at the edges (overflow, underflow, infinities, zeros, NaN),
 // subnormals, and the Exp, Sigmoid and Log ops on top of them; VecBinary's
-// and VecAdam's bits against the scalar operators.
+// and VecAdam's bits against the scalar operators; VecSoftmaxRows against
+// the exact softmax.
 #include "core/ops/vector_math.h"
 
 #include <cmath>
@@ -24,6 +25,7 @@ using vector_math_internal::CpuSupports;
 using vector_math_internal::Isa;
 using vector_math_internal::VecExpFor;
 using vector_math_internal::VecSigmoidFor;
+using vector_math_internal::VecSoftmaxRowsFor;
 
 std::vector<Isa> SupportedIsas() {
   std::vector<Isa> isas;
@@ -209,6 +211,80 @@ void CheckSigmoid() {
     EXPECT_TRUE(std::isnan(out));
   }
 }
+
+// VecSoftmaxRows on every ISA: each element within a few ulp of the exact
+// softmax (or log-softmax) of its row, rows of every length class (shorter
+// than the lanes, a multiple of them, with a tail), rows run together the
+// same bits as rows run one at a time (so results never depend on how
+// threads split them), no overflow from large logits, -inf logits 0 (log:
+// -inf), and a NaN anywhere in a row makes that row NaN and only that row.
+template <typename T>
+void CheckSoftmaxRows(bool log) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> dist(-20, 20);
+  for (int64_t cols : {1, 5, 8, 16, 64, 1001}) {
+    const int64_t rows = 3;
+    std::vector<T> x(rows * cols);
+    for (T& v : x) v = static_cast<T>(dist(rng));
+    x[0] += T(5000);  // row 0: large logits, no overflow
+    for (Isa isa : SupportedIsas()) {
+      SCOPED_TRACE(testing::Message() << Name(isa) << " cols " << cols);
+      std::vector<T> y(x.size()), one(x.size()), scratch(cols);
+      VecSoftmaxRowsFor(isa, x.data(), y.data(), scratch.data(), rows, cols,
+                        log);
+      for (int64_t i = 0; i < rows; ++i) {
+        VecSoftmaxRowsFor(isa, x.data() + i * cols, one.data() + i * cols,
+                          scratch.data(), 1, cols, log);
+      }
+      EXPECT_EQ(std::memcmp(y.data(), one.data(), y.size() * sizeof(T)), 0);
+      for (int64_t i = 0; i < rows; ++i) {
+        // The exact softmax of the row's shifted logits x - max as T
+        // rounds them (that rounding is the op's, as in TensorFlow).
+        const T* row = x.data() + i * cols;
+        T max = row[0];
+        for (int64_t j = 0; j < cols; ++j) max = std::max(max, row[j]);
+        long double sum = 0;
+        for (int64_t j = 0; j < cols; ++j)
+          sum += std::exp((long double)(row[j] - max));
+        for (int64_t j = 0; j < cols; ++j) {
+          const long double d = row[j] - max;
+          const T got = y[i * cols + j];
+          if (log) {
+            const long double want = d - std::log(sum);
+            ASSERT_LE(std::fabs(got - want),
+                      4 * std::numeric_limits<T>::epsilon() *
+                          std::max<long double>(1, std::fabs(want)))
+                << "row " << i << " col " << j;
+          } else {
+            ASSERT_LE(UlpError(got, std::exp(d) / sum), 6.0)
+                << "row " << i << " col " << j;
+          }
+        }
+      }
+    }
+  }
+  const T inf = std::numeric_limits<T>::infinity();
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  // Row 0: a -inf logit; row 1: a NaN; row 2: plain.
+  std::vector<T> x(3 * 20, T(0.5));
+  x[3] = -inf;
+  x[20 + 17] = nan;
+  for (Isa isa : SupportedIsas()) {
+    SCOPED_TRACE(Name(isa));
+    std::vector<T> y(x.size()), scratch(20);
+    VecSoftmaxRowsFor(isa, x.data(), y.data(), scratch.data(), 3, 20, log);
+    EXPECT_EQ(y[3], log ? -inf : T(0));
+    for (int j = 0; j < 20; ++j) {
+      EXPECT_TRUE(std::isnan(y[20 + j])) << j;
+      EXPECT_FALSE(std::isnan(y[40 + j])) << j;
+    }
+  }
+}
+
+TEST(VectorMathTest, SoftmaxRowsFloat) { CheckSoftmaxRows<float>(false); }
+TEST(VectorMathTest, SoftmaxRowsDouble) { CheckSoftmaxRows<double>(false); }
+TEST(VectorMathTest, LogSoftmaxRowsFloat) { CheckSoftmaxRows<float>(true); }
+TEST(VectorMathTest, LogSoftmaxRowsDouble) { CheckSoftmaxRows<double>(true); }
 
 TEST(VectorMathTest, SigmoidFloat) { CheckSigmoid<float>(); }
 TEST(VectorMathTest, SigmoidDouble) { CheckSigmoid<double>(); }
