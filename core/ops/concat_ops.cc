@@ -11,6 +11,7 @@
 // the inputs' sizes along the axis; Split's and SplitV's are ConcatV2 of
 // the output gradients (zeros where none arrived); Pack's is Unpack and
 // Unpack's is Pack. Each is written in these ops, so second order works.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "core/base/status_macros.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
+#include "core/ops/parallel.h"
 
 namespace gradtape {
 namespace {
@@ -57,29 +59,71 @@ int64_t Inner(absl::Span<const int64_t> shape, int axis) {
   return NumElements(shape.subspan(axis + 1));
 }
 
+// Bytes per block of a parallel copy.
+constexpr int64_t kCopyChunkBytes = 64 * 1024;
+
+// Calls copy(o, k, begin, end) for the bytes [begin, end) of row o of every
+// piece k (row_bytes[k] bytes each), all of them once, in parallel: blocks
+// of whole rows when rows are short, chunks of each row when they are long
+// (Pack and Unpack along axis 0 copy one long row per piece).
+template <typename Copy>
+void CopyRowsInParallel(absl::Span<const int64_t> row_bytes, int64_t outer,
+                        const Copy& copy) {
+  int64_t total = 0;
+  for (int64_t b : row_bytes) total += b;
+  if (total < kCopyChunkBytes) {
+    const int64_t grain = kCopyChunkBytes / std::max<int64_t>(total, 1);
+    ParallelRange(outer, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t o = begin; o < end; ++o) {
+        for (size_t k = 0; k < row_bytes.size(); ++k) {
+          copy(o, k, 0, row_bytes[k]);
+        }
+      }
+    });
+    return;
+  }
+  for (int64_t o = 0; o < outer; ++o) {
+    for (size_t k = 0; k < row_bytes.size(); ++k) {
+      const int64_t bytes = row_bytes[k];
+      ParallelRange((bytes + kCopyChunkBytes - 1) / kCopyChunkBytes, 1,
+                    [&](int64_t begin, int64_t end) {
+                      copy(o, k, begin * kCopyChunkBytes,
+                           std::min(bytes, end * kCopyChunkBytes));
+                    });
+    }
+  }
+}
+
+// The offset of each piece's bytes in a joined row, and the row's bytes.
+std::vector<int64_t> RowOffsets(absl::Span<const int64_t> row_bytes) {
+  std::vector<int64_t> offsets(row_bytes.size() + 1, 0);
+  for (size_t k = 0; k < row_bytes.size(); ++k) {
+    offsets[k + 1] = offsets[k] + row_bytes[k];
+  }
+  return offsets;
+}
+
 // out[o] = concat(pieces[0][o], pieces[1][o], ...) for each of `outer` rows,
 // row o of piece k being row_bytes[k] bytes.
 void ConcatRows(absl::Span<const char* const> pieces,
                 absl::Span<const int64_t> row_bytes, int64_t outer, char* out) {
-  for (int64_t o = 0; o < outer; ++o) {
-    for (size_t k = 0; k < pieces.size(); ++k) {
-      if (row_bytes[k] == 0) continue;
-      std::memcpy(out, pieces[k] + o * row_bytes[k], row_bytes[k]);
-      out += row_bytes[k];
-    }
-  }
+  const std::vector<int64_t> at = RowOffsets(row_bytes);
+  CopyRowsInParallel(
+      row_bytes, outer, [&](int64_t o, size_t k, int64_t begin, int64_t end) {
+        std::memcpy(out + o * at.back() + at[k] + begin,
+                    pieces[k] + o * row_bytes[k] + begin, end - begin);
+      });
 }
 
 // The inverse: row o of `in` split into pieces of row_bytes[k] bytes.
 void SplitRows(const char* in, absl::Span<const int64_t> row_bytes,
                int64_t outer, absl::Span<char* const> pieces) {
-  for (int64_t o = 0; o < outer; ++o) {
-    for (size_t k = 0; k < pieces.size(); ++k) {
-      if (row_bytes[k] == 0) continue;
-      std::memcpy(pieces[k] + o * row_bytes[k], in, row_bytes[k]);
-      in += row_bytes[k];
-    }
-  }
+  const std::vector<int64_t> at = RowOffsets(row_bytes);
+  CopyRowsInParallel(
+      row_bytes, outer, [&](int64_t o, size_t k, int64_t begin, int64_t end) {
+        std::memcpy(pieces[k] + o * row_bytes[k] + begin,
+                    in + o * at.back() + at[k] + begin, end - begin);
+      });
 }
 
 // Checks that inputs [0, n) have input 0's dtype and, but for dim `axis`
@@ -188,7 +232,8 @@ absl::Status SplitInto(KernelContext& ctx, const Tensor& x, int axis,
     Shape shape = x.shape();
     shape[axis] = size;
     if (squeeze) shape.erase(shape.begin() + axis);
-    ASSIGN_OR_RETURN(Tensor y, Allocate(ctx, x.dtype(), shape));
+    // Every byte of every piece is copied below.
+    ASSIGN_OR_RETURN(Tensor y, AllocateOutput(ctx, x.dtype(), shape));
     pieces.push_back(static_cast<char*>(y.raw_mutable_data()));
     row_bytes.push_back(size * inner * elem);
     outs.push_back(std::move(y));

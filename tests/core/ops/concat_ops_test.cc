@@ -134,6 +134,60 @@ TEST_F(ConcatOpsTest, SplitIntoEqualPieces) {
   EXPECT_EQ((*out)[1].shape(), Shape({0, 2}));
 }
 
+// Large values take the parallel copies (core/ops/concat_ops.cc): long rows
+// in chunks (a piece's row of 64 KiB or more, one row or several), many
+// short rows in blocks; each element must land where numpy puts it.
+TEST_F(ConcatOpsTest, LargeValuesCopyEveryElementInPlace) {
+  // Two rows of 20000 + 5000 float64 (200 KB a row): chunks of each row.
+  Tensor y = MustRun("ConcatV2",
+                     {Iota({2, 20000}), Iota({2, 5000}, 1e6), S32(1)}, N(2));
+  ASSERT_EQ(y.shape(), Shape({2, 25000}));
+  std::vector<double> v = Values(y);
+  for (int64_t r = 0; r < 2; ++r) {
+    for (int64_t c = 0; c < 25000; ++c) {
+      const double want =
+          c < 20000 ? r * 20000 + c : 1e6 + r * 5000 + c - 20000;
+      ASSERT_EQ(v[r * 25000 + c], want) << r << ", " << c;
+    }
+  }
+  // 5000 short rows of 1 + 2: blocks of rows.
+  y = MustRun("ConcatV2", {Iota({5000, 1}), Iota({5000, 2}, 1e6), S32(1)},
+              N(2));
+  v = Values(y);
+  for (int64_t r = 0; r < 5000; ++r) {
+    ASSERT_EQ(v[r * 3], r);
+    ASSERT_EQ(v[r * 3 + 1], 1e6 + 2 * r);
+    ASSERT_EQ(v[r * 3 + 2], 1e6 + 2 * r + 1);
+  }
+  // Pack and Unpack along axis 0 of three [9000] (one row of 72 KB each),
+  // each the inverse of the other.
+  const Tensor a = Iota({9000}), b = Iota({9000}, 1e5), c = Iota({9000}, 2e5);
+  Tensor packed = MustRun("Pack", {a, b, c}, N(3));
+  ASSERT_EQ(packed.shape(), Shape({3, 9000}));
+  v = Values(packed);
+  for (int64_t i = 0; i < 27000; ++i) {
+    ASSERT_EQ(v[i], (i / 9000) * 1e5 + i % 9000) << i;
+  }
+  absl::StatusOr<Tensors> out = Run("Unpack", {packed}, {{"num", int64_t{3}}});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(Values((*out)[0]), Values(a));
+  EXPECT_EQ(Values((*out)[1]), Values(b));
+  EXPECT_EQ(Values((*out)[2]), Values(c));
+  // Split of [3, 2, 30000] along axis 2 into 2: 3 rows of 2 pieces of
+  // 240 KB.
+  out =
+      Run("Split", {S32(2), Iota({3, 2, 30000})}, {{"num_split", int64_t{2}}});
+  ASSERT_TRUE(out.ok()) << out.status();
+  for (int k = 0; k < 2; ++k) {
+    v = Values((*out)[k]);
+    ASSERT_EQ(v.size(), 3u * 2 * 15000);
+    for (int64_t i = 0; i < static_cast<int64_t>(v.size()); ++i) {
+      ASSERT_EQ(v[i], (i / 15000) * 30000 + k * 15000 + i % 15000)
+          << k << ", " << i;
+    }
+  }
+}
+
 TEST_F(ConcatOpsTest, SplitVSizesWithOneUnknown) {
   // size_splits [2, -1, 1] of 5: [0, 1], [2, 3], [4].
   absl::StatusOr<Tensors> out =
