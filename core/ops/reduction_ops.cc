@@ -69,6 +69,35 @@ void FoldColumns(const T* p, int64_t r_count, int64_t k_count, int64_t begin,
   }
 }
 
+// y[k] = fold over r of an [R, K] x. With many rows of a few columns (a
+// bias gradient: [batch, features] to [features]) blocks of rows fold into
+// partial rows in parallel, each block reading contiguous memory, and the
+// partials fold in block order; the blocks depend on K only, never on the
+// thread count. With few rows, or long ones, threads take column ranges.
+template <typename T>
+void FoldRowsOf(const T* px, int64_t r_count, int64_t k_count, bool prod,
+                T* py) {
+  const int64_t block_rows = kElementwiseGrain / k_count;
+  const int64_t blocks =
+      block_rows < 8 ? 0 : (r_count + block_rows - 1) / block_rows;
+  if (blocks < 2) {
+    ParallelRange(k_count, std::max<int64_t>(64, kElementwiseGrain / r_count),
+                  [&](int64_t begin, int64_t end) {
+                    FoldColumns(px, r_count, k_count, begin, end, prod, py);
+                  });
+    return;
+  }
+  std::vector<T> partial(blocks * k_count);
+  ParallelRange(blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t first = b * block_rows;
+      FoldColumns(px + first * k_count, std::min(block_rows, r_count - first),
+                  k_count, 0, k_count, prod, partial.data() + b * k_count);
+    }
+  });
+  FoldColumns(partial.data(), blocks, k_count, 0, k_count, prod, py);
+}
+
 // All n elements into y[0]: fixed blocks in parallel, partials in order.
 template <typename T>
 void FoldAll(const T* px, int64_t n, bool prod, T* py) {
@@ -129,11 +158,7 @@ void Reduce(const Tensor& x, const std::vector<bool>& mask, bool prod, T* py,
                     }
                   });
   } else if (groups == 2) {  // [R, K]
-    const int64_t r_count = g.sizes[0], k_count = g.sizes[1];
-    ParallelRange(k_count, std::max<int64_t>(64, kElementwiseGrain / r_count),
-                  [&](int64_t begin, int64_t end) {
-                    FoldColumns(px, r_count, k_count, begin, end, prod, py);
-                  });
+    FoldRowsOf(px, g.sizes[0], g.sizes[1], prod, py);
   } else if (groups == 3 && !g.reduced[0]) {  // [K1, R, K2]
     const int64_t r_count = g.sizes[1], k2 = g.sizes[2];
     ParallelRange(g.sizes[0],

@@ -84,6 +84,50 @@ TEST_F(OpsTest, Reductions) {
   EXPECT_TRUE(absl::StrContains(r.status().message(), "axis 2"));
 }
 
+// Sums and products over the rows of an [R, K] input with many rows take
+// blocks of rows folded into partial rows (core/ops/reduction_ops.cc):
+// integer-valued sums are exact whatever the order; a float32 sum of
+// 3000 rows is within float32 rounding of the exact one; the product's
+// partial rows combine too; and 3-d inputs reduced over their first two
+// dims (a layer-norm gain's gradient) are the same case.
+TEST_F(OpsTest, ColumnReductionsOverManyRows) {
+  const int64_t rows = 3000, cols = 64;  // 512 rows a block: 6 blocks
+  std::vector<double> v(rows * cols);
+  for (int64_t i = 0; i < rows * cols; ++i) v[i] = static_cast<double>(i % 97);
+  std::vector<double> want(cols, 0.0);
+  for (int64_t i = 0; i < rows * cols; ++i) want[i % cols] += v[i];
+  EXPECT_EQ(Values(MustRun("Sum", {D({rows, cols}, v)},
+                           {{"axis", std::vector<int64_t>{0}}})),
+            want);
+  EXPECT_EQ(Values(MustRun("Sum", {D({30, 100, cols}, v)},
+                           {{"axis", std::vector<int64_t>{0, 1}}})),
+            want);
+  std::vector<float> f(rows * cols);
+  std::vector<long double> exact(cols, 0), product(cols, 1);
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    f[i] = 1.0f + static_cast<float>((i * 7919) % 1000) * 1e-4f;
+    exact[i % cols] += f[i];
+  }
+  const Tensor ft = Tensor::FromVector<float>({rows, cols}, f);
+  Tensor sum = MustRun("Sum", {ft}, {{"axis", std::vector<int64_t>{0}}});
+  for (int64_t k = 0; k < cols; ++k) {
+    // Blocked: at most (512 + 6) roundings of eps each, relative to the sum.
+    EXPECT_NEAR(sum.data<float>()[k], static_cast<double>(exact[k]),
+                (512 + 6) * 6e-8 * static_cast<double>(exact[k]))
+        << k;
+  }
+  std::vector<double> near_one(rows * cols);
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    near_one[i] = 1.0 + static_cast<double>((i * 31) % 17 - 8) * 1e-5;
+    product[i % cols] *= near_one[i];
+  }
+  Tensor prod = MustRun("Prod", {D({rows, cols}, near_one)},
+                        {{"axis", std::vector<int64_t>{0}}});
+  for (int64_t k = 0; k < cols; ++k) {
+    EXPECT_NEAR(Values(prod)[k], static_cast<double>(product[k]), 1e-12) << k;
+  }
+}
+
 // Transpose against the definition y[i_0, ..., i_r] = x[i at perm], on
 // every permutation of rank 1 to 4 over shapes with dims of 1 (dropped by
 // the kernel), runs that merge, and sizes around the 32x32 tile, and on
