@@ -3,13 +3,11 @@
 #include <algorithm>
 #include <vector>
 
-#include "Eigen/Core"
 #include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/parallel.h"
 #include "core/ops/vector_math.h"
-#include "unsupported/Eigen/SpecialFunctions"
 
 namespace gradtape {
 namespace {
@@ -112,11 +110,9 @@ void RunOp(FusedLoop::Code code, Operand<T> a, Operand<T> b, T* z, int64_t n) {
     case FusedLoop::kExp:
       VecExp(a.p, z, n);
       return;
-    case FusedLoop::kErf: {  // the Erf kernel's own Eigen function
-      using Array = Eigen::Array<T, Eigen::Dynamic, 1>;
-      Eigen::Map<Array>(z, n) = Eigen::Map<const Array>(a.p, n).erf();
+    case FusedLoop::kErf:  // the Erf kernel's own function
+      VecErf(a.p, z, n);
       return;
-    }
     case FusedLoop::kCopy:
       std::copy(a.p, a.p + n, z);
       return;

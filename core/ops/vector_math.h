@@ -31,6 +31,12 @@ void VecSigmoid(const double* x, double* y, int64_t n);
 void VecLog(const float* x, float* y, int64_t n);
 void VecLog(const double* x, double* y, int64_t n);
 
+// y[i] = erf(x[i]): float within 7 ulp (our own rational fit, in
+// vector_math.cc), double through std::erf; erf(+-inf) = +-1, NaN stays NaN,
+// the sign of zero is kept. x and y must not overlap.
+void VecErf(const float* x, float* y, int64_t n);
+void VecErf(const double* x, double* y, int64_t n);
+
 // The softmax (log false) or log-softmax (log true) of each of `rows`
 // contiguous rows of `cols` >= 1 elements, x into y (Softmax and LogSoftmax,
 // core/ops/nn_ops.cc): per row m = max, s = the sum of e^(x - m) (VecExp's
@@ -106,6 +112,8 @@ void VecSigmoidFor(Isa isa, const float* x, float* y, int64_t n);
 void VecSigmoidFor(Isa isa, const double* x, double* y, int64_t n);
 void VecLogFor(Isa isa, const float* x, float* y, int64_t n);
 void VecLogFor(Isa isa, const double* x, double* y, int64_t n);
+void VecErfFor(Isa isa, const float* x, float* y, int64_t n);
+void VecErfFor(Isa isa, const double* x, double* y, int64_t n);
 void VecSoftmaxRowsFor(Isa isa, const float* x, float* y, float* shifted,
                        int64_t rows, int64_t cols, bool log);
 void VecSoftmaxRowsFor(Isa isa, const double* x, double* y, double* shifted,

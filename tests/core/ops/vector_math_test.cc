@@ -23,6 +23,7 @@ namespace {
 
 using vector_math_internal::CpuSupports;
 using vector_math_internal::Isa;
+using vector_math_internal::VecErfFor;
 using vector_math_internal::VecExpFor;
 using vector_math_internal::VecSigmoidFor;
 using vector_math_internal::VecSoftmaxRowsFor;
@@ -97,6 +98,10 @@ void VecExp(Isa isa, const T* x, T* y, int64_t n) {
 template <typename T>
 void VecLog(Isa isa, const T* x, T* y, int64_t n) {
   vector_math_internal::VecLogFor(isa, x, y, n);
+}
+template <typename T>
+void VecErf(Isa isa, const T* x, T* y, int64_t n) {
+  vector_math_internal::VecErfFor(isa, x, y, n);
 }
 template <typename T>
 void VecSigmoid(Isa isa, const T* x, T* y, int64_t n) {
@@ -285,6 +290,58 @@ TEST(VectorMathTest, SoftmaxRowsFloat) { CheckSoftmaxRows<float>(false); }
 TEST(VectorMathTest, SoftmaxRowsDouble) { CheckSoftmaxRows<double>(false); }
 TEST(VectorMathTest, LogSoftmaxRowsFloat) { CheckSoftmaxRows<float>(true); }
 TEST(VectorMathTest, LogSoftmaxRowsDouble) { CheckSoftmaxRows<double>(true); }
+
+// VecErf on every ISA. float32: every 301st bit pattern of [-5, 5] (the
+// tiny and subnormal inputs included) within 7 ulp of long double erf (the
+// largest errors are just below |x| = 4, where erf is 1 - 1e-7); the
+// edges exact: +-0 keep their sign, +-inf and |x| >= 4 give +-1, NaN stays
+// NaN. float64: std::erf's bits.
+TEST(VectorMathTest, ErfFloatSweepAndEdges) {
+  std::vector<float> x;
+  for (uint64_t bits = 0; bits <= 0xffffffffu; bits += 301) {
+    const uint32_t b = static_cast<uint32_t>(bits);
+    float f;
+    std::memcpy(&f, &b, sizeof(f));
+    if (f > -5.0f && f < 5.0f) x.push_back(f);
+  }
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> edges = {0.0f,  -0.0f, inf,    -inf, 4.0f,
+                                    -4.0f, 30.0f, -1e30f, NAN};
+  for (Isa isa : SupportedIsas()) {
+    SCOPED_TRACE(Name(isa));
+    const UlpErrors e = MeasureUlp(isa, x, VecErf<float>, [](float v) {
+      return std::erf(static_cast<long double>(v));
+    });
+    EXPECT_LE(e.max(), 7.0) << "at x = " << e.worst_at;
+    std::printf("%s: erf f32 max error %.3f ulp (%zu inputs)\n", Name(isa),
+                e.max(), x.size());
+    std::vector<float> y(edges.size());
+    VecErfFor(isa, edges.data(), y.data(), static_cast<int64_t>(edges.size()));
+    EXPECT_EQ(y[0], 0.0f);
+    EXPECT_FALSE(std::signbit(y[0]));
+    EXPECT_TRUE(std::signbit(y[1]));
+    EXPECT_EQ(y[2], 1.0f);
+    EXPECT_EQ(y[3], -1.0f);
+    EXPECT_EQ(y[4], 1.0f);
+    EXPECT_EQ(y[5], -1.0f);
+    EXPECT_EQ(y[6], 1.0f);
+    EXPECT_EQ(y[7], -1.0f);
+    EXPECT_TRUE(std::isnan(y[8]));
+  }
+}
+
+TEST(VectorMathTest, ErfDoubleIsStdErf) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<double> dist(-6, 6);
+  std::vector<double> x(10000);
+  for (double& v : x) v = dist(rng);
+  for (Isa isa : SupportedIsas()) {
+    SCOPED_TRACE(Name(isa));
+    std::vector<double> y(x.size());
+    VecErfFor(isa, x.data(), y.data(), static_cast<int64_t>(x.size()));
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(y[i], std::erf(x[i]));
+  }
+}
 
 TEST(VectorMathTest, SigmoidFloat) { CheckSigmoid<float>(); }
 TEST(VectorMathTest, SigmoidDouble) { CheckSigmoid<double>(); }
