@@ -1,6 +1,7 @@
 #include "core/autodiff/program_plan.h"
 
 #include <algorithm>
+#include <map>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -277,6 +278,267 @@ void FuseElementwise(Program& plan,
   outs = std::move(new_outs);
 }
 
+// -- Recomputing a loop's results where another loop reads them ----------
+
+// Each step output's first and last reader (last: plan.steps.size() for a
+// program output; -1 for none).
+struct Readers {
+  std::vector<std::vector<int>> first, last;
+};
+Readers FindReaders(const Program& plan,
+                    const std::vector<std::vector<StepOutput>>& outs) {
+  const int n = static_cast<int>(plan.steps.size());
+  Readers r;
+  for (int s = 0; s < n; ++s) {
+    r.first.emplace_back(outs[s].size(), -1);
+    r.last.emplace_back(outs[s].size(), -1);
+  }
+  auto read = [&](const ProgramRef& ref, int s) {
+    if (ref.kind != ProgramRef::kStep) return;
+    int& first = r.first[ref.index][ref.output];
+    if (first < 0) first = s;
+    r.last[ref.index][ref.output] = s;
+  };
+  for (int s = 0; s < n; ++s) {
+    for (const ProgramRef& ref : plan.steps[s].inputs) read(ref, s);
+  }
+  for (const ProgramRef& ref : plan.outputs) read(ref, n);
+  return r;
+}
+
+bool SameRef(const ProgramRef& a, const ProgramRef& b) {
+  return a.kind == b.kind && a.index == b.index && a.output == b.output;
+}
+
+// At most this many ops of a producer loop are recomputed in a reader.
+constexpr int kMaxRecomputed = 8;
+
+// Loop step j recomputing results of loop step i (i < j) that only j
+// reads: which ops of i it runs (`ops`, ascending), and the values it
+// reads for them (`leaves`: i's inputs or other results of i, each still
+// alive at j, and constants and params).
+class Recompute {
+ public:
+  Recompute(const Program& plan, const Readers& readers, int i, int j)
+      : plan_(plan),
+        readers_(readers),
+        i_(i),
+        j_(j),
+        producer_(*plan.steps[i].loop) {}
+
+  // The results of i that j reads and only j; then drops those whose ops
+  // need a value no longer alive at j. False if none is left, or if the
+  // recomputation would read more new full-size tensors than it saves.
+  bool Plan(const std::vector<std::vector<StepOutput>>& outs) {
+    const std::vector<ProgramRef>& reads = plan_.steps[j_].inputs;
+    for (size_t k = 0; k < producer_.outputs.size(); ++k) {
+      const ProgramRef ref = ProgramRef::Step(i_, static_cast<int>(k));
+      if (readers_.first[i_][k] == j_ && readers_.last[i_][k] == j_ &&
+          std::any_of(reads.begin(), reads.end(),
+                      [&](const ProgramRef& r) { return SameRef(r, ref); })) {
+        results_.push_back(static_cast<int>(k));
+      }
+    }
+    while (!results_.empty()) {
+      ops_.clear(), leaves_.clear(), leaf_of_.clear();
+      auto fails = std::find_if(results_.begin(), results_.end(), [&](int k) {
+        return !Need(producer_.outputs[k]);
+      });
+      if (fails == results_.end()) break;
+      results_.erase(fails);  // read as before; a leaf for the others
+    }
+    const int64_t size = NumElements(*producer_.shape);
+    int new_reads = 0;
+    for (const ProgramRef& leaf : leaves_) {
+      const bool read = std::any_of(reads.begin(), reads.end(),
+                                    [&](auto& r) { return SameRef(r, leaf); });
+      if (!read && NumElements(ShapeOf(leaf, outs)) == size) ++new_reads;
+    }
+    std::sort(ops_.begin(), ops_.end());
+    return !results_.empty() && results_.size() < producer_.outputs.size() &&
+           static_cast<int>(ops_.size()) <= kMaxRecomputed &&
+           ops_.size() + plan_.steps[j_].loop->ops.size() <= kMaxLoopOps &&
+           new_reads <= static_cast<int>(results_.size());
+  }
+
+  const std::vector<int>& results() const { return results_; }
+  const std::vector<int>& ops() const { return ops_; }
+  const std::vector<ProgramRef>& leaves() const { return leaves_; }
+  // Op m of i read as a value j has (a leaf), if it is one.
+  const ProgramRef* LeafOp(int m) const {
+    auto it = leaf_of_.find(m);
+    return it == leaf_of_.end() ? nullptr : &it->second;
+  }
+
+ private:
+  bool Alive(const ProgramRef& ref) const {
+    return ref.kind == ProgramRef::kConstant ||
+           ref.kind == ProgramRef::kParam ||
+           (ref.kind == ProgramRef::kStep &&
+            readers_.last[ref.index][ref.output] >= j_);
+  }
+  void AddLeaf(const ProgramRef& ref) {
+    if (std::none_of(leaves_.begin(), leaves_.end(),
+                     [&](auto& l) { return SameRef(l, ref); })) {
+      leaves_.push_back(ref);
+    }
+  }
+  Shape ShapeOf(const ProgramRef& ref,
+                const std::vector<std::vector<StepOutput>>& outs) const {
+    switch (ref.kind) {
+      case ProgramRef::kConstant:
+        return plan_.constants[ref.index].shape();
+      case ProgramRef::kParam:
+        return plan_.params[ref.index].shape;
+      default:
+        return outs[ref.index][ref.output].shape;
+    }
+  }
+  // Whether op m of i can run in j: its operands are leaves or such ops.
+  bool Need(int m) {
+    if (std::find(ops_.begin(), ops_.end(), m) != ops_.end() ||
+        leaf_of_.count(m) > 0) {
+      return true;
+    }
+    const std::vector<int>& written = producer_.outputs;
+    auto w = std::find(written.begin(), written.end(), m);
+    const int k = static_cast<int>(w - written.begin());
+    if (w != written.end() &&
+        std::find(results_.begin(), results_.end(), k) == results_.end() &&
+        Alive(ProgramRef::Step(i_, k))) {
+      leaf_of_[m] = ProgramRef::Step(i_, k);
+      AddLeaf(leaf_of_[m]);
+      return true;
+    }
+    const FusedLoop::Op& op = producer_.ops[m];
+    for (int x : {op.a, op.b}) {
+      if (x >= producer_.num_inputs) {
+        if (!Need(x - producer_.num_inputs)) return false;
+      } else if (Alive(plan_.steps[i_].inputs[x])) {
+        AddLeaf(plan_.steps[i_].inputs[x]);
+      } else {
+        return false;
+      }
+    }
+    ops_.push_back(m);
+    return true;
+  }
+
+  const Program& plan_;
+  const Readers& readers_;
+  const int i_, j_;
+  const FusedLoop& producer_;
+  std::vector<int> results_, ops_;
+  std::vector<ProgramRef> leaves_;
+  std::map<int, ProgramRef> leaf_of_;
+};
+
+// Loop j with the ops of `r` in front of its own: its inputs lose i's
+// recomputed results and gain r's leaves.
+void RewriteReader(Program& plan, const Recompute& r, int i, int j) {
+  const FusedLoop& old = *plan.steps[j].loop;
+  const FusedLoop& producer = *plan.steps[i].loop;
+  std::vector<ProgramRef> inputs;
+  auto recomputed = [&](const ProgramRef& ref) -> int {  // op of i, or -1
+    if (ref.kind != ProgramRef::kStep || ref.index != i) return -1;
+    const std::vector<int>& ks = r.results();
+    return std::find(ks.begin(), ks.end(), ref.output) == ks.end()
+               ? -1
+               : producer.outputs[ref.output];
+  };
+  auto input = [&](const ProgramRef& ref) {
+    for (size_t x = 0; x < inputs.size(); ++x) {
+      if (SameRef(inputs[x], ref)) return static_cast<int>(x);
+    }
+    inputs.push_back(ref);
+    return static_cast<int>(inputs.size()) - 1;
+  };
+  for (const ProgramRef& ref : plan.steps[j].inputs) {
+    if (recomputed(ref) < 0) input(ref);
+  }
+  for (const ProgramRef& ref : r.leaves()) input(ref);
+  const int ni = static_cast<int>(inputs.size());
+  const int nr = static_cast<int>(r.ops().size());
+  auto loop = std::make_shared<FusedLoop>();
+  loop->num_inputs = ni;
+  loop->shape = old.shape;
+  auto producer_operand = [&](int x) {
+    if (x < producer.num_inputs) return input(plan.steps[i].inputs[x]);
+    const int m = x - producer.num_inputs;
+    if (const ProgramRef* leaf = r.LeafOp(m)) return input(*leaf);
+    const std::vector<int>& ops = r.ops();
+    return ni +
+           static_cast<int>(std::find(ops.begin(), ops.end(), m) - ops.begin());
+  };
+  for (int m : r.ops()) {
+    const FusedLoop::Op& op = producer.ops[m];
+    loop->ops.push_back(
+        {op.code, producer_operand(op.a), producer_operand(op.b)});
+  }
+  auto own_operand = [&](int x) {
+    if (x >= old.num_inputs) return x - old.num_inputs + ni + nr;
+    const ProgramRef& ref = plan.steps[j].inputs[x];
+    const int m = recomputed(ref);
+    return m < 0 ? input(ref) : producer_operand(m + producer.num_inputs);
+  };
+  for (const FusedLoop::Op& op : old.ops) {
+    loop->ops.push_back({op.code, own_operand(op.a), own_operand(op.b)});
+  }
+  for (int o : old.outputs) loop->outputs.push_back(o + nr);
+  plan.steps[j].inputs = std::move(inputs);
+  plan.steps[j].loop = std::move(loop);
+}
+
+// Loop i stops writing its results r recomputes; later references to its
+// other results are renumbered.
+void DropResults(Program& plan, std::vector<std::vector<StepOutput>>& outs,
+                 const Recompute& r, int i) {
+  std::vector<int> results = r.results();
+  std::sort(results.rbegin(), results.rend());
+  auto loop = std::make_shared<FusedLoop>(*plan.steps[i].loop);
+  for (int k : results) {
+    loop->outputs.erase(loop->outputs.begin() + k);
+    outs[i].erase(outs[i].begin() + k);
+  }
+  plan.steps[i].loop = std::move(loop);
+  auto renumber = [&](ProgramRef& ref) {
+    if (ref.kind != ProgramRef::kStep || ref.index != i) return;
+    for (int k : results) ref.output -= ref.output > k ? 1 : 0;
+  };
+  for (ProgramStep& step : plan.steps) {
+    for (ProgramRef& ref : step.inputs) renumber(ref);
+  }
+  for (ProgramRef& ref : plan.outputs) renumber(ref);
+}
+
+// Where a loop reads results of an earlier loop that nothing else reads,
+// and those results are cheap to recompute from values it may read (the
+// GELU's x * c and erf(x * c) + 1 in its backward loop, from x), the
+// reader recomputes them and the earlier loop no longer writes them: fewer
+// tensors written, kept from the forward pass to the backward and read
+// back. The same ops on the same values: the same bits.
+void RecomputeInLoops(Program& plan,
+                      std::vector<std::vector<StepOutput>>& outs) {
+  Readers readers = FindReaders(plan, outs);
+  for (int j = 0; j < static_cast<int>(plan.steps.size()); ++j) {
+    if (plan.steps[j].kind != ProgramStep::kFused) continue;
+    for (size_t x = 0; x < plan.steps[j].inputs.size(); ++x) {
+      const ProgramRef ref = plan.steps[j].inputs[x];
+      if (ref.kind != ProgramRef::kStep ||
+          plan.steps[ref.index].kind != ProgramStep::kFused ||
+          plan.steps[ref.index].loop->shape != plan.steps[j].loop->shape) {
+        continue;
+      }
+      Recompute r(plan, readers, ref.index, j);
+      if (!r.Plan(outs)) continue;
+      RewriteReader(plan, r, ref.index, j);
+      DropResults(plan, outs, r, ref.index);
+      readers = FindReaders(plan, outs);
+      x = static_cast<size_t>(-1);  // j's inputs changed: from the start
+    }
+  }
+}
+
 // Writes the plan while the program runs as defined (see the header).
 class PlanBuilder : public ProgramTracer {
  public:
@@ -483,6 +745,7 @@ absl::StatusOr<std::unique_ptr<Program>> PlanBuilder::Finish(
   }
   if (fuse && registry.fused_loop_kernel() != nullptr) {
     FuseElementwise(*plan_, step_outputs_);
+    RecomputeInLoops(*plan_, step_outputs_);
   }
   // The backward adds steps: room for them beyond a definition's limits
   // (the plan's memory is charged all the same).

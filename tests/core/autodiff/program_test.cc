@@ -820,6 +820,7 @@ class FusedPlanTest : public ProgramTrainingTest {
   struct PlanOps {
     std::set<std::string> fused, unfused;
     int64_t fused_steps = 0, unfused_steps = 0;
+    std::vector<std::shared_ptr<const FusedLoop>> loops;  // the fused plan's
   };
 
   PlanOps ExpectFusedSameAsUnfused(const MakeProgram& make,
@@ -850,8 +851,10 @@ class FusedPlanTest : public ProgramTrainingTest {
       return {};
     }
     PlanOps ops;
-    for (const ProgramStep& step : fused.plan()->steps)
+    for (const ProgramStep& step : fused.plan()->steps) {
       ops.fused.insert(step.op);
+      if (step.loop != nullptr) ops.loops.push_back(step.loop);
+    }
     for (const ProgramStep& step : unfused.plan()->steps) {
       ops.unfused.insert(step.op);
     }
@@ -959,6 +962,57 @@ TEST_F(FusedPlanTest, BroadcastsOfAGradientJoinFusedLoops) {
       ExpectFusedSameAsUnfused(centering, [&](int call) { return Args(call); });
   EXPECT_EQ(ops.unfused.count("BroadcastTo"), 1u);
   EXPECT_EQ(ops.fused.count("BroadcastTo"), 0u);
+}
+
+// A GELU, h * (erf(h * c) + 1), between a MatMul and a squared error: the
+// backward loop reads h * c, erf(h * c) + 1 and the error, which nothing
+// else reads, so it recomputes them from h (which it reads anyway), the
+// constants and y (one new read for three), and the forward loop writes
+// only the square the Sum reads. The same ops on the same values: the
+// unfused plan's bits.
+TEST_F(FusedPlanTest, BackwardLoopsRecomputeCheapForwardResults) {
+  using R = ProgramRef;
+  const Tensor lr = Arg(Tensor::Scalar<double>(0.05));
+  const Tensor c = Arg(Tensor::Scalar<double>(0.7071067811865476));
+  const Tensor one = Arg(Tensor::Scalar<double>(1.0));
+  auto gelu = [&](const Tensor& w) {
+    Program p = SgdStep(w, lr);
+    p.constants.push_back(c);    // 2
+    p.constants.push_back(one);  // 3
+    p.steps = {
+        ProgramStep::PushTape(0),
+        {"ReadVariableOp", {R::Constant(0)}, {{"dtype", DType::kFloat64}}},
+        {"MatMul", {R::Param(0), R::Step(1)}, {}},
+        {"Mul", {R::Step(2), R::Constant(2)}, {}},
+        {"Erf", {R::Step(3)}, {}},
+        {"AddV2", {R::Step(4), R::Constant(3)}, {}},
+        {"Mul", {R::Step(2), R::Step(5)}, {}},
+        {"Sub", {R::Step(6), R::Param(1)}, {}},
+        {"Square", {R::Step(7)}, {}},
+        {"Sum", {R::Step(8)}, {}},
+        ProgramStep::PopTape(0),
+        ProgramStep::Gradient(0, {R::Step(9)}, {R::Constant(0)}),
+        {"ResourceApplyGradientDescent",
+         {R::Constant(0), R::Constant(1), R::Step(11)},
+         {}}};
+    p.outputs = {R::Step(9)};
+    return p;
+  };
+  const PlanOps ops =
+      ExpectFusedSameAsUnfused(gelu, [&](int call) { return Args(call); });
+  // The loops holding an Erf: the forward one, writing 1 result, and the
+  // backward one recomputing it.
+  std::vector<const FusedLoop*> with_erf;
+  for (const auto& loop : ops.loops) {
+    for (const FusedLoop::Op& op : loop->ops) {
+      if (op.code == FusedLoop::kErf) {
+        with_erf.push_back(loop.get());
+        break;
+      }
+    }
+  }
+  ASSERT_EQ(with_erf.size(), 2u);
+  EXPECT_EQ(with_erf[0]->outputs.size(), 1u);
 }
 
 // A persistent tape (or a second one) could record a backward's ops for a
