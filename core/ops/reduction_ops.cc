@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "core/autodiff/forward_mode.h"
@@ -14,6 +15,7 @@
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
 #include "core/ops/parallel.h"
+#include "core/ops/vector_math.h"
 
 namespace gradtape {
 namespace {
@@ -150,9 +152,17 @@ void Reduce(const Tensor& x, const std::vector<bool>& mask, bool prod, T* py,
   } else if (groups == 1) {
     FoldAll(px, g.sizes[0], prod, py);
   } else if (groups == 2 && !g.reduced[0]) {  // [K, R]
+    // Sums through VecRowSums (fused loops' row sums give the same bits).
     const int64_t r_count = g.sizes[1];
     ParallelRange(g.sizes[0], std::max<int64_t>(1, kElementwiseGrain / r_count),
                   [&](int64_t begin, int64_t end) {
+                    if constexpr (std::is_floating_point_v<T>) {
+                      if (!prod) {
+                        VecRowSums(px + begin * r_count, end - begin, r_count,
+                                   py + begin);
+                        return;
+                      }
+                    }
                     for (int64_t k = begin; k < end; ++k) {
                       py[k] = Fold(px + k * r_count, r_count, prod);
                     }

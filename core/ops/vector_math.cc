@@ -267,6 +267,13 @@ GRADTAPE_INLINE T RowSum(const T* x, int64_t n) {
   return sum;
 }
 
+// VecRowSums' loop.
+template <typename T>
+GRADTAPE_INLINE void RowSumsLoop(const T* x, int64_t rows, int64_t cols,
+                                 T* __restrict y) {
+  for (int64_t i = 0; i < rows; ++i) y[i] = RowSum(x + i * cols, cols);
+}
+
 // VecSoftmaxRows' loop: per row, x - max into `shifted`, e^ that into y,
 // then y * (1 / sum) (TensorFlow's order: the reciprocal once per row), or
 // for log, shifted - ln sum.
@@ -476,6 +483,14 @@ GRADTAPE_INLINE void AdamLoop(const AdamStep<T>& step, const T* var, const T* m,
   Attr void Log##Suffix(const double* x, double* y, int64_t n) {               \
     LogLoop<kFma>(x, y, n);                                                    \
   }                                                                            \
+  Attr void RowSums##Suffix(const float* x, int64_t rows, int64_t cols,        \
+                            float* y) {                                        \
+    RowSumsLoop(x, rows, cols, y);                                             \
+  }                                                                            \
+  Attr void RowSums##Suffix(const double* x, int64_t rows, int64_t cols,       \
+                            double* y) {                                       \
+    RowSumsLoop(x, rows, cols, y);                                             \
+  }                                                                            \
   Attr void Erf##Suffix(const float* x, float* y, int64_t n) {                 \
     ErfLoop<kFma>(x, y, n);                                                    \
   }                                                                            \
@@ -584,6 +599,14 @@ void VecArithFor(Isa isa, VecArith op, const double* a, int64_t sa,
                  const double* b, int64_t sb, double* z, int64_t n) {
   GRADTAPE_DISPATCH(Arith, op, a, sa, b, sb, z, n);
 }
+void VecRowSumsFor(Isa isa, const float* x, int64_t rows, int64_t cols,
+                   float* y) {
+  GRADTAPE_DISPATCH(RowSums, x, rows, cols, y);
+}
+void VecRowSumsFor(Isa isa, const double* x, int64_t rows, int64_t cols,
+                   double* y) {
+  GRADTAPE_DISPATCH(RowSums, x, rows, cols, y);
+}
 void VecErfFor(Isa isa, const float* x, float* y, int64_t n) {
   GRADTAPE_DISPATCH(Erf, x, y, n);
 }
@@ -623,6 +646,12 @@ void VecLog(const double* x, double* y, int64_t n) {
   vector_math_internal::VecLogFor(SelectedIsa(), x, y, n);
 }
 
+void VecRowSums(const float* x, int64_t rows, int64_t cols, float* y) {
+  vector_math_internal::VecRowSumsFor(SelectedIsa(), x, rows, cols, y);
+}
+void VecRowSums(const double* x, int64_t rows, int64_t cols, double* y) {
+  vector_math_internal::VecRowSumsFor(SelectedIsa(), x, rows, cols, y);
+}
 void VecErf(const float* x, float* y, int64_t n) {
   vector_math_internal::VecErfFor(SelectedIsa(), x, y, n);
 }

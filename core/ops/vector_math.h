@@ -37,6 +37,14 @@ void VecLog(const double* x, double* y, int64_t n);
 void VecErf(const float* x, float* y, int64_t n);
 void VecErf(const double* x, double* y, int64_t n);
 
+// y[i] = the sum of row i of `rows` contiguous rows of `cols` elements at x,
+// through 8 lanes combined in a fixed order (the softmax's row sum): the
+// same bits on every ISA and at any alignment. Sum and Mean over the last
+// axis (core/ops/reduction_ops.cc) and fused loops' row sums use it, so
+// both give the same bits.
+void VecRowSums(const float* x, int64_t rows, int64_t cols, float* y);
+void VecRowSums(const double* x, int64_t rows, int64_t cols, double* y);
+
 // The softmax (log false) or log-softmax (log true) of each of `rows`
 // contiguous rows of `cols` >= 1 elements, x into y (Softmax and LogSoftmax,
 // core/ops/nn_ops.cc): per row m = max, s = the sum of e^(x - m) (VecExp's
@@ -112,6 +120,10 @@ void VecSigmoidFor(Isa isa, const float* x, float* y, int64_t n);
 void VecSigmoidFor(Isa isa, const double* x, double* y, int64_t n);
 void VecLogFor(Isa isa, const float* x, float* y, int64_t n);
 void VecLogFor(Isa isa, const double* x, double* y, int64_t n);
+void VecRowSumsFor(Isa isa, const float* x, int64_t rows, int64_t cols,
+                   float* y);
+void VecRowSumsFor(Isa isa, const double* x, int64_t rows, int64_t cols,
+                   double* y);
 void VecErfFor(Isa isa, const float* x, float* y, int64_t n);
 void VecErfFor(Isa isa, const double* x, double* y, int64_t n);
 void VecSoftmaxRowsFor(Isa isa, const float* x, float* y, float* shifted,

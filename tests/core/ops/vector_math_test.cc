@@ -286,6 +286,44 @@ void CheckSoftmaxRows(bool log) {
   }
 }
 
+// VecRowSums on every ISA: the bits of the 8-lane fold written out below,
+// for rows shorter than the lanes, at and around a multiple of them, and
+// long; at every element offset (so never dependent on alignment).
+template <typename T>
+void CheckRowSums() {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> dist(-1, 1);
+  std::vector<T> x(3 * 1000 + 8);
+  for (T& v : x) v = static_cast<T>(dist(rng));
+  for (int64_t cols : {1, 7, 8, 9, 64, 1000}) {
+    for (int offset = 0; offset < 8; ++offset) {
+      const T* rows = x.data() + offset;
+      std::vector<T> want(3);
+      for (int64_t i = 0; i < 3; ++i) {
+        T lanes[8] = {};
+        int64_t j = 0;
+        for (; j + 8 <= cols; j += 8) {
+          for (int l = 0; l < 8; ++l) lanes[l] += rows[i * cols + j + l];
+        }
+        T sum = 0;
+        for (int l = 0; l < 8; ++l) sum += lanes[l];
+        for (; j < cols; ++j) sum += rows[i * cols + j];
+        want[i] = sum;
+      }
+      for (Isa isa : SupportedIsas()) {
+        SCOPED_TRACE(testing::Message()
+                     << Name(isa) << " cols " << cols << " offset " << offset);
+        std::vector<T> got(3);
+        vector_math_internal::VecRowSumsFor(isa, rows, 3, cols, got.data());
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), 3 * sizeof(T)), 0);
+      }
+    }
+  }
+}
+
+TEST(VectorMathTest, RowSumsFloat) { CheckRowSums<float>(); }
+TEST(VectorMathTest, RowSumsDouble) { CheckRowSums<double>(); }
+
 TEST(VectorMathTest, SoftmaxRowsFloat) { CheckSoftmaxRows<float>(false); }
 TEST(VectorMathTest, SoftmaxRowsDouble) { CheckSoftmaxRows<double>(false); }
 TEST(VectorMathTest, LogSoftmaxRowsFloat) { CheckSoftmaxRows<float>(true); }
