@@ -201,7 +201,7 @@ absl::Status ValidateStep(const OpRegistry& registry, const ProgramLimits& lim,
           absl::StrCat(StepName(p, s), " is not a runnable fused loop"));
     }
     RETURN_IF_ERROR(ReadInputs(p, s, step.inputs.size()));
-    return AddOutputs(lim, p, s, nullptr, step.loop->outputs.size());
+    return AddOutputs(lim, p, s, nullptr, step.loop->num_results());
   }
   if (step.kind != ProgramStep::kOp) return ValidateTapeStep(lim, p, s, tapes);
   const OpDef* op = registry.Find(step.op);
@@ -694,7 +694,9 @@ int64_t Program::StructureBytes() const {
       bytes +=
           sizeof(FusedLoop) +
           static_cast<int64_t>(step.loop->ops.size()) * sizeof(FusedLoop::Op) +
-          static_cast<int64_t>(step.loop->outputs.size()) * sizeof(int);
+          static_cast<int64_t>(step.loop->outputs.size()) * sizeof(int) +
+          static_cast<int64_t>(step.loop->row_sums.size()) *
+              sizeof(FusedLoop::RowSum);
     }
     // Derived: step_ops, step_slot, drop_after's vector.
     bytes += sizeof(void*) + sizeof(int) + sizeof(std::vector<int>);

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <utility>
+#include <variant>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -355,7 +357,8 @@ class Recompute {
       if (!read && NumElements(ShapeOf(leaf, outs)) == size) ++new_reads;
     }
     std::sort(ops_.begin(), ops_.end());
-    return !results_.empty() && results_.size() < producer_.outputs.size() &&
+    return !results_.empty() &&
+           static_cast<int>(results_.size()) < producer_.num_results() &&
            static_cast<int>(ops_.size()) <= kMaxRecomputed &&
            ops_.size() + plan_.steps[j_].loop->ops.size() <= kMaxLoopOps &&
            new_reads <= static_cast<int>(results_.size());
@@ -485,6 +488,10 @@ void RewriteReader(Program& plan, const Recompute& r, int i, int j) {
     loop->ops.push_back({op.code, own_operand(op.a), own_operand(op.b)});
   }
   for (int o : old.outputs) loop->outputs.push_back(o + nr);
+  for (FusedLoop::RowSum sum : old.row_sums) {
+    sum.op += nr;
+    loop->row_sums.push_back(sum);
+  }
   plan.steps[j].inputs = std::move(inputs);
   plan.steps[j].loop = std::move(loop);
 }
@@ -536,6 +543,88 @@ void RecomputeInLoops(Program& plan,
       readers = FindReaders(plan, outs);
       x = static_cast<size_t>(-1);  // j's inputs changed: from the start
     }
+  }
+}
+
+// -- Sums over rows at the end of loops ------------------------------------
+
+// Step `step` as a row sum of a loop of rank `rank`: a Sum or Mean over the
+// last axis alone; nothing otherwise.
+std::optional<FusedLoop::RowSum> RowSumOf(const ProgramStep& step, int rank) {
+  if (step.kind != ProgramStep::kOp || step.inputs.size() != 1 ||
+      (step.op != "Sum" && step.op != "Mean")) {
+    return std::nullopt;
+  }
+  const AttrValue* axis = step.attrs.Find("axis");
+  const AttrValue* keep = step.attrs.Find("keep_dims");
+  const auto* axes = axis ? std::get_if<std::vector<int64_t>>(axis) : nullptr;
+  const bool* keep_dims = keep ? std::get_if<bool>(keep) : nullptr;
+  if (axes == nullptr || keep_dims == nullptr || axes->size() != 1 ||
+      ((*axes)[0] != -1 && (*axes)[0] != rank - 1)) {
+    return std::nullopt;
+  }
+  return FusedLoop::RowSum{-1, step.op == "Mean", *keep_dims};
+}
+
+// Removes step j, whose output 0 is now `replacement`, after loop i's
+// output k stopped being written (later outputs of i move down one).
+void RemoveAbsorbedStep(Program& plan,
+                        std::vector<std::vector<StepOutput>>& outs, int j,
+                        int i, int k, const ProgramRef& replacement) {
+  auto update = [&](ProgramRef& ref) {
+    if (ref.kind != ProgramRef::kStep) return;
+    if (ref.index == i && ref.output > k) {
+      --ref.output;
+    } else if (ref.index == j) {
+      ref = replacement;
+    } else if (ref.index > j) {
+      --ref.index;
+    }
+  };
+  for (ProgramStep& step : plan.steps) {
+    for (ProgramRef& ref : step.inputs) update(ref);
+  }
+  for (ProgramRef& ref : plan.outputs) update(ref);
+  plan.steps.erase(plan.steps.begin() + j);
+  outs.erase(outs.begin() + j);
+}
+
+// A Sum or Mean over the last axis of a loop's result that nothing else
+// reads becomes a row sum of the loop (FusedLoop::row_sums): the result is
+// not written, nor read back by a reduction step (a layer norm's mean of
+// squares, the row sums of its and the softmax's gradients). The loop sums
+// each row with the reduction kernel's function: the same bits.
+void AbsorbRowSums(Program& plan, std::vector<std::vector<StepOutput>>& outs) {
+  for (int j = 0; j < static_cast<int>(plan.steps.size()); ++j) {
+    const ProgramStep& step = plan.steps[j];
+    if (step.inputs.size() != 1) continue;
+    const ProgramRef in = step.inputs[0];
+    if (in.kind != ProgramRef::kStep ||
+        plan.steps[in.index].kind != ProgramStep::kFused) {
+      continue;
+    }
+    const int i = in.index, k = in.output;
+    const FusedLoop& loop = *plan.steps[i].loop;
+    if (k >= static_cast<int>(loop.outputs.size()) || !loop.shape ||
+        !FusedLoop::RowSumsFit(*loop.shape) || outs[j].size() != 1 ||
+        outs[j][0].dtype != outs[i][k].dtype) {
+      continue;
+    }
+    std::optional<FusedLoop::RowSum> sum =
+        RowSumOf(step, static_cast<int>(loop.shape->size()));
+    const Readers readers = FindReaders(plan, outs);
+    if (!sum || readers.first[i][k] != j || readers.last[i][k] != j) continue;
+    sum->op = loop.outputs[k];
+    auto absorbed = std::make_shared<FusedLoop>(loop);
+    absorbed->outputs.erase(absorbed->outputs.begin() + k);
+    absorbed->row_sums.push_back(*sum);
+    plan.steps[i].loop = std::move(absorbed);
+    outs[i].erase(outs[i].begin() + k);
+    outs[i].push_back(outs[j][0]);
+    const ProgramRef sum_ref =
+        ProgramRef::Step(i, static_cast<int>(outs[i].size()) - 1);
+    RemoveAbsorbedStep(plan, outs, j, i, k, sum_ref);
+    --j;
   }
 }
 
@@ -745,6 +834,7 @@ absl::StatusOr<std::unique_ptr<Program>> PlanBuilder::Finish(
   }
   if (fuse && registry.fused_loop_kernel() != nullptr) {
     FuseElementwise(*plan_, step_outputs_);
+    AbsorbRowSums(*plan_, step_outputs_);
     RecomputeInLoops(*plan_, step_outputs_);
   }
   // The backward adds steps: room for them beyond a definition's limits

@@ -19,8 +19,10 @@ static_assert(static_cast<int>(FusedLoop::kAdd) ==
               "the arithmetic and comparison codes are VecArith's");
 
 // Elements per block of a loop over full-size and scalar inputs: the scratch
-// of a few ops stays in the core's caches.
+// of a few ops stays in the core's caches. A loop with row sums runs whole
+// rows of at most this many elements per block.
 constexpr int64_t kFusedBlock = 1024;
+static_assert(kFusedBlock == FusedLoop::kMaxRowLength);
 
 absl::Status Invalid(absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("fused loop: ", why));
@@ -83,7 +85,26 @@ absl::StatusOr<Shape> CheckLoop(const FusedLoop& loop,
     if (r < 0 || r >= nr || seen[r]) return Invalid("bad outputs");
     seen[r] = true;
   }
+  for (const FusedLoop::RowSum& sum : loop.row_sums) {
+    if (sum.op < 0 || sum.op >= nr) return Invalid("bad row sums");
+    if (!FusedLoop::RowSumsFit(out)) {
+      return Invalid(absl::StrCat("row sums of shape ", ShapeString(out),
+                                  ": 2 or more rows of 2 to ",
+                                  FusedLoop::kMaxRowLength, " elements"));
+    }
+  }
   return out;
+}
+
+// The shape of a row sum of a loop of shape `out`.
+Shape RowSumShape(const Shape& out, const FusedLoop::RowSum& sum) {
+  Shape shape = out;
+  if (sum.keep_dims) {
+    shape.back() = 1;
+  } else {
+    shape.pop_back();
+  }
+  return shape;
 }
 
 template <typename T>
@@ -187,11 +208,12 @@ class LoopRun {
         n_(NumElements(out)),
         ni_(loop.num_inputs),
         nr_(static_cast<int>(loop.ops.size())),
-        flat_(out.empty() || std::all_of(inputs.begin(), inputs.end(),
-                                         [&](const Tensor& t) {
-                                           return t.num_elements() == n_ ||
-                                                  t.num_elements() == 1;
-                                         })),
+        flat_(out.empty() || (loop.row_sums.empty() &&
+                              std::all_of(inputs.begin(), inputs.end(),
+                                          [&](const Tensor& t) {
+                                            return t.num_elements() == n_ ||
+                                                   t.num_elements() == 1;
+                                          }))),
         blocks_(out, flat_),
         block_(blocks_.rows_per_block * blocks_.piece),
         written_(nr_, nullptr) {
@@ -201,6 +223,9 @@ class LoopRun {
     }
     for (size_t k = 0; k < loop.outputs.size(); ++k) {
       written_[loop.outputs[k]] = outputs[k].mutable_data<T>();
+    }
+    for (size_t k = 0; k < loop.row_sums.size(); ++k) {
+      sums_.push_back(outputs[loop.outputs.size() + k].mutable_data<T>());
     }
   }
 
@@ -238,6 +263,22 @@ class LoopRun {
         RunOp<T>(op.code, a, FusedLoop::IsUnary(op.code) ? a : operands[op.b],
                  z, len);
         operands[ni_ + r] = {z, 1};
+      }
+      SumRows(operands, row, nrows);
+    }
+  }
+
+  // The row sums of the block's whole rows [row, row + nrows), as the Sum
+  // and Mean kernels compute them.
+  void SumRows(const std::vector<Operand<T>>& operands, int64_t row,
+               int64_t nrows) {
+    for (size_t k = 0; k < sums_.size(); ++k) {
+      const FusedLoop::RowSum& sum = loop_.row_sums[k];
+      T* y = sums_[k] + row;
+      VecRowSums(operands[ni_ + sum.op].p, nrows, blocks_.inner, y);
+      if (sum.mean) {
+        const T count = static_cast<T>(blocks_.inner);
+        for (int64_t i = 0; i < nrows; ++i) y[i] = static_cast<T>(y[i] / count);
       }
     }
   }
@@ -288,6 +329,7 @@ class LoopRun {
   std::vector<Shape> strides_;
   std::vector<const T*> base_;
   std::vector<T*> written_;
+  std::vector<T*> sums_;  // the row sums' outputs
 };
 
 }  // namespace
@@ -300,6 +342,12 @@ absl::Status RunFusedLoop(const FusedLoop& loop,
   for (size_t k = 0; k < loop.outputs.size(); ++k) {
     // Every element of a written result is written below.
     ASSIGN_OR_RETURN(Tensor t, Tensor::Uninitialized(dtype, out));
+    outputs->push_back(std::move(t));
+  }
+  for (const FusedLoop::RowSum& sum : loop.row_sums) {
+    // Every row is summed below (CheckLoop: rows are not empty).
+    ASSIGN_OR_RETURN(Tensor t,
+                     Tensor::Uninitialized(dtype, RowSumShape(out, sum)));
     outputs->push_back(std::move(t));
   }
   if (NumElements(out) == 0) return absl::OkStatus();

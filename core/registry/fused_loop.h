@@ -57,6 +57,32 @@ struct FusedLoop {
   std::vector<int> outputs;
   // The loop's shape; none: the broadcast of its inputs' shapes.
   std::optional<Shape> shape;
+  // Sums over the last dim of results (a Sum or Mean over axis -1 that
+  // reads the result, which then need not be written), written after
+  // `outputs`, each of the loop's shape with the last dim 1 (keep_dims) or
+  // without it. Each row is summed by VecRowSums (core/ops/vector_math.h),
+  // as the Sum and Mean kernels sum rows, and a mean divided by the row's
+  // length as they divide. Rows must be at most kMaxRowLength long (a
+  // block then holds whole rows), and there must be 2 or more rows of 2 or
+  // more elements: the kernels fold other shapes in other ways (RowSumsFit).
+  struct RowSum {
+    int op = 0;
+    bool mean = false;
+    bool keep_dims = true;
+  };
+  std::vector<RowSum> row_sums;
+  static constexpr int64_t kMaxRowLength = 1024;
+
+  static bool RowSumsFit(const Shape& shape) {
+    return !shape.empty() && shape.back() >= 2 &&
+           shape.back() <= kMaxRowLength &&
+           NumElements(shape) / shape.back() >= 2;
+  }
+
+  // How many tensors the loop gives: its outputs, then its row sums.
+  int num_results() const {
+    return static_cast<int>(outputs.size() + row_sums.size());
+  }
 
   // The code of an op a loop can run: AddV2, Add, Sub, Mul, RealDiv, Div,
   // Neg, Square, Exp, Erf (float in, float out); Equal, NotEqual, Greater,

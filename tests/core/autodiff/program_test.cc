@@ -1015,6 +1015,50 @@ TEST_F(FusedPlanTest, BackwardLoopsRecomputeCheapForwardResults) {
   EXPECT_EQ(with_erf[0]->outputs.size(), 1u);
 }
 
+// A layer norm's variance, mean((h - mean(h))^2) over each row: the Mean of
+// the squares becomes a row sum of the loop that squares (the squares are
+// never written), and the unfused plan's bits.
+TEST_F(FusedPlanTest, RowMeansJoinTheLoopsTheyRead) {
+  using R = ProgramRef;
+  const Tensor lr = Arg(Tensor::Scalar<double>(0.05));
+  const Tensor eps = Arg(Tensor::Scalar<double>(1e-5));
+  auto norm = [&](const Tensor& w) {
+    Program p = SgdStep(w, lr);
+    p.constants.push_back(eps);  // 2
+    const AttrMap rows = {{"axis", std::vector<int64_t>{-1}},
+                          {"keep_dims", true}};
+    p.steps = {
+        ProgramStep::PushTape(0),
+        {"ReadVariableOp", {R::Constant(0)}, {{"dtype", DType::kFloat64}}},
+        {"MatMul", {R::Param(0), R::Step(1)}, {}},
+        {"Mean", {R::Step(2)}, rows},
+        {"Sub", {R::Step(2), R::Step(3)}, {}},
+        {"Square", {R::Step(4)}, {}},
+        {"Mean", {R::Step(5)}, rows},
+        {"AddV2", {R::Step(6), R::Constant(2)}, {}},
+        {"Rsqrt", {R::Step(7)}, {}},
+        {"Mul", {R::Step(4), R::Step(8)}, {}},
+        {"Sub", {R::Step(9), R::Param(1)}, {}},
+        {"Square", {R::Step(10)}, {}},
+        {"Sum", {R::Step(11)}, {}},
+        ProgramStep::PopTape(0),
+        ProgramStep::Gradient(0, {R::Step(12)}, {R::Constant(0)}),
+        {"ResourceApplyGradientDescent",
+         {R::Constant(0), R::Constant(1), R::Step(14)},
+         {}}};
+    p.outputs = {R::Step(12)};
+    return p;
+  };
+  const PlanOps ops =
+      ExpectFusedSameAsUnfused(norm, [&](int call) { return Args(call); });
+  int means = 0;
+  for (const auto& loop : ops.loops) {
+    for (const FusedLoop::RowSum& sum : loop->row_sums) means += sum.mean;
+  }
+  EXPECT_EQ(means, 1);
+  EXPECT_LT(ops.fused_steps, ops.unfused_steps);
+}
+
 // A persistent tape (or a second one) could record a backward's ops for a
 // gradient to differentiate: such a program is not planned, and runs.
 TEST_F(ProgramTrainingTest, APersistentTapeMeansNoPlan) {

@@ -84,12 +84,26 @@ class FusedLoopTest : public OpTest {
       ASSERT_TRUE(r.ok()) << r.status();
       values.push_back(*r);
     }
-    ASSERT_EQ(fused.size(), loop.outputs.size());
+    ASSERT_EQ(fused.size(), loop.outputs.size() + loop.row_sums.size());
     for (size_t k = 0; k < loop.outputs.size(); ++k) {
       const Tensor& want = values[loop.num_inputs + loop.outputs[k]];
       EXPECT_TRUE(SameBits(fused[k], want))
           << "output " << k << ": " << fused[k].DebugString() << " vs "
           << want.DebugString();
+    }
+    // Row sums: the Sum or Mean op over axis -1 of the result.
+    for (size_t k = 0; k < loop.row_sums.size(); ++k) {
+      const FusedLoop::RowSum& sum = loop.row_sums[k];
+      AttrMap attrs;
+      attrs.Set("axis", std::vector<int64_t>{-1});
+      attrs.Set("keep_dims", sum.keep_dims);
+      absl::StatusOr<Tensor> want = Run1(
+          sum.mean ? "Mean" : "Sum", {values[loop.num_inputs + sum.op]}, attrs);
+      ASSERT_TRUE(want.ok()) << want.status();
+      const Tensor& got = fused[loop.outputs.size() + k];
+      EXPECT_TRUE(SameBits(got, *want))
+          << "row sum " << k << ": " << got.DebugString() << " vs "
+          << want->DebugString();
     }
   }
 };
@@ -209,6 +223,34 @@ TEST_F(FusedLoopTest, BroadcastsToTheLoopsShapeEqualTheOpsBitForBit) {
   }
 }
 
+// Row sums (a layer norm's mean of squares, a softmax gradient's row sum)
+// of results written and not written, kept and dropped dims, Sum and Mean:
+// the Sum and Mean kernels' bits, over rows of 2 to kMaxRowLength
+// elements, a block's worth of rows and more, with a broadcast input and
+// with only full-size ones (which would otherwise run flat blocks). One
+// row, rows of one element or of none are refused (RefusesBadLoops): the
+// kernels fold those otherwise.
+TEST_F(FusedLoopTest, RowSumsEqualTheSumAndMeanKernelsBitForBit) {
+  FusedLoop loop;
+  loop.num_inputs = 2;
+  loop.ops = {{Code::kSub, 0, 1},     // 2: x - m
+              {Code::kSquare, 2, 0},  // 3
+              {Code::kExp, 2, 0}};    // 4
+  loop.outputs = {0};
+  loop.row_sums = {{1, true, true}, {2, false, false}, {0, false, true}};
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (Shape shape : {Shape{37, 70}, Shape{3, 5, 64}, Shape{5, 1024},
+                        Shape{2, 2}, Shape{300, 7}}) {
+      SCOPED_TRACE(ShapeString(shape));
+      Shape column = shape;
+      column.back() = 1;
+      ExpectSameAsOps(loop,
+                      {Random(dtype, shape, 1), Random(dtype, column, 2)});
+      ExpectSameAsOps(loop, {Random(dtype, shape, 1), Random(dtype, shape, 2)});
+    }
+  }
+}
+
 TEST_F(FusedLoopTest, EmptyShapesGiveEmptyOutputs) {
   FusedLoop loop;
   loop.num_inputs = 2;
@@ -242,6 +284,18 @@ TEST_F(FusedLoopTest, RefusesBadLoops) {
       {{1, {{Code::kAdd, 0, 0}}, {1}}, {a}, "bad outputs"},
       {{1, {{Code::kAdd, 0, 0}}, {0, 0}}, {a}, "bad outputs"},
       {{2, {{Code::kAdd, 0, 0}}, {0}}, {a}, "takes 2 inputs, got 1"},
+      {{1, {{Code::kNeg, 0, 0}}, {0}, std::nullopt, {{1, false, true}}},
+       {a},
+       "bad row sums"},
+      {{1, {{Code::kNeg, 0, 0}}, {0}, std::nullopt, {{0, false, true}}},
+       {Random(DType::kFloat32, {2, 1025}, 5)},
+       "2 or more rows of 2 to 1024 elements"},
+      {{1, {{Code::kNeg, 0, 0}}, {0}, std::nullopt, {{0, false, true}}},
+       {Random(DType::kFloat32, {1, 64}, 5)},
+       "2 or more rows"},
+      {{1, {{Code::kNeg, 0, 0}}, {0}, std::nullopt, {{0, false, true}}},
+       {Random(DType::kFloat32, {64, 1}, 5)},
+       "2 or more rows"},
   };
   for (const Case& c : cases) {
     Tensors out;
