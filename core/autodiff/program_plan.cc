@@ -567,13 +567,14 @@ std::optional<FusedLoop::RowSum> RowSumOf(const ProgramStep& step, int rank) {
 }
 
 // Removes step j, whose output 0 is now `replacement`, after loop i's
-// output k stopped being written (later outputs of i move down one).
+// output k stopped being written (later outputs of i move down one; k -1:
+// none did).
 void RemoveAbsorbedStep(Program& plan,
                         std::vector<std::vector<StepOutput>>& outs, int j,
                         int i, int k, const ProgramRef& replacement) {
   auto update = [&](ProgramRef& ref) {
     if (ref.kind != ProgramRef::kStep) return;
-    if (ref.index == i && ref.output > k) {
+    if (ref.index == i && k >= 0 && ref.output > k) {
       --ref.output;
     } else if (ref.index == j) {
       ref = replacement;
@@ -589,11 +590,11 @@ void RemoveAbsorbedStep(Program& plan,
   outs.erase(outs.begin() + j);
 }
 
-// A Sum or Mean over the last axis of a loop's result that nothing else
-// reads becomes a row sum of the loop (FusedLoop::row_sums): the result is
-// not written, nor read back by a reduction step (a layer norm's mean of
-// squares, the row sums of its and the softmax's gradients). The loop sums
-// each row with the reduction kernel's function: the same bits.
+// A Sum or Mean over the last axis of a loop's result becomes a row sum of
+// the loop (FusedLoop::row_sums): no reduction step reads the result back,
+// and if nothing else reads it, it is not written at all (a layer norm's
+// mean of squares, the row sums of its and the softmax's gradients). The
+// loop sums each row with the reduction kernel's function: the same bits.
 void AbsorbRowSums(Program& plan, std::vector<std::vector<StepOutput>>& outs) {
   for (int j = 0; j < static_cast<int>(plan.steps.size()); ++j) {
     const ProgramStep& step = plan.steps[j];
@@ -612,18 +613,20 @@ void AbsorbRowSums(Program& plan, std::vector<std::vector<StepOutput>>& outs) {
     }
     std::optional<FusedLoop::RowSum> sum =
         RowSumOf(step, static_cast<int>(loop.shape->size()));
+    if (!sum) continue;
+    // Read by the reduction alone: no longer written.
     const Readers readers = FindReaders(plan, outs);
-    if (!sum || readers.first[i][k] != j || readers.last[i][k] != j) continue;
+    const bool drop = readers.first[i][k] == j && readers.last[i][k] == j;
     sum->op = loop.outputs[k];
     auto absorbed = std::make_shared<FusedLoop>(loop);
-    absorbed->outputs.erase(absorbed->outputs.begin() + k);
+    if (drop) absorbed->outputs.erase(absorbed->outputs.begin() + k);
     absorbed->row_sums.push_back(*sum);
     plan.steps[i].loop = std::move(absorbed);
-    outs[i].erase(outs[i].begin() + k);
+    if (drop) outs[i].erase(outs[i].begin() + k);
     outs[i].push_back(outs[j][0]);
     const ProgramRef sum_ref =
         ProgramRef::Step(i, static_cast<int>(outs[i].size()) - 1);
-    RemoveAbsorbedStep(plan, outs, j, i, k, sum_ref);
+    RemoveAbsorbedStep(plan, outs, j, i, drop ? k : -1, sum_ref);
     --j;
   }
 }

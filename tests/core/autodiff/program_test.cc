@@ -1015,9 +1015,11 @@ TEST_F(FusedPlanTest, BackwardLoopsRecomputeCheapForwardResults) {
   EXPECT_EQ(with_erf[0]->outputs.size(), 1u);
 }
 
-// A layer norm's variance, mean((h - mean(h))^2) over each row: the Mean of
-// the squares becomes a row sum of the loop that squares (the squares are
-// never written), and the unfused plan's bits.
+// A layer norm of g = h * h + h, g - mean(g) over each row divided by the
+// root of the rows' mean squares: both Means become row sums of the loops
+// whose results they read, the unfused plan's bits. The squares are read
+// by their Mean alone and never written; g, a program output too, still
+// is.
 TEST_F(FusedPlanTest, RowMeansJoinTheLoopsTheyRead) {
   using R = ProgramRef;
   const Tensor lr = Arg(Tensor::Scalar<double>(0.05));
@@ -1031,31 +1033,46 @@ TEST_F(FusedPlanTest, RowMeansJoinTheLoopsTheyRead) {
         ProgramStep::PushTape(0),
         {"ReadVariableOp", {R::Constant(0)}, {{"dtype", DType::kFloat64}}},
         {"MatMul", {R::Param(0), R::Step(1)}, {}},
-        {"Mean", {R::Step(2)}, rows},
-        {"Sub", {R::Step(2), R::Step(3)}, {}},
-        {"Square", {R::Step(4)}, {}},
-        {"Mean", {R::Step(5)}, rows},
-        {"AddV2", {R::Step(6), R::Constant(2)}, {}},
-        {"Rsqrt", {R::Step(7)}, {}},
-        {"Mul", {R::Step(4), R::Step(8)}, {}},
-        {"Sub", {R::Step(9), R::Param(1)}, {}},
-        {"Square", {R::Step(10)}, {}},
-        {"Sum", {R::Step(11)}, {}},
+        {"Mul", {R::Step(2), R::Step(2)}, {}},
+        {"AddV2", {R::Step(3), R::Step(2)}, {}},
+        {"Mean", {R::Step(4)}, rows},
+        {"Sub", {R::Step(4), R::Step(5)}, {}},
+        {"Square", {R::Step(6)}, {}},
+        {"Mean", {R::Step(7)}, rows},
+        {"AddV2", {R::Step(8), R::Constant(2)}, {}},
+        {"Rsqrt", {R::Step(9)}, {}},
+        {"Mul", {R::Step(6), R::Step(10)}, {}},
+        {"Sub", {R::Step(11), R::Param(1)}, {}},
+        {"Square", {R::Step(12)}, {}},
+        {"Sum", {R::Step(13)}, {}},
         ProgramStep::PopTape(0),
-        ProgramStep::Gradient(0, {R::Step(12)}, {R::Constant(0)}),
+        ProgramStep::Gradient(0, {R::Step(14)}, {R::Constant(0)}),
         {"ResourceApplyGradientDescent",
-         {R::Constant(0), R::Constant(1), R::Step(14)},
+         {R::Constant(0), R::Constant(1), R::Step(16)},
          {}}};
-    p.outputs = {R::Step(12)};
+    p.outputs = {R::Step(14), R::Step(4)};
     return p;
   };
   const PlanOps ops =
       ExpectFusedSameAsUnfused(norm, [&](int call) { return Args(call); });
   int means = 0;
+  bool squares_written = true, g_written = false;
   for (const auto& loop : ops.loops) {
-    for (const FusedLoop::RowSum& sum : loop->row_sums) means += sum.mean;
+    for (const FusedLoop::RowSum& sum : loop->row_sums) {
+      if (!sum.mean) continue;
+      ++means;
+      const bool written = std::find(loop->outputs.begin(), loop->outputs.end(),
+                                     sum.op) != loop->outputs.end();
+      if (loop->ops[sum.op].code == FusedLoop::kSquare) {
+        squares_written = written;
+      } else {
+        g_written = written;
+      }
+    }
   }
-  EXPECT_EQ(means, 1);
+  EXPECT_EQ(means, 2);
+  EXPECT_FALSE(squares_written);
+  EXPECT_TRUE(g_written);
   EXPECT_LT(ops.fused_steps, ops.unfused_steps);
 }
 
