@@ -283,9 +283,12 @@ void FuseElementwise(Program& plan,
 // -- Recomputing a loop's results where another loop reads them ----------
 
 // Each step output's first and last reader (last: plan.steps.size() for a
-// program output; -1 for none).
+// program output; -1 for none), and whether a pass has stopped writing it
+// (`dead`: erased when the pass ends, EraseDeadOutputs, so that indices
+// stay put while it runs and each pass stays linear in the plan's size).
 struct Readers {
   std::vector<std::vector<int>> first, last;
+  std::vector<std::vector<bool>> dead;
 };
 Readers FindReaders(const Program& plan,
                     const std::vector<std::vector<StepOutput>>& outs) {
@@ -294,6 +297,7 @@ Readers FindReaders(const Program& plan,
   for (int s = 0; s < n; ++s) {
     r.first.emplace_back(outs[s].size(), -1);
     r.last.emplace_back(outs[s].size(), -1);
+    r.dead.emplace_back(outs[s].size(), false);
   }
   auto read = [&](const ProgramRef& ref, int s) {
     if (ref.kind != ProgramRef::kStep) return;
@@ -335,7 +339,8 @@ class Recompute {
     const std::vector<ProgramRef>& reads = plan_.steps[j_].inputs;
     for (size_t k = 0; k < producer_.outputs.size(); ++k) {
       const ProgramRef ref = ProgramRef::Step(i_, static_cast<int>(k));
-      if (readers_.first[i_][k] == j_ && readers_.last[i_][k] == j_ &&
+      if (!readers_.dead[i_][k] && readers_.first[i_][k] == j_ &&
+          readers_.last[i_][k] == j_ &&
           std::any_of(reads.begin(), reads.end(),
                       [&](const ProgramRef& r) { return SameRef(r, ref); })) {
         results_.push_back(static_cast<int>(k));
@@ -357,8 +362,9 @@ class Recompute {
       if (!read && NumElements(ShapeOf(leaf, outs)) == size) ++new_reads;
     }
     std::sort(ops_.begin(), ops_.end());
-    return !results_.empty() &&
-           static_cast<int>(results_.size()) < producer_.num_results() &&
+    const int written = static_cast<int>(
+        std::count(readers_.dead[i_].begin(), readers_.dead[i_].end(), false));
+    return !results_.empty() && static_cast<int>(results_.size()) < written &&
            static_cast<int>(ops_.size()) <= kMaxRecomputed &&
            ops_.size() + plan_.steps[j_].loop->ops.size() <= kMaxLoopOps &&
            new_reads <= static_cast<int>(results_.size());
@@ -406,7 +412,7 @@ class Recompute {
     const std::vector<int>& written = producer_.outputs;
     auto w = std::find(written.begin(), written.end(), m);
     const int k = static_cast<int>(w - written.begin());
-    if (w != written.end() &&
+    if (w != written.end() && !readers_.dead[i_][k] &&
         std::find(results_.begin(), results_.end(), k) == results_.end() &&
         Alive(ProgramRef::Step(i_, k))) {
       leaf_of_[m] = ProgramRef::Step(i_, k);
@@ -496,21 +502,34 @@ void RewriteReader(Program& plan, const Recompute& r, int i, int j) {
   plan.steps[j].loop = std::move(loop);
 }
 
-// Loop i stops writing its results r recomputes; later references to its
-// other results are renumbered.
-void DropResults(Program& plan, std::vector<std::vector<StepOutput>>& outs,
-                 const Recompute& r, int i) {
-  std::vector<int> results = r.results();
-  std::sort(results.rbegin(), results.rend());
-  auto loop = std::make_shared<FusedLoop>(*plan.steps[i].loop);
-  for (int k : results) {
-    loop->outputs.erase(loop->outputs.begin() + k);
-    outs[i].erase(outs[i].begin() + k);
+// Erases the outputs `dead` marks from their loops (never a row sum) and
+// renumbers the references to the others; dead outputs are read by none.
+void EraseDeadOutputs(Program& plan, std::vector<std::vector<StepOutput>>& outs,
+                      const std::vector<std::vector<bool>>& dead) {
+  const int n = static_cast<int>(plan.steps.size());
+  std::vector<std::vector<int>> index(n);  // old output -> new, if changed
+  for (int s = 0; s < n; ++s) {
+    if (std::find(dead[s].begin(), dead[s].end(), true) == dead[s].end()) {
+      continue;
+    }
+    auto loop = std::make_shared<FusedLoop>(*plan.steps[s].loop);
+    loop->outputs.clear();
+    std::vector<StepOutput> kept;
+    for (size_t k = 0; k < outs[s].size(); ++k) {
+      index[s].push_back(dead[s][k] ? -1 : static_cast<int>(kept.size()));
+      if (dead[s][k]) continue;
+      kept.push_back(outs[s][k]);
+      if (k < plan.steps[s].loop->outputs.size()) {
+        loop->outputs.push_back(plan.steps[s].loop->outputs[k]);
+      }
+    }
+    plan.steps[s].loop = std::move(loop);
+    outs[s] = std::move(kept);
   }
-  plan.steps[i].loop = std::move(loop);
   auto renumber = [&](ProgramRef& ref) {
-    if (ref.kind != ProgramRef::kStep || ref.index != i) return;
-    for (int k : results) ref.output -= ref.output > k ? 1 : 0;
+    if (ref.kind == ProgramRef::kStep && !index[ref.index].empty()) {
+      ref.output = index[ref.index][ref.output];
+    }
   };
   for (ProgramStep& step : plan.steps) {
     for (ProgramRef& ref : step.inputs) renumber(ref);
@@ -533,17 +552,25 @@ void RecomputeInLoops(Program& plan,
       const ProgramRef ref = plan.steps[j].inputs[x];
       if (ref.kind != ProgramRef::kStep ||
           plan.steps[ref.index].kind != ProgramStep::kFused ||
+          !plan.steps[j].loop->shape ||
           plan.steps[ref.index].loop->shape != plan.steps[j].loop->shape) {
         continue;
       }
       Recompute r(plan, readers, ref.index, j);
       if (!r.Plan(outs)) continue;
       RewriteReader(plan, r, ref.index, j);
-      DropResults(plan, outs, r, ref.index);
-      readers = FindReaders(plan, outs);
+      // j now reads the leaves (each alive at j: last readers stay) and
+      // not the results, which nothing reads any more.
+      for (const ProgramRef& leaf : r.leaves()) {
+        if (leaf.kind != ProgramRef::kStep) continue;
+        int& first = readers.first[leaf.index][leaf.output];
+        first = std::min(first, j);
+      }
+      for (int k : r.results()) readers.dead[ref.index][k] = true;
       x = static_cast<size_t>(-1);  // j's inputs changed: from the start
     }
   }
+  EraseDeadOutputs(plan, outs, readers.dead);
 }
 
 // -- Sums over rows at the end of loops ------------------------------------
@@ -566,28 +593,29 @@ std::optional<FusedLoop::RowSum> RowSumOf(const ProgramStep& step, int rank) {
   return FusedLoop::RowSum{-1, step.op == "Mean", *keep_dims};
 }
 
-// Removes step j, whose output 0 is now `replacement`, after loop i's
-// output k stopped being written (later outputs of i move down one; k -1:
-// none did).
-void RemoveAbsorbedStep(Program& plan,
-                        std::vector<std::vector<StepOutput>>& outs, int j,
-                        int i, int k, const ProgramRef& replacement) {
-  auto update = [&](ProgramRef& ref) {
-    if (ref.kind != ProgramRef::kStep) return;
-    if (ref.index == i && k >= 0 && ref.output > k) {
-      --ref.output;
-    } else if (ref.index == j) {
-      ref = replacement;
-    } else if (ref.index > j) {
-      --ref.index;
-    }
-  };
-  for (ProgramStep& step : plan.steps) {
-    for (ProgramRef& ref : step.inputs) update(ref);
+// Removes the steps `removed` marks (none of them read) and renumbers the
+// references to the others.
+void RemoveSteps(Program& plan, std::vector<std::vector<StepOutput>>& outs,
+                 const std::vector<bool>& removed) {
+  const int n = static_cast<int>(plan.steps.size());
+  std::vector<int> index(n);
+  std::vector<ProgramStep> steps;
+  std::vector<std::vector<StepOutput>> kept;
+  for (int s = 0; s < n; ++s) {
+    index[s] = static_cast<int>(steps.size());
+    if (removed[s]) continue;
+    steps.push_back(std::move(plan.steps[s]));
+    kept.push_back(std::move(outs[s]));
   }
-  for (ProgramRef& ref : plan.outputs) update(ref);
-  plan.steps.erase(plan.steps.begin() + j);
-  outs.erase(outs.begin() + j);
+  auto renumber = [&](ProgramRef& ref) {
+    if (ref.kind == ProgramRef::kStep) ref.index = index[ref.index];
+  };
+  for (ProgramStep& step : steps) {
+    for (ProgramRef& ref : step.inputs) renumber(ref);
+  }
+  for (ProgramRef& ref : plan.outputs) renumber(ref);
+  plan.steps = std::move(steps);
+  outs = std::move(kept);
 }
 
 // A Sum or Mean over the last axis of a loop's result becomes a row sum of
@@ -596,7 +624,10 @@ void RemoveAbsorbedStep(Program& plan,
 // mean of squares, the row sums of its and the softmax's gradients). The
 // loop sums each row with the reduction kernel's function: the same bits.
 void AbsorbRowSums(Program& plan, std::vector<std::vector<StepOutput>>& outs) {
-  for (int j = 0; j < static_cast<int>(plan.steps.size()); ++j) {
+  const int n = static_cast<int>(plan.steps.size());
+  Readers readers = FindReaders(plan, outs);
+  std::vector<std::optional<ProgramRef>> replaced(n);
+  for (int j = 0; j < n; ++j) {
     const ProgramStep& step = plan.steps[j];
     if (step.inputs.size() != 1) continue;
     const ProgramRef in = step.inputs[0];
@@ -614,21 +645,31 @@ void AbsorbRowSums(Program& plan, std::vector<std::vector<StepOutput>>& outs) {
     std::optional<FusedLoop::RowSum> sum =
         RowSumOf(step, static_cast<int>(loop.shape->size()));
     if (!sum) continue;
-    // Read by the reduction alone: no longer written.
-    const Readers readers = FindReaders(plan, outs);
-    const bool drop = readers.first[i][k] == j && readers.last[i][k] == j;
     sum->op = loop.outputs[k];
     auto absorbed = std::make_shared<FusedLoop>(loop);
-    if (drop) absorbed->outputs.erase(absorbed->outputs.begin() + k);
     absorbed->row_sums.push_back(*sum);
     plan.steps[i].loop = std::move(absorbed);
-    if (drop) outs[i].erase(outs[i].begin() + k);
+    // Read by the reduction alone: no longer written.
+    readers.dead[i][k] = readers.first[i][k] == j && readers.last[i][k] == j;
+    readers.dead[i].push_back(false);
     outs[i].push_back(outs[j][0]);
-    const ProgramRef sum_ref =
-        ProgramRef::Step(i, static_cast<int>(outs[i].size()) - 1);
-    RemoveAbsorbedStep(plan, outs, j, i, drop ? k : -1, sum_ref);
-    --j;
+    replaced[j] = ProgramRef::Step(i, static_cast<int>(outs[i].size()) - 1);
   }
+  std::vector<bool> removed(n, false);
+  for (int j = 0; j < n; ++j) {
+    if (replaced[j]) removed[j] = true, plan.steps[j].inputs.clear();
+  }
+  auto redirect = [&](ProgramRef& ref) {
+    if (ref.kind == ProgramRef::kStep && replaced[ref.index]) {
+      ref = *replaced[ref.index];
+    }
+  };
+  for (ProgramStep& step : plan.steps) {
+    for (ProgramRef& ref : step.inputs) redirect(ref);
+  }
+  for (ProgramRef& ref : plan.outputs) redirect(ref);
+  EraseDeadOutputs(plan, outs, readers.dead);
+  RemoveSteps(plan, outs, removed);
 }
 
 // Writes the plan while the program runs as defined (see the header).
