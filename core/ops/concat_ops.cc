@@ -76,7 +76,8 @@ void CopyRowsInParallel(absl::Span<const int64_t> row_bytes, int64_t outer,
     ParallelRange(outer, grain, [&](int64_t begin, int64_t end) {
       for (int64_t o = begin; o < end; ++o) {
         for (size_t k = 0; k < row_bytes.size(); ++k) {
-          copy(o, k, 0, row_bytes[k]);
+          // An empty piece may have no buffer: no memcpy from null.
+          if (row_bytes[k] > 0) copy(o, k, 0, row_bytes[k]);
         }
       }
     });
