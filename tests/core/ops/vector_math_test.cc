@@ -114,16 +114,22 @@ TEST(VectorMathTest, SelectsTheWidestSupportedIsa) {
   std::printf("vector_math on this CPU: %s\n", Name(isas.back()));
 }
 
-// Every 37th float32 bit pattern with a finite, nonzero result: the normal
-// range within 2 ulp, subnormal results within 1 ulp of the subnormal grid.
-TEST(VectorMathTest, ExpFloatSweep) {
+// Every `step`th float32 bit pattern strictly between lo and hi.
+std::vector<float> EveryNthFloat(uint32_t step, float lo, float hi) {
   std::vector<float> x;
-  for (uint64_t bits = 0; bits <= 0xffffffffu; bits += 37) {
+  for (uint64_t bits = 0; bits <= 0xffffffffu; bits += step) {
     const uint32_t b = static_cast<uint32_t>(bits);
     float f;
     std::memcpy(&f, &b, sizeof(f));
-    if (f > -104.0f && f < 88.8f) x.push_back(f);
+    if (f > lo && f < hi) x.push_back(f);
   }
+  return x;
+}
+
+// Every 37th float32 bit pattern with a finite, nonzero result: the normal
+// range within 2 ulp, subnormal results within 1 ulp of the subnormal grid.
+TEST(VectorMathTest, ExpFloatSweep) {
+  const std::vector<float> x = EveryNthFloat(37, -104.0f, 88.8f);
   for (Isa isa : SupportedIsas()) {
     SCOPED_TRACE(Name(isa));
     const UlpErrors e = MeasureUlp(isa, x, VecExp<float>, [](float v) {
@@ -335,13 +341,7 @@ TEST(VectorMathTest, LogSoftmaxRowsDouble) { CheckSoftmaxRows<double>(true); }
 // edges exact: +-0 keep their sign, +-inf and |x| >= 4 give +-1, NaN stays
 // NaN. float64: std::erf's bits.
 TEST(VectorMathTest, ErfFloatSweepAndEdges) {
-  std::vector<float> x;
-  for (uint64_t bits = 0; bits <= 0xffffffffu; bits += 301) {
-    const uint32_t b = static_cast<uint32_t>(bits);
-    float f;
-    std::memcpy(&f, &b, sizeof(f));
-    if (f > -5.0f && f < 5.0f) x.push_back(f);
-  }
+  const std::vector<float> x = EveryNthFloat(301, -5.0f, 5.0f);
   const float inf = std::numeric_limits<float>::infinity();
   const std::vector<float> edges = {0.0f,  -0.0f, inf,    -inf, 4.0f,
                                     -4.0f, 30.0f, -1e30f, NAN};
