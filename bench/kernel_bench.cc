@@ -5,6 +5,7 @@
 //   elementwise op=<op> elems=<n> <gbs> GB/s   (bytes read + written)
 //   transformer op=<op> <what> <us> us   (the transformer step's kernels)
 //   window op=<op> data_format=<NHWC|NCHW> input=<shape> <ms> ms
+//   fused loop=<what> <shape> <us> us   (the transformer plan's fused loops)
 // (the window lines: a convolution layer and a max pooling in both layouts
 // on the same data, so the cost of channels-first, which runs the
 // channels-last kernel on transposed copies, is their ratio)
@@ -13,7 +14,7 @@
 // bench/numpy_bench.py prints the same lines for numpy; bench/run_all.sh
 // puts them side by side.
 //
-// Run: build-perf/bench/kernel_bench [--reps=5]
+// Run: build-perf/bench/kernel_bench [--reps=5] [--only=fused,transformer]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -22,7 +23,10 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "core/autodiff/op_executor.h"
+#include "core/ops/fused_loop.h"
 #include "core/ops/gemm.h"
 #include "core/ops/ops.h"
 #include "core/ops/parallel.h"
@@ -31,6 +35,12 @@
 
 ABSL_FLAG(int, reps, 5, "runs per case; the median is printed");
 ABSL_FLAG(int64_t, elems, int64_t{1} << 24, "elements of elementwise inputs");
+ABSL_FLAG(int64_t, pool_mb, 256,
+          "the tensor buffer pool's limit (gradtape-server's --buffer_pool_mb "
+          "default); 0: no pool, so large outputs page-fault on every call");
+ABSL_FLAG(std::string, only, "",
+          "run only these sections, comma-separated: matmul, elementwise, "
+          "transformer, fused, window (default: all)");
 ABSL_FLAG(double, warmup_s, 0.2,
           "seconds each case runs before it is timed (at least one call)");
 
@@ -59,6 +69,16 @@ double MedianSeconds(int reps, Fn fn) {
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+// Whether --only lets `section` run.
+bool Wanted(absl::string_view section) {
+  const std::string only = absl::GetFlag(FLAGS_only);
+  if (only.empty()) return true;
+  for (absl::string_view s : absl::StrSplit(only, ',')) {
+    if (s == section) return true;
+  }
+  return false;
 }
 
 void Check(const absl::Status& s) {
@@ -154,12 +174,126 @@ void TransformerKernels(OpExecutor& ctx, int reps) {
   }
 }
 
+// The heaviest fused loops of the transformer's captured step, as its plan
+// builds them (docs/CAPTURE.md, "Fused loops"), one line each:
+//   fused loop=<what> <shape> <us> us
+void TransformerLoops(int reps) {
+  using L = FusedLoop;
+  auto filled = [](Shape shape, double v) {
+    return Tensor::Filled(DType::kFloat32, shape, v).value();
+  };
+  const Tensor one = filled({}, 0.5);
+  const Tensor wide = filled({2048, 256}, 0.25);
+  const Tensor x = filled({32, 64, 64}, 0.5);
+  const Tensor stat = filled({32, 64, 1}, 2.0);
+  const Tensor probs = filled({32, 4, 64, 64}, 0.25);
+  struct Case {
+    const char* what;
+    L loop;
+    std::vector<Tensor> in;
+  };
+  // Operand k < num_inputs is input k; above, op k - num_inputs.
+  const Case cases[] = {
+      {"gelu-backward",
+       {6,
+        {{L::kMul, 2, 4},
+         {L::kErf, 6, 6},
+         {L::kAdd, 7, 5},
+         {L::kMul, 0, 1},
+         {L::kMul, 9, 8},
+         {L::kMul, 9, 2},
+         {L::kMul, 6, 6},
+         {L::kNeg, 12, 12},
+         {L::kExp, 13, 13},
+         {L::kMul, 3, 14},
+         {L::kMul, 11, 15},
+         {L::kMul, 16, 4},
+         {L::kAdd, 10, 17}},
+        {12}},
+       {wide, one, wide, one, one, one}},
+      {"bias+gelu",
+       {5,
+        {{L::kAdd, 0, 1},
+         {L::kMul, 5, 2},
+         {L::kErf, 6, 6},
+         {L::kAdd, 7, 3},
+         {L::kMul, 5, 8},
+         {L::kMul, 9, 4}},
+        {0, 5}},
+       {wide, filled({256}, 0.5), one, one, one}},
+      {"layer-norm-backward",
+       {4,
+        {{L::kCopy, 0, 0},
+         {L::kDiv, 4, 1},
+         {L::kMul, 5, 2},
+         {L::kMul, 5, 2},
+         {L::kAdd, 3, 6},
+         {L::kAdd, 8, 7},
+         {L::kNeg, 9, 9}},
+        {5},
+        std::nullopt,
+        {{6}}},
+       {stat, one, x, x}},
+      {"softmax-backward",
+       {4, {{L::kSub, 0, 1}, {L::kMul, 4, 2}, {L::kMul, 5, 3}}, {2}},
+       {probs, filled({32, 4, 64, 1}, 1.0), probs, one}},
+      {"dropout-backward+row-sum",
+       {3, {{L::kMul, 0, 1}, {L::kMul, 3, 2}}, {1}, std::nullopt, {{1}}},
+       {probs, probs, probs}},
+      // scores * c + mask, softmax, dropout: probabilities, mask, result.
+      {"attention-forward",
+       {6,
+        {{L::kMul, 0, 1},
+         {L::kAdd, 6, 2},
+         {L::kSoftmax, 7, 7},
+         {L::kGreaterEqual, 3, 4},
+         {L::kCopy, 9, 9},
+         {L::kMul, 10, 5},
+         {L::kMul, 8, 11}},
+        {2, 5, 6}},
+       {probs, one, filled({64, 64}, -1.0), probs, filled({}, 0.1),
+        filled({}, 1.1)}},
+  };
+  for (const Case& c : cases) {
+    Tensors out;
+    double s = MedianSeconds(reps * 4, [&] {
+      out.clear();
+      Check(RunFusedLoop(c.loop, c.in, &out));
+    });
+    std::printf("fused loop=%s %s %.1f us\n", c.what,
+                ShapeString(out[0].shape()).c_str(), s * 1e6);
+  }
+  // The attention's forward as it ran before the softmax joined the loop:
+  // a loop, the Softmax kernel, a loop.
+  const Case& joined = cases[sizeof(cases) / sizeof(cases[0]) - 1];
+  L before{3, {{L::kMul, 0, 1}, {L::kAdd, 3, 2}}, {1}};
+  L after{4,
+          {{L::kGreaterEqual, 0, 1},
+           {L::kCopy, 4, 4},
+           {L::kMul, 5, 2},
+           {L::kMul, 3, 6}},
+          {2, 3}};
+  OpExecutor ctx(DefaultRegistry());
+  Tensors s1, s2, s3;
+  double s = MedianSeconds(reps * 4, [&] {
+    s1.clear(), s2.clear(), s3.clear();
+    Check(
+        RunFusedLoop(before, {joined.in[0], joined.in[1], joined.in[2]}, &s1));
+    Check(ctx.Execute("Softmax", {s1[0]}, AttrMap(), &s2));
+    Check(RunFusedLoop(after, {joined.in[3], joined.in[4], joined.in[5], s2[0]},
+                       &s3));
+  });
+  std::printf("fused loop=attention-forward-as-three-steps %s %.1f us\n",
+              ShapeString(s3[0].shape()).c_str(), s * 1e6);
+}
+
 }  // namespace
 }  // namespace gradtape
 
 int main(int argc, char** argv) {
   using namespace gradtape;
   absl::ParseCommandLine(argc, argv);
+  SetBufferPoolLimit(absl::GetFlag(FLAGS_pool_mb) << 20);
   const int reps = absl::GetFlag(FLAGS_reps);
   OpExecutor ctx(DefaultRegistry());
   Tensors out;
@@ -167,6 +301,7 @@ int main(int argc, char** argv) {
       "# gradtape: OpenBLAS kernels %s, vector math %s, GEMM threads %d\n",
       BlasCoreName(), VectorMathIsa(), ParallelismDegree());
   for (int64_t n : {256, 512, 1024}) {
+    if (!Wanted("matmul")) break;
     Tensor a = Tensor::Filled(DType::kFloat32, {n, n}, 0.5).value();
     Tensor b = Tensor::Filled(DType::kFloat32, {n, n}, 0.25).value();
     const Tensor in[] = {a, b};
@@ -185,6 +320,7 @@ int main(int argc, char** argv) {
   };
   for (const Case& c : {Case{"AddV2", 2}, Case{"Mul", 2}, Case{"Exp", 1},
                         Case{"Log", 1}, Case{"Sigmoid", 1}, Case{"Relu", 1}}) {
+    if (!Wanted("elementwise")) break;
     const Tensor in[] = {x, y};
     double s = MedianSeconds(reps, [&] {
       out.clear();  // free the previous output before the next allocation
@@ -195,7 +331,8 @@ int main(int argc, char** argv) {
     std::printf("elementwise op=%s elems=%lld %.2f GB/s\n", c.op,
                 static_cast<long long>(elems), bytes / s / 1e9);
   }
-  TransformerKernels(ctx, reps);
+  if (Wanted("transformer")) TransformerKernels(ctx, reps);
+  if (Wanted("fused")) TransformerLoops(reps);
   // A ResNet-style 3x3 layer and a 2x2 max pooling, channels-last and
   // channels-first (the same values transposed).
   struct Window {
@@ -219,6 +356,7 @@ int main(int argc, char** argv) {
         {"padding", std::string("VALID")}}},
   };
   for (const Window& w : windows) {
+    if (!Wanted("window")) break;
     for (const char* format : {"NHWC", "NCHW"}) {
       std::vector<Tensor> in = w.nhwc;
       AttrMap attrs = w.attrs;

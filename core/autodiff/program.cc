@@ -203,6 +203,15 @@ absl::Status ValidateStep(const OpRegistry& registry, const ProgramLimits& lim,
     RETURN_IF_ERROR(ReadInputs(p, s, step.inputs.size()));
     return AddOutputs(lim, p, s, nullptr, step.loop->num_results());
   }
+  if (step.kind == ProgramStep::kMatMul) {
+    if (step.matmul == nullptr || registry.strided_matmul_kernel() == nullptr ||
+        static_cast<int>(step.inputs.size()) != step.matmul->num_inputs) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          StepName(p, s), " is not a runnable strided matrix product"));
+    }
+    RETURN_IF_ERROR(ReadInputs(p, s, step.inputs.size()));
+    return AddOutputs(lim, p, s, nullptr, 1);
+  }
   if (step.kind != ProgramStep::kOp) return ValidateTapeStep(lim, p, s, tapes);
   const OpDef* op = registry.Find(step.op);
   if (op == nullptr) {
@@ -485,6 +494,7 @@ absl::Status RunTapeStep(OpExecutor& exec, const Program& p, size_t s,
     }
     case ProgramStep::kOp:
     case ProgramStep::kFused:
+    case ProgramStep::kMatMul:
       break;
   }
   return absl::InternalError("not a tape step");
@@ -512,15 +522,22 @@ absl::Status RunStep(OpExecutor& exec, const Program& p, size_t s,
                      const Tensors& inputs, RunGuard& guard, RunValues& values,
                      ProgramTracer* tracer) {
   const ProgramStep& step = p.steps[s];
-  if (step.kind == ProgramStep::kOp || step.kind == ProgramStep::kFused) {
+  if (step.kind == ProgramStep::kOp || step.kind == ProgramStep::kFused ||
+      step.kind == ProgramStep::kMatMul) {
     Tensors outputs;
     if (step.kind == ProgramStep::kOp) {
       RETURN_IF_ERROR(
           exec.Execute(*p.step_ops[s], inputs, step.attrs, &outputs));
     } else {
-      RETURN_IF_ERROR(
-          exec.registry().fused_loop_kernel()(*step.loop, inputs, &outputs));
-      RETURN_IF_ERROR(exec.CheckMemoryLimit("FusedLoop"));
+      if (step.kind == ProgramStep::kFused) {
+        RETURN_IF_ERROR(
+            exec.registry().fused_loop_kernel()(*step.loop, inputs, &outputs));
+      } else {
+        outputs.emplace_back();
+        RETURN_IF_ERROR(exec.registry().strided_matmul_kernel()(
+            *step.matmul, inputs, &outputs[0]));
+      }
+      RETURN_IF_ERROR(exec.CheckMemoryLimit(step.Name()));
       for (Tensor& t : outputs) t = exec.Adopt(std::move(t));
     }
     if (!p.expected_shapes.empty()) {
@@ -651,6 +668,8 @@ absl::string_view ProgramStep::Name() const {
       return "StartRecording";
     case kFused:
       return "FusedLoop";
+    case kMatMul:
+      return "StridedMatMul";
   }
   return "?";
 }
@@ -697,6 +716,14 @@ int64_t Program::StructureBytes() const {
           static_cast<int64_t>(step.loop->outputs.size()) * sizeof(int) +
           static_cast<int64_t>(step.loop->row_sums.size()) *
               sizeof(FusedLoop::RowSum);
+    }
+    if (step.matmul != nullptr) {
+      bytes += sizeof(StridedMatMul);
+      for (const StridedMatMul::Product& product : step.matmul->products) {
+        bytes +=
+            sizeof(product) +
+            static_cast<int64_t>(product.batch.size() * 4) * sizeof(int64_t);
+      }
     }
     // Derived: step_ops, step_slot, drop_after's vector.
     bytes += sizeof(void*) + sizeof(int) + sizeof(std::vector<int>);

@@ -75,7 +75,10 @@ struct ProgramStep {
     kStartRecording,
     // Only in plans (core/autodiff/program_plan.h), never from a client:
     // `loop`, run by the registry's fused loop kernel.
-    kFused
+    kFused,
+    // Only in plans: `matmul`, run by the registry's strided matrix product
+    // kernel (one output).
+    kMatMul
   };
   // kOp: the op; the other kinds leave it empty.
   std::string op;
@@ -93,7 +96,8 @@ struct ProgramStep {
   int num_targets = 0;
   int num_sources = 0;
   Unconnected unconnected = Unconnected::kNone;
-  std::shared_ptr<const FusedLoop> loop;  // kFused
+  std::shared_ptr<const FusedLoop> loop;        // kFused
+  std::shared_ptr<const StridedMatMul> matmul;  // kMatMul
 
   static ProgramStep PushTape(int tape, bool persistent = false,
                               bool watch_accessed_variables = true) {

@@ -17,6 +17,11 @@ static_assert(static_cast<int>(FusedLoop::kAdd) ==
                   static_cast<int>(FusedLoop::kLessEqual) ==
                       static_cast<int>(VecArith::kLessEqual),
               "the arithmetic and comparison codes are VecArith's");
+static_assert(static_cast<int>(FusedLoop::kNeg) ==
+                      static_cast<int>(VecUnary::kNeg) &&
+                  static_cast<int>(FusedLoop::kCopy) ==
+                      static_cast<int>(VecUnary::kCopy),
+              "the unary codes are VecUnary's");
 
 // Elements per block of a loop over full-size and scalar inputs: the scratch
 // of a few ops stays in the core's caches. A loop with row sums runs whole
@@ -65,6 +70,14 @@ absl::StatusOr<Shape> CheckLoop(const FusedLoop& loop,
   }
   for (int r = 0; r < nr; ++r) {
     const FusedLoop::Op& op = loop.ops[r];
+    if (FusedLoop::IsRowWise(op.code) &&
+        (out.empty() || out.back() > FusedLoop::kMaxRowLength ||
+         (op.code != FusedLoop::kSoftmax && !FusedLoop::RowSumsFit(out)) ||
+         (op.a < ni && inputs[op.a].shape() != out))) {
+      return Invalid(absl::StrCat("op ", r, " runs over whole rows of at most ",
+                                  FusedLoop::kMaxRowLength,
+                                  " elements of one full-size operand"));
+    }
     auto shape_of = [&](int x) -> std::optional<Shape> {
       if (x < 0 || x >= ni + r) return std::nullopt;
       return x < ni ? inputs[x].shape() : out;
@@ -84,6 +97,18 @@ absl::StatusOr<Shape> CheckLoop(const FusedLoop& loop,
   for (int r : loop.outputs) {
     if (r < 0 || r >= nr || seen[r]) return Invalid("bad outputs");
     seen[r] = true;
+  }
+  for (const FusedLoop::ColumnSum& sum : loop.column_sums) {
+    if (sum.op < 0 || sum.op >= nr) return Invalid("bad column sums");
+    if (!FusedLoop::ColumnSumsFit(out) ||
+        NumElements(sum.shape) != out.back() ||
+        sum.shape.back() != out.back()) {
+      return Invalid(absl::StrCat(
+          "column sums ", ShapeString(sum.shape), " of shape ",
+          ShapeString(out), ": rank 2 or more, rows of 1 to ",
+          FusedLoop::kMaxRowLength, " elements, two or more blocks of ",
+          FusedLoop::kColumnBlock, " elements"));
+    }
   }
   for (const FusedLoop::RowSum& sum : loop.row_sums) {
     if (sum.op < 0 || sum.op >= nr) return Invalid("bad row sums");
@@ -113,34 +138,10 @@ struct Operand {
   int64_t stride;  // 0 or 1
 };
 
-template <typename T>
-void RunOp(FusedLoop::Code code, Operand<T> a, Operand<T> b, T* z, int64_t n) {
-  if (a.stride == 0 && (FusedLoop::IsUnary(code) || b.stride == 0)) {
-    T v;  // one value for the whole block
-    RunOp<T>(code, {a.p, 1}, {b.p, 1}, &v, 1);
-    std::fill(z, z + n, v);
-    return;
-  }
-  switch (code) {
-    case FusedLoop::kNeg:
-      for (int64_t i = 0; i < n; ++i) z[i] = -a.p[i];
-      return;
-    case FusedLoop::kSquare:
-      VecBinary(VecArith::kMul, a.p, 1, a.p, 1, z, n);
-      return;
-    case FusedLoop::kExp:
-      VecExp(a.p, z, n);
-      return;
-    case FusedLoop::kErf:  // the Erf kernel's own function
-      VecErf(a.p, z, n);
-      return;
-    case FusedLoop::kCopy:
-      std::copy(a.p, a.p + n, z);
-      return;
-    default:  // the arithmetic, and the comparisons' 1 or 0
-      VecBinary(static_cast<VecArith>(code), a.p, a.stride, b.p, b.stride, z,
-                n);
-  }
+bool RowWise(const FusedLoop& loop) {
+  return std::any_of(
+      loop.ops.begin(), loop.ops.end(),
+      [](const FusedLoop::Op& op) { return FusedLoop::IsRowWise(op.code); });
 }
 
 // Each input's offset at a row of `out` (a row: the last dim), walked as
@@ -209,6 +210,7 @@ class LoopRun {
         ni_(loop.num_inputs),
         nr_(static_cast<int>(loop.ops.size())),
         flat_(out.empty() || (loop.row_sums.empty() &&
+                              loop.column_sums.empty() && !RowWise(loop) &&
                               std::all_of(inputs.begin(), inputs.end(),
                                           [&](const Tensor& t) {
                                             return t.num_elements() == n_ ||
@@ -227,44 +229,140 @@ class LoopRun {
     for (size_t k = 0; k < loop.row_sums.size(); ++k) {
       sums_.push_back(outputs[loop.outputs.size() + k].mutable_data<T>());
     }
+    for (size_t k = 0; k < loop.column_sums.size(); ++k) {
+      column_sums_.push_back(
+          outputs[loop.outputs.size() + loop.row_sums.size() + k]
+              .mutable_data<T>());
+    }
   }
 
   void Run() {
-    ParallelRange(blocks_.count,
-                  std::max<int64_t>(1, kElementwiseGrain / (block_ * nr_)),
-                  [&](int64_t begin, int64_t end) { RunBlocks(begin, end); });
+    if (!loop_.column_sums.empty()) return RunColumnBlocks();
+    ParallelRange(
+        blocks_.count, std::max<int64_t>(1, kElementwiseGrain / (block_ * nr_)),
+        [&](int64_t begin, int64_t end) {
+          Worker w(*this);
+          for (int64_t b = begin; b < end; ++b) {
+            // Rows [row, row + nrows), or a piece of one at col.
+            const bool pieces = blocks_.pieces > 1;
+            const int64_t row =
+                pieces ? b / blocks_.pieces : b * blocks_.rows_per_block;
+            RunBlock(w, row, pieces ? (b % blocks_.pieces) * blocks_.piece : 0,
+                     std::min(blocks_.rows_per_block, blocks_.rows - row));
+          }
+        });
   }
 
  private:
-  void RunBlocks(int64_t begin, int64_t end) {
-    std::vector<T> scratch(static_cast<size_t>(nr_ + ni_) * block_);
-    std::vector<Operand<T>> operands(ni_ + nr_);
-    std::vector<int64_t> offsets(ni_);
-    Rows walk(out_, strides_);
-    for (int64_t b = begin; b < end; ++b) {
-      // Rows [row, row + nrows), elements [col, col + len) of each.
-      const int64_t row =
-          blocks_.pieces > 1 ? b / blocks_.pieces : b * blocks_.rows_per_block;
-      const int64_t col =
-          blocks_.pieces > 1 ? (b % blocks_.pieces) * blocks_.piece : 0;
-      const int64_t nrows =
-          std::min(blocks_.rows_per_block, blocks_.rows - row);
-      const int64_t len = nrows > 1
-                              ? nrows * blocks_.inner
-                              : std::min(blocks_.piece, blocks_.inner - col);
-      const int64_t first = row * blocks_.inner + col;
-      if (!flat_) walk.Seek(row, offsets);
-      PlaceInputs(first, col, nrows, scratch.data(), offsets, walk, operands);
-      for (int r = 0; r < nr_; ++r) {
-        T* z = written_[r] != nullptr ? written_[r] + first
-                                      : scratch.data() + r * block_;
-        const FusedLoop::Op& op = loop_.ops[r];
-        const Operand<T> a = operands[op.a];
-        RunOp<T>(op.code, a, FusedLoop::IsUnary(op.code) ? a : operands[op.b],
-                 z, len);
-        operands[ni_ + r] = {z, 1};
+  // A thread's scratch and operands.
+  struct Worker {
+    explicit Worker(const LoopRun& run)
+        : scratch(static_cast<size_t>(run.nr_ + run.ni_) * run.block_),
+          operands(run.ni_ + run.nr_),
+          offsets(run.ni_),
+          ops(run.nr_),
+          // A row-wise op's scratch (a row: the loop then runs whole rows).
+          shifted(RowWise(run.loop_) ? run.blocks_.inner : 0),
+          walk(run.out_, run.strides_) {}
+    std::vector<T> scratch;
+    std::vector<Operand<T>> operands;
+    std::vector<int64_t> offsets;
+    std::vector<VecLoopOp<T>> ops;
+    std::vector<T> shifted;
+    Rows walk;
+  };
+
+  // Rows [row, row + nrows), elements [col, col + len) of each, through
+  // every op; the results in w.operands.
+  void RunBlock(Worker& w, int64_t row, int64_t col, int64_t nrows) {
+    const int64_t len = nrows > 1
+                            ? nrows * blocks_.inner
+                            : std::min(blocks_.piece, blocks_.inner - col);
+    const int64_t first = row * blocks_.inner + col;
+    if (!flat_) w.walk.Seek(row, w.offsets);
+    PlaceInputs(first, col, nrows, w.scratch.data(), w.offsets, w.walk,
+                w.operands);
+    for (int r = 0; r < nr_; ++r) {
+      T* z = written_[r] != nullptr ? written_[r] + first
+                                    : w.scratch.data() + r * block_;
+      const FusedLoop::Op& op = loop_.ops[r];
+      const Operand<T> a = w.operands[op.a];
+      const Operand<T> b = FusedLoop::IsUnary(op.code) ? a : w.operands[op.b];
+      w.ops[r] = {static_cast<int>(op.code), a.p, a.stride, b.p, b.stride, z};
+      w.operands[ni_ + r] = {z, 1};
+    }
+    RunOps(w.ops, nrows, len, w.shifted);
+    SumRows(w.operands, row, nrows);
+  }
+
+  // With column sums: the Sum kernel's blocks of rows in parallel, each
+  // block's column sums from 0 row by row, then the blocks' sums in order
+  // (FusedLoop::ColumnSum).
+  void RunColumnBlocks() {
+    const int64_t k = blocks_.inner;
+    const int64_t block_rows = FusedLoop::ColumnBlockRows(k);
+    const int64_t count = (blocks_.rows + block_rows - 1) / block_rows;
+    const size_t sums = loop_.column_sums.size();
+    std::vector<T> partial(count * sums * k, T(0));
+    ParallelRange(count, 1, [&](int64_t begin, int64_t end) {
+      Worker w(*this);
+      for (int64_t c = begin; c < end; ++c) {
+        const int64_t last = std::min(blocks_.rows, (c + 1) * block_rows);
+        for (int64_t row = c * block_rows; row < last;
+             row += blocks_.rows_per_block) {
+          const int64_t nrows = std::min(blocks_.rows_per_block, last - row);
+          RunBlock(w, row, 0, nrows);
+          for (size_t j = 0; j < sums; ++j) {
+            AddRows(w.operands[ni_ + loop_.column_sums[j].op].p, nrows, k,
+                    partial.data() + (c * sums + j) * k);
+          }
+        }
       }
-      SumRows(operands, row, nrows);
+    });
+    for (size_t j = 0; j < sums; ++j) {
+      T* y = column_sums_[j];
+      std::fill(y, y + k, T(0));
+      for (int64_t c = 0; c < count; ++c) {
+        AddRows(partial.data() + (c * sums + j) * k, 1, k, y);
+      }
+    }
+  }
+
+  // y[i] += x[r][i] for each of `rows` rows of k, in order.
+  static void AddRows(const T* x, int64_t rows, int64_t k, T* y) {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t i = 0; i < k; ++i) y[i] += x[r * k + i];
+    }
+  }
+
+  // The block's ops: the elementwise ones strip by strip (VecLoopBlock),
+  // up to each row-wise one, which runs over the block's whole rows.
+  void RunOps(const std::vector<VecLoopOp<T>>& ops, int64_t nrows, int64_t len,
+              std::vector<T>& shifted) {
+    int from = 0;
+    for (int r = 0; r < nr_; ++r) {
+      const FusedLoop::Code code = loop_.ops[r].code;
+      if (!FusedLoop::IsRowWise(code)) continue;
+      VecLoopBlock(ops.data() + from, r - from, len);
+      if (code == FusedLoop::kSoftmax) {
+        VecSoftmaxRows(ops[r].a, ops[r].z, shifted.data(), nrows, blocks_.inner,
+                       /*log=*/false);
+      } else {
+        SpreadRowSums(ops[r].a, nrows, code == FusedLoop::kRowMean, ops[r].z);
+      }
+      from = r + 1;
+    }
+    VecLoopBlock(ops.data() + from, nr_ - from, len);
+  }
+
+  // Each of `nrows` rows of z: the sum (or mean) of that row of x, as
+  // SumRows computes it.
+  void SpreadRowSums(const T* x, int64_t nrows, bool mean, T* z) {
+    const int64_t k = blocks_.inner;
+    VecRowSums(x, nrows, k, z);  // z's first nrows elements: the sums
+    for (int64_t i = nrows - 1; i >= 0; --i) {
+      const T sum = mean ? static_cast<T>(z[i] / static_cast<T>(k)) : z[i];
+      std::fill(z + i * k, z + (i + 1) * k, sum);
     }
   }
 
@@ -329,7 +427,8 @@ class LoopRun {
   std::vector<Shape> strides_;
   std::vector<const T*> base_;
   std::vector<T*> written_;
-  std::vector<T*> sums_;  // the row sums' outputs
+  std::vector<T*> sums_;         // the row sums' outputs
+  std::vector<T*> column_sums_;  // the column sums' outputs
 };
 
 }  // namespace
@@ -348,6 +447,11 @@ absl::Status RunFusedLoop(const FusedLoop& loop,
     // Every row is summed below (CheckLoop: rows are not empty).
     ASSIGN_OR_RETURN(Tensor t,
                      Tensor::Uninitialized(dtype, RowSumShape(out, sum)));
+    outputs->push_back(std::move(t));
+  }
+  for (const FusedLoop::ColumnSum& sum : loop.column_sums) {
+    // Every column is summed below (CheckLoop: columns are not empty).
+    ASSIGN_OR_RETURN(Tensor t, Tensor::Uninitialized(dtype, sum.shape));
     outputs->push_back(std::move(t));
   }
   if (NumElements(out) == 0) return absl::OkStatus();

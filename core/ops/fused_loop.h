@@ -11,7 +11,8 @@
 namespace gradtape {
 
 // A FusedLoopKernel: rows of the loop's shape in parallel; within a row,
-// blocks of at most kFusedBlock elements, each op over the block in turn.
+// blocks of at most kFusedBlock elements, each run by VecLoopBlock
+// (core/ops/vector_math.h: the ops strip by strip).
 absl::Status RunFusedLoop(const FusedLoop& loop,
                           absl::Span<const Tensor> inputs, Tensors* outputs);
 

@@ -16,6 +16,7 @@
 #include "core/ops/kernel_util.h"
 #include "core/ops/ops.h"
 #include "core/ops/parallel.h"
+#include "core/registry/strided_matmul.h"
 
 namespace gradtape {
 namespace {
@@ -29,47 +30,26 @@ namespace {
 constexpr double kGemmSplitsWork = 1 << 20;
 constexpr double kBatchBlockWork = 1 << 17;
 
-// z[o] = op(x[i]) op(y[j]) for every product o of the batch dims `batch`
-// (i, j: matrix offsets into x and y, through the strides sx, sy, 0 along a
-// broadcast dim), walked block by block with no list of the products (a
-// batch of a billion 1 x 1 products must not need memory the tensors were
-// not charged for). Each product is one Gemm on one thread, so the result
-// does not depend on the thread count. The first error (a cancellation)
-// wins; blocks started after it return at once (Gemm checks it first).
-template <typename T>
-absl::Status BatchedGemm(MatrixOp op_x, MatrixOp op_y, const ProductDims& d,
-                         absl::Span<const int64_t> batch,
-                         absl::Span<const int64_t> sx,
-                         absl::Span<const int64_t> sy, const T* px,
-                         int64_t x_size, int64_t xc, const T* py,
-                         int64_t y_size, int64_t yc, T* pz) {
-  const int64_t n = NumElements(batch);
+// Runs gemms(begin, end) over blocks of n products of `work` multiply-adds
+// each: in one call when Gemm splits such a product between the threads
+// itself, else blocks spread over the threads. Each product is one Gemm on
+// one thread, so the result does not depend on the thread count. The first
+// error (a cancellation) wins; blocks started after it return at once
+// (Gemm checks it first).
+template <typename Fn>
+absl::Status ForProducts(int64_t n, double work, Fn gemms) {
   if (n == 0) return absl::OkStatus();
-  const BroadcastLayout l = CollapseStrides(batch, sx, sy);
-  const int64_t inner = l.inner(), ia = l.sa.back(), ib = l.sb.back();
-  const int64_t z_size = d.m * d.n;
   Cancellation* const cancel = CurrentCancellation();
   absl::Status status;
   std::mutex mu;
   auto run = [&](int64_t begin, int64_t end) {
     ScopedCancellation scope(cancel);  // on a pool thread too
-    RowCursor row(l, begin / inner);
-    for (int64_t o = begin, k = begin % inner; o < end; ++o) {
-      absl::Status s = Gemm<T>(
-          op_x, op_y, d.m, d.n, d.k, px + (row.a() + k * ia) * x_size, xc,
-          py + (row.b() + k * ib) * y_size, yc, pz + o * z_size, d.n);
-      if (!s.ok()) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (status.ok()) status = std::move(s);
-        return;
-      }
-      if (++k == inner) {
-        k = 0;
-        row.Next();
-      }
+    absl::Status s = gemms(begin, end);
+    if (!s.ok()) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (status.ok()) status = std::move(s);
     }
   };
-  const double work = static_cast<double>(d.m) * d.n * d.k;
   if (work >= kGemmSplitsWork) {
     run(0, n);
   } else {
@@ -77,6 +57,39 @@ absl::Status BatchedGemm(MatrixOp op_x, MatrixOp op_y, const ProductDims& d,
                   run);
   }
   return status;
+}
+
+// z[o] = op(x[i]) op(y[j]) for every product o of the batch dims `batch`
+// (i, j: matrix offsets into x and y, through the strides sx, sy, 0 along a
+// broadcast dim), walked block by block with no list of the products (a
+// batch of a billion 1 x 1 products must not need memory the tensors were
+// not charged for).
+template <typename T>
+absl::Status BatchedGemm(MatrixOp op_x, MatrixOp op_y, const ProductDims& d,
+                         absl::Span<const int64_t> batch,
+                         absl::Span<const int64_t> sx,
+                         absl::Span<const int64_t> sy, const T* px,
+                         int64_t x_size, int64_t xc, const T* py,
+                         int64_t y_size, int64_t yc, T* pz) {
+  if (NumElements(batch) == 0) return absl::OkStatus();
+  const BroadcastLayout l = CollapseStrides(batch, sx, sy);
+  const int64_t inner = l.inner(), ia = l.sa.back(), ib = l.sb.back();
+  const int64_t z_size = d.m * d.n;
+  return ForProducts(
+      NumElements(batch), static_cast<double>(d.m) * d.n * d.k,
+      [&](int64_t begin, int64_t end) {
+        RowCursor row(l, begin / inner);
+        for (int64_t o = begin, k = begin % inner; o < end; ++o) {
+          RETURN_IF_ERROR(Gemm<T>(
+              op_x, op_y, d.m, d.n, d.k, px + (row.a() + k * ia) * x_size, xc,
+              py + (row.b() + k * ib) * y_size, yc, pz + o * z_size, d.n));
+          if (++k == inner) {
+            k = 0;
+            row.Next();
+          }
+        }
+        return absl::OkStatus();
+      });
 }
 
 // BatchMatMul (broadcast = false: batch dims must be equal) and
@@ -141,6 +154,100 @@ absl::Status BatchMatMulKernel(KernelContext& ctx, bool broadcast) {
   });
   RETURN_IF_ERROR(ctx.Annotate(status));
   ctx.set_output(0, std::move(z));
+  return absl::OkStatus();
+}
+
+// Whether `v`'s matrices of `rows` x `cols` stored elements, over `batch`,
+// lie inside a tensor of `size` elements (they do if there are none).
+bool ViewFits(const StridedMatMul::View& v, absl::Span<const int64_t> batch,
+              int64_t rows, int64_t cols, int64_t size) {
+  if (NumElements(batch) == 0 || rows == 0 || cols == 0) return true;
+  if (v.offset < 0 || v.ld < cols || v.batch_strides.size() != batch.size()) {
+    return false;
+  }
+  __int128 last = static_cast<__int128>(v.offset) +
+                  static_cast<__int128>(rows - 1) * v.ld + (cols - 1);
+  for (size_t d = 0; d < batch.size(); ++d) {
+    if (v.batch_strides[d] < 0) return false;
+    last += static_cast<__int128>(batch[d] - 1) * v.batch_strides[d];
+  }
+  return last < size;
+}
+
+// The element offset of matrix o of `batch` in view `v`.
+int64_t MatrixAt(const StridedMatMul::View& v, absl::Span<const int64_t> batch,
+                 int64_t o) {
+  int64_t offset = v.offset;
+  for (int d = static_cast<int>(batch.size()) - 1; d >= 0; --d) {
+    offset += (o % batch[d]) * v.batch_strides[d];
+    o /= batch[d];
+  }
+  return offset;
+}
+
+absl::Status CheckStridedMatMul(const StridedMatMul& mm,
+                                absl::Span<const Tensor> inputs) {
+  auto invalid = [](auto... why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("strided matrix products: ", why...));
+  };
+  if (static_cast<int>(inputs.size()) != mm.num_inputs || inputs.empty()) {
+    return invalid("take ", mm.num_inputs, " inputs, got ", inputs.size());
+  }
+  const DType dtype = inputs[0].dtype();
+  for (const Tensor& t : inputs) {
+    if (t.dtype() != dtype ||
+        (dtype != DType::kFloat32 && dtype != DType::kFloat64)) {
+      return invalid("input ", t.DebugString(),
+                     ": inputs are float32 or float64, one dtype");
+    }
+  }
+  const int64_t size = NumElements(mm.shape);
+  int64_t written = 0;
+  for (const StridedMatMul::Product& p : mm.products) {
+    if (p.a < 0 || p.a >= mm.num_inputs || p.b < 0 || p.b >= mm.num_inputs ||
+        p.m < 0 || p.n < 0 || p.k < 0 || NumElements(p.batch) < 0) {
+      return invalid("a product's inputs or sizes are out of range");
+    }
+    const Tensor& a = inputs[p.a];
+    const Tensor& b = inputs[p.b];
+    if (!ViewFits(p.va, p.batch, p.trans_a ? p.k : p.m, p.trans_a ? p.m : p.k,
+                  a.num_elements()) ||
+        !ViewFits(p.vb, p.batch, p.trans_b ? p.n : p.k, p.trans_b ? p.k : p.n,
+                  b.num_elements()) ||
+        !ViewFits(p.vz, p.batch, p.m, p.n, size)) {
+      return invalid("a view leaves its tensor (", a.DebugString(), " times ",
+                     b.DebugString(), " into ", ShapeString(mm.shape), ")");
+    }
+    written += NumElements(p.batch) * p.m * p.n;
+  }
+  if (written != size) {
+    return invalid("the products write ", written, " elements of ",
+                   ShapeString(mm.shape), "'s ", size);
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status RunProducts(const StridedMatMul& mm,
+                         absl::Span<const Tensor> inputs, T* pz) {
+  for (const StridedMatMul::Product& p : mm.products) {
+    const T* pa = inputs[p.a].data<T>();
+    const T* pb = inputs[p.b].data<T>();
+    const MatrixOp op_a = p.trans_a ? MatrixOp::kTranspose : MatrixOp::kNone;
+    const MatrixOp op_b = p.trans_b ? MatrixOp::kTranspose : MatrixOp::kNone;
+    RETURN_IF_ERROR(ForProducts(
+        NumElements(p.batch), static_cast<double>(p.m) * p.n * p.k,
+        [&](int64_t begin, int64_t end) {
+          for (int64_t o = begin; o < end; ++o) {
+            RETURN_IF_ERROR(Gemm<T>(op_a, op_b, p.m, p.n, p.k,
+                                    pa + MatrixAt(p.va, p.batch, o), p.va.ld,
+                                    pb + MatrixAt(p.vb, p.batch, o), p.vb.ld,
+                                    pz + MatrixAt(p.vz, p.batch, o), p.vz.ld));
+          }
+          return absl::OkStatus();
+        }));
+  }
   return absl::OkStatus();
 }
 
@@ -245,6 +352,21 @@ Op BatchMatMul(Op op, bool broadcast) {
 }
 
 }  // namespace
+
+absl::Status RunStridedMatMul(const StridedMatMul& mm,
+                              absl::Span<const Tensor> inputs, Tensor* output) {
+  RETURN_IF_ERROR(CheckStridedMatMul(mm, inputs));
+  const DType dtype = inputs[0].dtype();
+  // Every element is written by one product (the plan's promise; the count
+  // is checked above).
+  ASSIGN_OR_RETURN(Tensor z, Tensor::Uninitialized(dtype, mm.shape));
+  RETURN_IF_ERROR(
+      dtype == DType::kFloat32
+          ? RunProducts<float>(mm, inputs, z.mutable_data<float>())
+          : RunProducts<double>(mm, inputs, z.mutable_data<double>()));
+  *output = std::move(z);
+  return absl::OkStatus();
+}
 
 void RegisterLinalgOps(OpRegistry& r) {
   r.Add(Op("MatMul")

@@ -27,6 +27,7 @@ void RegisterAllOps(OpRegistry& registry) {
   RegisterGatherOps(registry);
   RegisterConcatOps(registry);
   registry.set_fused_loop_kernel(&RunFusedLoop);
+  registry.set_strided_matmul_kernel(&RunStridedMatMul);
 }
 
 const OpRegistry& DefaultRegistry() {

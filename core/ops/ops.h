@@ -51,6 +51,11 @@ void RegisterRandomOps(OpRegistry& registry);
 // N-dimensional gather and scatter: GatherNd, ScatterNd.
 void RegisterGatherOps(OpRegistry& registry);
 
+// The kernel of a plan's strided matrix products
+// (core/registry/strided_matmul.h), in linalg_ops.cc.
+absl::Status RunStridedMatMul(const StridedMatMul& mm,
+                              absl::Span<const Tensor> inputs, Tensor* output);
+
 void RegisterAllOps(OpRegistry& registry);
 
 // The registry with every op family of gradtape, built on first use.

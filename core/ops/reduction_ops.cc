@@ -79,7 +79,10 @@ void FoldColumns(const T* p, int64_t r_count, int64_t k_count, int64_t begin,
 template <typename T>
 void FoldRowsOf(const T* px, int64_t r_count, int64_t k_count, bool prod,
                 T* py) {
-  const int64_t block_rows = kElementwiseGrain / k_count;
+  // Fused loops' column sums (core/registry/fused_loop.h) follow these
+  // blocks: the same bits.
+  static_assert(FusedLoop::kColumnBlock == kElementwiseGrain);
+  const int64_t block_rows = FusedLoop::ColumnBlockRows(k_count);
   const int64_t blocks =
       block_rows < 8 ? 0 : (r_count + block_rows - 1) / block_rows;
   if (blocks < 2) {

@@ -408,6 +408,55 @@ GRADTAPE_INLINE void ArithSwitch(VecArith op, const T* a, int64_t sa,
   }
 }
 
+// z[i] = a[i * sa] op b[i * sb] for a VecLoopOp's code (VecLoopBlock).
+template <bool kFma, typename T>
+GRADTAPE_INLINE void LoopOpRun(int code, const T* a, int64_t sa, const T* b,
+                               int64_t sb, T* z, int64_t n) {
+  switch (code) {
+    case static_cast<int>(VecUnary::kNeg):
+      for (int64_t i = 0; i < n; ++i) z[i] = -a[i];
+      return;
+    case static_cast<int>(VecUnary::kSquare):
+      return ArithLoop<VecArith::kMul>(a, 1, a, 1, z, n);
+    case static_cast<int>(VecUnary::kExp):
+      return ExpLoop<kFma>(a, z, n);
+    case static_cast<int>(VecUnary::kErf):
+      return ErfLoop<kFma>(a, z, n);
+    case static_cast<int>(VecUnary::kCopy):
+      for (int64_t i = 0; i < n; ++i) z[i] = a[i];
+      return;
+    default:
+      return ArithSwitch(static_cast<VecArith>(code), a, sa, b, sb, z, n);
+  }
+}
+
+// One op of a loop block over n elements from element o (VecLoopBlock).
+template <bool kFma, typename T>
+GRADTAPE_INLINE void LoopOp(const VecLoopOp<T>& op, int64_t o, int64_t n) {
+  const bool unary = op.code >= static_cast<int>(VecUnary::kNeg);
+  if (op.sa == 0 && (unary || op.sb == 0)) {
+    T v;  // one value for the whole strip
+    LoopOpRun<kFma>(op.code, op.a, 1, op.b, 1, &v, 1);
+    for (int64_t i = 0; i < n; ++i) op.z[o + i] = v;
+    return;
+  }
+  LoopOpRun<kFma>(op.code, op.a + o * op.sa, op.sa, op.b + o * op.sb, op.sb,
+                  op.z + o, n);
+}
+
+// Elements per strip of VecLoopBlock: a strip of each op's values stays in
+// the first-level cache between the ops.
+constexpr int64_t kLoopStrip = 128;
+
+template <bool kFma, typename T>
+GRADTAPE_INLINE void LoopBlock(const VecLoopOp<T>* ops, int num_ops,
+                               int64_t n) {
+  for (int64_t o = 0; o < n; o += kLoopStrip) {
+    const int64_t len = n - o < kLoopStrip ? n - o : kLoopStrip;
+    for (int r = 0; r < num_ops; ++r) LoopOp<kFma>(ops[r], o, len);
+  }
+}
+
 // VecAdam's loop. No contraction into fused multiply-adds, which clang
 // does within an expression by default (GCC's ISO mode does not): the AVX2
 // and AVX-512 variants must round as the baseline does.
@@ -496,6 +545,14 @@ GRADTAPE_INLINE void AdamLoop(const AdamStep<T>& step, const T* var, const T* m,
   }                                                                            \
   Attr void Erf##Suffix(const double* x, double* y, int64_t n) {               \
     ErfLoop<kFma>(x, y, n);                                                    \
+  }                                                                            \
+  Attr void LoopBlock##Suffix(const VecLoopOp<float>* ops, int num_ops,        \
+                              int64_t n) {                                     \
+    LoopBlock<kFma>(ops, num_ops, n);                                          \
+  }                                                                            \
+  Attr void LoopBlock##Suffix(const VecLoopOp<double>* ops, int num_ops,       \
+                              int64_t n) {                                     \
+    LoopBlock<kFma>(ops, num_ops, n);                                          \
   }                                                                            \
   Attr void Softmax##Suffix(const float* x, float* y, float* shifted,          \
                             int64_t rows, int64_t cols, bool log) {            \
@@ -613,6 +670,14 @@ void VecErfFor(Isa isa, const float* x, float* y, int64_t n) {
 void VecErfFor(Isa isa, const double* x, double* y, int64_t n) {
   GRADTAPE_DISPATCH(Erf, x, y, n);
 }
+void VecLoopBlockFor(Isa isa, const VecLoopOp<float>* ops, int num_ops,
+                     int64_t n) {
+  GRADTAPE_DISPATCH(LoopBlock, ops, num_ops, n);
+}
+void VecLoopBlockFor(Isa isa, const VecLoopOp<double>* ops, int num_ops,
+                     int64_t n) {
+  GRADTAPE_DISPATCH(LoopBlock, ops, num_ops, n);
+}
 void VecSoftmaxRowsFor(Isa isa, const float* x, float* y, float* shifted,
                        int64_t rows, int64_t cols, bool log) {
   GRADTAPE_DISPATCH(Softmax, x, y, shifted, rows, cols, log);
@@ -657,6 +722,12 @@ void VecErf(const float* x, float* y, int64_t n) {
 }
 void VecErf(const double* x, double* y, int64_t n) {
   vector_math_internal::VecErfFor(SelectedIsa(), x, y, n);
+}
+void VecLoopBlock(const VecLoopOp<float>* ops, int num_ops, int64_t n) {
+  vector_math_internal::VecLoopBlockFor(SelectedIsa(), ops, num_ops, n);
+}
+void VecLoopBlock(const VecLoopOp<double>* ops, int num_ops, int64_t n) {
+  vector_math_internal::VecLoopBlockFor(SelectedIsa(), ops, num_ops, n);
 }
 void VecSoftmaxRows(const float* x, float* y, float* shifted, int64_t rows,
                     int64_t cols, bool log) {

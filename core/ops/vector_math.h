@@ -79,6 +79,33 @@ void VecBinary(VecArith op, const float* a, int64_t sa, const float* b,
 void VecBinary(VecArith op, const double* a, int64_t sa, const double* b,
                int64_t sb, double* z, int64_t n);
 
+// The ops of VecLoopBlock that read one operand, numbered after VecArith's.
+enum class VecUnary { kNeg = 10, kSquare, kExp, kErf, kCopy };
+
+// One op of VecLoopBlock: z[i] = a[i * sa] op b[i * sb], or z[i] = f(a[i *
+// sa]) for a unary op (b unused), each stride 0 or 1. With every read
+// operand of stride 0 the op is computed once and that value fills z. code
+// is a VecArith's or a VecUnary's value; Neg is -a, Square a * a, Exp and
+// Erf are VecExp's and VecErf's, Copy is a.
+template <typename T>
+struct VecLoopOp {
+  int code;
+  const T* a;
+  int64_t sa;
+  const T* b;
+  int64_t sb;
+  T* z;
+};
+
+// A fused loop's block (core/ops/fused_loop.cc): every op over elements
+// [0, n), in order. It runs them strip by strip, each op over a few dozen
+// elements before the next op, so the values an op passes to the next stay
+// in the core's first-level cache. An op may read any earlier op's z; no z
+// may overlap another op's operands or z. Each element gets what the ops
+// one at a time over [0, n) (VecBinary, VecExp, VecErf) give: the same bits.
+void VecLoopBlock(const VecLoopOp<float>* ops, int num_ops, int64_t n);
+void VecLoopBlock(const VecLoopOp<double>* ops, int num_ops, int64_t n);
+
 // One Adam step over n elements (ResourceApplyAdam, core/ops/training_ops.cc),
 // reading the old values and writing the new ones in one pass:
 //   m' = m + (g - m) * one_minus_beta1
@@ -126,6 +153,10 @@ void VecRowSumsFor(Isa isa, const double* x, int64_t rows, int64_t cols,
                    double* y);
 void VecErfFor(Isa isa, const float* x, float* y, int64_t n);
 void VecErfFor(Isa isa, const double* x, double* y, int64_t n);
+void VecLoopBlockFor(Isa isa, const VecLoopOp<float>* ops, int num_ops,
+                     int64_t n);
+void VecLoopBlockFor(Isa isa, const VecLoopOp<double>* ops, int num_ops,
+                     int64_t n);
 void VecSoftmaxRowsFor(Isa isa, const float* x, float* y, float* shifted,
                        int64_t rows, int64_t cols, bool log);
 void VecSoftmaxRowsFor(Isa isa, const double* x, double* y, double* shifted,

@@ -11,6 +11,7 @@ std::optional<FusedLoop::Code> FusedLoop::CodeOf(absl::string_view op_name) {
   if (op_name == "Square") return kSquare;
   if (op_name == "Exp") return kExp;
   if (op_name == "Erf") return kErf;
+  if (op_name == "Softmax") return kSoftmax;
   if (op_name == "Equal") return kEqual;
   if (op_name == "NotEqual") return kNotEqual;
   if (op_name == "Greater") return kGreater;

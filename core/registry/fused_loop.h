@@ -41,7 +41,18 @@ struct FusedLoop {
     kSquare,
     kExp,
     kErf,
-    kCopy
+    kCopy,
+    // The softmax of each row (the last dim) of its operand, as the Softmax
+    // kernel computes it (VecSoftmaxRows); the loop then runs whole rows
+    // per block, so rows must be at most kMaxRowLength long.
+    kSoftmax,
+    // The sum (kRowSum) or mean (kRowMean) of each row of its operand,
+    // given to every element of the row: a row sum of the loop's read back
+    // broadcast by later ops of the same loop (a plan merges a loop that
+    // reads an earlier loop's row sums into it). Each row is summed as
+    // `row_sums` are; whole rows per block, as for kSoftmax.
+    kRowSum,
+    kRowMean
   };
   // An operand below num_inputs is that input; above, the result of op
   // (operand - num_inputs), an earlier op. Unary ops read `a` only.
@@ -79,18 +90,48 @@ struct FusedLoop {
            NumElements(shape) / shape.back() >= 2;
   }
 
-  // How many tensors the loop gives: its outputs, then its row sums.
+  // Sums over every dim but the last of results (a Sum over those axes
+  // that reads the result), written after the row sums, each of `shape`
+  // (the Sum's: [..., 1, K] with keep_dims, else [K]). Each column is
+  // summed as the Sum kernel sums the columns of [R, K] with many rows:
+  // blocks of ColumnBlockRows(K) rows, each summed row by row from 0, then
+  // the blocks' sums in order. So the loop runs those blocks in parallel,
+  // and the shape must fit ColumnSumsFit (the kernel's other ways of
+  // summing columns are not followed).
+  struct ColumnSum {
+    int op = 0;
+    Shape shape;
+  };
+  std::vector<ColumnSum> column_sums;
+  // The Sum kernel's rows per block of a column sum (core/ops/
+  // reduction_ops.cc, FoldRowsOf: kElementwiseGrain elements a block).
+  static constexpr int64_t kColumnBlock = 32 * 1024;
+  static int64_t ColumnBlockRows(int64_t cols) { return kColumnBlock / cols; }
+  static bool ColumnSumsFit(const Shape& shape) {
+    if (shape.size() < 2 || shape.back() < 1 || shape.back() > kMaxRowLength) {
+      return false;
+    }
+    const int64_t rows = NumElements(shape) / shape.back();
+    const int64_t block = ColumnBlockRows(shape.back());
+    return block >= 8 && (rows + block - 1) / block >= 2;
+  }
+
+  // How many tensors the loop gives: its outputs, then its row sums, then
+  // its column sums.
   int num_results() const {
-    return static_cast<int>(outputs.size() + row_sums.size());
+    return static_cast<int>(outputs.size() + row_sums.size() +
+                            column_sums.size());
   }
 
   // The code of an op a loop can run: AddV2, Add, Sub, Mul, RealDiv, Div,
-  // Neg, Square, Exp, Erf (float in, float out); Equal, NotEqual, Greater,
-  // GreaterEqual, Less, LessEqual (float in, bool out); Cast (kCopy: only
-  // of a comparison's bool to the loop's float) and BroadcastTo (kCopy: its
-  // input broadcast to the loop's shape).
+  // Neg, Square, Exp, Erf, Softmax (float in, float out); Equal, NotEqual,
+  // Greater, GreaterEqual, Less, LessEqual (float in, bool out); Cast
+  // (kCopy: only of a comparison's bool to the loop's float) and
+  // BroadcastTo (kCopy: its input broadcast to the loop's shape).
   static std::optional<Code> CodeOf(absl::string_view op_name);
   static bool IsUnary(Code code) { return code >= kNeg; }
+  // An op over whole rows, not element by element.
+  static bool IsRowWise(Code code) { return code >= kSoftmax; }
   static bool IsComparison(Code code) {
     return code >= kEqual && code <= kLessEqual;
   }

@@ -30,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "core/registry/fused_loop.h"
+#include "core/registry/strided_matmul.h"
 #include "core/tensor/attrs.h"
 #include "core/tensor/tensor.h"
 
@@ -312,10 +313,19 @@ class OpRegistry {
   void set_fused_loop_kernel(FusedLoopKernel kernel) {
     fused_loop_kernel_ = kernel;
   }
+  // The kernel of strided matrix products (core/registry/strided_matmul.h),
+  // set with the ops; null: plans fold no layouts into products.
+  StridedMatMulKernel strided_matmul_kernel() const {
+    return strided_matmul_kernel_;
+  }
+  void set_strided_matmul_kernel(StridedMatMulKernel kernel) {
+    strided_matmul_kernel_ = kernel;
+  }
 
  private:
   std::vector<std::unique_ptr<OpDef>> ops_;
   FusedLoopKernel fused_loop_kernel_ = nullptr;
+  StridedMatMulKernel strided_matmul_kernel_ = nullptr;
   absl::flat_hash_map<std::string, const OpDef*> by_name_;
 };
 

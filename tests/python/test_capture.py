@@ -170,9 +170,10 @@ def test_transformer_100_captured_steps_equal_the_eager_ones_bit_for_bit(tt: Any
     captured, captured_params, programs = _transformer_run(tt, server_address, captured=True)
     assert len(programs) == 1  # AdamW's slots made on the first call: that trace is not kept
     # Its calls after the first ran the plan: the gradient's ops as steps,
-    # no tape.
+    # no tape (fewer steps than the program's forward and backward: loops
+    # and folded layouts).
     (info,) = programs
-    assert info.not_planned == "" and info.plan_steps > info.steps
+    assert info.not_planned == "" and info.plan_steps > 0
     assert eager[-1] < eager[0]  # it trains
     differing = [i for i, (a, b) in enumerate(zip(eager, captured)) if not np.array_equal(a, b)]
     assert not differing, f"{len(differing)} losses differ, the first at step {differing[0]}"

@@ -467,19 +467,21 @@ TEST_F(ProgramTest, DropsValuesAfterTheirLastReader) {
 
 class ProgramTrainingTest : public ProgramTest {
  protected:
-  // A variable of `value` (shape [3, 2]), as a client makes one.
-  Tensor NewVariable(uint32_t seed) {
+  // A float64 variable of random values (shape [3, 2] unless given), as a
+  // client makes one.
+  Tensor NewVariable(uint32_t seed, Shape shape = {3, 2}) {
     Tensors out;
     EXPECT_TRUE(exec_
                     .Execute("VarHandleOp", {},
                              {{"dtype", DType::kFloat64},
-                              {"shape", std::vector<int64_t>{3, 2}}},
+                              {"shape", std::vector<int64_t>(shape.begin(),
+                                                             shape.end())}},
                              &out)
                     .ok());
     Tensors none;
     EXPECT_TRUE(exec_
                     .Execute("AssignVariableOp",
-                             {out[0], Arg(Random({3, 2}, seed))}, {}, &none)
+                             {out[0], Arg(Random(shape, seed))}, {}, &none)
                     .ok());
     return out[0];
   }
@@ -821,12 +823,14 @@ class FusedPlanTest : public ProgramTrainingTest {
     std::set<std::string> fused, unfused;
     int64_t fused_steps = 0, unfused_steps = 0;
     std::vector<std::shared_ptr<const FusedLoop>> loops;  // the fused plan's
+    std::vector<std::shared_ptr<const StridedMatMul>> matmuls;  // the same
   };
 
   PlanOps ExpectFusedSameAsUnfused(const MakeProgram& make,
-                                   const MakeArgs& args) {
-    const Tensor w_fused = NewVariable(5);
-    const Tensor w_unfused = NewVariable(5);
+                                   const MakeArgs& args,
+                                   Shape var_shape = {3, 2}) {
+    const Tensor w_fused = NewVariable(5, var_shape);
+    const Tensor w_unfused = NewVariable(5, var_shape);
     Program p_fused = make(w_fused);
     Program p_unfused = make(w_unfused);
     EXPECT_TRUE(Validate(p_fused).ok());
@@ -854,6 +858,7 @@ class FusedPlanTest : public ProgramTrainingTest {
     for (const ProgramStep& step : fused.plan()->steps) {
       ops.fused.insert(step.op);
       if (step.loop != nullptr) ops.loops.push_back(step.loop);
+      if (step.matmul != nullptr) ops.matmuls.push_back(step.matmul);
     }
     for (const ProgramStep& step : unfused.plan()->steps) {
       ops.unfused.insert(step.op);
@@ -1017,9 +1022,9 @@ TEST_F(FusedPlanTest, BackwardLoopsRecomputeCheapForwardResults) {
 
 // A layer norm of g = h * h + h, g - mean(g) over each row divided by the
 // root of the rows' mean squares: both Means become row sums of the loops
-// whose results they read, the unfused plan's bits. The squares are read
-// by their Mean alone and never written; g, a program output too, still
-// is.
+// whose results they read, and the loop of g - mean(g) then joins g's, the
+// unfused plan's bits. The squares are read by their Mean alone and never
+// written; g, a program output too, still is.
 TEST_F(FusedPlanTest, RowMeansJoinTheLoopsTheyRead) {
   using R = ProgramRef;
   const Tensor lr = Arg(Tensor::Scalar<double>(0.05));
@@ -1055,25 +1060,261 @@ TEST_F(FusedPlanTest, RowMeansJoinTheLoopsTheyRead) {
   };
   const PlanOps ops =
       ExpectFusedSameAsUnfused(norm, [&](int call) { return Args(call); });
-  int means = 0;
+  // g's mean is read by the loop of g - mean(g), which joins g's loop: the
+  // mean is spread over its rows there (kRowMean), no longer a row sum.
+  int means = 0, spread = 0;
   bool squares_written = true, g_written = false;
   for (const auto& loop : ops.loops) {
     for (const FusedLoop::RowSum& sum : loop->row_sums) {
       if (!sum.mean) continue;
       ++means;
-      const bool written = std::find(loop->outputs.begin(), loop->outputs.end(),
-                                     sum.op) != loop->outputs.end();
-      if (loop->ops[sum.op].code == FusedLoop::kSquare) {
-        squares_written = written;
-      } else {
-        g_written = written;
-      }
+      EXPECT_EQ(loop->ops[sum.op].code, FusedLoop::kSquare);
+      squares_written = std::find(loop->outputs.begin(), loop->outputs.end(),
+                                  sum.op) != loop->outputs.end();
+    }
+    for (const FusedLoop::Op& op : loop->ops) {
+      if (op.code != FusedLoop::kRowMean) continue;
+      ++spread;
+      const int g = op.a - loop->num_inputs;
+      g_written = std::find(loop->outputs.begin(), loop->outputs.end(), g) !=
+                  loop->outputs.end();
     }
   }
-  EXPECT_EQ(means, 2);
+  EXPECT_EQ(means, 1);
+  EXPECT_EQ(spread, 1);
   EXPECT_FALSE(squares_written);
   EXPECT_TRUE(g_written);
   EXPECT_LT(ops.fused_steps, ops.unfused_steps);
+}
+
+// A bias added after a MatMul, then a Reshape that keeps the last dim and
+// a squared error on the new shape: the Reshape moves before the AddV2,
+// which joins the error's loop (no AddV2 step is left); with the bias
+// added to an elementwise result instead, the AddV2 stays in that loop
+// (the Reshape stays after it). The unfused plan's bits.
+TEST_F(FusedPlanTest, ReshapesMoveBeforeABiasSoItJoinsTheNextLoop) {
+  using R = ProgramRef;
+  const Tensor lr = Arg(Tensor::Scalar<double>(0.05));
+  const Tensor bias = Arg(Random({2}, 9));
+  for (bool after_matmul : {true, false}) {
+    SCOPED_TRACE(after_matmul);
+    auto biased = [&](const Tensor& w) {
+      Program p = SgdStep(w, lr);
+      p.params[1].shape = {2, 2, 2};
+      p.constants.push_back(bias);  // 2
+      p.steps = {
+          ProgramStep::PushTape(0),
+          {"ReadVariableOp", {R::Constant(0)}, {{"dtype", DType::kFloat64}}},
+          {"MatMul", {R::Param(0), R::Step(1)}, {}},
+          after_matmul ? ProgramStep{"Identity", {R::Step(2)}, {}}
+                       : ProgramStep{"Square", {R::Step(2)}, {}},
+          {"AddV2",
+           {after_matmul ? R::Step(2) : R::Step(3), R::Constant(2)},
+           {}},
+          {"Reshape", {R::Step(4)}, {{"shape", std::vector<int64_t>{2, 2, 2}}}},
+          {"Sub", {R::Step(5), R::Param(1)}, {}},
+          {"Square", {R::Step(6)}, {}},
+          {"Sum", {R::Step(7)}, {}},
+          ProgramStep::PopTape(0),
+          ProgramStep::Gradient(0, {R::Step(8)}, {R::Constant(0)}),
+          {"ResourceApplyGradientDescent",
+           {R::Constant(0), R::Constant(1), R::Step(10)},
+           {}}};
+      p.outputs = {R::Step(8)};
+      return p;
+    };
+    const PlanOps ops = ExpectFusedSameAsUnfused(biased, [&](int call) {
+      return std::vector<Tensor>{Arg(Random({4, 3}, 100 + call)),
+                                 Arg(Random({2, 2, 2}, 200 + call))};
+    });
+    EXPECT_EQ(ops.unfused.count("AddV2"), 1u);
+    EXPECT_EQ(ops.fused.count("AddV2"), 0u);
+    bool bias_in_loop = false;
+    for (const auto& loop : ops.loops) {
+      const bool has_add = std::any_of(
+          loop->ops.begin(), loop->ops.end(),
+          [](const FusedLoop::Op& op) { return op.code == FusedLoop::kAdd; });
+      if (has_add) {
+        bias_in_loop = true;
+        // After the MatMul the bias joins the error's loop ([2, 2, 2]);
+        // after the Square it stays in the Square's ([4, 2]).
+        EXPECT_EQ(*loop->shape,
+                  after_matmul ? (Shape{2, 2, 2}) : (Shape{4, 2}));
+      }
+    }
+    EXPECT_TRUE(bias_in_loop);
+  }
+}
+
+// A Sum over the rows of a loop's result, sum((x @ w - y)^2 over rows)^2
+// summed: the Sum becomes a column sum of the Sub and Square loop, in the
+// Sum kernel's blocks of rows (20,000 rows of 2: two blocks), and the
+// squares are not written; the unfused plan's bits.
+TEST_F(FusedPlanTest, ColumnSumsJoinTheLoopsTheyRead) {
+  using R = ProgramRef;
+  constexpr int64_t rows = 20000;
+  const Tensor lr = Arg(Tensor::Scalar<double>(1e-6));
+  auto columns = [&](const Tensor& w) {
+    Program p = SgdStep(w, lr);
+    p.params = {{DType::kFloat64, {rows, 3}}, {DType::kFloat64, {rows, 2}}};
+    p.steps = {
+        ProgramStep::PushTape(0),
+        {"ReadVariableOp", {R::Constant(0)}, {{"dtype", DType::kFloat64}}},
+        {"MatMul", {R::Param(0), R::Step(1)}, {}},
+        {"Sub", {R::Step(2), R::Param(1)}, {}},
+        {"Square", {R::Step(3)}, {}},
+        {"Sum",
+         {R::Step(4)},
+         {{"axis", std::vector<int64_t>{0}}, {"keep_dims", false}}},
+        {"Mul", {R::Step(5), R::Step(5)}, {}},
+        {"Sum", {R::Step(6)}, {}},
+        ProgramStep::PopTape(0),
+        ProgramStep::Gradient(0, {R::Step(7)}, {R::Constant(0)}),
+        {"ResourceApplyGradientDescent",
+         {R::Constant(0), R::Constant(1), R::Step(9)},
+         {}}};
+    p.outputs = {R::Step(7)};
+    return p;
+  };
+  const PlanOps ops = ExpectFusedSameAsUnfused(columns, [&](int call) {
+    return std::vector<Tensor>{Arg(Random({rows, 3}, 100 + call)),
+                               Arg(Random({rows, 2}, 200 + call))};
+  });
+  int sums = 0;
+  for (const auto& loop : ops.loops) {
+    for (const FusedLoop::ColumnSum& sum : loop->column_sums) {
+      ++sums;
+      EXPECT_EQ(loop->ops[sum.op].code, FusedLoop::kSquare);
+      EXPECT_EQ(std::count(loop->outputs.begin(), loop->outputs.end(), sum.op),
+                0);
+      EXPECT_EQ(sum.shape, (Shape{2}));
+    }
+  }
+  EXPECT_EQ(sums, 1);
+}
+
+// An attention head block: x @ w_qkv as q, k and v of 2 heads (Reshape,
+// Transpose, Unpack), softmax(q k^T * c) v back to rows (Transpose,
+// Reshape), a squared error. The folded plan reads q, k and v and the
+// output's gradient where they lie, and writes the head outputs and the
+// gradients of q, k and v (their Pack) in the layout read next; the
+// Softmax joins the scaling's loop. No Transpose, Unpack, Pack or Softmax
+// step is left (nor a Reshape of theirs: the one left shapes the loss's
+// gradient), and the bits are the unfolded plan's.
+TEST_F(FusedPlanTest, LayoutsFoldIntoStridedProducts) {
+  using R = ProgramRef;
+  constexpr int64_t b = 2, t = 3, h = 2, d = 2;
+  const Tensor lr = Arg(Tensor::Scalar<double>(0.05));
+  const Tensor scale = Arg(Tensor::Scalar<double>(0.7));
+  auto attention = [&](const Tensor& w) {
+    Program p;
+    p.params = {{DType::kFloat64, {b * t, 3}},
+                {DType::kFloat64, {b * t, h * d}}};
+    p.constants = {w, lr, scale};
+    auto ints = [](std::vector<int64_t> v) { return v; };
+    p.steps = {
+        ProgramStep::PushTape(0),
+        {"ReadVariableOp", {R::Constant(0)}, {{"dtype", DType::kFloat64}}},
+        {"MatMul", {R::Param(0), R::Step(1)}, {}},
+        {"Reshape", {R::Step(2)}, {{"shape", ints({b, t, 3, h, d})}}},
+        {"Transpose", {R::Step(3)}, {{"perm", ints({2, 0, 3, 1, 4})}}},
+        {"Unpack", {R::Step(4)}, {{"num", int64_t{3}}, {"axis", int64_t{0}}}},
+        {"BatchMatMulV2",
+         {R::Step(5, 0), R::Step(5, 1)},
+         {{"adj_x", false}, {"adj_y", true}}},
+        {"Mul", {R::Step(6), R::Constant(2)}, {}},
+        {"Softmax", {R::Step(7)}, {}},
+        {"BatchMatMulV2",
+         {R::Step(8), R::Step(5, 2)},
+         {{"adj_x", false}, {"adj_y", false}}},
+        {"Transpose", {R::Step(9)}, {{"perm", ints({0, 2, 1, 3})}}},
+        {"Reshape", {R::Step(10)}, {{"shape", ints({b * t, h * d})}}},
+        {"Sub", {R::Step(11), R::Param(1)}, {}},
+        {"Square", {R::Step(12)}, {}},
+        {"Sum", {R::Step(13)}, {}},
+        ProgramStep::PopTape(0),
+        ProgramStep::Gradient(0, {R::Step(14)}, {R::Constant(0)}),
+        {"ResourceApplyGradientDescent",
+         {R::Constant(0), R::Constant(1), R::Step(16)},
+         {}}};
+    p.outputs = {R::Step(14)};
+    return p;
+  };
+  const PlanOps ops = ExpectFusedSameAsUnfused(
+      attention,
+      [&](int call) {
+        return std::vector<Tensor>{Arg(Random({b * t, 3}, 100 + call)),
+                                   Arg(Random({b * t, h * d}, 200 + call))};
+      },
+      {3, 3 * h * d});
+  for (const char* op : {"Transpose", "Unpack", "Pack", "Softmax"}) {
+    EXPECT_EQ(ops.unfused.count(op), 1u) << op;
+    EXPECT_EQ(ops.fused.count(op), 0u) << op;
+  }
+  // The scores, the head outputs, the probabilities' gradient, and the
+  // gradients of q, k and v as one step of three products.
+  ASSERT_EQ(ops.matmuls.size(), 4u);
+  EXPECT_EQ(ops.matmuls[1]->shape, (Shape{b * t, h * d}));
+  EXPECT_EQ(ops.matmuls[3]->products.size(), 3u);
+  EXPECT_EQ(ops.matmuls[3]->shape, (Shape{b * t, 3 * h * d}));
+}
+
+// The same block through other layouts: q, k and v unpacked along axis 2
+// of [b, t, 3, h, d] and each transposed, the heads' output carried on by
+// a Transpose that is not its own inverse ([b, h, t, d] to [t, b, h, d]),
+// so the gradients come back through other permutations and a Pack along
+// axis 2 of Transposes (which stays a step). The unfolded plan's bits; no
+// Unpack is left.
+TEST_F(FusedPlanTest, LayoutsFoldThroughOtherPermutations) {
+  using R = ProgramRef;
+  constexpr int64_t b = 2, t = 3, h = 2, d = 2;
+  const Tensor lr = Arg(Tensor::Scalar<double>(0.05));
+  auto attention = [&](const Tensor& w) {
+    Program p;
+    p.params = {{DType::kFloat64, {b * t, 3}},
+                {DType::kFloat64, {t * b, h * d}}};
+    p.constants = {w, lr};
+    auto ints = [](std::vector<int64_t> v) { return v; };
+    const AttrMap heads = {{"perm", ints({0, 2, 1, 3})}};
+    p.steps = {
+        ProgramStep::PushTape(0),
+        {"ReadVariableOp", {R::Constant(0)}, {{"dtype", DType::kFloat64}}},
+        {"MatMul", {R::Param(0), R::Step(1)}, {}},
+        {"Reshape", {R::Step(2)}, {{"shape", ints({b, t, 3, h, d})}}},
+        {"Unpack", {R::Step(3)}, {{"num", int64_t{3}}, {"axis", int64_t{2}}}},
+        {"Transpose", {R::Step(4, 0)}, heads},
+        {"Transpose", {R::Step(4, 1)}, heads},
+        {"Transpose", {R::Step(4, 2)}, heads},
+        {"BatchMatMulV2",
+         {R::Step(5), R::Step(6)},
+         {{"adj_x", false}, {"adj_y", true}}},
+        {"Softmax", {R::Step(8)}, {}},
+        {"BatchMatMulV2",
+         {R::Step(9), R::Step(7)},
+         {{"adj_x", false}, {"adj_y", false}}},
+        {"Transpose", {R::Step(10)}, {{"perm", ints({2, 0, 1, 3})}}},
+        {"Reshape", {R::Step(11)}, {{"shape", ints({t * b, h * d})}}},
+        {"Sub", {R::Step(12), R::Param(1)}, {}},
+        {"Square", {R::Step(13)}, {}},
+        {"Sum", {R::Step(14)}, {}},
+        ProgramStep::PopTape(0),
+        ProgramStep::Gradient(0, {R::Step(15)}, {R::Constant(0)}),
+        {"ResourceApplyGradientDescent",
+         {R::Constant(0), R::Constant(1), R::Step(17)},
+         {}}};
+    p.outputs = {R::Step(15)};
+    return p;
+  };
+  const PlanOps ops = ExpectFusedSameAsUnfused(
+      attention,
+      [&](int call) {
+        return std::vector<Tensor>{Arg(Random({b * t, 3}, 300 + call)),
+                                   Arg(Random({t * b, h * d}, 400 + call))};
+      },
+      {3, 3 * h * d});
+  EXPECT_EQ(ops.unfused.count("Unpack"), 1u);
+  EXPECT_EQ(ops.fused.count("Unpack"), 0u);
+  EXPECT_GE(ops.matmuls.size(), 4u);
 }
 
 // A persistent tape (or a second one) could record a backward's ops for a

@@ -51,10 +51,10 @@ Tensor WithNaNsAndTies(const Tensor& t) {
 
 const char* OpName(Code code) {
   static const char* const kNames[] = {
-      "AddV2",    "Sub",     "Mul",          "RealDiv", "Equal",
-      "NotEqual", "Greater", "GreaterEqual", "Less",    "LessEqual",
-      "Neg",      "Square",  "Exp",          "Erf",     "Cast"};
-  static_assert(sizeof(kNames) / sizeof(kNames[0]) == Code::kCopy + 1);
+      "AddV2",   "Sub",          "Mul",  "RealDiv",   "Equal", "NotEqual",
+      "Greater", "GreaterEqual", "Less", "LessEqual", "Neg",   "Square",
+      "Exp",     "Erf",          "Cast", "Softmax",   "Sum",   "Mean"};
+  static_assert(sizeof(kNames) / sizeof(kNames[0]) == Code::kRowMean + 1);
   return kNames[code];
 }
 
@@ -80,11 +80,23 @@ class FusedLoopTest : public OpTest {
         const Shape& shape = *loop.shape;
         attrs.Set("shape", std::vector<int64_t>(shape.begin(), shape.end()));
       }
+      if (op.code == Code::kRowSum || op.code == Code::kRowMean) {
+        // The row's sum for each element: Sum or Mean over the last axis,
+        // broadcast back.
+        attrs.Set("axis", std::vector<int64_t>{-1});
+        attrs.Set("keep_dims", true);
+      }
       absl::StatusOr<Tensor> r = Run1(name, args, attrs);
       ASSERT_TRUE(r.ok()) << r.status();
+      if (op.code == Code::kRowSum || op.code == Code::kRowMean) {
+        const Shape& shape = values[op.a].shape();
+        r = Run1("BroadcastTo", {*r},
+                 {{"shape", std::vector<int64_t>(shape.begin(), shape.end())}});
+        ASSERT_TRUE(r.ok()) << r.status();
+      }
       values.push_back(*r);
     }
-    ASSERT_EQ(fused.size(), loop.outputs.size() + loop.row_sums.size());
+    ASSERT_EQ(fused.size(), static_cast<size_t>(loop.num_results()));
     for (size_t k = 0; k < loop.outputs.size(); ++k) {
       const Tensor& want = values[loop.num_inputs + loop.outputs[k]];
       EXPECT_TRUE(SameBits(fused[k], want))
@@ -103,6 +115,23 @@ class FusedLoopTest : public OpTest {
       const Tensor& got = fused[loop.outputs.size() + k];
       EXPECT_TRUE(SameBits(got, *want))
           << "row sum " << k << ": " << got.DebugString() << " vs "
+          << want->DebugString();
+    }
+    // Column sums: the Sum op over every axis but the last.
+    for (size_t k = 0; k < loop.column_sums.size(); ++k) {
+      const FusedLoop::ColumnSum& sum = loop.column_sums[k];
+      const Tensor& value = values[loop.num_inputs + sum.op];
+      std::vector<int64_t> axes;
+      for (int d = 0; d + 1 < value.rank(); ++d) axes.push_back(d);
+      AttrMap attrs;
+      attrs.Set("axis", axes);
+      attrs.Set("keep_dims",
+                static_cast<int>(sum.shape.size()) == value.rank());
+      absl::StatusOr<Tensor> want = Run1("Sum", {value}, attrs);
+      ASSERT_TRUE(want.ok()) << want.status();
+      const Tensor& got = fused[loop.outputs.size() + loop.row_sums.size() + k];
+      EXPECT_TRUE(SameBits(got, *want))
+          << "column sum " << k << ": " << got.DebugString() << " vs "
           << want->DebugString();
     }
   }
@@ -251,6 +280,84 @@ TEST_F(FusedLoopTest, RowSumsEqualTheSumAndMeanKernelsBitForBit) {
   }
 }
 
+// The attention's forward: softmax(x * s + mask) between elementwise ops,
+// then dropout, and a row sum of the softmax: the loop runs whole rows per
+// block, the softmax over each block's rows as the Softmax kernel does.
+// Rows of 1, 64 (16 a block) and 1000 (one a block), one row, several.
+TEST_F(FusedLoopTest, SoftmaxRowsEqualTheSoftmaxKernelBitForBit) {
+  FusedLoop loop;
+  loop.num_inputs = 5;                      // x, s, mask (a row), u, rate
+  loop.ops = {{Code::kMul, 0, 1},           // 5: x * s
+              {Code::kAdd, 5, 2},           // 6: + mask
+              {Code::kSoftmax, 6, 6},       // 7
+              {Code::kGreaterEqual, 3, 4},  // 8
+              {Code::kCopy, 8, 8},          // 9
+              {Code::kMul, 7, 9},           // 10: dropout
+              {Code::kSoftmax, 10, 10}};    // 11: a second one
+  loop.outputs = {2, 5, 6};
+  loop.row_sums = {{2, false, true}};
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (Shape shape : {Shape{37, 64}, Shape{3, 4, 64, 64}, Shape{5, 1000},
+                        Shape{1, 64}, Shape{9, 1}}) {
+      SCOPED_TRACE(ShapeString(shape));
+      FusedLoop l = loop;
+      if (shape[0] == 1 || shape.back() == 1) l.row_sums.clear();
+      ExpectSameAsOps(l, {Random(dtype, shape, 1), Random(dtype, {}, 2),
+                          Random(dtype, {shape.back()}, 3),
+                          Random(dtype, shape, 4), Random(dtype, {}, 5)});
+    }
+  }
+}
+
+// Bias and gain gradients: column sums of a loop's results, with a row sum
+// beside them, equal the Sum kernel's over every axis but the last: its
+// blocks of rows (8 to 512 rows a block; K = 100 does not divide a block
+// of loop rows into them), kept dims or not, a result also written or not.
+TEST_F(FusedLoopTest, ColumnSumsEqualTheSumKernelBitForBit) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (Shape shape : {Shape{2048, 64}, Shape{32, 64, 64}, Shape{300, 192},
+                        Shape{1000, 100}, Shape{40, 1024}}) {
+      SCOPED_TRACE(ShapeString(shape));
+      FusedLoop loop;
+      loop.num_inputs = 3;  // dy, x, a row
+      loop.ops = {{Code::kMul, 0, 1}, {Code::kAdd, 3, 2}};
+      loop.outputs = {1};
+      Shape kept(shape.size(), 1);
+      kept.back() = shape.back();
+      loop.column_sums = {{0, kept}, {1, Shape{shape.back()}}};
+      loop.row_sums = {{1, false, true}};
+      ExpectSameAsOps(loop, {Random(dtype, shape, 1), Random(dtype, shape, 2),
+                             Random(dtype, {shape.back()}, 3)});
+    }
+  }
+}
+
+// The softmax's gradient in one loop: t = dy * keep, s = rowsum(t * y)
+// spread over the row (kRowSum), (t - s) * y * c; and a row mean spread
+// (kRowMean) read by a later op; each row summed as the Sum and Mean
+// kernels sum it.
+TEST_F(FusedLoopTest, SpreadRowSumsEqualTheSumAndMeanKernelsBitForBit) {
+  FusedLoop loop;
+  loop.num_inputs = 4;                 // dy, keep, y, c
+  loop.ops = {{Code::kMul, 0, 1},      // 4: t
+              {Code::kMul, 4, 2},      // 5: t * y
+              {Code::kRowSum, 5, 5},   // 6
+              {Code::kSub, 4, 6},      // 7
+              {Code::kMul, 7, 2},      // 8
+              {Code::kMul, 8, 3},      // 9
+              {Code::kRowMean, 9, 9},  // 10
+              {Code::kSub, 9, 10}};    // 11
+  loop.outputs = {5, 7};
+  loop.row_sums = {{1, true, true}};
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (Shape shape : {Shape{3, 4, 64, 64}, Shape{37, 70}, Shape{5, 1000}}) {
+      SCOPED_TRACE(ShapeString(shape));
+      ExpectSameAsOps(loop, {Random(dtype, shape, 1), Random(dtype, shape, 2),
+                             Random(dtype, shape, 3), Random(dtype, {}, 4)});
+    }
+  }
+}
+
 TEST_F(FusedLoopTest, EmptyShapesGiveEmptyOutputs) {
   FusedLoop loop;
   loop.num_inputs = 2;
@@ -296,6 +403,25 @@ TEST_F(FusedLoopTest, RefusesBadLoops) {
       {{1, {{Code::kNeg, 0, 0}}, {0}, std::nullopt, {{0, false, true}}},
        {Random(DType::kFloat32, {64, 1}, 5)},
        "2 or more rows"},
+      {{1, {{Code::kSoftmax, 0, 0}}, {0}},
+       {Random(DType::kFloat32, {2, 1025}, 5)},
+       "whole rows of at most 1024"},
+      {{1, {{Code::kNeg, 0, 0}}, {0}, std::nullopt, {}, {{1, Shape{4}}}},
+       {a},
+       "bad column sums"},
+      {{1, {{Code::kNeg, 0, 0}}, {0}, std::nullopt, {}, {{0, Shape{4}}}},
+       {a},
+       "two or more blocks"},
+      {{1, {{Code::kNeg, 0, 0}}, {0}, std::nullopt, {}, {{0, Shape{3}}}},
+       {Random(DType::kFloat32, {2048, 4}, 5)},
+       "column sums [3]"},
+      {{2, {{Code::kSoftmax, 1, 1}}, {0}}, {a, v}, "one full-size operand"},
+      {{1, {{Code::kSoftmax, 0, 0}}, {0}},
+       {Tensor::Scalar<float>(1)},
+       "whole rows"},
+      {{1, {{Code::kRowSum, 0, 0}}, {0}},
+       {Random(DType::kFloat32, {1, 64}, 5)},
+       "whole rows"},
   };
   for (const Case& c : cases) {
     Tensors out;

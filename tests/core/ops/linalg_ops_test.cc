@@ -2,12 +2,14 @@
 // BatchMatMul, BatchMatMulV2, SparseMatMul, Cross) against naive references,
 // and their input checks. The gradient check covers the backwards.
 #include <complex>
+#include <cstring>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "core/autodiff/gradient.h"
 #include "core/autodiff/op_executor.h"
 #include "core/base/cancellation.h"
+#include "core/ops/ops.h"
 #include "core/registry/op_registry.h"
 #include "gtest/gtest.h"
 #include "tests/core/ops/op_samples.h"
@@ -193,6 +195,110 @@ TEST_F(LinalgOpsTest, BatchOfSmallProductsFailsOnCancellation) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled) << r.status();
   EXPECT_TRUE(absl::StrContains(r.status().message(), "BatchMatMulV2"))
       << r.status();
+}
+
+// Strided products (a plan's folded layouts, core/registry/strided_matmul.h)
+// on the attention's layouts: q, k, v read from a fused [b * t, 3 * h * d]
+// projection, the scores q k^T and the gradients of q and k written into
+// one [b * t, 2 * h * d] tensor. Bit for bit BatchMatMulV2 on the
+// Reshape, Transpose and Unpack copies, and the Pack, Transpose and
+// Reshape of its results; float32 and float64.
+TEST_F(LinalgOpsTest, StridedProductsEqualBatchMatMulOnCopies) {
+  constexpr int64_t b = 3, t = 5, h = 2, d = 4;
+  for (DType dtype : {DType::kFloat64, DType::kFloat32}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    auto cast = [&](const Tensor& x) {
+      return dtype == DType::kFloat64
+                 ? x
+                 : MustRun("Cast", {x}, {{"DstT", DType::kFloat32}});
+    };
+    const Tensor qkv = cast(R({b * t, 3 * h * d}, 71));
+    const Tensor g = cast(R({b, h, t, t}, 72));
+    // [b*t, 3hd] -> [b, t, 3, h, d] -> [3, b, h, t, d] -> q, k, v.
+    const Tensor heads =
+        MustRun("Transpose",
+                {MustRun("Reshape", {qkv},
+                         {{"shape", std::vector<int64_t>{b, t, 3, h, d}}})},
+                {{"perm", std::vector<int64_t>{2, 0, 3, 1, 4}}});
+    auto split =
+        Run("Unpack", {heads}, {{"num", int64_t{3}}, {"axis", int64_t{0}}});
+    ASSERT_TRUE(split.ok()) << split.status();
+    const Tensor &q = (*split)[0], &k = (*split)[1];
+    const Tensor scores = MustRun("BatchMatMulV2", {q, k}, {{"adj_y", true}});
+    const Tensor dq = MustRun("BatchMatMulV2", {g, k});
+    const Tensor dk = MustRun("BatchMatMulV2", {g, q}, {{"adj_x", true}});
+    const Tensor packed = MustRun(
+        "Reshape",
+        {MustRun("Transpose", {MustRun("Pack", {dq, dk}, {{"N", int64_t{2}}})},
+                 {{"perm", std::vector<int64_t>{1, 3, 0, 2, 4}}})},
+        {{"shape", std::vector<int64_t>{b * t, 2 * h * d}}});
+
+    // Matrix (i, j) of q in qkv: row stride 3hd, batch strides t*3hd and d;
+    // k is d * h further. In the packed result: rows 2hd apart, batch
+    // strides t*2hd and d, dk at h * d.
+    using V = StridedMatMul::View;
+    const V vq{0, {t * 3 * h * d, d}, 3 * h * d};
+    const V vk{h * d, {t * 3 * h * d, d}, 3 * h * d};
+    const V vg{0, {h * t * t, t * t}, t};
+    StridedMatMul mm;
+    mm.num_inputs = 2;
+    mm.shape = {b, h, t, t};
+    mm.products = {{0,
+                    0,
+                    vq,
+                    vk,
+                    V{0, {h * t * t, t * t}, t},
+                    false,
+                    true,
+                    {b, h},
+                    t,
+                    t,
+                    d}};
+    Tensor got;
+    ASSERT_TRUE(RunStridedMatMul(mm, {qkv, g}, &got).ok());
+    EXPECT_EQ(got.shape(), scores.shape());
+    EXPECT_EQ(
+        0, std::memcmp(got.raw_data(), scores.raw_data(), scores.num_bytes()));
+
+    StridedMatMul grads;
+    grads.num_inputs = 2;
+    grads.shape = {b * t, 2 * h * d};
+    const V z0{0, {t * 2 * h * d, d}, 2 * h * d};
+    const V z1{h * d, {t * 2 * h * d, d}, 2 * h * d};
+    grads.products = {{1, 0, vg, vk, z0, false, false, {b, h}, t, d, t},
+                      {1, 0, vg, vq, z1, true, false, {b, h}, t, d, t}};
+    ASSERT_TRUE(RunStridedMatMul(grads, {qkv, g}, &got).ok());
+    EXPECT_EQ(got.shape(), packed.shape());
+    EXPECT_EQ(
+        0, std::memcmp(got.raw_data(), packed.raw_data(), packed.num_bytes()));
+
+    // Views that leave their tensor, products that do not fill the output,
+    // and inputs of the wrong kind are refused.
+    auto refused = [&](StridedMatMul bad, std::vector<Tensor> in) {
+      Tensor out;
+      const absl::Status st = RunStridedMatMul(bad, in, &out);
+      EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+      EXPECT_TRUE(absl::StrContains(st.message(), "strided matrix products"))
+          << st;
+    };
+    StridedMatMul bad = mm;
+    bad.products[0].vb.offset = 2 * h * d + 1;  // k's last row past the end
+    refused(bad, {qkv, g});
+    bad = mm;
+    bad.products[0].va.ld = d - 1;  // rows overlap
+    refused(bad, {qkv, g});
+    bad = mm;
+    bad.products[0].vz.batch_strides[1] = -1;
+    refused(bad, {qkv, g});
+    bad = mm;
+    bad.shape = {b, h, t, t + 1};  // a column never written
+    refused(bad, {qkv, g});
+    bad = grads;
+    bad.products[1].a = 2;  // no such input
+    refused(bad, {qkv, g});
+    refused(mm, {qkv});
+    refused(mm, {qkv, MustRun("Cast", {g}, {{"DstT", DType::kInt32}})});
+  }
 }
 
 TEST_F(LinalgOpsTest, SparseMatMulEqualsMatMul) {

@@ -2,10 +2,11 @@
 // variant this CPU runs: ulp error against libm over a dense sweep, exact
 // results at the edges (overflow, underflow, infinities, zeros, NaN),
 // subnormals, and the Exp, Sigmoid and Log ops on top of them; VecBinary's
-// and VecAdam's bits against the scalar operators; VecSoftmaxRows against
-// the exact softmax.
+// and VecAdam's bits against the scalar operators; VecLoopBlock's against
+// its ops one at a time; VecSoftmaxRows against the exact softmax.
 #include "core/ops/vector_math.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -565,6 +566,108 @@ void CheckArith() {
 }
 TEST(VectorMathTest, ArithFloatIsBitExact) { CheckArith<float>(); }
 TEST(VectorMathTest, ArithDoubleIsBitExact) { CheckArith<double>(); }
+
+// VecLoopBlock: every ISA gives, element for element, the bits of its ops
+// run one at a time over the whole block (VecArithFor, VecExpFor, VecErfFor
+// of the same ISA; Neg, Square and Copy as scalar operators), for lengths
+// around the strip and vector widths, every op code, full-size and
+// one-value operands (a value op a value fills the result), and inputs with
+// zeros, infinities and NaN.
+template <typename T>
+void CheckLoopBlock() {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<T> uniform(T(-3), T(3));
+  const T special[] = {T(0), -T(0), std::numeric_limits<T>::infinity(),
+                       std::numeric_limits<T>::quiet_NaN(), T(30)};
+  constexpr int kNeg = static_cast<int>(VecUnary::kNeg);
+  constexpr int kSquare = static_cast<int>(VecUnary::kSquare);
+  constexpr int kExp = static_cast<int>(VecUnary::kExp);
+  constexpr int kErf = static_cast<int>(VecUnary::kErf);
+  constexpr int kCopy = static_cast<int>(VecUnary::kCopy);
+  auto arith = [](VecArith op) { return static_cast<int>(op); };
+  // Operands: 0 and 1 full-size inputs, 2 and 3 one value each; k >= 4 is
+  // op k - 4's result.
+  struct Step {
+    int code, a, b;
+  };
+  const Step steps[] = {
+      {arith(VecArith::kMul), 0, 2},
+      {kErf, 4, 4},
+      {arith(VecArith::kAdd), 5, 3},
+      {kSquare, 1, 1},
+      {kNeg, 7, 7},
+      {kExp, 8, 8},
+      {arith(VecArith::kDiv), 9, 6},
+      {arith(VecArith::kSub), 2, 10},
+      {arith(VecArith::kGreaterEqual), 0, 1},
+      {kCopy, 12, 12},
+      {arith(VecArith::kLess), 2, 11},
+      {arith(VecArith::kMul), 2, 3},
+      {kExp, 3, 3},
+      {arith(VecArith::kEqual), 0, 0},
+      {arith(VecArith::kNotEqual), 1, 11},
+      {arith(VecArith::kGreater), 14, 5},
+      {arith(VecArith::kLessEqual), 6, 3},
+      {kErf, 2, 2},
+  };
+  const int num_ops = sizeof(steps) / sizeof(steps[0]);
+  for (int64_t n : {1, 5, 16, 127, 128, 129, 300, 1024}) {
+    std::vector<std::vector<T>> in(4);
+    for (int k = 0; k < 4; ++k) {
+      in[k].resize(k < 2 ? n : 1);
+      for (size_t i = 0; i < in[k].size(); ++i) {
+        in[k][i] = i % 9 == 4 ? special[(i / 9) % 5] : uniform(rng);
+      }
+    }
+    for (Isa isa : SupportedIsas()) {
+      std::vector<std::vector<T>> want(num_ops, std::vector<T>(n));
+      std::vector<std::vector<T>> got(num_ops, std::vector<T>(n, T(-7)));
+      std::vector<VecLoopOp<T>> ops;
+      auto operand = [&](int k, std::vector<std::vector<T>>& results) {
+        return k < 4 ? std::make_pair(in[k].data(), in[k].size() == 1 ? 0 : 1)
+                     : std::make_pair(results[k - 4].data(), 1);
+      };
+      for (int r = 0; r < num_ops; ++r) {
+        const Step& st = steps[r];
+        auto [a, sa] = operand(st.a, want);
+        auto [b, sb] = operand(st.b, want);
+        T* z = want[r].data();
+        const bool one = sa == 0 && (st.code >= kNeg || sb == 0);
+        const int64_t len = one ? 1 : n;
+        if (st.code == kNeg || st.code == kSquare || st.code == kCopy) {
+          for (int64_t i = 0; i < len; ++i) {
+            z[i] = st.code == kNeg    ? -a[i * sa]
+                   : st.code == kCopy ? a[i * sa]
+                                      : a[i * sa] * a[i * sa];
+          }
+        } else if (st.code == kExp) {
+          VecExpFor(isa, a, z, len);
+        } else if (st.code == kErf) {
+          VecErfFor(isa, a, z, len);
+        } else {
+          vector_math_internal::VecArithFor(isa, static_cast<VecArith>(st.code),
+                                            a, one ? 1 : sa, b, one ? 1 : sb, z,
+                                            len);
+        }
+        std::fill(z + len, z + n, z[0]);
+        auto [ga, gsa] = operand(st.a, got);
+        auto [gb, gsb] = operand(st.b, got);
+        ops.push_back({st.code, ga, gsa, gb, gsb, got[r].data()});
+      }
+      vector_math_internal::VecLoopBlockFor(isa, ops.data(), num_ops, n);
+      for (int r = 0; r < num_ops; ++r) {
+        ASSERT_TRUE(SameBits(got[r], want[r]))
+            << Name(isa) << " op " << r << " n " << n;
+      }
+    }
+  }
+}
+TEST(VectorMathTest, LoopBlockFloatIsTheOpsOneAtATime) {
+  CheckLoopBlock<float>();
+}
+TEST(VectorMathTest, LoopBlockDoubleIsTheOpsOneAtATime) {
+  CheckLoopBlock<double>();
+}
 
 // VecAdam: every ISA gives the scalar formulas' bits (each operation rounded
 // once, the square root correctly rounded), with and without nesterov, for
