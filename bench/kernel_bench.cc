@@ -6,6 +6,8 @@
 //   transformer op=<op> <what> <us> us   (the transformer step's kernels)
 //   window op=<op> data_format=<NHWC|NCHW> input=<shape> <ms> ms
 //   fused loop=<what> <shape> <us> us   (the transformer plan's fused loops)
+//   gemm <what> <m>x<n>x<k> <ta><tb> openblas <us> us onednn <us> us
+//       ratio <x>   (float32 Gemm in each library, the transformer's sizes)
 // (the window lines: a convolution layer and a max pooling in both layouts
 // on the same data, so the cost of channels-first, which runs the
 // channels-last kernel on transposed copies, is their ratio)
@@ -40,7 +42,7 @@ ABSL_FLAG(int64_t, pool_mb, 256,
           "default); 0: no pool, so large outputs page-fault on every call");
 ABSL_FLAG(std::string, only, "",
           "run only these sections, comma-separated: matmul, elementwise, "
-          "transformer, fused, window (default: all)");
+          "transformer, fused, gemm, window (default: all)");
 ABSL_FLAG(double, warmup_s, 0.2,
           "seconds each case runs before it is timed (at least one call)");
 
@@ -287,6 +289,52 @@ void TransformerLoops(int reps) {
               ShapeString(s3[0].shape()).c_str(), s * 1e6);
 }
 
+// float32 Gemm with each library, one after the other per case (median
+// us of each): the character transformer's products at batch 32 x 64
+// positions (forward, data gradient NT, weight gradient TN) and two sizes
+// each side of gemm.cc's kDnnlMinWork. Single-threaded products are what
+// each block of a split product is; this runs Gemm as kernels call it
+// (split between the pool's threads).
+void GemmLibraries(int reps) {
+  struct Case {
+    const char* what;
+    bool ta, tb;
+    int64_t m, n, k;
+  };
+  const Case cases[] = {
+      {"qkv", false, false, 2048, 192, 64},
+      {"attention-out", false, false, 2048, 64, 64},
+      {"mlp-in", false, false, 2048, 256, 64},
+      {"mlp-out", false, false, 2048, 64, 256},
+      {"mlp-in-data-grad", false, true, 2048, 64, 256},
+      {"qkv-data-grad", false, true, 2048, 64, 192},
+      {"mlp-in-weight-grad", true, false, 64, 256, 2048},
+      {"qkv-weight-grad", true, false, 64, 192, 2048},
+      {"below-threshold", false, false, 64, 128, 64},
+      {"at-threshold", false, false, 256, 64, 64},
+  };
+  const GemmLibrary before = GetGemmLibrary();
+  for (const Case& c : cases) {
+    std::vector<float> a(c.m * c.k, 0.5f), b(c.k * c.n, 0.25f), y(c.m * c.n);
+    const int64_t lda = c.ta ? c.m : c.k, ldb = c.tb ? c.k : c.n;
+    double us[2];
+    for (int lib = 0; lib < 2; ++lib) {
+      SetGemmLibrary(lib == 0 ? GemmLibrary::kOpenBlas : GemmLibrary::kAuto);
+      us[lib] = 1e6 * MedianSeconds(reps * 20, [&] {
+                  Check(Gemm<float>(c.ta, c.tb, c.m, c.n, c.k, a.data(), lda,
+                                    b.data(), ldb, y.data(), c.n));
+                });
+    }
+    std::printf(
+        "gemm %s %lldx%lldx%lld %c%c openblas %.1f us onednn %.1f us ratio "
+        "%.2f\n",
+        c.what, static_cast<long long>(c.m), static_cast<long long>(c.n),
+        static_cast<long long>(c.k), c.ta ? 'T' : 'N', c.tb ? 'T' : 'N', us[0],
+        us[1], us[0] / us[1]);
+  }
+  SetGemmLibrary(before);
+}
+
 }  // namespace
 }  // namespace gradtape
 
@@ -297,9 +345,8 @@ int main(int argc, char** argv) {
   const int reps = absl::GetFlag(FLAGS_reps);
   OpExecutor ctx(DefaultRegistry());
   Tensors out;
-  std::printf(
-      "# gradtape: OpenBLAS kernels %s, vector math %s, GEMM threads %d\n",
-      BlasCoreName(), VectorMathIsa(), ParallelismDegree());
+  std::printf("# gradtape: GEMM kernels %s, vector math %s, GEMM threads %d\n",
+              GemmKernelsName().c_str(), VectorMathIsa(), ParallelismDegree());
   for (int64_t n : {256, 512, 1024}) {
     if (!Wanted("matmul")) break;
     Tensor a = Tensor::Filled(DType::kFloat32, {n, n}, 0.5).value();
@@ -333,6 +380,7 @@ int main(int argc, char** argv) {
   }
   if (Wanted("transformer")) TransformerKernels(ctx, reps);
   if (Wanted("fused")) TransformerLoops(reps);
+  if (Wanted("gemm")) GemmLibraries(reps);
   // A ResNet-style 3x3 layer and a 2x2 max pooling, channels-last and
   // channels-first (the same values transposed).
   struct Window {

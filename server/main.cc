@@ -286,8 +286,8 @@ int main(int argc, char** argv) {
   gradtape::SetTensorLimits(limits);
   std::fprintf(stderr, "gradtape-server: %s\n",
                gradtape::server::DescribeMemorySettings(*memory).c_str());
-  std::fprintf(stderr, "gradtape-server: GEMM kernels OpenBLAS %s%s\n",
-               gradtape::BlasCoreName(),
+  std::fprintf(stderr, "gradtape-server: GEMM kernels %s%s\n",
+               gradtape::GemmKernelsName().c_str(),
                gradtape::BlasCoreTypeFromCpu()
                    ? " (OPENBLAS_CORETYPE from the CPU's features)"
                    : "");

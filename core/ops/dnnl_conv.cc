@@ -4,19 +4,16 @@
 // decline. See dnnl_conv.h.
 #include "core/ops/dnnl_conv.h"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <memory>
 #include <vector>
 
 #include "core/base/cancellation.h"
 #include "core/base/status_macros.h"
+#include "core/ops/dnnl_api.h"
 #include "core/ops/kernel_util.h"
 #include "core/ops/parallel.h"
-#include "dnnl.h"  // declarations only: the library is opened at run time
 
 namespace gradtape {
 namespace {
@@ -25,110 +22,21 @@ std::atomic<DnnlConvMode> mode{DnnlConvMode::kAuto};
 std::atomic<int64_t> calls{0};
 std::atomic<int64_t> chunk_macs{kDnnlChunkMacs};
 
-// oneDNN and libgomp are opened with dlopen on first use, not linked:
-// libgomp reads its environment once, when it is loaded, and its default
-// wait policy has a team's threads spin after every parallel region (a
-// second spinning thread on a busy 2-core machine made a 10 ms convolution
-// take 0.5 s: the spinner and the thread it waits for share the cores with
-// other work). So before main, while the process has one thread,
-// kPassiveOmp sets OMP_WAIT_POLICY=PASSIVE (unless the environment already
-// says otherwise): waiting threads sleep. The same pattern as OpenBLAS in
-// gemm.cc.
-const bool kPassiveOmp =
-    setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0) == 0;
-
-#define GRADTAPE_DNNL_FUNCTIONS(X)                  \
-  X(dilated_convolution_backward_data_desc_init)    \
-  X(dilated_convolution_backward_weights_desc_init) \
-  X(dilated_convolution_forward_desc_init)          \
-  X(engine_create)                                  \
-  X(memory_create)                                  \
-  X(memory_desc_equal)                              \
-  X(memory_desc_get_size)                           \
-  X(memory_desc_init_by_tag)                        \
-  X(memory_destroy)                                 \
-  X(primitive_attr_create)                          \
-  X(primitive_attr_destroy)                         \
-  X(primitive_attr_set_scratchpad_mode)             \
-  X(primitive_create)                               \
-  X(primitive_desc_create)                          \
-  X(primitive_desc_destroy)                         \
-  X(primitive_desc_query_md)                        \
-  X(primitive_destroy)                              \
-  X(primitive_execute)                              \
-  X(reorder_primitive_desc_create)                  \
-  X(stream_create)                                  \
-  X(stream_destroy)                                 \
-  X(stream_wait)
-
-// The functions used here, from the opened library; ok false if it or one
-// of them is missing (then every call declines).
-struct DnnlApi {
-#define X(name) decltype(&::dnnl_##name) name = nullptr;
-  GRADTAPE_DNNL_FUNCTIONS(X)
-#undef X
-  void (*omp_set_num_threads)(int) = nullptr;
-  bool ok = false;
-};
-
-// Sanitizer builds leave oneDNN unopened (every call declines): its code is
-// not instrumented, and LeakSanitizer's exit-time tracer crashed on the
-// OpenMP threads it leaves (signal 11 in six tests).
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
-
-DnnlApi LoadApi() {
-  DnnlApi api;
-  (void)kPassiveOmp;
-  if (kSanitized) return api;
-  void* lib = dlopen(GRADTAPE_DNNL_LIBRARY, RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) return api;
-  bool ok = true;
-#define X(name)                                                              \
-  api.name =                                                                 \
-      reinterpret_cast<decltype(&::dnnl_##name)>(dlsym(lib, "dnnl_" #name)); \
-  ok = ok && api.name != nullptr;
-  GRADTAPE_DNNL_FUNCTIONS(X)
-#undef X
-  // oneDNN's OpenMP runtime, loaded with it.
-  void* gomp = dlopen(GRADTAPE_OMP_LIBRARY, RTLD_NOW | RTLD_LOCAL);
-  if (gomp != nullptr) {
-    api.omp_set_num_threads =
-        reinterpret_cast<void (*)(int)>(dlsym(gomp, "omp_set_num_threads"));
-  }
-  api.ok = ok && api.omp_set_num_threads != nullptr;
-  return api;
-}
-
-const DnnlApi& Api() {
-  static const DnnlApi api = LoadApi();
-  return api;
-}
-
 struct PdDeleter {
   void operator()(dnnl_primitive_desc_t p) const {
-    Api().primitive_desc_destroy(p);
+    Dnnl().primitive_desc_destroy(p);
   }
 };
 struct PrimitiveDeleter {
-  void operator()(dnnl_primitive_t p) const { Api().primitive_destroy(p); }
+  void operator()(dnnl_primitive_t p) const { Dnnl().primitive_destroy(p); }
 };
 struct AttrDeleter {
   void operator()(dnnl_primitive_attr_t p) const {
-    Api().primitive_attr_destroy(p);
+    Dnnl().primitive_attr_destroy(p);
   }
 };
 struct MemoryDeleter {
-  void operator()(dnnl_memory_t p) const { Api().memory_destroy(p); }
+  void operator()(dnnl_memory_t p) const { Dnnl().memory_destroy(p); }
 };
 using PdPtr = std::unique_ptr<dnnl_primitive_desc, PdDeleter>;
 using PrimitivePtr = std::unique_ptr<dnnl_primitive, PrimitiveDeleter>;
@@ -139,9 +47,9 @@ using MemoryPtr = std::unique_ptr<dnnl_memory, MemoryDeleter>;
 // destroyed, so no static destruction order matters).
 dnnl_engine_t Engine() {
   static dnnl_engine_t engine = []() -> dnnl_engine_t {
-    if (!Api().ok) return nullptr;
+    if (!Dnnl().ok) return nullptr;
     dnnl_engine_t e = nullptr;
-    if (Api().engine_create(&e, dnnl_cpu, 0) != dnnl_success) return nullptr;
+    if (Dnnl().engine_create(&e, dnnl_cpu, 0) != dnnl_success) return nullptr;
     return e;
   }();
   return engine;
@@ -158,13 +66,13 @@ dnnl_stream_t ThreadStream() {
   struct Holder {
     dnnl_stream_t stream = nullptr;
     ~Holder() {
-      if (stream != nullptr) Api().stream_destroy(stream);
+      if (stream != nullptr) Dnnl().stream_destroy(stream);
     }
   };
   thread_local Holder holder;
   if (holder.stream == nullptr && Engine() != nullptr) {
-    if (Api().stream_create(&holder.stream, Engine(),
-                            dnnl_stream_default_flags) != dnnl_success) {
+    if (Dnnl().stream_create(&holder.stream, Engine(),
+                             dnnl_stream_default_flags) != dnnl_success) {
       holder.stream = nullptr;
     }
   }
@@ -172,14 +80,7 @@ dnnl_stream_t ThreadStream() {
 }
 
 // The calling thread's OpenMP team size follows ParallelismDegree().
-void SetThreads() {
-  thread_local int set = 0;
-  const int degree = ParallelismDegree();
-  if (set != degree) {
-    Api().omp_set_num_threads(degree);
-    set = degree;
-  }
-}
+void SetThreads() { SetDnnlThreads(ParallelismDegree()); }
 
 absl::Status PollCancelled() {
   Cancellation* cancel = CurrentCancellation();
@@ -225,20 +126,20 @@ bool InitMemoryDescs(const DnnlConvGeometry& g, Primitive* p) {
   const dnnl_dims_t src{p->images, g.in_channels, g.in[0], g.in[1]};
   const dnnl_dims_t weights{g.out_channels, g.in_channels, g.k[0], g.k[1]};
   const dnnl_dims_t dst{p->images, g.out_channels, g.out[0], g.out[1]};
-  return Api().memory_desc_init_by_tag(&p->src, 4, src, dnnl_f32, dnnl_nhwc) ==
+  return Dnnl().memory_desc_init_by_tag(&p->src, 4, src, dnnl_f32, dnnl_nhwc) ==
              dnnl_success &&
-         Api().memory_desc_init_by_tag(&p->weights, 4, weights, dnnl_f32,
-                                       dnnl_format_tag_any) == dnnl_success &&
-         Api().memory_desc_init_by_tag(&p->plain_weights, 4, weights, dnnl_f32,
-                                       dnnl_hwio) == dnnl_success &&
-         Api().memory_desc_init_by_tag(&p->dst, 4, dst, dnnl_f32, dnnl_nhwc) ==
+         Dnnl().memory_desc_init_by_tag(&p->weights, 4, weights, dnnl_f32,
+                                        dnnl_format_tag_any) == dnnl_success &&
+         Dnnl().memory_desc_init_by_tag(&p->plain_weights, 4, weights, dnnl_f32,
+                                        dnnl_hwio) == dnnl_success &&
+         Dnnl().memory_desc_init_by_tag(&p->dst, 4, dst, dnnl_f32, dnnl_nhwc) ==
              dnnl_success;
 }
 
 // The forward descriptor (also the hint the backward ones need).
 bool InitForwardDesc(const Window& w, const Primitive& p,
                      dnnl_convolution_desc_t* desc) {
-  return Api().dilated_convolution_forward_desc_init(
+  return Dnnl().dilated_convolution_forward_desc_init(
              desc, dnnl_forward_training, dnnl_convolution_direct, &p.src,
              &p.weights, nullptr, &p.dst, w.strides, w.dilates, w.pad_l,
              w.pad_r) == dnnl_success;
@@ -247,11 +148,11 @@ bool InitForwardDesc(const Window& w, const Primitive& p,
 bool InitBackwardDesc(DnnlConvOp op, const Window& w, const Primitive& p,
                       dnnl_convolution_desc_t* desc) {
   if (op == DnnlConvOp::kBackpropInput) {
-    return Api().dilated_convolution_backward_data_desc_init(
+    return Dnnl().dilated_convolution_backward_data_desc_init(
                desc, dnnl_convolution_direct, &p.src, &p.weights, &p.dst,
                w.strides, w.dilates, w.pad_l, w.pad_r) == dnnl_success;
   }
-  return Api().dilated_convolution_backward_weights_desc_init(
+  return Dnnl().dilated_convolution_backward_weights_desc_init(
              desc, dnnl_convolution_direct, &p.src, &p.weights, nullptr, &p.dst,
              w.strides, w.dilates, w.pad_l, w.pad_r) == dnnl_success;
 }
@@ -260,9 +161,9 @@ bool InitBackwardDesc(DnnlConvOp op, const Window& w, const Primitive& p,
 // oneDNN declines.
 bool CreatePd(DnnlConvOp op, const Window& w, Primitive* p) {
   dnnl_primitive_attr_t raw_attr = nullptr;
-  if (Api().primitive_attr_create(&raw_attr) != dnnl_success) return false;
+  if (Dnnl().primitive_attr_create(&raw_attr) != dnnl_success) return false;
   AttrPtr attr(raw_attr);
-  if (Api().primitive_attr_set_scratchpad_mode(
+  if (Dnnl().primitive_attr_set_scratchpad_mode(
           attr.get(), dnnl_scratchpad_mode_user) != dnnl_success) {
     return false;
   }
@@ -271,22 +172,22 @@ bool CreatePd(DnnlConvOp op, const Window& w, Primitive* p) {
   PdPtr hint;
   dnnl_primitive_desc_t raw = nullptr;
   if (op == DnnlConvOp::kForward) {
-    if (Api().primitive_desc_create(&raw, &forward, attr.get(), Engine(),
-                                    nullptr) != dnnl_success) {
+    if (Dnnl().primitive_desc_create(&raw, &forward, attr.get(), Engine(),
+                                     nullptr) != dnnl_success) {
       return false;
     }
     p->pd.reset(raw);
     return true;
   }
-  if (Api().primitive_desc_create(&raw, &forward, nullptr, Engine(), nullptr) !=
-      dnnl_success) {
+  if (Dnnl().primitive_desc_create(&raw, &forward, nullptr, Engine(),
+                                   nullptr) != dnnl_success) {
     return false;
   }
   hint.reset(raw);
   dnnl_convolution_desc_t backward;
   if (!InitBackwardDesc(op, w, *p, &backward) ||
-      Api().primitive_desc_create(&raw, &backward, attr.get(), Engine(),
-                                  hint.get()) != dnnl_success) {
+      Dnnl().primitive_desc_create(&raw, &backward, attr.get(), Engine(),
+                                   hint.get()) != dnnl_success) {
     return false;
   }
   p->pd.reset(raw);
@@ -297,32 +198,32 @@ bool CreatePd(DnnlConvOp op, const Window& w, Primitive* p) {
 // `op` needs (filter in, or filter gradient out), if they differ; false if
 // oneDNN declines (or the reorder would need a scratchpad).
 bool MakeReorder(DnnlConvOp op, Primitive* p) {
-  const dnnl_memory_desc_t* chosen = Api().primitive_desc_query_md(
+  const dnnl_memory_desc_t* chosen = Dnnl().primitive_desc_query_md(
       p->pd.get(),
       op == DnnlConvOp::kBackpropFilter ? dnnl_query_diff_weights_md
                                         : dnnl_query_weights_md,
       0);
   if (chosen == nullptr) return false;
   p->weights = *chosen;
-  if (Api().memory_desc_equal(&p->weights, &p->plain_weights)) return true;
+  if (Dnnl().memory_desc_equal(&p->weights, &p->plain_weights)) return true;
   const bool in = op != DnnlConvOp::kBackpropFilter;
   dnnl_primitive_desc_t raw = nullptr;
-  if (Api().reorder_primitive_desc_create(
+  if (Dnnl().reorder_primitive_desc_create(
           &raw, in ? &p->plain_weights : &p->weights, Engine(),
           in ? &p->weights : &p->plain_weights, Engine(),
           nullptr) != dnnl_success) {
     return false;
   }
   p->reorder_pd.reset(raw);
-  const dnnl_memory_desc_t* scratch = Api().primitive_desc_query_md(
+  const dnnl_memory_desc_t* scratch = Dnnl().primitive_desc_query_md(
       p->reorder_pd.get(), dnnl_query_scratchpad_md, 0);
   dnnl_primitive_t prim = nullptr;
-  if ((scratch != nullptr && Api().memory_desc_get_size(scratch) != 0) ||
-      Api().primitive_create(&prim, p->reorder_pd.get()) != dnnl_success) {
+  if ((scratch != nullptr && Dnnl().memory_desc_get_size(scratch) != 0) ||
+      Dnnl().primitive_create(&prim, p->reorder_pd.get()) != dnnl_success) {
     return false;
   }
   p->reorder.reset(prim);
-  p->weights_bytes = Api().memory_desc_get_size(&p->weights);
+  p->weights_bytes = Dnnl().memory_desc_get_size(&p->weights);
   return true;
 }
 
@@ -333,18 +234,18 @@ bool MakePrimitive(DnnlConvOp op, const DnnlConvGeometry& g, int64_t images,
   p->images = images;
   if (!InitMemoryDescs(g, p) || !CreatePd(op, Window(g), p)) return false;
   dnnl_primitive_t raw = nullptr;
-  if (Api().primitive_create(&raw, p->pd.get()) != dnnl_success) return false;
+  if (Dnnl().primitive_create(&raw, p->pd.get()) != dnnl_success) return false;
   p->primitive.reset(raw);
   const dnnl_memory_desc_t* scratch =
-      Api().primitive_desc_query_md(p->pd.get(), dnnl_query_scratchpad_md, 0);
+      Dnnl().primitive_desc_query_md(p->pd.get(), dnnl_query_scratchpad_md, 0);
   p->scratchpad_bytes =
-      scratch == nullptr ? 0 : Api().memory_desc_get_size(scratch);
+      scratch == nullptr ? 0 : Dnnl().memory_desc_get_size(scratch);
   return MakeReorder(op, p);
 }
 
 MemoryPtr WrapMemory(const dnnl_memory_desc_t& md, const void* data) {
   dnnl_memory_t m = nullptr;
-  if (Api().memory_create(&m, &md, Engine(), const_cast<void*>(data)) !=
+  if (Dnnl().memory_create(&m, &md, Engine(), const_cast<void*>(data)) !=
       dnnl_success) {
     return nullptr;
   }
@@ -366,7 +267,7 @@ bool Execute(DnnlConvOp op, const Primitive& p, const ChunkData& d,
   MemoryPtr weights = WrapMemory(p.weights, d.weights);
   MemoryPtr dst = WrapMemory(p.dst, d.dst);
   const dnnl_memory_desc_t* scratch_md =
-      Api().primitive_desc_query_md(p.pd.get(), dnnl_query_scratchpad_md, 0);
+      Dnnl().primitive_desc_query_md(p.pd.get(), dnnl_query_scratchpad_md, 0);
   MemoryPtr scratch =
       p.scratchpad_bytes == 0 ? nullptr : WrapMemory(*scratch_md, scratchpad);
   if (src == nullptr || weights == nullptr || dst == nullptr ||
@@ -385,10 +286,10 @@ bool Execute(DnnlConvOp op, const Primitive& p, const ChunkData& d,
   if (scratch != nullptr) args.push_back({DNNL_ARG_SCRATCHPAD, scratch.get()});
   dnnl_stream_t stream = ThreadStream();
   return stream != nullptr &&
-         Api().primitive_execute(p.primitive.get(), stream,
-                                 static_cast<int>(args.size()),
-                                 args.data()) == dnnl_success &&
-         Api().stream_wait(stream) == dnnl_success;
+         Dnnl().primitive_execute(p.primitive.get(), stream,
+                                  static_cast<int>(args.size()),
+                                  args.data()) == dnnl_success &&
+         Dnnl().stream_wait(stream) == dnnl_success;
 }
 
 // Reorders the filter between from and to (p.reorder's direction).
@@ -402,9 +303,9 @@ bool Reorder(DnnlConvOp op, const Primitive& p, const void* from,
                                   {DNNL_ARG_TO, dst.get()}};
   dnnl_stream_t stream = ThreadStream();
   return stream != nullptr &&
-         Api().primitive_execute(p.reorder.get(), stream, 2, args) ==
+         Dnnl().primitive_execute(p.reorder.get(), stream, 2, args) ==
              dnnl_success &&
-         Api().stream_wait(stream) == dnnl_success;
+         Dnnl().stream_wait(stream) == dnnl_success;
 }
 
 // Runs p on one chunk whose data d has the filter in hwio, through the

@@ -24,7 +24,7 @@
 // layers). A reorder that would want a scratchpad of its own declines.
 //
 // Threads. oneDNN here uses OpenMP (Debian's build, libgomp), opened with
-// dlopen on first use after OMP_WAIT_POLICY=PASSIVE was set (dnnl_conv.cc
+// dlopen on first use after OMP_WAIT_POLICY=PASSIVE was set (dnnl_api.h
 // says why). The calling thread's OpenMP thread count is set to
 // ParallelismDegree() (GRADTAPE_INTRA_OP_THREADS), once per thread. An
 // OpenMP team belongs to the thread that starts it, so sessions running

@@ -1,22 +1,34 @@
-// Gemm: OpenBLAS for every product but the tiny ones, which stay on Eigen;
+// Gemm: oneDNN for float32 products of kDnnlMinWork multiply-adds or more,
+// OpenBLAS for the other products but the tiny ones, which stay on Eigen;
 // large products are split in two (or more) blocks run at once by
-// ParallelFor (core/ops/parallel.h), each a single-threaded OpenBLAS call.
+// ParallelFor (core/ops/parallel.h), each a single-threaded library call.
 //
-// Why our own split rather than OpenBLAS's threads: Debian 12's OpenBLAS
+// Why our own split rather than the libraries' threads: Debian 12's OpenBLAS
 // (0.3.21) scales poorly from one thread to two at these sizes (at 256^3 often
 // worse than one thread; one thread matches numpy's newer OpenBLAS, see
 // docs/PERFORMANCE.md), its pthread build starts workers when it is loaded
 // that busy-wait ~0.1 s after every multithreaded call (measured: 0.1 s of a
 // second core burnt after one 1.7 ms 512^3 product, and bench/mlp_bench's
 // remote step 30% slower for it), and in a server several sessions calling
-// it at once would each start their own threads. Split here, a product uses
-// the cores that are free: if other sessions keep the pool busy, the caller
-// simply runs every block itself.
+// it at once would each start their own threads (oneDNN's OpenMP teams
+// too). Split here, a product uses the cores that are free: if other
+// sessions keep the pool busy, the caller simply runs every block itself.
 //
 // So OpenBLAS must run single-threaded: before main, while the process has
 // one thread, kSingleThreaded sets OPENBLAS_NUM_THREADS=1 (the library reads
 // it when loaded, and then starts no workers), and the library is opened
-// with dlopen on the first product that needs it, not linked.
+// with dlopen on the first product that needs it, not linked. oneDNN runs
+// each block on the calling thread (SetDnnlThreads(1): no OpenMP team).
+//
+// Why both libraries: Debian 12's oneDNN (2.6) sgemm against OpenBLAS's
+// sgemm (Cooperlake kernels), one thread, the character transformer's
+// products (bench/kernel_bench --only=matmul has them): oneDNN 1.1-1.4x
+// faster from 2^20 multiply-adds up (2048x64x64 1.40x, the weight
+// gradients 64x256x2048 and 64x192x2048 1.30x and 1.33x; OpenBLAS spends
+// part of its time zeroing c for beta = 0 and packing), about even at
+// 2^18-2^19 (64^3 0.95x), and 2-5x slower below 2^16, where OpenBLAS's
+// small-matrix kernels run (8^3 0.1 us against 0.3 us, 64x64x3 0.4 us
+// against 1.2 us). oneDNN has no float64 or complex products.
 #include "core/ops/gemm.h"
 
 #include <cblas.h>  // declarations only: the library is opened at run time
@@ -26,14 +38,18 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <complex>
 #include <cstdlib>
 #include <limits>
+#include <string>
+#include <string_view>
 #include <type_traits>
 
 #include "Eigen/Core"
 #include "core/base/cancellation.h"
+#include "core/ops/dnnl_api.h"
 #include "core/ops/parallel.h"
 
 namespace gradtape {
@@ -68,6 +84,28 @@ constexpr int64_t kBlasMinWork = 512;
 // vs 15.7-19.8; 128x128x64 (1.05M) 17.3-17.8 vs 14.9-15.4; 128x128x128
 // 34.9-35.4 vs 24.6-26.0. 2^20 is about where splitting starts to pay.
 constexpr double kParallelMinWork = 1 << 20;
+
+// float32 library calls of at least kDnnlMinWork multiply-adds go to
+// oneDNN (the top of the file says why), unless the library is
+// GemmLibrary::kOpenBlas (GRADTAPE_GEMM=openblas) or oneDNN could not be
+// opened. A split product is decided once, by its full blocks' size, so
+// every block runs in the same library. (kernel_bench --only=gemm, 2
+// threads: 256x64x64, two blocks of 2^19, 8.4 us OpenBLAS, 8.8 oneDNN.)
+constexpr double kDnnlMinWork = 1 << 20;
+
+GemmLibrary LibraryFromEnvironment() {
+  const char* env = std::getenv("GRADTAPE_GEMM");
+  return env != nullptr && std::string_view(env) == "openblas"
+             ? GemmLibrary::kOpenBlas
+             : GemmLibrary::kAuto;
+}
+std::atomic<GemmLibrary> library{LibraryFromEnvironment()};
+
+bool UseDnnl(double work) {
+  return work >= kDnnlMinWork &&
+         library.load(std::memory_order_relaxed) == GemmLibrary::kAuto &&
+         Dnnl().ok;
+}
 
 template <typename T>
 using Matrix =
@@ -198,13 +236,29 @@ CBLAS_TRANSPOSE BlasOp(MatrixOp op) {
   return CblasNoTrans;
 }
 
-// cblas_?gemm on row-major matrices; OpenBLAS must be available and every
+// dnnl_sgemm (float, dnnl true) or cblas_?gemm on row-major matrices; every
 // size must fit blasint (FitsBlasInt). kAdjoint is kTranspose for the real
-// types (Gemm maps it before calling).
+// types (Gemm maps it before calling). A status other than success from
+// oneDNN (none is expected for these arguments), or OpenBLAS missing, runs
+// the next of OpenBLAS and Eigen.
 template <typename T>
 void BlasGemm(MatrixOp op_a, MatrixOp op_b, int64_t m, int64_t n, int64_t k,
               const T* a, int64_t lda, const T* b, int64_t ldb, T* c,
-              int64_t ldc, T beta) {
+              int64_t ldc, T beta, bool dnnl) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (dnnl) {
+      SetDnnlThreads(1);
+      if (Dnnl().sgemm(op_a == MatrixOp::kNone ? 'N' : 'T',
+                       op_b == MatrixOp::kNone ? 'N' : 'T', m, n, k, 1.0f, a,
+                       lda, b, ldb, beta, c, ldc) == dnnl_success) {
+        return;
+      }
+    }
+  }
+  if (!BlasAvailable()) {
+    EigenGemm(op_a, op_b, m, n, k, a, lda, b, ldb, c, ldc, beta);
+    return;
+  }
   const Blas& blas = GetBlas();
   const CBLAS_TRANSPOSE ta = BlasOp(op_a), tb = BlasOp(op_b);
   const blasint bm = static_cast<blasint>(m), bn = static_cast<blasint>(n),
@@ -273,6 +327,8 @@ void ParallelBlasGemm(MatrixOp ta, MatrixOp tb, int64_t m, int64_t n, int64_t k,
                       const T* a, int64_t lda, const T* b, int64_t ldb, T* c,
                       int64_t ldc, T beta, Cancellation* cancel) {
   const BlockGrid g = GridFor(m, n, k);
+  const bool dnnl = std::is_same_v<T, float> &&
+                    UseDnnl(static_cast<double>(g.row_block) * g.col_block * k);
   ParallelFor(static_cast<int>(g.row_blocks * g.col_blocks), [&](int part) {
     if (cancel != nullptr && cancel->Poll()) return;
     const int64_t r0 = part / g.col_blocks * g.row_block;
@@ -284,8 +340,8 @@ void ParallelBlasGemm(MatrixOp ta, MatrixOp tb, int64_t m, int64_t n, int64_t k,
     const bool trans_a = ta != MatrixOp::kNone;
     const bool trans_b = tb != MatrixOp::kNone;
     BlasGemm(ta, tb, rows, cols, k, trans_a ? a + r0 : a + r0 * lda, lda,
-             trans_b ? b + c0 * ldb : b + c0, ldb, c + r0 * ldc + c0, ldc,
-             beta);
+             trans_b ? b + c0 * ldb : b + c0, ldb, c + r0 * ldc + c0, ldc, beta,
+             dnnl);
   });
 }
 
@@ -317,7 +373,8 @@ absl::Status Gemm(MatrixOp op_a, MatrixOp op_b, int64_t m, int64_t n, int64_t k,
   }
   const double work = static_cast<double>(m) * n * k;
   if (work >= kBlasMinWork && m > 1 && n > 1 &&
-      FitsBlasInt({m, n, k, lda, ldb, ldc}) && BlasAvailable()) {
+      FitsBlasInt({m, n, k, lda, ldb, ldc}) &&
+      (BlasAvailable() || (std::is_same_v<T, float> && UseDnnl(work)))) {
     // One thread still cuts a product above one block, for cancellation.
     if (work >= kParallelMinWork && std::max(m, n) >= 64 &&
         (ParallelismDegree() > 1 || work > kMaxBlockWork)) {
@@ -326,7 +383,8 @@ absl::Status Gemm(MatrixOp op_a, MatrixOp op_b, int64_t m, int64_t n, int64_t k,
       // Blocks skipped after a request leave c partly written.
       if (cancel != nullptr) return cancel->Check("matrix product");
     } else {
-      BlasGemm(op_a, op_b, m, n, k, a, lda, b, ldb, c, ldc, beta);
+      BlasGemm(op_a, op_b, m, n, k, a, lda, b, ldb, c, ldc, beta,
+               std::is_same_v<T, float> && UseDnnl(work));
     }
     return absl::OkStatus();
   }
@@ -376,6 +434,17 @@ const char* CpuBlasCoreType() {
 }
 
 bool BlasCoreTypeFromCpu() { return kCoreTypeFromCpu; }
+
+void SetGemmLibrary(GemmLibrary l) { library.store(l); }
+GemmLibrary GetGemmLibrary() { return library.load(); }
+
+std::string GemmKernelsName() {
+  std::string name = std::string("OpenBLAS ") + BlasCoreName();
+  if (library.load() == GemmLibrary::kAuto && Dnnl().ok) {
+    name = "oneDNN (float32, 2^20 multiply-adds and more), " + name;
+  }
+  return name;
+}
 
 const char* BlasCoreName() {
   if (!BlasAvailable()) return "none (OpenBLAS not found; Eigen)";

@@ -6,6 +6,7 @@
 
 #include <complex>
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 
@@ -22,13 +23,21 @@ enum class MatrixOp { kNone, kTranspose, kAdjoint };
 // between consecutive rows in memory. With beta == 0, c is only written (it
 // may hold anything, NaN included). k == 0 gives beta * c.
 //
-// Products go to OpenBLAS's cblas_?gemm (kernels picked for the CPU at run
-// time; the library is opened on first use and runs single-threaded, see
-// gemm.cc); large products are split into blocks run at once on the threads
-// of core/ops/parallel.h; tiny products and matrix-vector ones stay on Eigen
-// (see kBlasMinWork in gemm.cc), as does everything if OpenBLAS is missing.
-// Thread-safe: several threads may call it at once
-// (tests/core/ops/gemm_test.cc).
+// float32 products of 2^20 multiply-adds or more go to oneDNN's dnnl_sgemm,
+// the others to OpenBLAS's cblas_?gemm (each library opened on first use,
+// with kernels picked for the CPU at run time, and run single-threaded; see
+// gemm.cc, which says why two); large products are split into blocks run at
+// once on the threads of core/ops/parallel.h; tiny products and
+// matrix-vector ones stay on Eigen (see kBlasMinWork in gemm.cc), as does
+// everything the missing libraries would run. Thread-safe: several threads
+// may call it at once (tests/core/ops/gemm_test.cc).
+//
+// Bits: a product gives the same bits run after run for the same shapes,
+// strides and thread count (GRADTAPE_INTRA_OP_THREADS). The blocks a large
+// product is split into follow the thread count, and oneDNN's order of
+// summation can follow a block's shape: between thread counts, some
+// float32 products can differ in the last bits (a few shapes in a sweep
+// of 400; OpenBLAS's order does not depend on the block).
 //
 // Cancellation: with a cancellation current on the calling thread
 // (core/base/cancellation.h), Gemm returns its CANCELLED / DEADLINE_EXCEEDED
@@ -70,6 +79,21 @@ extern template absl::Status Gemm<std::complex<double>>(
     MatrixOp, MatrixOp, int64_t, int64_t, int64_t, const std::complex<double>*,
     int64_t, const std::complex<double>*, int64_t, std::complex<double>*,
     int64_t, std::complex<double>);
+
+// Which library float32 products of 2^20 multiply-adds or more use: kAuto,
+// oneDNN when it could be opened (else OpenBLAS); kOpenBlas, OpenBLAS. The
+// environment variable GRADTAPE_GEMM=openblas sets kOpenBlas when the
+// process starts (for comparisons); SetGemmLibrary is for tests and
+// benchmarks (products already running keep the library they started
+// with).
+enum class GemmLibrary { kAuto, kOpenBlas };
+void SetGemmLibrary(GemmLibrary library);
+GemmLibrary GetGemmLibrary();
+
+// The kernels products use, for logs and benchmark reports, e.g. "oneDNN
+// (float32, 2^20 multiply-adds and more), OpenBLAS Cooperlake". Opens the
+// libraries.
+std::string GemmKernelsName();
 
 // OpenBLAS's name for the kernels it chose ("SkylakeX", "Haswell", ...), for
 // benchmark reports; says so if the library could not be opened (every

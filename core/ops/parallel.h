@@ -30,7 +30,9 @@ void ParallelFor(int n, const std::function<void(int)>& fn);
 // caller); n <= grain, or one thread, is a single call fn(0, n) on the
 // caller's thread, so small tensors pay nothing. The blocks depend on the
 // thread count: callers keep each output element's arithmetic inside one
-// item (never split a sum across blocks), so results do not.
+// item (never split a sum across blocks), so results do not (but for some
+// of Gemm's oneDNN products, whose order of summation can follow the
+// block's shape: core/ops/gemm.h).
 //
 // Grain: a block should take ~10 us or more; kElementwiseGrain is that for
 // a simple elementwise pass over float32.

@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "core/autodiff/op_executor.h"
 #include "core/base/cancellation.h"
+#include "core/ops/dnnl_api.h"
 #include "core/ops/ops.h"
 #include "core/registry/op_registry.h"
 #include "gtest/gtest.h"
@@ -138,6 +139,49 @@ void CheckAllShapes() {
 }
 
 TEST(GemmTest, FloatMatchesNaive) { CheckAllShapes<float>(); }
+
+// float32 products whose blocks reach 2^20 multiply-adds run in oneDNN
+// (when it could be opened; not in sanitizer builds), the same products
+// with GemmLibrary::kOpenBlas in OpenBLAS: each against the naive sum, with
+// every transpose, c read (beta 1, 0.5) and padded leading dimensions. The
+// shapes split by rows and by columns (300 x 150 x 100: blocks of 160 rows,
+// 2.4M multiply-adds; 64 x 256 x 300, a weight gradient's: 128 columns)
+// and stay whole on one thread.
+TEST(GemmTest, FloatProductsMatchNaiveInEitherLibrary) {
+  const GemmLibrary before = GetGemmLibrary();
+  const int64_t shapes[][3] = {{300, 150, 100}, {64, 256, 300}};
+  for (GemmLibrary library : {GemmLibrary::kAuto, GemmLibrary::kOpenBlas}) {
+    SetGemmLibrary(library);
+    SCOPED_TRACE(GemmKernelsName());
+    for (const auto& s : shapes) {
+      for (MatrixOp ta : {MatrixOp::kNone, MatrixOp::kTranspose}) {
+        for (MatrixOp tb : {MatrixOp::kNone, MatrixOp::kTranspose}) {
+          CheckGemm<float>(ta, tb, s[0], s[1], s[2], 0.0f, 0);
+        }
+      }
+      CheckGemm<float>(MatrixOp::kNone, MatrixOp::kTranspose, s[0], s[1], s[2],
+                       1.0f, 3);
+      CheckGemm<float>(MatrixOp::kTranspose, MatrixOp::kNone, s[0], s[1], s[2],
+                       0.5f, 1);
+    }
+  }
+  SetGemmLibrary(before);
+}
+
+// The kernels' name says which libraries run: oneDNN only when it could be
+// opened and the library is kAuto.
+TEST(GemmTest, KernelsNameFollowsTheLibrary) {
+  const GemmLibrary before = GetGemmLibrary();
+  auto names = [](const char* library) {
+    return GemmKernelsName().find(library) != std::string::npos;
+  };
+  SetGemmLibrary(GemmLibrary::kOpenBlas);
+  EXPECT_FALSE(names("oneDNN")) << GemmKernelsName();
+  EXPECT_TRUE(names("OpenBLAS")) << GemmKernelsName();
+  SetGemmLibrary(GemmLibrary::kAuto);
+  EXPECT_EQ(names("oneDNN"), Dnnl().ok) << GemmKernelsName();
+  SetGemmLibrary(before);
+}
 TEST(GemmTest, DoubleMatchesNaive) { CheckAllShapes<double>(); }
 TEST(GemmTest, Complex64MatchesNaive) { CheckAllShapes<std::complex<float>>(); }
 TEST(GemmTest, Complex128MatchesNaive) {
