@@ -165,6 +165,11 @@ void TransformerKernels(OpExecutor& ctx, int reps) {
       {"Erf", "[2048,256]", {filled({2048, 256}, 0.5)}, {}},
       {"Unpack", "[3,32,4,64,16] num=3", {qkv}, {{"num", int64_t{3}}}},
       {"Pack", "3 x [32,4,64,16]", {head, head, head}, {{"N", int64_t{3}}}},
+      {"SparseSoftmaxCrossEntropyWithLogits",
+       "[2048,100] (the loss)",
+       {filled({2048, 100}, 0.5),
+        Tensor::Filled(DType::kInt32, {2048}, 7).value()},
+       {}},
   };
   Tensors out;
   for (const Case& c : cases) {

@@ -80,26 +80,23 @@ absl::Status SparseXentKernel(KernelContext& ctx) {
                    AllocateOutput(ctx, logits.dtype(), logits.shape()));
   DispatchFloat(logits.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    // Rows in parallel; within a row one vectorised exp (VecExp) of
-    // x - max into the backprop row, then softmax - onehot in place.
+    // Rows in parallel: the softmax of each (VecSoftmaxRows: the Softmax
+    // kernel's), its max m and sum s; then loss = ln s - (x[label] - m)
+    // and backprop = softmax - onehot.
     ParallelRange(
         batch, std::max<int64_t>(1, kElementwiseGrain / (4 * classes + 1)),
         [&](int64_t begin, int64_t end) {
-          std::vector<T> shifted(classes);
-          for (int64_t i = begin; i < end; ++i) {
-            const T* in = logits.data<T>() + i * classes;
-            T* bp = backprop.mutable_data<T>() + i * classes;
+          std::vector<T> shifted(classes), max(end - begin), sum(end - begin);
+          const T* in = logits.data<T>() + begin * classes;
+          T* bp = backprop.mutable_data<T>() + begin * classes;
+          VecSoftmaxRows(in, bp, shifted.data(), end - begin, classes,
+                         /*log=*/false, max.data(), sum.data());
+          for (int64_t i = 0; i < end - begin; ++i) {
             const int64_t label =
-                static_cast<int64_t>(labels.ElementAsDouble(i));
-            T max = in[0];
-            for (int64_t j = 1; j < classes; ++j) max = std::max(max, in[j]);
-            for (int64_t j = 0; j < classes; ++j) shifted[j] = in[j] - max;
-            VecExp(shifted.data(), bp, classes);
-            T sum = 0;
-            for (int64_t j = 0; j < classes; ++j) sum += bp[j];
-            loss.mutable_data<T>()[i] = std::log(sum) - shifted[label];
-            for (int64_t j = 0; j < classes; ++j) bp[j] /= sum;
-            bp[label] -= T(1);
+                static_cast<int64_t>(labels.ElementAsDouble(begin + i));
+            loss.mutable_data<T>()[begin + i] =
+                std::log(sum[i]) - (in[i * classes + label] - max[i]);
+            bp[i * classes + label] -= T(1);
           }
         });
   });

@@ -276,11 +276,13 @@ GRADTAPE_INLINE void RowSumsLoop(const T* x, int64_t rows, int64_t cols,
 
 // VecSoftmaxRows' loop: per row, x - max into `shifted`, e^ that into y,
 // then y * (1 / sum) (TensorFlow's order: the reciprocal once per row), or
-// for log, shifted - ln sum.
+// for log, shifted - ln sum; the max and sum into row_max and row_sum when
+// they are not null.
 template <bool kFma, typename T>
 GRADTAPE_INLINE void SoftmaxLoop(const T* x, T* __restrict y,
                                  T* __restrict shifted, int64_t rows,
-                                 int64_t cols, bool log) {
+                                 int64_t cols, bool log, T* row_max,
+                                 T* row_sum) {
   for (int64_t i = 0; i < rows; ++i) {
     const T* in = x + i * cols;
     T* out = y + i * cols;
@@ -288,6 +290,8 @@ GRADTAPE_INLINE void SoftmaxLoop(const T* x, T* __restrict y,
     for (int64_t j = 0; j < cols; ++j) shifted[j] = in[j] - max;
     ExpLoop<kFma>(shifted, out, cols);
     const T sum = RowSum(out, cols);
+    if (row_max != nullptr) row_max[i] = max;
+    if (row_sum != nullptr) row_sum[i] = sum;
     if (log) {
       const T log_sum = std::log(sum);
       for (int64_t j = 0; j < cols; ++j) out[j] = shifted[j] - log_sum;
@@ -555,12 +559,14 @@ GRADTAPE_INLINE void AdamLoop(const AdamStep<T>& step, const T* var, const T* m,
     LoopBlock<kFma>(ops, num_ops, n);                                          \
   }                                                                            \
   Attr void Softmax##Suffix(const float* x, float* y, float* shifted,          \
-                            int64_t rows, int64_t cols, bool log) {            \
-    SoftmaxLoop<kFma>(x, y, shifted, rows, cols, log);                         \
+                            int64_t rows, int64_t cols, bool log,              \
+                            float* row_max, float* row_sum) {                  \
+    SoftmaxLoop<kFma>(x, y, shifted, rows, cols, log, row_max, row_sum);       \
   }                                                                            \
   Attr void Softmax##Suffix(const double* x, double* y, double* shifted,       \
-                            int64_t rows, int64_t cols, bool log) {            \
-    SoftmaxLoop<kFma>(x, y, shifted, rows, cols, log);                         \
+                            int64_t rows, int64_t cols, bool log,              \
+                            double* row_max, double* row_sum) {                \
+    SoftmaxLoop<kFma>(x, y, shifted, rows, cols, log, row_max, row_sum);       \
   }
 
 GRADTAPE_VECTOR_MATH_VARIANTS(Baseline, false, )
@@ -679,12 +685,14 @@ void VecLoopBlockFor(Isa isa, const VecLoopOp<double>* ops, int num_ops,
   GRADTAPE_DISPATCH(LoopBlock, ops, num_ops, n);
 }
 void VecSoftmaxRowsFor(Isa isa, const float* x, float* y, float* shifted,
-                       int64_t rows, int64_t cols, bool log) {
-  GRADTAPE_DISPATCH(Softmax, x, y, shifted, rows, cols, log);
+                       int64_t rows, int64_t cols, bool log, float* row_max,
+                       float* row_sum) {
+  GRADTAPE_DISPATCH(Softmax, x, y, shifted, rows, cols, log, row_max, row_sum);
 }
 void VecSoftmaxRowsFor(Isa isa, const double* x, double* y, double* shifted,
-                       int64_t rows, int64_t cols, bool log) {
-  GRADTAPE_DISPATCH(Softmax, x, y, shifted, rows, cols, log);
+                       int64_t rows, int64_t cols, bool log, double* row_max,
+                       double* row_sum) {
+  GRADTAPE_DISPATCH(Softmax, x, y, shifted, rows, cols, log, row_max, row_sum);
 }
 #undef GRADTAPE_DISPATCH
 
@@ -730,14 +738,14 @@ void VecLoopBlock(const VecLoopOp<double>* ops, int num_ops, int64_t n) {
   vector_math_internal::VecLoopBlockFor(SelectedIsa(), ops, num_ops, n);
 }
 void VecSoftmaxRows(const float* x, float* y, float* shifted, int64_t rows,
-                    int64_t cols, bool log) {
+                    int64_t cols, bool log, float* row_max, float* row_sum) {
   vector_math_internal::VecSoftmaxRowsFor(SelectedIsa(), x, y, shifted, rows,
-                                          cols, log);
+                                          cols, log, row_max, row_sum);
 }
 void VecSoftmaxRows(const double* x, double* y, double* shifted, int64_t rows,
-                    int64_t cols, bool log) {
+                    int64_t cols, bool log, double* row_max, double* row_sum) {
   vector_math_internal::VecSoftmaxRowsFor(SelectedIsa(), x, y, shifted, rows,
-                                          cols, log);
+                                          cols, log, row_max, row_sum);
 }
 
 void VecAdam(const AdamStep<float>& step, const float* var, const float* m,

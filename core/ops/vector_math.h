@@ -50,11 +50,15 @@ void VecRowSums(const double* x, int64_t rows, int64_t cols, double* y);
 // core/ops/nn_ops.cc): per row m = max, s = the sum of e^(x - m) (VecExp's
 // exp, summed through 8 lanes in a fixed order), then y = e^(x - m) * (1 / s)
 // or y = (x - m) - ln s. `shifted` is scratch of `cols` elements; none of x,
-// y and shifted overlap.
+// y and shifted overlap. Each row's m and s go to row_max[i] and
+// row_sum[i] when those are not null (SparseSoftmaxCrossEntropyWithLogits'
+// loss: ln s - (x[label] - m)).
 void VecSoftmaxRows(const float* x, float* y, float* shifted, int64_t rows,
-                    int64_t cols, bool log);
+                    int64_t cols, bool log, float* row_max = nullptr,
+                    float* row_sum = nullptr);
 void VecSoftmaxRows(const double* x, double* y, double* shifted, int64_t rows,
-                    int64_t cols, bool log);
+                    int64_t cols, bool log, double* row_max = nullptr,
+                    double* row_sum = nullptr);
 
 // z[i] = a[i * sa] op b[i * sb] for i in [0, n), each stride 0 (a scalar
 // broadcast) or 1, not both 0; z must not overlap a or b. One IEEE
@@ -158,9 +162,11 @@ void VecLoopBlockFor(Isa isa, const VecLoopOp<float>* ops, int num_ops,
 void VecLoopBlockFor(Isa isa, const VecLoopOp<double>* ops, int num_ops,
                      int64_t n);
 void VecSoftmaxRowsFor(Isa isa, const float* x, float* y, float* shifted,
-                       int64_t rows, int64_t cols, bool log);
+                       int64_t rows, int64_t cols, bool log,
+                       float* row_max = nullptr, float* row_sum = nullptr);
 void VecSoftmaxRowsFor(Isa isa, const double* x, double* y, double* shifted,
-                       int64_t rows, int64_t cols, bool log);
+                       int64_t rows, int64_t cols, bool log,
+                       double* row_max = nullptr, double* row_sum = nullptr);
 void VecAdamFor(Isa isa, const AdamStep<float>& step, const float* var,
                 const float* m, const float* v, const float* g, float* var_out,
                 float* m_out, float* v_out, int64_t n);
