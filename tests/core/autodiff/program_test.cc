@@ -1193,6 +1193,25 @@ TEST_F(FusedPlanTest, ColumnSumsJoinTheLoopsTheyRead) {
   EXPECT_EQ(sums, 1);
 }
 
+// Ends an attention block's program (below) after its last step, a
+// [rows, h * d] result: the squared distance to param 1 as the loss and
+// its output, its gradient for the variable (constant 0) on a tape pushed
+// at step 0, and a descent step at the rate of constant 1.
+void EndWithSquaredErrorDescent(Program& p) {
+  using R = ProgramRef;
+  const int out = static_cast<int>(p.steps.size()) - 1;
+  p.steps.push_back({"Sub", {R::Step(out), R::Param(1)}, {}});
+  p.steps.push_back({"Square", {R::Step(out + 1)}, {}});
+  p.steps.push_back({"Sum", {R::Step(out + 2)}, {}});
+  p.steps.push_back(ProgramStep::PopTape(0));
+  p.steps.push_back(
+      ProgramStep::Gradient(0, {R::Step(out + 3)}, {R::Constant(0)}));
+  p.steps.push_back({"ResourceApplyGradientDescent",
+                     {R::Constant(0), R::Constant(1), R::Step(out + 5)},
+                     {}});
+  p.outputs = {R::Step(out + 3)};
+}
+
 // An attention head block: x @ w_qkv as q, k and v of 2 heads (Reshape,
 // Transpose, Unpack), softmax(q k^T * c) v back to rows (Transpose,
 // Reshape), a squared error. The folded plan reads q, k and v and the
@@ -1228,16 +1247,8 @@ TEST_F(FusedPlanTest, LayoutsFoldIntoStridedProducts) {
          {R::Step(8), R::Step(5, 2)},
          {{"adj_x", false}, {"adj_y", false}}},
         {"Transpose", {R::Step(9)}, {{"perm", ints({0, 2, 1, 3})}}},
-        {"Reshape", {R::Step(10)}, {{"shape", ints({b * t, h * d})}}},
-        {"Sub", {R::Step(11), R::Param(1)}, {}},
-        {"Square", {R::Step(12)}, {}},
-        {"Sum", {R::Step(13)}, {}},
-        ProgramStep::PopTape(0),
-        ProgramStep::Gradient(0, {R::Step(14)}, {R::Constant(0)}),
-        {"ResourceApplyGradientDescent",
-         {R::Constant(0), R::Constant(1), R::Step(16)},
-         {}}};
-    p.outputs = {R::Step(14)};
+        {"Reshape", {R::Step(10)}, {{"shape", ints({b * t, h * d})}}}};
+    EndWithSquaredErrorDescent(p);
     return p;
   };
   const PlanOps ops = ExpectFusedSameAsUnfused(
@@ -1293,16 +1304,8 @@ TEST_F(FusedPlanTest, LayoutsFoldThroughOtherPermutations) {
          {R::Step(9), R::Step(7)},
          {{"adj_x", false}, {"adj_y", false}}},
         {"Transpose", {R::Step(10)}, {{"perm", ints({2, 0, 1, 3})}}},
-        {"Reshape", {R::Step(11)}, {{"shape", ints({t * b, h * d})}}},
-        {"Sub", {R::Step(12), R::Param(1)}, {}},
-        {"Square", {R::Step(13)}, {}},
-        {"Sum", {R::Step(14)}, {}},
-        ProgramStep::PopTape(0),
-        ProgramStep::Gradient(0, {R::Step(15)}, {R::Constant(0)}),
-        {"ResourceApplyGradientDescent",
-         {R::Constant(0), R::Constant(1), R::Step(17)},
-         {}}};
-    p.outputs = {R::Step(15)};
+        {"Reshape", {R::Step(11)}, {{"shape", ints({t * b, h * d})}}}};
+    EndWithSquaredErrorDescent(p);
     return p;
   };
   const PlanOps ops = ExpectFusedSameAsUnfused(
