@@ -21,8 +21,10 @@
 // each block on the calling thread (SetDnnlThreads(1): no OpenMP team).
 //
 // Why both libraries: Debian 12's oneDNN (2.6) sgemm against OpenBLAS's
-// sgemm (Cooperlake kernels), one thread, the character transformer's
-// products (bench/kernel_bench --only=matmul has them): oneDNN 1.1-1.4x
+// sgemm (Cooperlake kernels), one thread, a throwaway program timing each
+// on the character transformer's products and smaller ones (bench/
+// kernel_bench --only=gemm times the transformer's as Gemm runs them,
+// split between two threads: 1.15-1.47x): oneDNN 1.1-1.4x
 // faster from 2^20 multiply-adds up (2048x64x64 1.40x, the weight
 // gradients 64x256x2048 and 64x192x2048 1.30x and 1.33x; OpenBLAS spends
 // part of its time zeroing c for beta = 0 and packing), about even at
@@ -90,7 +92,8 @@ constexpr double kParallelMinWork = 1 << 20;
 // GemmLibrary::kOpenBlas (GRADTAPE_GEMM=openblas) or oneDNN could not be
 // opened. A split product is decided once, by its full blocks' size, so
 // every block runs in the same library. (kernel_bench --only=gemm, 2
-// threads: 256x64x64, two blocks of 2^19, 8.4 us OpenBLAS, 8.8 oneDNN.)
+// threads, 256x64x64 in two blocks of 2^19, when such blocks went to
+// oneDNN: 8.4 us OpenBLAS, 8.8 oneDNN.)
 constexpr double kDnnlMinWork = 1 << 20;
 
 GemmLibrary LibraryFromEnvironment() {
