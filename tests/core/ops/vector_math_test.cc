@@ -229,7 +229,8 @@ void CheckSigmoid() {
 // than the lanes, a multiple of them, with a tail), rows run together the
 // same bits as rows run one at a time (so results never depend on how
 // threads split them), no overflow from large logits, -inf logits 0 (log:
-// -inf), and a NaN anywhere in a row makes that row NaN and only that row.
+// -inf), and a NaN anywhere in a row makes that row NaN and only that row;
+// each row's max and sum when asked for.
 template <typename T>
 void CheckSoftmaxRows(bool log) {
   std::mt19937 rng(7);
@@ -258,6 +259,15 @@ void CheckSoftmaxRows(bool log) {
         long double sum = 0;
         for (int64_t j = 0; j < cols; ++j)
           sum += std::exp((long double)(row[j] - max));
+        // Asked for, the row's max (exactly) and sum of e^(x - max), the
+        // sum within the rounding of its additions, a few ulp per 8 terms
+        // (SparseSoftmaxCrossEntropyWithLogits' loss is ln sum - (x[label]
+        // - max)).
+        T got_max = 0, got_sum = 0;
+        VecSoftmaxRowsFor(isa, row, one.data(), scratch.data(), 1, cols, log,
+                          &got_max, &got_sum);
+        EXPECT_EQ(got_max, max) << "row " << i;
+        EXPECT_LE(UlpError(got_sum, sum), 2.0 + cols / 4.0) << "row " << i;
         for (int64_t j = 0; j < cols; ++j) {
           const long double d = row[j] - max;
           const T got = y[i * cols + j];
