@@ -1,8 +1,12 @@
 // Intra-op parallelism: ParallelFor splits a kernel's work between the
 // calling thread and a small process-wide pool (one worker per core beyond
-// the first). The caller always works too, and work items are claimed one
-// at a time by whichever thread is free, so a kernel never waits for a pool
-// that other sessions keep busy: it just does more of the items itself.
+// the first). The caller always works too. Each thread first runs its own
+// contiguous share of the items (the caller the first, pool worker i the
+// same share in every call), so a kernel reading the rows the previous
+// kernel wrote finds them in its core's cache; then it claims, one at a
+// time, what is left of the other shares, so a kernel never waits for a
+// pool that other sessions keep busy: it just does more of the items
+// itself.
 #ifndef GRADTAPE_CORE_OPS_PARALLEL_H_
 #define GRADTAPE_CORE_OPS_PARALLEL_H_
 

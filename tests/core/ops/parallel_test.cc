@@ -3,7 +3,11 @@
 // would), including more callers than the pool has workers.
 #include "core/ops/parallel.h"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -55,6 +59,48 @@ TEST(ParallelForTest, ItemsWriteDisjointResults) {
   }
 }
 
+// Each thread starts on its own contiguous share of the items: the caller
+// on item 0, a pool worker on the first item of a later share (n * k /
+// shares), never in the middle of one. The caller's first item waits (at
+// most 5 s) for a worker's first item to start, so no thread can have
+// finished its share and moved on to another's before every thread began.
+TEST(ParallelForTest, EachThreadStartsOnItsOwnShare) {
+  const int threads = ParallelismDegree();
+  if (threads < 2) GTEST_SKIP() << "one thread: no pool";
+  constexpr int kItems = 64;
+  const std::thread::id caller = std::this_thread::get_id();
+  std::mutex mu;
+  std::map<std::thread::id, int> first_item;
+  std::atomic<bool> helper_started{false};
+  ParallelFor(kItems, [&](int i) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      first_item.emplace(std::this_thread::get_id(), i);
+    }
+    if (std::this_thread::get_id() != caller) {
+      helper_started.store(true);
+    } else if (i == 0) {
+      const auto give_up =
+          std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (!helper_started.load() &&
+             std::chrono::steady_clock::now() < give_up) {
+        std::this_thread::yield();
+      }
+    }
+  });
+  ASSERT_TRUE(helper_started.load()) << "no pool worker joined in 5 s";
+  EXPECT_EQ(first_item.at(caller), 0);
+  const int shares = std::min(kItems, threads);
+  for (const auto& [thread, item] : first_item) {
+    if (thread == caller) continue;
+    bool starts_a_share = false;
+    for (int k = 1; k < shares; ++k) {
+      starts_a_share |= item == kItems * k / shares;
+    }
+    EXPECT_TRUE(starts_a_share) << "a worker began at item " << item;
+  }
+}
+
 // ParallelRange: blocks cover [0, n) exactly once, in order within a block,
 // at least `grain` long except for the last, and a range within one grain
 // runs as one call on the caller's thread.
@@ -72,7 +118,9 @@ TEST(ParallelRangeTest, CoversTheRangeOnceInBlocksOfAtLeastTheGrain) {
         ASSERT_EQ(runs[i].load(), 1) << "n=" << n << " grain=" << grain;
       }
       EXPECT_EQ(short_blocks.load(), 0) << "n=" << n << " grain=" << grain;
-      if (n > 0 && n <= grain) EXPECT_EQ(calls.load(), 1);
+      if (n > 0 && n <= grain) {
+        EXPECT_EQ(calls.load(), 1);
+      }
       EXPECT_LE(calls.load(), 4 * ParallelismDegree());
     }
   }
