@@ -315,6 +315,9 @@ void GemmLibraries(int reps) {
       {"qkv-data-grad", false, true, 2048, 64, 192},
       {"mlp-in-weight-grad", true, false, 64, 256, 2048},
       {"qkv-weight-grad", true, false, 64, 192, 2048},
+      {"mlp-out-weight-grad", true, false, 256, 64, 2048},
+      {"logits-weight-grad", true, false, 64, 100, 2048},
+      {"attention-out-weight-grad", true, false, 64, 64, 2048},
       {"below-threshold", false, false, 64, 128, 64},
       {"at-threshold", false, false, 256, 64, 64},
   };

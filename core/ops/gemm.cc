@@ -48,6 +48,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "Eigen/Core"
 #include "core/base/cancellation.h"
@@ -348,6 +349,59 @@ void ParallelBlasGemm(MatrixOp ta, MatrixOp tb, int64_t m, int64_t n, int64_t k,
   });
 }
 
+// A product with a long inner dimension and a small result (a weight
+// gradient: [64, 256] summed over 2048 rows of a batch) is split along k
+// instead: part p multiplies rows [k0, k1) of op(b) by columns [k0, k1) of
+// op(a), part 0 into c (with beta), the others into scratch, then c +=
+// each part's result in order. Each thread then reads the rows of both
+// operands that it wrote itself in the steps before (parallel.h: the
+// same share of rows every call), where a split of c's columns made each
+// read every row. The parts follow the shape only, never the thread count,
+// so the bits do not either. Per-step timing of the character
+// transformer, 2 threads, us, column split / k split: docs/PERFORMANCE.md,
+// change 36.
+constexpr int64_t kKPart = 512;  // rows of k per part, at least
+constexpr int64_t kMaxKParts = 8;
+constexpr int64_t kMaxKScratch = 1 << 20;  // elements of the parts' results
+
+int64_t KParts(int64_t m, int64_t n, int64_t k) {
+  if (k < 4 * std::max(m, n) || k < 2 * kKPart) return 1;
+  int64_t parts = std::min(kMaxKParts, k / kKPart);
+  while (parts > 1 && (parts - 1) * m * n > kMaxKScratch) --parts;
+  // A part is one block: no more than a tile of the grid (cancellation).
+  if (static_cast<double>(m) * n * k / parts > kMaxBlockWork) return 1;
+  return parts;
+}
+
+template <typename T>
+void KSplitGemm(MatrixOp ta, MatrixOp tb, int64_t m, int64_t n, int64_t k,
+                int64_t parts, const T* a, int64_t lda, const T* b, int64_t ldb,
+                T* c, int64_t ldc, T beta, Cancellation* cancel) {
+  const bool dnnl = std::is_same_v<T, float> &&
+                    UseDnnl(static_cast<double>(m) * n * (k / parts));
+  std::vector<T> scratch(static_cast<size_t>((parts - 1) * m * n));
+  ParallelFor(static_cast<int>(parts), [&](int part) {
+    if (cancel != nullptr && cancel->Poll()) return;
+    const int64_t k0 = k * part / parts, k1 = k * (part + 1) / parts;
+    // Columns [k0, k1) of op(a): rows of a when it is transposed.
+    const T* pa = ta != MatrixOp::kNone ? a + k0 * lda : a + k0;
+    const T* pb = tb != MatrixOp::kNone ? b + k0 : b + k0 * ldb;
+    if (part == 0) {
+      BlasGemm(ta, tb, m, n, k1 - k0, pa, lda, pb, ldb, c, ldc, beta, dnnl);
+    } else {
+      BlasGemm(ta, tb, m, n, k1 - k0, pa, lda, pb, ldb,
+               scratch.data() + (part - 1) * m * n, n, T(0), dnnl);
+    }
+  });
+  for (int64_t i = 0; i < m; ++i) {
+    T* row = c + i * ldc;
+    for (int64_t part = 1; part < parts; ++part) {
+      const T* add = scratch.data() + ((part - 1) * m + i) * n;
+      for (int64_t j = 0; j < n; ++j) row[j] += add[j];
+    }
+  }
+}
+
 }  // namespace
 
 template <typename T>
@@ -378,6 +432,13 @@ absl::Status Gemm(MatrixOp op_a, MatrixOp op_b, int64_t m, int64_t n, int64_t k,
   if (work >= kBlasMinWork && m > 1 && n > 1 &&
       FitsBlasInt({m, n, k, lda, ldb, ldc}) &&
       (BlasAvailable() || (std::is_same_v<T, float> && UseDnnl(work)))) {
+    const int64_t k_parts = work >= kParallelMinWork ? KParts(m, n, k) : 1;
+    if (k_parts > 1) {
+      KSplitGemm(op_a, op_b, m, n, k, k_parts, a, lda, b, ldb, c, ldc, beta,
+                 cancel);
+      if (cancel != nullptr) return cancel->Check("matrix product");
+      return absl::OkStatus();
+    }
     // One thread still cuts a product above one block, for cancellation.
     if (work >= kParallelMinWork && std::max(m, n) >= 64 &&
         (ParallelismDegree() > 1 || work > kMaxBlockWork)) {

@@ -37,15 +37,19 @@ enum class MatrixOp { kNone, kTranspose, kAdjoint };
 // product is split into follow the thread count, and oneDNN's order of
 // summation can follow a block's shape: between thread counts, some
 // float32 products can differ in the last bits (a few shapes in a sweep
-// of 400; OpenBLAS's order does not depend on the block).
+// of 400; OpenBLAS's order does not depend on the block). A product with a
+// long inner dimension and a small result (k >= 4 * max(m, n), 1024 or
+// more: a weight gradient) is instead split along k into parts that follow
+// its shape only, their results added in order: its bits do not depend on
+// the thread count, but differ from the same product in one call.
 //
 // Cancellation: with a cancellation current on the calling thread
 // (core/base/cancellation.h), Gemm returns its CANCELLED / DEADLINE_EXCEEDED
 // ("matrix product: ...") at once if it is already requested, and a split
-// product polls it before each block (large products are cut into blocks of
-// at most 2^30 multiply-adds, see gemm.cc), so it stops within one block. c
-// is then partly written: the caller fails and drops it. OK otherwise; the
-// check on a small product is one relaxed atomic load.
+// product polls it before each block or part (large products are cut into
+// blocks of at most 2^30 multiply-adds, see gemm.cc), so it stops within one
+// block. c is then partly written: the caller fails and drops it. OK
+// otherwise; the check on a small product is one relaxed atomic load.
 template <typename T>
 [[nodiscard]] absl::Status Gemm(MatrixOp op_a, MatrixOp op_b, int64_t m,
                                 int64_t n, int64_t k, const T* a, int64_t lda,

@@ -168,6 +168,39 @@ TEST(GemmTest, FloatProductsMatchNaiveInEitherLibrary) {
   SetGemmLibrary(before);
 }
 
+// A long inner dimension and a small result (k >= 4 * max(m, n), 1024 or
+// more) is split along k into parts of at least 512 (gemm.cc, KParts):
+// here 2 parts (k 1100), 3 (k 1536) and 8 (k 4100, which 8 does not
+// divide), each against the naive sum with every transpose, c read (beta
+// 1 and 0.5) and padded leading dimensions; float32 in either library and
+// float64.
+template <typename T>
+void CheckKSplitShapes() {
+  const int64_t shapes[][3] = {{40, 30, 1100}, {64, 96, 1536}, {24, 40, 4100}};
+  for (const auto& s : shapes) {
+    for (MatrixOp ta : {MatrixOp::kNone, MatrixOp::kTranspose}) {
+      for (MatrixOp tb : {MatrixOp::kNone, MatrixOp::kTranspose}) {
+        CheckGemm<T>(ta, tb, s[0], s[1], s[2], T(0), 0);
+      }
+    }
+    CheckGemm<T>(MatrixOp::kNone, MatrixOp::kTranspose, s[0], s[1], s[2], T(1),
+                 3);
+    CheckGemm<T>(MatrixOp::kTranspose, MatrixOp::kNone, s[0], s[1], s[2],
+                 T(0.5), 1);
+  }
+}
+
+TEST(GemmTest, LongInnerDimensionsSplitAlongKMatchNaive) {
+  const GemmLibrary before = GetGemmLibrary();
+  for (GemmLibrary library : {GemmLibrary::kAuto, GemmLibrary::kOpenBlas}) {
+    SetGemmLibrary(library);
+    SCOPED_TRACE(GemmKernelsName());
+    CheckKSplitShapes<float>();
+  }
+  SetGemmLibrary(before);
+  CheckKSplitShapes<double>();
+}
+
 // The kernels' name says which libraries run: oneDNN only when it could be
 // opened and the library is kAuto.
 TEST(GemmTest, KernelsNameFollowsTheLibrary) {
