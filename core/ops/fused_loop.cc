@@ -330,9 +330,7 @@ class LoopRun {
 
   // y[i] += x[r][i] for each of `rows` rows of k, in order.
   static void AddRows(const T* x, int64_t rows, int64_t k, T* y) {
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t i = 0; i < k; ++i) y[i] += x[r * k + i];
-    }
+    VecAddRows(x, rows, k, k, y);
   }
 
   // The block's ops: the elementwise ones strip by strip (VecLoopBlock),

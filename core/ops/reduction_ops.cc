@@ -61,6 +61,12 @@ template <typename T>
 void FoldColumns(const T* p, int64_t r_count, int64_t k_count, int64_t begin,
                  int64_t end, bool prod, T* y) {
   for (int64_t k = begin; k < end; ++k) y[k] = prod ? T(1) : T(0);
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    if (!prod) {
+      VecAddRows(p + begin, r_count, end - begin, k_count, y + begin);
+      return;
+    }
+  }
   for (int64_t r = 0; r < r_count; ++r) {
     const T* row = p + r * k_count;
     if (prod) {

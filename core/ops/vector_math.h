@@ -45,6 +45,16 @@ void VecErf(const double* x, double* y, int64_t n);
 void VecRowSums(const float* x, int64_t rows, int64_t cols, float* y);
 void VecRowSums(const double* x, int64_t rows, int64_t cols, double* y);
 
+// y[j] += x[r * stride + j] for j in [0, cols), r = 0, 1, ..., rows - 1 in
+// that order: each column summed row by row onto y, as a scalar loop would
+// (the same bits on every ISA). The Sum kernel's column sums and fused
+// loops' column sums (core/ops/reduction_ops.cc, fused_loop.cc) use it.
+// y must not overlap x.
+void VecAddRows(const float* x, int64_t rows, int64_t cols, int64_t stride,
+                float* y);
+void VecAddRows(const double* x, int64_t rows, int64_t cols, int64_t stride,
+                double* y);
+
 // The softmax (log false) or log-softmax (log true) of each of `rows`
 // contiguous rows of `cols` >= 1 elements, x into y (Softmax and LogSoftmax,
 // core/ops/nn_ops.cc): per row m = max, s = the sum of e^(x - m) (VecExp's
@@ -155,6 +165,10 @@ void VecRowSumsFor(Isa isa, const float* x, int64_t rows, int64_t cols,
                    float* y);
 void VecRowSumsFor(Isa isa, const double* x, int64_t rows, int64_t cols,
                    double* y);
+void VecAddRowsFor(Isa isa, const float* x, int64_t rows, int64_t cols,
+                   int64_t stride, float* y);
+void VecAddRowsFor(Isa isa, const double* x, int64_t rows, int64_t cols,
+                   int64_t stride, double* y);
 void VecErfFor(Isa isa, const float* x, float* y, int64_t n);
 void VecErfFor(Isa isa, const double* x, double* y, int64_t n);
 void VecLoopBlockFor(Isa isa, const VecLoopOp<float>* ops, int num_ops,
