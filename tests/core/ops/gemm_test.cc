@@ -120,9 +120,13 @@ void CheckAllShapes() {
   // and above the threshold where Gemm splits the product between threads:
   // by rows (m >= n) and by columns, in blocks that do not divide evenly.
   // Every MatrixOp on each side (kAdjoint is kTranspose for the real types).
-  const int64_t shapes[][3] = {
-      {2, 3, 4},   {8, 8, 8},   {1, 64, 64},   {64, 1, 64},    {64, 64, 2},
-      {64, 3, 64}, {33, 17, 9}, {96, 80, 112}, {130, 70, 129}, {70, 200, 100}};
+  // With op(b) transposed, 64 x 64 x 2, 33 x 17 x 9 and 64 x 48 x 16 (an
+  // attention head's q k^T) take float's copy of b^T (gemm.cc,
+  // TransposeBFirst).
+  const int64_t shapes[][3] = {{2, 3, 4},      {8, 8, 8},     {1, 64, 64},
+                               {64, 1, 64},    {64, 64, 2},   {64, 3, 64},
+                               {33, 17, 9},    {64, 48, 16},  {96, 80, 112},
+                               {130, 70, 129}, {70, 200, 100}};
   const MatrixOp ops[] = {MatrixOp::kNone, MatrixOp::kTranspose,
                           MatrixOp::kAdjoint};
   for (const auto& s : shapes) {
