@@ -34,8 +34,8 @@ BENCH_VENV="${GRADTAPE_BENCH_VENV:-.venv-bench}"
 [ -x "$BENCH_VENV/bin/python" ] || python3 -m venv "$BENCH_VENV"
 "$BENCH_VENV/bin/pip" install -q --disable-pip-version-check -r tests/python/requirements.txt
 if [ "${GRADTAPE_BENCH_BASELINES:-1}" = 1 ] && \
-    ! "$BENCH_VENV/bin/python" -c "import torch, tensorflow" 2>/dev/null; then
-  echo "== installing bench/requirements.txt (torch, tensorflow-cpu) into $BENCH_VENV: several GB"
+    ! "$BENCH_VENV/bin/python" -c "import torch, tensorflow, jax, optax" 2>/dev/null; then
+  echo "== installing bench/requirements.txt (torch, tensorflow-cpu, jax, optax) into $BENCH_VENV: several GB"
   "$BENCH_VENV/bin/pip" install -q --disable-pip-version-check -r bench/requirements.txt
 fi
 "$BENCH_VENV/bin/pip" install -q --disable-pip-version-check --no-build-isolation ./client/python
