@@ -45,6 +45,7 @@
 #include <complex>
 #include <cstdlib>
 #include <limits>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -394,12 +395,16 @@ void TransposedBGemm(MatrixOp op_a, int64_t m, int64_t n, int64_t k,
 // change 36.
 constexpr int64_t kKPart = 512;  // rows of k per part, at least
 constexpr int64_t kMaxKParts = 8;
-constexpr int64_t kMaxKScratch = 1 << 20;  // elements of the parts' results
+// The parts' results: a transient buffer outside the memory budget, so
+// small (the transformer's largest: 3 x 64 x 256 floats, 192 KiB).
+constexpr int64_t kMaxKScratchBytes = 1 << 20;
 
-int64_t KParts(int64_t m, int64_t n, int64_t k) {
+int64_t KParts(int64_t m, int64_t n, int64_t k, int64_t element_bytes) {
   if (k < 4 * std::max(m, n) || k < 2 * kKPart) return 1;
   int64_t parts = std::min(kMaxKParts, k / kKPart);
-  while (parts > 1 && (parts - 1) * m * n > kMaxKScratch) --parts;
+  while (parts > 1 && (parts - 1) * m * n * element_bytes > kMaxKScratchBytes) {
+    --parts;
+  }
   // A part is one block: no more than a tile of the grid (cancellation).
   if (static_cast<double>(m) * n * k / parts > kMaxBlockWork) return 1;
   return parts;
@@ -411,7 +416,8 @@ void KSplitGemm(MatrixOp ta, MatrixOp tb, int64_t m, int64_t n, int64_t k,
                 T* c, int64_t ldc, T beta, Cancellation* cancel) {
   const bool dnnl = std::is_same_v<T, float> &&
                     UseDnnl(static_cast<double>(m) * n * (k / parts));
-  std::vector<T> scratch(static_cast<size_t>((parts - 1) * m * n));
+  // Every element is written by its part (beta 0) before it is read.
+  std::unique_ptr<T[]> scratch(new T[static_cast<size_t>((parts - 1) * m * n)]);
   ParallelFor(static_cast<int>(parts), [&](int part) {
     if (cancel != nullptr && cancel->Poll()) return;
     const int64_t k0 = k * part / parts, k1 = k * (part + 1) / parts;
@@ -422,13 +428,16 @@ void KSplitGemm(MatrixOp ta, MatrixOp tb, int64_t m, int64_t n, int64_t k,
       BlasGemm(ta, tb, m, n, k1 - k0, pa, lda, pb, ldb, c, ldc, beta, dnnl);
     } else {
       BlasGemm(ta, tb, m, n, k1 - k0, pa, lda, pb, ldb,
-               scratch.data() + (part - 1) * m * n, n, T(0), dnnl);
+               scratch.get() + (part - 1) * m * n, n, T(0), dnnl);
     }
   });
+  // Parts skipped after a cancellation left their scratch unwritten; the
+  // caller fails and drops c.
+  if (cancel != nullptr && cancel->Requested()) return;
   for (int64_t i = 0; i < m; ++i) {
     T* row = c + i * ldc;
     for (int64_t part = 1; part < parts; ++part) {
-      const T* add = scratch.data() + ((part - 1) * m + i) * n;
+      const T* add = scratch.get() + ((part - 1) * m + i) * n;
       for (int64_t j = 0; j < n; ++j) row[j] += add[j];
     }
   }
@@ -470,7 +479,8 @@ absl::Status Gemm(MatrixOp op_a, MatrixOp op_b, int64_t m, int64_t n, int64_t k,
         return absl::OkStatus();
       }
     }
-    const int64_t k_parts = work >= kParallelMinWork ? KParts(m, n, k) : 1;
+    const int64_t k_parts =
+        work >= kParallelMinWork ? KParts(m, n, k, sizeof(T)) : 1;
     if (k_parts > 1) {
       KSplitGemm(op_a, op_b, m, n, k, k_parts, a, lda, b, ldb, c, ldc, beta,
                  cancel);

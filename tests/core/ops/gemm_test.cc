@@ -365,6 +365,20 @@ TEST(GemmCancellationTest, PassedDeadlineFailsMatMulNamingTheOp) {
   EXPECT_NE(status.message().find("MatMul"), absl::string_view::npos) << status;
 }
 
+// The same for a product split along k (a weight gradient's shape): each
+// part polls the deadline and skips, and c is not summed from the parts.
+TEST(GemmCancellationTest, PassedDeadlineStopsAProductSplitAlongK) {
+  constexpr int64_t m = 64, n = 64, k = 4096;
+  const std::vector<float> a = Random<float>(k * m, 9);
+  std::vector<float> c(m * n, -7.0f);
+  Cancellation cancel(absl::Now() - absl::Seconds(1));
+  ScopedCancellation scope(&cancel);
+  absl::Status status =
+      Gemm<float>(true, false, m, n, k, a.data(), m, a.data(), n, c.data(), n);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  for (float x : c) ASSERT_EQ(x, -7.0f);  // part 0 skipped too
+}
+
 // An 8192^3 float MatMul (5.5e11 multiply-adds: seconds on any core) is
 // cancelled from another thread 300 ms after it started: it returns
 // CANCELLED within one block (a block is at most 2^30 multiply-adds, tens of
